@@ -1,0 +1,178 @@
+package verbs
+
+import (
+	"context"
+)
+
+// Device is an open RDMA device (an ibv_context).
+type Device interface {
+	// Name is the device name, such as "mlx5_0" or "soft:127.0.0.1:4791".
+	Name() string
+	// Attr describes the device's limits.
+	Attr() DeviceAttr
+	// AllocPD allocates a protection domain.
+	AllocPD() (PD, error)
+	// CreateCQ creates a completion queue with room for at least cqe
+	// completions.
+	CreateCQ(cqe int) (CQ, error)
+	// Close releases the device. Resources made from it must be closed
+	// first.
+	Close() error
+}
+
+// DeviceAttr are a device's limits and port properties.
+type DeviceAttr struct {
+	MaxQP       int
+	MaxQPWR     int
+	MaxSGE      int
+	MaxCQE      int
+	MaxMRSize   uint64
+	MaxInline   int
+	MaxRdAtomic int
+	ActiveMTU   MTU
+	// Queues is the number of independent send/receive engines: UDP
+	// sockets in the userspace provider. QPs are spread across them.
+	Queues int
+}
+
+// PD is a protection domain: memory regions, address handles and queue
+// pairs made from one PD may be used together.
+type PD interface {
+	// RegMR allocates length bytes outside the Go heap (so that a NIC may
+	// DMA into them) and registers them with the given access rights.
+	RegMR(length int, access Access) (MR, error)
+	// CreateAH creates an address handle for UD sends.
+	CreateAH(attr AHAttr) (AH, error)
+	// CreateQP creates a queue pair in the RESET state.
+	CreateQP(attr QPInitAttr) (QP, error)
+	Close() error
+}
+
+// MR is a registered memory region.
+type MR interface {
+	// Bytes is the region's memory. It stays valid until Close.
+	Bytes() []byte
+	// Addr is the virtual address of Bytes()[0], as used in SGEs and by
+	// remote peers in RDMA and atomic operations.
+	Addr() uint64
+	LKey() uint32
+	RKey() uint32
+	Close() error
+}
+
+// AH is an address handle: a UD destination.
+type AH interface {
+	Close() error
+}
+
+// AHAttr describes a UD destination.
+type AHAttr struct {
+	Dest         Address
+	PortNum      uint8 // physical port of the local device (1 if 0)
+	SGIDIndex    uint8
+	HopLimit     uint8
+	TrafficClass uint8
+}
+
+// CQ is a completion queue.
+type CQ interface {
+	// Poll moves up to len(wc) completions into wc and returns how many.
+	// It never blocks and never allocates.
+	Poll(wc []WC) (int, error)
+	// Wait blocks until a completion may be ready or ctx is done. It is
+	// the blocking counterpart of Poll (ibv_req_notify_cq plus
+	// ibv_get_cq_event): callers poll until empty, then Wait.
+	Wait(ctx context.Context) error
+	Close() error
+}
+
+// QPCap are the capacities of a queue pair.
+type QPCap struct {
+	MaxSendWR     int
+	MaxRecvWR     int
+	MaxSendSGE    int
+	MaxRecvSGE    int
+	MaxInlineData int
+}
+
+// QPInitAttr describes a queue pair to create.
+type QPInitAttr struct {
+	Type   QPType
+	SendCQ CQ
+	RecvCQ CQ
+	Cap    QPCap
+	// SigAll makes every send work request signaled.
+	SigAll bool
+}
+
+// QP is a queue pair.
+type QP interface {
+	QPN() QPN
+	Type() QPType
+	State() QPState
+	// Address is where peers reach this queue pair's port.
+	Address() Address
+	// Modify changes the attributes selected by mask, moving the QP to
+	// attr.State if mask has AttrState. The attributes each transition
+	// requires are those of libibverbs (see CheckModify).
+	Modify(attr *QPAttr, mask QPAttrMask) error
+	// PostSend posts a chain of send work requests: one doorbell. It
+	// returns how many were posted; if that is less than len(wrs), err
+	// says why wrs[n] was refused and no later one was posted.
+	PostSend(wrs []SendWR) (n int, err error)
+	// PostRecv posts a chain of receive work requests, with PostSend's
+	// return convention.
+	PostRecv(wrs []RecvWR) (n int, err error)
+	Close() error
+}
+
+// QPAttr are queue pair attributes, selected by a QPAttrMask.
+type QPAttr struct {
+	State           QPState
+	PKeyIndex       uint16
+	PortNum         uint8
+	QKey            uint32
+	AccessFlags     Access
+	PathMTU         MTU
+	DestQPN         QPN
+	RQPSN           PSN
+	SQPSN           PSN
+	AH              AHAttr // the primary path (connected QPs)
+	Timeout         uint8  // local ACK timeout: 4.096 µs × 2^Timeout
+	RetryCnt        uint8
+	RNRRetry        uint8
+	MinRNRTimer     uint8
+	MaxRdAtomic     uint8
+	MaxDestRdAtomic uint8
+}
+
+// QPAttrMask selects QPAttr fields.
+type QPAttrMask uint32
+
+// Attribute mask bits, with libibverbs' values.
+const (
+	AttrState           QPAttrMask = 1 << 0
+	AttrAccessFlags     QPAttrMask = 1 << 3
+	AttrPKeyIndex       QPAttrMask = 1 << 4
+	AttrPort            QPAttrMask = 1 << 5
+	AttrQKey            QPAttrMask = 1 << 6
+	AttrAV              QPAttrMask = 1 << 7
+	AttrPathMTU         QPAttrMask = 1 << 8
+	AttrTimeout         QPAttrMask = 1 << 9
+	AttrRetryCnt        QPAttrMask = 1 << 10
+	AttrRNRRetry        QPAttrMask = 1 << 11
+	AttrRQPSN           QPAttrMask = 1 << 12
+	AttrMaxQPRdAtomic   QPAttrMask = 1 << 13
+	AttrMinRNRTimer     QPAttrMask = 1 << 15
+	AttrSQPSN           QPAttrMask = 1 << 16
+	AttrMaxDestRdAtomic QPAttrMask = 1 << 17
+	AttrDestQPN         QPAttrMask = 1 << 20
+)
+
+// Optional capabilities, as separate small interfaces.
+
+// Counters is implemented by devices that count events (packets, drops by
+// reason). Visit calls f once per counter; names are stable snake_case.
+type Counters interface {
+	VisitCounters(f func(name string, value uint64))
+}
