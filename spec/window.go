@@ -1,0 +1,230 @@
+package spec
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Errors of Window.Send.
+var (
+	ErrWindowFull = errors.New("spec: window full")
+	ErrNoTag      = errors.New("spec: next tag still in quarantine")
+)
+
+// WindowConfig sizes a Window.
+type WindowConfig struct {
+	// Size is the most requests outstanding at once, 1..MaxWindow.
+	Size int
+	// Timeout: a request unanswered this long is expired by Expire.
+	// Default DefaultTimeout.
+	Timeout time.Duration
+	// Quarantine: a released tag is not handed out again for this long.
+	// Default DefaultQuarantine. It must not be shorter than
+	// MaxAnswerDelay-Timeout, or a late answer could match a reused tag.
+	Quarantine time.Duration
+}
+
+// MaxWindow is the largest window: half the tag space, so that a tag
+// always has time to sit out its quarantine.
+const MaxWindow = NumTags / 2
+
+// Validate fills defaults and checks c.
+func (c WindowConfig) Validate() (WindowConfig, error) {
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.Quarantine == 0 {
+		c.Quarantine = DefaultQuarantine
+	}
+	switch {
+	case c.Size < 1 || c.Size > MaxWindow:
+		return c, fmt.Errorf("spec: window size %d outside 1..%d", c.Size, MaxWindow)
+	case c.Timeout < 0:
+		return c, fmt.Errorf("spec: negative timeout %v", c.Timeout)
+	case c.Quarantine < MaxAnswerDelay-c.Timeout || c.Quarantine < 0:
+		return c, fmt.Errorf("spec: quarantine %v shorter than max answer delay %v minus timeout %v", c.Quarantine, MaxAnswerDelay, c.Timeout)
+	}
+	return c, nil
+}
+
+type tagState struct {
+	out      bool
+	used     bool
+	gen      uint32
+	sent     time.Duration
+	released time.Duration
+	cookie   uint64
+}
+
+type fifoEntry struct {
+	tag Tag
+	gen uint32
+}
+
+// Expired is a request Expire gave up on.
+type Expired struct {
+	Tag    Tag
+	Cookie uint64
+	Sent   time.Duration
+}
+
+// Window matches answers to the outstanding requests of one client queue
+// pair. It hands out tags, remembers when each was sent, accepts an answer
+// only for a tag that is outstanding, expires requests that waited too
+// long and keeps every released tag in quarantine before reuse.
+//
+// It is pure: no I/O, no goroutines, no clock. Time is a monotonic
+// duration from any origin, passed in by the caller, and must not go
+// backwards. A Window is not safe for concurrent use.
+type Window struct {
+	cfg   WindowConfig
+	tags  [NumTags]tagState
+	next  Tag
+	out   int
+	fifo  [NumTags]fifoEntry // outstanding tags in send order (and stale leftovers)
+	head  int
+	count int
+}
+
+// NewWindow returns an empty Window.
+func NewWindow(cfg WindowConfig) (*Window, error) {
+	cfg, err := cfg.Validate()
+	if err != nil {
+		return nil, err
+	}
+	return &Window{cfg: cfg}, nil
+}
+
+// Config returns the validated configuration.
+func (w *Window) Config() WindowConfig { return w.cfg }
+
+// Outstanding is the number of requests awaiting an answer.
+func (w *Window) Outstanding() int { return w.out }
+
+// Send allocates a fresh tag for a request sent at now and remembers
+// cookie for it. Tags are handed out in cyclic order, skipping outstanding
+// ones; if the next tag is still in quarantine Send fails with ErrNoTag
+// and retry is when it leaves it.
+func (w *Window) Send(now time.Duration, cookie uint64) (t Tag, retry time.Duration, err error) {
+	if w.out >= w.cfg.Size {
+		return 0, 0, ErrWindowFull
+	}
+	for range NumTags {
+		t = w.next
+		w.next = (w.next + 1) & (NumTags - 1)
+		s := &w.tags[t]
+		if s.out {
+			continue
+		}
+		if s.used && now-s.released < w.cfg.Quarantine {
+			w.next = t // try the same tag again next time
+			return 0, s.released + w.cfg.Quarantine, ErrNoTag
+		}
+		s.out, s.used = true, true
+		s.gen++
+		s.sent, s.cookie = now, cookie
+		w.out++
+		w.push(fifoEntry{t, s.gen})
+		return t, 0, nil
+	}
+	return 0, 0, ErrWindowFull // unreachable: out < Size <= NumTags/2
+}
+
+func (w *Window) push(e fifoEntry) {
+	if w.count == len(w.fifo) {
+		w.compact()
+	}
+	w.fifo[(w.head+w.count)%len(w.fifo)] = e
+	w.count++
+}
+
+// compact drops entries of tags no longer outstanding under that
+// generation. At most Size entries stay, so the FIFO never overflows.
+func (w *Window) compact() {
+	n := 0
+	for i := range w.count {
+		e := w.fifo[(w.head+i)%len(w.fifo)]
+		if w.live(e) {
+			w.fifo[(w.head+n)%len(w.fifo)] = e
+			n++
+		}
+	}
+	w.count = n
+}
+
+func (w *Window) live(e fifoEntry) bool {
+	s := &w.tags[e.tag]
+	return s.out && s.gen == e.gen
+}
+
+// Answer accepts an answer for t arriving at now. It returns the request's
+// cookie and send time if t is outstanding; otherwise the answer is stale
+// or a duplicate (or forged) and ok is false. An accepted tag enters
+// quarantine.
+func (w *Window) Answer(now time.Duration, t Tag) (cookie uint64, sent time.Duration, ok bool) {
+	if !t.Valid() {
+		return 0, 0, false
+	}
+	s := &w.tags[t]
+	if !s.out {
+		return 0, 0, false
+	}
+	w.release(s, now)
+	w.trim()
+	return s.cookie, s.sent, true
+}
+
+// Cancel releases an outstanding tag whose caller gave up; late answers to
+// it are rejected as stale. It reports whether t was outstanding.
+func (w *Window) Cancel(now time.Duration, t Tag) bool {
+	if !t.Valid() || !w.tags[t].out {
+		return false
+	}
+	w.release(&w.tags[t], now)
+	w.trim()
+	return true
+}
+
+func (w *Window) release(s *tagState, now time.Duration) {
+	s.out = false
+	s.released = now
+	w.out--
+}
+
+func (w *Window) trim() {
+	for w.count > 0 && !w.live(w.fifo[w.head]) {
+		w.head = (w.head + 1) % len(w.fifo)
+		w.count--
+	}
+}
+
+// Expire releases every request sent at or before now-Timeout, in send
+// order, appending them to dst. The caller retransmits them under fresh
+// tags.
+func (w *Window) Expire(now time.Duration, dst []Expired) []Expired {
+	for w.count > 0 {
+		e := w.fifo[w.head]
+		s := &w.tags[e.tag]
+		if w.live(e) {
+			if now-s.sent < w.cfg.Timeout {
+				break
+			}
+			dst = append(dst, Expired{Tag: e.tag, Cookie: s.cookie, Sent: s.sent})
+			w.release(s, now)
+		}
+		w.head = (w.head + 1) % len(w.fifo)
+		w.count--
+	}
+	return dst
+}
+
+// NextDeadline is when the oldest outstanding request expires; ok is false
+// when none is outstanding.
+func (w *Window) NextDeadline() (d time.Duration, ok bool) {
+	w.trim()
+	if w.count == 0 {
+		return 0, false
+	}
+	return w.tags[w.fifo[w.head].tag].sent + w.cfg.Timeout, true
+}

@@ -1,0 +1,235 @@
+package spec
+
+import (
+	"errors"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// refWindow is the deliberately simple reference for Window: maps and
+// linear scans, the same policy stated plainly.
+type refWindow struct {
+	cfg      WindowConfig
+	next     Tag
+	out      map[Tag]refReq
+	order    []Tag // outstanding, in send order
+	released map[Tag]time.Duration
+}
+
+type refReq struct {
+	cookie uint64
+	sent   time.Duration
+}
+
+func newRef(cfg WindowConfig) *refWindow {
+	return &refWindow{cfg: cfg, out: map[Tag]refReq{}, released: map[Tag]time.Duration{}}
+}
+
+func (r *refWindow) send(now time.Duration, cookie uint64) (Tag, error) {
+	if len(r.out) >= r.cfg.Size {
+		return 0, ErrWindowFull
+	}
+	for {
+		t := r.next
+		r.next = (r.next + 1) % NumTags
+		if _, busy := r.out[t]; busy {
+			continue
+		}
+		if rel, ok := r.released[t]; ok && now-rel < r.cfg.Quarantine {
+			r.next = t
+			return 0, ErrNoTag
+		}
+		r.out[t] = refReq{cookie, now}
+		r.order = append(r.order, t)
+		return t, nil
+	}
+}
+
+func (r *refWindow) drop(t Tag, now time.Duration) {
+	delete(r.out, t)
+	r.released[t] = now
+	for i, o := range r.order {
+		if o == t {
+			r.order = append(r.order[:i], r.order[i+1:]...)
+			return
+		}
+	}
+}
+
+func (r *refWindow) answer(now time.Duration, t Tag) (uint64, bool) {
+	q, ok := r.out[t]
+	if !ok {
+		return 0, false
+	}
+	r.drop(t, now)
+	return q.cookie, true
+}
+
+func (r *refWindow) expire(now time.Duration) []Expired {
+	var ex []Expired
+	for len(r.order) > 0 {
+		t := r.order[0]
+		q := r.out[t]
+		if now-q.sent < r.cfg.Timeout {
+			break
+		}
+		ex = append(ex, Expired{Tag: t, Cookie: q.cookie, Sent: q.sent})
+		r.drop(t, now)
+	}
+	return ex
+}
+
+func TestWindowDifferential(t *testing.T) {
+	for seed := uint64(1); seed <= 20; seed++ {
+		cfg := WindowConfig{Size: 1 + int(seed%16)*8, Timeout: 3 * time.Millisecond, Quarantine: 20 * time.Millisecond}
+		if seed%5 == 0 {
+			cfg.Size = MaxWindow
+		}
+		w, err := NewWindow(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref := newRef(w.Config())
+		rng := rand.New(rand.NewPCG(seed, 99))
+		var now time.Duration
+		var cookie uint64
+		var sent []Tag
+		var dst []Expired
+		for step := range 200000 {
+			now += time.Duration(rng.IntN(3000)) * time.Nanosecond
+			switch op := rng.IntN(10); {
+			case op < 5:
+				cookie++
+				got, _, gerr := w.Send(now, cookie)
+				want, werr := ref.send(now, cookie)
+				if !errors.Is(gerr, werr) || (gerr == nil && got != want) {
+					t.Fatalf("seed %d step %d: Send = %v,%v; reference %v,%v", seed, step, got, gerr, want, werr)
+				}
+				if gerr == nil {
+					sent = append(sent, got)
+				}
+			case op < 9 && len(sent) > 0:
+				// answer a tag sent recently, or a random one (stale, duplicate)
+				var tag Tag
+				if rng.IntN(4) == 0 {
+					tag = Tag(rng.IntN(NumTags + 2))
+				} else {
+					tag = sent[len(sent)-1-rng.IntN(min(len(sent), 64))]
+				}
+				gc, _, gok := w.Answer(now, tag)
+				wc, wok := ref.answer(now, tag)
+				if gok != wok || gc != wc {
+					t.Fatalf("seed %d step %d: Answer(%v) = %d,%v; reference %d,%v", seed, step, tag, gc, gok, wc, wok)
+				}
+			default:
+				dst = w.Expire(now, dst[:0])
+				want := ref.expire(now)
+				if len(dst) != len(want) {
+					t.Fatalf("seed %d step %d: Expire gave %d, reference %d", seed, step, len(dst), len(want))
+				}
+				for i := range want {
+					if dst[i] != want[i] {
+						t.Fatalf("seed %d step %d: Expire[%d] = %+v, reference %+v", seed, step, i, dst[i], want[i])
+					}
+				}
+			}
+			if w.Outstanding() != len(ref.out) {
+				t.Fatalf("seed %d step %d: %d outstanding, reference %d", seed, step, w.Outstanding(), len(ref.out))
+			}
+		}
+	}
+}
+
+func TestWindowQuarantine(t *testing.T) {
+	w, err := NewWindow(WindowConfig{Size: 1, Timeout: time.Millisecond, Quarantine: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Duration(0)
+	seen := map[Tag]time.Duration{}
+	for i := range 3 * NumTags {
+		tag, retry, err := w.Send(now, uint64(i))
+		if errors.Is(err, ErrNoTag) {
+			if retry <= now {
+				t.Fatalf("retry %v not after now %v", retry, now)
+			}
+			now = retry
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if last, ok := seen[tag]; ok && now-last < 20*time.Millisecond {
+			t.Fatalf("%v reused %v after its release", tag, now-last)
+		}
+		if _, _, ok := w.Answer(now, tag); !ok {
+			t.Fatalf("answer to outstanding %v rejected", tag)
+		}
+		if _, _, ok := w.Answer(now, tag); ok {
+			t.Fatalf("duplicate answer to %v accepted", tag)
+		}
+		seen[tag] = now
+		now += time.Microsecond
+	}
+}
+
+func TestWindowConfigErrors(t *testing.T) {
+	for _, c := range []WindowConfig{
+		{Size: 0},
+		{Size: MaxWindow + 1},
+		{Size: 1, Timeout: time.Microsecond, Quarantine: time.Microsecond},
+	} {
+		if _, err := NewWindow(c); err == nil {
+			t.Errorf("NewWindow(%+v) accepted", c)
+		}
+	}
+}
+
+func TestSpeculator(t *testing.T) {
+	var s Speculator
+	if g, _ := s.Guess(0); g != NoGuess {
+		t.Fatalf("fresh speculator guesses %v", g)
+	}
+	v := uint64(0x1234_5678_9abc)
+	s.Learn(time.Second, v)
+	g, high := s.Guess(time.Second + time.Millisecond)
+	if !Confirms(g, v) || high != v>>LowBits {
+		t.Fatalf("guess %v high 0x%x does not match 0x%x", g, high, v)
+	}
+	s.Learn(1500*time.Millisecond, v-1<<LowBits) // older knowledge does not win
+	if _, h := s.Guess(1500 * time.Millisecond); h != v>>LowBits {
+		t.Fatalf("knowledge moved backwards to 0x%x", h)
+	}
+	if g, _ := s.Guess(time.Second + GuessFreshness); g != NoGuess {
+		t.Fatalf("stale knowledge still guessed: %v", g)
+	}
+}
+
+func TestGuard(t *testing.T) {
+	g := NewGuard(0)
+	v := uint64(1) << 50
+	if g.Observe(time.Second, v) {
+		t.Fatal("confirmations allowed during the start holdoff")
+	}
+	if !g.Observe(Holdoff, v+1) {
+		t.Fatal("confirmations suspended after the holdoff")
+	}
+	now := Holdoff + time.Millisecond
+	if g.Observe(now, v+JumpUnits+2) {
+		t.Fatal("a jump did not suspend confirmations")
+	}
+	if g.Jumps() != 1 {
+		t.Fatalf("jumps = %d", g.Jumps())
+	}
+	// steady advance below JumpUnits per period never suspends
+	now += Holdoff
+	cur := v + JumpUnits + 2
+	for range 100 {
+		now += GuardPeriod
+		cur += JumpUnits / 2
+		if !g.Observe(now, cur) {
+			t.Fatal("steady advance suspended confirmations")
+		}
+	}
+}
