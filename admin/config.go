@@ -1,0 +1,104 @@
+package admin
+
+import (
+	"fmt"
+	"log/slog"
+
+	"google.golang.org/grpc/credentials"
+)
+
+// Defaults filled in by Config.validate.
+const (
+	DefaultAddr            = "127.0.0.1:7070"
+	DefaultMaxRecvMsgSize  = 64 << 10
+	DefaultMaxQPsPerClient = 16
+	DefaultMaxWindow       = 1024
+)
+
+// MaxClientNameLen is the longest client_name a ConnectRequest may carry, in
+// bytes. The name only labels logs and status, so it is kept short.
+const MaxClientNameLen = 128
+
+// The data-path modes a client may ask for in ConnectRequest.mode. Whether
+// the server actually runs the requested mode is for the backend to decide
+// (ErrFailedPrecondition); a name outside Config.Modes is a malformed request.
+const (
+	ModeSpecS0  = "spec-s0"
+	ModeHERD    = "herd"
+	ModeAtomics = "atomics"
+)
+
+// Config configures a Server. The zero value is usable: validate fills every
+// unset field with its default.
+type Config struct {
+	// Addr is the TCP address ListenAndServe listens on.
+	// Default DefaultAddr (loopback only).
+	Addr string
+	// MaxRecvMsgSize is the largest request the server accepts, in bytes.
+	// Larger requests are refused with ResourceExhausted before they reach
+	// any handler. Default DefaultMaxRecvMsgSize (64 KiB).
+	MaxRecvMsgSize int
+	// MaxQPsPerClient is the most queue pairs one ConnectRequest may
+	// register. Default DefaultMaxQPsPerClient.
+	MaxQPsPerClient int
+	// MaxWindow is the largest window a ConnectRequest may ask for.
+	// Default DefaultMaxWindow.
+	MaxWindow int
+	// Modes are the mode names a ConnectRequest may name. An empty mode in a
+	// request is always accepted. Default ModeSpecS0, ModeHERD, ModeAtomics.
+	Modes []string
+	// Creds are the server's transport credentials. Nil serves plaintext,
+	// which is only safe on loopback; the server logs a warning otherwise.
+	// TLS slots in here.
+	Creds credentials.TransportCredentials
+	// Metrics, when set, counts every Admin request by method and code.
+	// See NewMetrics.
+	Metrics *Metrics
+	// Logger receives structured logs. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// validate checks cfg and returns a copy with every default filled in. It is
+// the only place that knows the defaults.
+func (cfg Config) validate() (Config, error) {
+	if cfg.Addr == "" {
+		cfg.Addr = DefaultAddr
+	}
+	if cfg.MaxRecvMsgSize == 0 {
+		cfg.MaxRecvMsgSize = DefaultMaxRecvMsgSize
+	}
+	if cfg.MaxRecvMsgSize < 0 {
+		return cfg, fmt.Errorf("admin: config: MaxRecvMsgSize %d is negative", cfg.MaxRecvMsgSize)
+	}
+	if cfg.MaxQPsPerClient == 0 {
+		cfg.MaxQPsPerClient = DefaultMaxQPsPerClient
+	}
+	if cfg.MaxQPsPerClient < 0 {
+		return cfg, fmt.Errorf("admin: config: MaxQPsPerClient %d is negative", cfg.MaxQPsPerClient)
+	}
+	if cfg.MaxWindow == 0 {
+		cfg.MaxWindow = DefaultMaxWindow
+	}
+	if cfg.MaxWindow < 0 {
+		return cfg, fmt.Errorf("admin: config: MaxWindow %d is negative", cfg.MaxWindow)
+	}
+	if len(cfg.Modes) == 0 {
+		cfg.Modes = []string{ModeSpecS0, ModeHERD, ModeAtomics}
+	} else {
+		cfg.Modes = append([]string(nil), cfg.Modes...) // the caller keeps its slice
+	}
+	for i, m := range cfg.Modes {
+		if m == "" {
+			return cfg, fmt.Errorf("admin: config: Modes[%d] is empty", i)
+		}
+		for _, prev := range cfg.Modes[:i] {
+			if prev == m {
+				return cfg, fmt.Errorf("admin: config: mode %q listed twice", m)
+			}
+		}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return cfg, nil
+}

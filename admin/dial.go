@@ -1,0 +1,73 @@
+package admin
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// Dial connects to the admin server at addr (host:port) and waits until the
+// connection is ready, so a caller learns at once that the server is not
+// there: it fails with ErrUnavailable when the first attempt to connect
+// fails, and with ctx's error when ctx ends first.
+//
+// On loopback Dial uses plaintext by default. Any other address needs
+// transport credentials in opts (grpc.WithTransportCredentials); until TLS
+// lands, pass insecure.NewCredentials() there to choose plaintext
+// knowingly. opts come after the defaults and so override them.
+func Dial(ctx context.Context, addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	defaults := []grpc.DialOption{grpc.WithUserAgent("seqd-admin")}
+	if creds := defaultCreds(addr); creds != nil {
+		defaults = append(defaults, grpc.WithTransportCredentials(creds))
+	}
+	cc, err := grpc.NewClient(addr, append(defaults, opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("admin: dial %s: %w", addr, err)
+	}
+	cc.Connect()
+	for {
+		st := cc.GetState()
+		switch st {
+		case connectivity.Ready:
+			return cc, nil
+		case connectivity.TransientFailure, connectivity.Shutdown:
+			cc.Close()
+			return nil, fmt.Errorf("%w: dial %s: connection %s", ErrUnavailable, addr, st)
+		}
+		if !cc.WaitForStateChange(ctx, st) {
+			cc.Close()
+			return nil, fmt.Errorf("admin: dial %s: %w", addr, ctx.Err())
+		}
+	}
+}
+
+// defaultCreds returns the transport credentials Dial uses for addr unless
+// the caller passes its own: plaintext on loopback, none (so the caller must
+// choose) elsewhere. TLS slots in here.
+func defaultCreds(addr string) credentials.TransportCredentials {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil
+	}
+	if host == "localhost" {
+		return insecure.NewCredentials()
+	}
+	if ip, err := netip.ParseAddr(host); err == nil && ip.IsLoopback() {
+		return insecure.NewCredentials()
+	}
+	return nil
+}
+
+// isLoopback reports whether a listener address is on loopback.
+func isLoopback(a net.Addr) bool {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		return ta.IP.IsLoopback()
+	}
+	return a.Network() == "unix"
+}

@@ -1,0 +1,25 @@
+package admin
+
+import "github.com/seqd/seqd/admin/adminpb"
+
+// ConnectCase is one validation case, exported for server_test.go.
+type ConnectCase struct {
+	Name  string
+	Req   *adminpb.ConnectRequest
+	Valid bool
+}
+
+// ConnectCases returns the validation table of validate_test.go with each
+// request built, so the over-the-wire test runs the same cases.
+func ConnectCases() []ConnectCase {
+	out := make([]ConnectCase, len(connectCases))
+	for i, tc := range connectCases {
+		req := validConnect()
+		tc.edit(req)
+		out[i] = ConnectCase{tc.name, req, tc.valid}
+	}
+	return out
+}
+
+// ValidConnect returns a ConnectRequest that passes validation.
+func ValidConnect() *adminpb.ConnectRequest { return validConnect() }

@@ -1,0 +1,218 @@
+package admin
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+
+	"github.com/seqd/seqd/admin/adminpb"
+)
+
+// Backend is the data plane as the admin server sees it. The data-plane
+// server implements it.
+//
+// The admin server validates every request before calling the backend, so a
+// backend sees only well-formed requests. A backend reports failure with the
+// sentinel errors of this package wrapped with %w (or with a gRPC status
+// error, which passes through unchanged); any other error reaches the caller
+// as Internal. Methods may be called concurrently.
+type Backend interface {
+	// Connect admits a client to the data path. The session ID it returns
+	// must not be zero.
+	Connect(ctx context.Context, req *adminpb.ConnectRequest) (*adminpb.ConnectResponse, error)
+	// Disconnect releases a session; ErrUnknownSession when there is none.
+	Disconnect(ctx context.Context, req *adminpb.DisconnectRequest) error
+	// Status reports the oracle, its workers and the data path.
+	Status(ctx context.Context) (*adminpb.StatusResponse, error)
+}
+
+// ServiceName is the full name of the Admin service, as health checks and
+// reflection see it.
+const ServiceName = "seqd.admin.v1.Admin"
+
+// Server is the admin gRPC server: the Admin service, the grpc.health.v1
+// health service and server reflection, on one listener.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	grpc    *grpc.Server
+	health  *health.Server
+	backend Backend
+
+	mu   sync.Mutex
+	addr net.Addr // set once a listener is known
+}
+
+// New returns a Server over backend. It validates cfg, filling defaults.
+// The server starts out reporting SERVING; see SetServing.
+func New(cfg Config, backend Backend) (*Server, error) {
+	cfg, err := cfg.validate()
+	if err != nil {
+		return nil, err
+	}
+	if backend == nil {
+		return nil, fmt.Errorf("admin: nil backend")
+	}
+	s := &Server{
+		cfg:     cfg,
+		log:     cfg.Logger.With("component", "admin"),
+		health:  health.NewServer(),
+		backend: backend,
+	}
+	opts := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(cfg.MaxRecvMsgSize),
+		grpc.ChainUnaryInterceptor(s.observe),
+	}
+	if cfg.Creds != nil {
+		opts = append(opts, grpc.Creds(cfg.Creds))
+	}
+	s.grpc = grpc.NewServer(opts...)
+	adminpb.RegisterAdminServer(s.grpc, &service{s: s})
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+	reflection.Register(s.grpc)
+	s.SetServing(true)
+	return s, nil
+}
+
+// SetServing sets what the health service reports, both for the server as a
+// whole (service "") and for ServiceName: SERVING when serving is true,
+// NOT_SERVING otherwise. After GracefulStop, Shutdown or Stop it has no
+// effect and the server reports NOT_SERVING.
+func (s *Server) SetServing(serving bool) {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if serving {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	s.health.SetServingStatus("", st)
+	s.health.SetServingStatus(ServiceName, st)
+}
+
+// Serve serves on lis until the server is stopped, and closes lis. It
+// returns nil after GracefulStop, Shutdown or Stop.
+func (s *Server) Serve(lis net.Listener) error {
+	s.mu.Lock()
+	s.addr = lis.Addr()
+	s.mu.Unlock()
+	if s.cfg.Creds == nil && !isLoopback(lis.Addr()) {
+		s.log.Warn("admin plane serving plaintext on a non-loopback address", "addr", lis.Addr().String())
+	}
+	s.log.Info("admin plane serving", "addr", lis.Addr().String())
+	return s.grpc.Serve(lis)
+}
+
+// ListenAndServe listens on Config.Addr and serves there; see Serve. Addr
+// reports the bound address as soon as the listener is open.
+func (s *Server) ListenAndServe() error {
+	lis, err := net.Listen("tcp", s.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("admin: listen: %w", err)
+	}
+	return s.Serve(lis)
+}
+
+// Addr returns the address the server listens on: the listener's once Serve
+// has been called, Config.Addr before that.
+func (s *Server) Addr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.addr != nil {
+		return s.addr.String()
+	}
+	return s.cfg.Addr
+}
+
+// GracefulStop reports NOT_SERVING, stops accepting connections and waits
+// for pending RPCs to finish. Open health Watch streams keep it waiting;
+// Shutdown bounds the wait.
+func (s *Server) GracefulStop() {
+	s.health.Shutdown()
+	s.grpc.GracefulStop()
+}
+
+// Shutdown stops the server gracefully, as GracefulStop, but stops it hard
+// when ctx is done first, and then returns ctx's error.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.health.Shutdown()
+	done := make(chan struct{})
+	go func() {
+		s.grpc.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		s.grpc.Stop()
+		<-done
+		return ctx.Err()
+	}
+}
+
+// Stop closes every connection and listener at once, cancelling pending
+// RPCs.
+func (s *Server) Stop() {
+	s.health.Shutdown()
+	s.grpc.Stop()
+}
+
+// observe is the unary interceptor that counts Admin requests by method
+// and status code.
+func (s *Server) observe(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	resp, err := handler(ctx, req)
+	s.cfg.Metrics.observe(info.FullMethod, status.Code(err))
+	return resp, err
+}
+
+// service implements adminpb.AdminServer: validate, call the backend, map
+// its errors.
+type service struct {
+	adminpb.UnimplementedAdminServer
+	s *Server
+}
+
+var _ adminpb.AdminServer = (*service)(nil)
+
+func (v *service) Connect(ctx context.Context, req *adminpb.ConnectRequest) (*adminpb.ConnectResponse, error) {
+	if err := v.s.cfg.validateConnect(req); err != nil {
+		v.s.log.Info("connect refused", "client", req.GetClientName(), "err", err)
+		return nil, statusError(err)
+	}
+	resp, err := v.s.backend.Connect(ctx, req)
+	if err != nil {
+		err = statusError(err)
+		v.s.log.Warn("connect failed", "client", req.GetClientName(), "qps", len(req.GetQps()), "code", status.Code(err).String(), "err", err)
+		return nil, err
+	}
+	v.s.log.Info("client connected", "client", req.GetClientName(), "session", resp.GetSessionId(),
+		"qps", len(req.GetQps()), "window", resp.GetWindow(), "mode", resp.GetMode())
+	return resp, nil
+}
+
+func (v *service) Disconnect(ctx context.Context, req *adminpb.DisconnectRequest) (*adminpb.DisconnectResponse, error) {
+	if err := validateDisconnect(req); err != nil {
+		return nil, statusError(err)
+	}
+	if err := v.s.backend.Disconnect(ctx, req); err != nil {
+		err = statusError(err)
+		v.s.log.Warn("disconnect failed", "session", req.GetSessionId(), "code", status.Code(err).String(), "err", err)
+		return nil, err
+	}
+	v.s.log.Info("client disconnected", "session", req.GetSessionId())
+	return &adminpb.DisconnectResponse{}, nil
+}
+
+func (v *service) Status(ctx context.Context, _ *adminpb.StatusRequest) (*adminpb.StatusResponse, error) {
+	resp, err := v.s.backend.Status(ctx)
+	if err != nil {
+		return nil, statusError(err)
+	}
+	return resp, nil
+}

@@ -1,0 +1,53 @@
+package admin
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/seqd/seqd/admin/adminpb"
+	"github.com/seqd/seqd/verbs"
+)
+
+// validateConnect is the one place a ConnectRequest is checked before the
+// backend sees it. The error it returns wraps ErrInvalidArgument.
+func (cfg *Config) validateConnect(req *adminpb.ConnectRequest) error {
+	qps := req.GetQps()
+	if len(qps) == 0 {
+		return fmt.Errorf("%w: connect: no queue pairs", ErrInvalidArgument)
+	}
+	if len(qps) > cfg.MaxQPsPerClient {
+		return fmt.Errorf("%w: connect: %d queue pairs, at most %d allowed", ErrInvalidArgument, len(qps), cfg.MaxQPsPerClient)
+	}
+	for i, qp := range qps {
+		if n := len(qp.GetAddress()); n != verbs.AddressLen {
+			return fmt.Errorf("%w: connect: qps[%d]: address is %d bytes, want %d", ErrInvalidArgument, i, n, verbs.AddressLen)
+		}
+		if qpn := qp.GetQpn(); qpn == 0 || qpn > uint32(verbs.MaxQPN) {
+			return fmt.Errorf("%w: connect: qps[%d]: qpn %d outside 1..%d", ErrInvalidArgument, i, qpn, verbs.MaxQPN)
+		}
+		for j, prev := range qps[:i] {
+			if prev.GetQpn() == qp.GetQpn() && string(prev.GetAddress()) == string(qp.GetAddress()) {
+				return fmt.Errorf("%w: connect: qps[%d] repeats qps[%d]", ErrInvalidArgument, i, j)
+			}
+		}
+	}
+	if w := req.GetWindow(); w == 0 || uint64(w) > uint64(cfg.MaxWindow) {
+		return fmt.Errorf("%w: connect: window %d outside 1..%d", ErrInvalidArgument, w, cfg.MaxWindow)
+	}
+	if n := len(req.GetClientName()); n > MaxClientNameLen {
+		return fmt.Errorf("%w: connect: client_name is %d bytes, at most %d allowed", ErrInvalidArgument, n, MaxClientNameLen)
+	}
+	if m := req.GetMode(); m != "" && !slices.Contains(cfg.Modes, m) {
+		return fmt.Errorf("%w: connect: unknown mode %q (known: %q)", ErrInvalidArgument, m, cfg.Modes)
+	}
+	return nil
+}
+
+// validateDisconnect checks a DisconnectRequest. Session IDs are never zero:
+// zero is what an unset field reads as.
+func validateDisconnect(req *adminpb.DisconnectRequest) error {
+	if req.GetSessionId() == 0 {
+		return fmt.Errorf("%w: disconnect: session_id is unset", ErrInvalidArgument)
+	}
+	return nil
+}
