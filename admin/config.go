@@ -5,6 +5,8 @@ import (
 	"log/slog"
 
 	"google.golang.org/grpc/credentials"
+
+	"github.com/seqd/seqd/spec"
 )
 
 // Defaults filled in by Config.validate.
@@ -23,7 +25,7 @@ const MaxClientNameLen = 128
 // the server actually runs the requested mode is for the backend to decide
 // (ErrFailedPrecondition); a name outside Config.Modes is a malformed request.
 const (
-	ModeSpecS0  = "spec-s0"
+	ModeSpecS0  = spec.ModeSpecS0
 	ModeHERD    = "herd"
 	ModeAtomics = "atomics"
 )
@@ -42,7 +44,8 @@ type Config struct {
 	// register. Default DefaultMaxQPsPerClient.
 	MaxQPsPerClient int
 	// MaxWindow is the largest window a ConnectRequest may ask for.
-	// Default DefaultMaxWindow.
+	// Default DefaultMaxWindow, which fits every mode (Spec-S0 allows up
+	// to spec.MaxWindow).
 	MaxWindow int
 	// Modes are the mode names a ConnectRequest may name. An empty mode in a
 	// request is always accepted. Default ModeSpecS0, ModeHERD, ModeAtomics.

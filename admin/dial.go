@@ -38,7 +38,7 @@ func Dial(ctx context.Context, addr string, opts ...grpc.DialOption) (*grpc.Clie
 			return cc, nil
 		case connectivity.TransientFailure, connectivity.Shutdown:
 			cc.Close()
-			return nil, fmt.Errorf("%w: dial %s: connection %s", ErrUnavailable, addr, st)
+			return nil, fmt.Errorf("%w: dial %s: cannot connect (%s)", ErrUnavailable, addr, st)
 		}
 		if !cc.WaitForStateChange(ctx, st) {
 			cc.Close()

@@ -1,0 +1,162 @@
+// Command seqctl is a thin command-line client of the seqd admin plane.
+//
+//	seqctl [-admin 127.0.0.1:7070] [-timeout 5s] <command> [flags]
+//
+// Commands:
+//
+//	status [-json]       print the server's status
+//	health [-service S]  exit 0 if the server reports SERVING
+//
+// Exit status: 0 on success, 1 when the command fails (including a server
+// that is not SERVING), 2 on a usage error.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+
+	"github.com/seqd/seqd/admin"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// Exit statuses.
+const (
+	exitOK    = 0
+	exitFail  = 1
+	exitUsage = 2
+)
+
+// A command is one seqctl subcommand. Adding one (set-mode, advance,
+// transfer-leader) is a new entry in commands.
+type command struct {
+	name    string
+	args    string // synopsis of the arguments, for usage
+	summary string
+	// run parses args (the arguments after the command name) and does
+	// the work. It returns a usageError for bad arguments.
+	run func(ctx context.Context, e *env, args []string) error
+}
+
+var commands = []command{
+	{"status", "[-json]", "print the server's status", runStatus},
+	{"health", "[-service name]", "exit 0 if the server reports SERVING", runHealth},
+}
+
+// env is what every command gets: where to write, and how to reach the
+// admin server.
+type env struct {
+	stdout, stderr io.Writer
+	addr           string
+}
+
+// dial connects to the admin server; ctx bounds the wait.
+func (e *env) dial(ctx context.Context) (*grpc.ClientConn, error) {
+	return admin.Dial(ctx, e.addr)
+}
+
+// usageError is a bad command line: run prints it with the usage and exits 2.
+type usageError struct{ msg string }
+
+func (u usageError) Error() string { return u.msg }
+
+// run is seqctl's main, factored out for tests: args excludes the program
+// name, and the result is the exit status.
+func run(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("seqctl", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("admin", admin.DefaultAddr, "admin server `address` (host:port)")
+	timeout := fs.Duration("timeout", 5*time.Second, "bound on the whole command")
+	fs.Usage = func() { usage(fs, stderr) }
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	if fs.NArg() == 0 {
+		usage(fs, stderr)
+		return exitUsage
+	}
+	name := fs.Arg(0)
+	if name == "help" {
+		usage(fs, stdout)
+		return exitOK
+	}
+	var cmd *command
+	for i := range commands {
+		if commands[i].name == name {
+			cmd = &commands[i]
+		}
+	}
+	if cmd == nil {
+		fmt.Fprintf(stderr, "seqctl: unknown command %q\n", name)
+		usage(fs, stderr)
+		return exitUsage
+	}
+	if *timeout <= 0 {
+		fmt.Fprintf(stderr, "seqctl: -timeout must be positive\n")
+		return exitUsage
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	err := cmd.run(ctx, &env{stdout: stdout, stderr: stderr, addr: *addr}, fs.Args()[1:])
+	var uerr usageError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &uerr):
+		fmt.Fprintf(stderr, "seqctl %s: %v\nusage: seqctl [flags] %s %s\n", cmd.name, err, cmd.name, cmd.args)
+		return exitUsage
+	default:
+		fmt.Fprintf(stderr, "seqctl %s: %s\n", cmd.name, describe(err))
+		return exitFail
+	}
+}
+
+// describe renders err for a person: a gRPC status as "Code: message"
+// rather than the "rpc error: code = ... desc = ..." form.
+func describe(err error) string {
+	if s, ok := status.FromError(err); ok {
+		return fmt.Sprintf("%s: %s", s.Code(), s.Message())
+	}
+	return err.Error()
+}
+
+// parseFlags parses a command's flags, turning errors into usageErrors.
+// The flag package has already printed the details to stderr.
+func parseFlags(fs *flag.FlagSet, e *env, args []string) error {
+	fs.SetOutput(e.stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return usageError{"help requested"}
+		}
+		return usageError{err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Sprintf("unexpected arguments %q", fs.Args())}
+	}
+	return nil
+}
+
+func usage(fs *flag.FlagSet, w io.Writer) {
+	fmt.Fprintf(w, "usage: seqctl [flags] <command> [command flags]\n\ncommands:\n")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-8s %-16s %s\n", c.name, c.args, c.summary)
+	}
+	fmt.Fprintf(w, "\nflags:\n")
+	out := fs.Output()
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(out)
+}

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"text/tabwriter"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/seqd/seqd/admin/adminpb"
+)
+
+func runStatus(ctx context.Context, e *env, args []string) error {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print the StatusResponse as JSON (protojson)")
+	if err := parseFlags(fs, e, args); err != nil {
+		return err
+	}
+	cc, err := e.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer cc.Close()
+	st, err := adminpb.NewAdminClient(cc).Status(ctx, &adminpb.StatusRequest{})
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		b, err := protojson.MarshalOptions{Multiline: true, Indent: "  ", EmitUnpopulated: true}.Marshal(st)
+		if err != nil {
+			return fmt.Errorf("encode: %w", err)
+		}
+		_, err = fmt.Fprintf(e.stdout, "%s\n", b)
+		return err
+	}
+	return printStatus(e.stdout, st)
+}
+
+// printStatus writes st as aligned tables: the oracle, then one row per
+// worker, then the provider's counters in name order.
+func printStatus(w io.Writer, st *adminpb.StatusResponse) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	headroom := "-"
+	if st.GetPersistedMark() >= st.GetCurrent() {
+		headroom = fmt.Sprint(st.GetPersistedMark() - st.GetCurrent())
+	}
+	for _, row := range [][2]any{
+		{"version", st.GetVersion()},
+		{"mode", st.GetMode()},
+		{"format", st.GetFormat()},
+		{"epoch", st.GetEpoch()},
+		{"current", st.GetCurrent()},
+		{"persisted_mark", st.GetPersistedMark()},
+		{"headroom", headroom},
+		{"sessions", st.GetSessions()},
+		{"served", st.GetServed()},
+		{"spec_misses", st.GetSpecMisses()},
+		{"drops", st.GetDrops()},
+		{"clock_steps_back", st.GetClockStepsBack()},
+		{"persist_stalls", st.GetPersistStalls()},
+	} {
+		fmt.Fprintf(tw, "%s\t%v\n", row[0], row[1])
+	}
+	if ws := st.GetWorkers(); len(ws) > 0 {
+		fmt.Fprintf(tw, "\nWORKER\tCORE\tBATCHES\tREQUESTS\tAVG_BATCH\tSPEC_MISSES\tRETRANSMITS\tDROPS\n")
+		for _, wk := range ws {
+			core := "-"
+			if wk.GetCore() >= 0 {
+				core = fmt.Sprint(wk.GetCore())
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%.2f\t%d\t%d\t%d\n", wk.GetId(), core, wk.GetBatches(), wk.GetRequests(),
+				wk.GetAvgBatch(), wk.GetSpecMisses(), wk.GetRetransmits(), wk.GetDrops())
+		}
+	}
+	if pc := st.GetProviderCounters(); len(pc) > 0 {
+		fmt.Fprintf(tw, "\nPROVIDER COUNTER\tVALUE\n")
+		names := make([]string, 0, len(pc))
+		for name := range pc {
+			names = append(names, name)
+		}
+		slices.Sort(names)
+		for _, name := range names {
+			fmt.Fprintf(tw, "%s\t%d\n", name, pc[name])
+		}
+	}
+	return tw.Flush()
+}
