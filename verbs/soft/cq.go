@@ -1,0 +1,159 @@
+package soft
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/seqd/seqd/verbs"
+)
+
+// cq is a completion queue: a ring of WCs filled by whichever thread moves
+// packets, and drained by Poll.
+type cq struct {
+	d       *device
+	mu      sync.Mutex
+	ring    []verbs.WC
+	head, n int
+	overrun bool
+
+	queues  atomic.Pointer[[]*queue] // queues of the QPs that use this CQ
+	qMu     sync.Mutex
+	notify  chan struct{}
+	waiting atomic.Int32
+	nqp     atomic.Int32
+	closed  atomic.Bool
+}
+
+var _ verbs.CQ = (*cq)(nil)
+
+func (d *device) CreateCQ(cqe int) (verbs.CQ, error) {
+	if d.closed.Load() {
+		return nil, verbs.ErrClosed
+	}
+	if cqe <= 0 || cqe > 1<<20 {
+		return nil, fmt.Errorf("%w: CQ size %d", verbs.ErrInvalidArgument, cqe)
+	}
+	c := &cq{d: d, ring: make([]verbs.WC, cqe), notify: make(chan struct{}, 1)}
+	c.queues.Store(&[]*queue{})
+	d.nres.Add(1)
+	return c, nil
+}
+
+// attach records that a QP on queue q reports to this CQ, so that Poll
+// knows which sockets to drive.
+func (c *cq) attach(q *queue) {
+	c.qMu.Lock()
+	defer c.qMu.Unlock()
+	c.nqp.Add(1)
+	old := *c.queues.Load()
+	for _, x := range old {
+		if x == q {
+			return
+		}
+	}
+	qs := append(append([]*queue(nil), old...), q)
+	c.queues.Store(&qs)
+}
+
+// push adds a completion. A full CQ is overrun: the completion is lost and
+// Poll reports ErrCQOverrun, as a hardware CQ goes to error.
+func (c *cq) push(wc *verbs.WC) {
+	c.mu.Lock()
+	if c.n == len(c.ring) {
+		c.overrun = true
+		c.mu.Unlock()
+		c.d.ctr.cqOverrun.Add(1)
+		return
+	}
+	i := c.head + c.n
+	if i >= len(c.ring) {
+		i -= len(c.ring)
+	}
+	c.ring[i] = *wc
+	c.n++
+	c.mu.Unlock()
+	if c.waiting.Load() != 0 {
+		select {
+		case c.notify <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (c *cq) take(wc []verbs.WC) int {
+	c.mu.Lock()
+	k := 0
+	for k < len(wc) && c.n > 0 {
+		wc[k] = c.ring[c.head]
+		c.head++
+		if c.head == len(c.ring) {
+			c.head = 0
+		}
+		c.n--
+		k++
+	}
+	c.mu.Unlock()
+	return k
+}
+
+// Poll implements verbs.CQ. On an empty CQ it drives the receive path of
+// the CQ's queues once (without blocking) before giving up.
+func (c *cq) Poll(wc []verbs.WC) (int, error) {
+	if c.closed.Load() {
+		return 0, verbs.ErrClosed
+	}
+	if len(wc) == 0 {
+		return 0, nil
+	}
+	n := c.take(wc)
+	if n == 0 {
+		for _, q := range *c.queues.Load() {
+			q.poll()
+		}
+		n = c.take(wc)
+	}
+	if n == 0 {
+		c.mu.Lock()
+		o := c.overrun
+		c.mu.Unlock()
+		if o {
+			return 0, verbs.ErrCQOverrun
+		}
+	}
+	return n, nil
+}
+
+// Wait implements verbs.CQ.
+func (c *cq) Wait(ctx context.Context) error {
+	if c.closed.Load() {
+		return verbs.ErrClosed
+	}
+	c.waiting.Add(1)
+	defer c.waiting.Add(-1)
+	for {
+		c.mu.Lock()
+		n := c.n
+		c.mu.Unlock()
+		if n > 0 {
+			return nil
+		}
+		select {
+		case <-c.notify:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (c *cq) Close() error {
+	if c.nqp.Load() != 0 {
+		return fmt.Errorf("%w: CQ still used by QPs", verbs.ErrBusy)
+	}
+	if c.closed.Swap(true) {
+		return verbs.ErrClosed
+	}
+	c.d.nres.Add(-1)
+	return nil
+}

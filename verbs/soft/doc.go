@@ -1,0 +1,66 @@
+// Package soft is seqd's userspace verbs provider: RoCEv2 over kernel UDP
+// sockets, in pure Go. It registers itself as provider "soft".
+//
+// # Wire
+//
+// Every packet is a real RoCEv2 transport packet (BTH, the extension
+// headers its opcode needs, payload, ICRC) carried in UDP, so tshark
+// dissects it as RRoCE. The ICRC covers the IPv4 and UDP headers as the
+// IBTA annex says; the provider cannot see the IPv4 header the kernel
+// writes, so it computes it as Linux writes it for an unconnected socket
+// with DF set: identification 0. (For a GSO send the kernel numbers the
+// segments it cuts 0, 1, 2…; on loopback and veth no segment is ever cut,
+// so what is covered is what is on the wire.)
+//
+// A device is an IP address and one UDP socket per queue (option
+// "queues"): queue i listens on port+i, or on an ephemeral port when the
+// device's port is 0. Each QP is bound to one queue, round-robin. A QP's
+// Address is its queue's IP and port.
+//
+// # Who moves packets
+//
+//   - Transmit happens on the thread that posts: PostSend encodes the chain
+//     into the queue's transmit arena and rings the doorbell with one
+//     sendmmsg, in which runs of equal-size packets to one destination
+//     travel as one UDP GSO message (UDP_SEGMENT). If the kernel refuses GSO
+//     (EIO), the queue falls back to one datagram per packet, logged once.
+//   - Receive happens on whichever thread gets there first: CQ.Poll on an
+//     empty CQ runs a non-blocking receive burst (recvmmsg with UDP_GRO,
+//     super-packets split into their segments) on the queues of the CQ's
+//     QPs, so a busy-polling worker moves its own packets with no thread
+//     hand-off; and one progress goroutine per queue waits in Go's netpoller
+//     for the socket to become readable, so that RC responders, ACKs and
+//     blocked CQ.Wait callers make progress when nobody polls. A burst
+//     holds the queue's receive lock; there are no per-packet goroutines.
+//   - The progress goroutine also runs RC retransmission timers and
+//     releases packets held back by reorder injection.
+//
+// The steady-state data path allocates nothing: the arenas, message
+// headers, control buffers, receive rings and completion rings are
+// allocated when the device, QP or CQ is created.
+//
+// # Semantics
+//
+// UD: a packet that finds no posted RECV is dropped and counted, as on
+// hardware; so is a wrong Q_Key. UC: WRITEs land after R_Key and bounds
+// checks; a PSN gap drops the rest of the message. RC: PSNs, coalesced
+// ACKs, NAKs (sequence error, RNR, remote access, invalid request),
+// go-back-N retransmission on timeout, duplicate detection; each atomic
+// runs exactly once, a replayed request gets the saved result. Send
+// completions of UD and UC are generated once the doorbell's syscall
+// returns; send queue slots are then free again.
+//
+// # Fault injection
+//
+// Options loss, dup and reorder (probabilities in [0,1]) and seed inject
+// faults on transmit, for tests. They are off by default.
+//
+// # Options
+//
+//	queues=N      sockets (default 1)
+//	loss=P dup=P reorder=P seed=N
+//	gso=on|off    UDP GSO on transmit (default on)
+//	gro=on|off    UDP GRO on receive (default on)
+//	rcvbuf=BYTES sndbuf=BYTES  socket buffer sizes (default 4 MiB)
+//	max_qp=N      queue pairs per device (default 4096)
+package soft

@@ -1,0 +1,454 @@
+package soft
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/seqd/seqd/verbs"
+	"github.com/seqd/seqd/verbs/rocev2"
+)
+
+// Batch geometry.
+const (
+	rxMsgs      = 8        // messages per recvmmsg
+	rxBufLen    = 64 << 10 // one GRO super-packet
+	txArenaLen  = 1 << 20  // bytes encoded before a doorbell must flush
+	txMaxPkts   = 2048     // packets encoded before a doorbell must flush
+	gsoMaxSegs  = 64       // UDP_MAX_SEGMENTS on older kernels
+	gsoMaxBytes = 65000    // stay under the 64 KiB UDP datagram limit
+	cmsgSpace   = 24       // CMSG_SPACE(sizeof(int)) on 64-bit Linux
+	tickPeriod  = time.Millisecond
+)
+
+// peer is a destination as one queue sends to it: the socket address and
+// the ICRC flow, with the ICRC prefix of the last packet size cached.
+// A peer is used only under its queue's transmit lock.
+type peer struct {
+	sa     unix.RawSockaddrInet4
+	flow   rocev2.Flow
+	preLen int
+	pre    uint32
+}
+
+func (q *queue) newPeer(a verbs.Address) (*peer, error) {
+	ip := a.GID.Addr()
+	if !ip.Is4() || a.Port == 0 {
+		return nil, fmt.Errorf("%w: soft provider reaches IPv4 addresses with a UDP port, not %v", verbs.ErrInvalidArgument, a)
+	}
+	pe := &peer{sa: unix.RawSockaddrInet4{Family: unix.AF_INET, Addr: ip.As4()}}
+	pe.sa.Port = htons(a.Port)
+	pe.flow = rocev2.Flow{Src: q.local.Addr().As4(), Dst: ip.As4(), SrcPort: q.local.Port(), DstPort: a.Port, FlagsFrag: 0x4000}
+	pe.preLen = -1
+	return pe, nil
+}
+
+func (pe *peer) prefix(n int) uint32 {
+	if pe.preLen != n {
+		pe.pre, pe.preLen = pe.flow.Prefix(n), n
+	}
+	return pe.pre
+}
+
+func htons(v uint16) uint16 { return v<<8 | v>>8 }
+
+type txPkt struct {
+	pe  *peer
+	off int32
+	n   int32
+}
+
+// queue is one UDP socket with its transmit arena and receive rings.
+type queue struct {
+	d     *device
+	idx   int
+	local netip.AddrPort
+	conn  *net.UDPConn
+	rc    syscall.RawConn
+	fd    int
+
+	// Transmit state, under txMu.
+	txMu    sync.Mutex
+	arena   []byte
+	used    int
+	pkts    []txPkt
+	hdrs    []unix.Mmsghdr
+	iovs    []unix.Iovec
+	ctrl    []byte
+	hdrPkt  []int // first packet of each message
+	nhdr    int
+	sent    int
+	txErrno syscall.Errno
+	gso     bool
+	rng     *rand.Rand
+	held    []byte
+	heldPkt []txPkt
+	writeFn func(uintptr) bool
+
+	// Receive state, under rxMu.
+	rxMu    sync.Mutex
+	rbufs   [rxMsgs][]byte
+	rhdrs   [rxMsgs]unix.Mmsghdr
+	riovs   [rxMsgs]unix.Iovec
+	rnames  [rxMsgs]unix.RawSockaddrInet4
+	rctrl   [rxMsgs][cmsgSpace]byte
+	rxErrno syscall.Errno
+	rxPre   struct {
+		src  [4]byte
+		port uint16
+		n    int
+		pre  uint32
+	}
+	readFn  func(uintptr) bool
+	acks    []*qp // RC QPs with an ACK to send after this burst
+	rcPeers map[*qp]struct{}
+
+	active atomic.Int32 // RC QPs with work in flight (need ticks)
+	closed atomic.Bool
+	done   chan struct{}
+}
+
+func newQueue(d *device, idx int, local netip.AddrPort) (*queue, error) {
+	conn, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(local))
+	if err != nil {
+		return nil, fmt.Errorf("soft: queue %d: %w", idx, err)
+	}
+	q := &queue{d: d, idx: idx, conn: conn, gso: d.cfg.gso, done: make(chan struct{}),
+		rng: rand.New(rand.NewPCG(d.cfg.seed, uint64(idx)))}
+	q.local = conn.LocalAddr().(*net.UDPAddr).AddrPort()
+	q.local = netip.AddrPortFrom(q.local.Addr().Unmap(), q.local.Port())
+	if q.rc, err = conn.SyscallConn(); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	var serr error
+	err = q.rc.Control(func(fd uintptr) {
+		q.fd = int(fd)
+		serr = errors.Join(
+			unix.SetsockoptInt(q.fd, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO),
+			unix.SetsockoptInt(q.fd, unix.SOL_SOCKET, unix.SO_RCVBUF, d.cfg.rcvbuf),
+			unix.SetsockoptInt(q.fd, unix.SOL_SOCKET, unix.SO_SNDBUF, d.cfg.sndbuf),
+		)
+		if d.cfg.gro {
+			if e := unix.SetsockoptInt(q.fd, unix.IPPROTO_UDP, unix.UDP_GRO, 1); e != nil {
+				d.log.Warn("UDP_GRO refused; receiving one datagram per packet", "queue", idx, "err", e)
+			}
+		}
+	})
+	if err = errors.Join(err, serr); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("soft: queue %d socket options: %w", idx, err)
+	}
+	q.arena = make([]byte, txArenaLen)
+	q.pkts = make([]txPkt, 0, txMaxPkts)
+	q.hdrs = make([]unix.Mmsghdr, txMaxPkts)
+	q.iovs = make([]unix.Iovec, txMaxPkts)
+	q.ctrl = make([]byte, txMaxPkts*cmsgSpace)
+	q.hdrPkt = make([]int, txMaxPkts)
+	q.held = make([]byte, 0, 64<<10)
+	for i := range q.rbufs {
+		q.rbufs[i] = make([]byte, rxBufLen)
+		q.riovs[i] = unix.Iovec{Base: &q.rbufs[i][0]}
+		q.riovs[i].SetLen(rxBufLen)
+		h := &q.rhdrs[i].Hdr
+		h.Iov = &q.riovs[i]
+		h.SetIovlen(1)
+		h.Name = (*byte)(unsafe.Pointer(&q.rnames[i]))
+		h.Control = &q.rctrl[i][0]
+	}
+	q.writeFn = q.write
+	q.readFn = q.readReady
+	q.rcPeers = map[*qp]struct{}{}
+	return q, nil
+}
+
+func (q *queue) start() { go q.run() }
+
+func (q *queue) close() {
+	if q.closed.Swap(true) {
+		return
+	}
+	q.conn.Close()
+	if q.readFn != nil {
+		select {
+		case <-q.done:
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// ---- transmit ----
+
+// reserve returns n bytes of arena for a packet to pe, flushing first if
+// the arena is full. Callers hold txMu and then call commit.
+func (q *queue) reserve(n int) []byte {
+	if q.used+n > len(q.arena) || len(q.pkts) == cap(q.pkts) {
+		q.flush()
+	}
+	return q.arena[q.used : q.used+n : q.used+n]
+}
+
+// commit finishes the packet just encoded in the reserved bytes b: it
+// writes the ICRC and records it for the next doorbell, or applies
+// injected faults.
+func (q *queue) commit(pe *peer, b []byte) {
+	n := len(b)
+	binaryLE32(b[n-rocev2.ICRCLen:], rocev2.ICRCFrom(pe.prefix(n), b))
+	cfg := &q.d.cfg
+	if cfg.loss > 0 && q.rng.Float64() < cfg.loss {
+		q.d.ctr.faultLoss.Add(1)
+		return
+	}
+	if cfg.reorder > 0 && q.rng.Float64() < cfg.reorder && len(q.held)+n <= cap(q.held) {
+		q.d.ctr.faultReorder.Add(1)
+		q.heldPkt = append(q.heldPkt, txPkt{pe: pe, off: int32(len(q.held)), n: int32(n)})
+		q.held = append(q.held, b...)
+		return
+	}
+	q.pkts = append(q.pkts, txPkt{pe: pe, off: int32(q.used), n: int32(n)})
+	q.used += n
+	if cfg.dup > 0 && q.rng.Float64() < cfg.dup && len(q.pkts) < cap(q.pkts) && q.used+n <= len(q.arena) {
+		q.d.ctr.faultDup.Add(1)
+		copy(q.arena[q.used:], b)
+		q.pkts = append(q.pkts, txPkt{pe: pe, off: int32(q.used), n: int32(n)})
+		q.used += n
+	}
+}
+
+// releaseHeld appends packets held back by reorder injection after the
+// ones already queued, so they leave late. Callers hold txMu.
+func (q *queue) releaseHeld() {
+	if len(q.heldPkt) == 0 {
+		return
+	}
+	for _, h := range q.heldPkt {
+		if q.used+int(h.n) > len(q.arena) || len(q.pkts) == cap(q.pkts) {
+			break
+		}
+		copy(q.arena[q.used:], q.held[h.off:h.off+h.n])
+		q.pkts = append(q.pkts, txPkt{pe: h.pe, off: int32(q.used), n: h.n})
+		q.used += int(h.n)
+	}
+	q.held, q.heldPkt = q.held[:0], q.heldPkt[:0]
+}
+
+// flush rings the doorbell: every recorded packet leaves in one sendmmsg
+// (more only if the socket buffer is full), with runs of equal-size
+// packets to one peer coalesced into UDP GSO messages. Callers hold txMu.
+func (q *queue) flush() {
+	if len(q.pkts) == 0 {
+		return
+	}
+	q.build(0)
+	q.sent = 0
+	for q.sent < q.nhdr {
+		q.txErrno = 0
+		if err := q.rc.Write(q.writeFn); err != nil {
+			break // closed
+		}
+		if q.txErrno == unix.EIO && q.gso {
+			// The kernel refused GSO: fall back to one datagram per packet.
+			q.gso = false
+			q.d.ctr.gsoFallback.Add(1)
+			q.d.log.Warn("UDP GSO refused by the kernel (EIO); sending one datagram per packet", "queue", q.idx)
+			q.build(q.hdrPkt[q.sent])
+			q.sent = 0
+			continue
+		}
+		if q.txErrno != 0 {
+			// The message at q.sent cannot be sent (for example
+			// EMSGSIZE): it is lost, as on a network; go on.
+			q.sent++
+		}
+	}
+	q.d.ctr.txPackets.Add(uint64(len(q.pkts)))
+	q.pkts = q.pkts[:0]
+	q.used = 0
+}
+
+// build fills the message headers for pkts[from:].
+func (q *queue) build(from int) {
+	q.nhdr = 0
+	pkts := q.pkts
+	for i := from; i < len(pkts); {
+		p := pkts[i]
+		j := i + 1
+		total := int(p.n)
+		if q.gso {
+			// A GSO run: same peer, same size, contiguous, except that the
+			// last segment may be shorter.
+			for j < len(pkts) && j-i < gsoMaxSegs && pkts[j].pe == p.pe &&
+				pkts[j].off == p.off+int32(total) && pkts[j].n <= p.n && total+int(pkts[j].n) <= gsoMaxBytes {
+				total += int(pkts[j].n)
+				j++
+				if pkts[j-1].n < p.n {
+					break
+				}
+			}
+		}
+		k := q.nhdr
+		q.iovs[k] = unix.Iovec{Base: &q.arena[p.off]}
+		q.iovs[k].SetLen(total)
+		h := &q.hdrs[k].Hdr
+		*h = unix.Msghdr{Name: (*byte)(unsafe.Pointer(&p.pe.sa)), Namelen: unix.SizeofSockaddrInet4, Iov: &q.iovs[k]}
+		h.SetIovlen(1)
+		if j-i > 1 {
+			c := q.ctrl[k*cmsgSpace : (k+1)*cmsgSpace]
+			cm := (*unix.Cmsghdr)(unsafe.Pointer(&c[0]))
+			cm.Level, cm.Type = unix.SOL_UDP, unix.UDP_SEGMENT
+			cm.SetLen(unix.CmsgLen(2))
+			*(*uint16)(unsafe.Pointer(&c[unix.CmsgLen(0)])) = uint16(p.n)
+			h.Control = &c[0]
+			h.SetControllen(unix.CmsgSpace(2))
+		}
+		q.hdrPkt[k] = i
+		q.nhdr++
+		i = j
+	}
+}
+
+func (q *queue) write(fd uintptr) bool {
+	for q.sent < q.nhdr {
+		n, _, errno := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&q.hdrs[q.sent])), uintptr(q.nhdr-q.sent), 0, 0, 0)
+		q.d.ctr.txSyscalls.Add(1)
+		if errno == unix.EAGAIN {
+			return false
+		}
+		if errno == unix.EINTR {
+			continue
+		}
+		if errno != 0 {
+			q.txErrno = errno
+			return true
+		}
+		q.sent += int(n)
+	}
+	return true
+}
+
+// ---- receive ----
+
+// burst receives and processes one recvmmsg batch without blocking. It
+// returns false once the socket is drained. Callers hold rxMu.
+func (q *queue) burst() bool {
+	for i := range q.rhdrs {
+		h := &q.rhdrs[i].Hdr
+		h.Namelen = unix.SizeofSockaddrInet4
+		h.SetControllen(cmsgSpace)
+		h.Flags = 0
+	}
+	n, _, errno := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(q.fd), uintptr(unsafe.Pointer(&q.rhdrs[0])), rxMsgs, unix.MSG_DONTWAIT, 0, 0)
+	q.d.ctr.rxSyscalls.Add(1)
+	if errno != 0 {
+		q.rxErrno = errno
+		return errno == unix.EINTR
+	}
+	for i := 0; i < int(n); i++ {
+		h := &q.rhdrs[i]
+		total := int(h.Len)
+		seg := total
+		if h.Hdr.Controllen >= uint64(unix.CmsgLen(2)) {
+			cm := (*unix.Cmsghdr)(unsafe.Pointer(&q.rctrl[i][0]))
+			if cm.Level == unix.SOL_UDP && cm.Type == unix.UDP_GRO {
+				if s := int(*(*uint16)(unsafe.Pointer(&q.rctrl[i][unix.CmsgLen(0)]))); s > 0 {
+					seg = s
+				}
+			}
+		}
+		if h.Hdr.Flags&unix.MSG_TRUNC != 0 {
+			q.d.ctr.dropMalformed.Add(1)
+			continue
+		}
+		sa := &q.rnames[i]
+		buf := q.rbufs[i][:total]
+		for off := 0; off < total; off += seg {
+			end := off + seg
+			if end > total {
+				end = total
+			}
+			q.input(buf[off:end], sa.Addr, htons(sa.Port))
+		}
+	}
+	q.afterBurst()
+	return int(n) == rxMsgs
+}
+
+// drain runs bursts until the socket is empty (or a bounded number, so
+// that an inline poller returns to its caller).
+func (q *queue) drain(max int) {
+	for i := 0; i < max && q.burst(); i++ {
+	}
+}
+
+// readReady is the progress goroutine's netpoller callback: drain, then
+// ask to be woken when the socket is readable again.
+func (q *queue) readReady(uintptr) bool {
+	q.rxMu.Lock()
+	q.drain(1 << 30)
+	q.rxMu.Unlock()
+	return false
+}
+
+// poll is the inline progress a CQ poller runs.
+func (q *queue) poll() {
+	if q.rxMu.TryLock() {
+		q.drain(4)
+		q.rxMu.Unlock()
+	}
+}
+
+// run is the queue's progress goroutine.
+func (q *queue) run() {
+	defer close(q.done)
+	ticking := false
+	for !q.closed.Load() {
+		need := q.active.Load() > 0 || q.hasHeld()
+		if need {
+			q.conn.SetReadDeadline(time.Now().Add(tickPeriod))
+			ticking = true
+		} else if ticking {
+			q.conn.SetReadDeadline(time.Time{})
+			ticking = false
+		}
+		err := q.rc.Read(q.readFn)
+		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			return // closed
+		}
+		q.tick(time.Now())
+	}
+}
+
+func (q *queue) hasHeld() bool {
+	q.txMu.Lock()
+	h := len(q.heldPkt) > 0
+	q.txMu.Unlock()
+	return h
+}
+
+// tick runs timers: RC retransmission and held packets.
+func (q *queue) tick(now time.Time) {
+	q.rxMu.Lock()
+	for p := range q.rcPeers {
+		p.rcTimer(now)
+	}
+	q.rxMu.Unlock()
+	q.txMu.Lock()
+	q.releaseHeld()
+	q.flush()
+	q.txMu.Unlock()
+}
+
+func binaryLE32(b []byte, v uint32) {
+	_ = b[3]
+	b[0], b[1], b[2], b[3] = byte(v), byte(v>>8), byte(v>>16), byte(v>>24)
+}

@@ -1,0 +1,268 @@
+package soft
+
+import (
+	"github.com/seqd/seqd/verbs"
+	"github.com/seqd/seqd/verbs/rocev2"
+)
+
+// input processes one received transport packet (BTH through ICRC) from
+// src:sport. Callers hold rxMu. Everything that is not a well-formed packet
+// for a live QP in a receiving state is dropped and counted.
+func (q *queue) input(b []byte, src [4]byte, sport uint16) {
+	d := q.d
+	d.ctr.rxPackets.Add(1)
+	var pk rocev2.Packet
+	if err := pk.Decode(b); err != nil {
+		if len(b) >= 1 && !rocev2.Opcode(b[0]).Valid() {
+			d.ctr.dropOpcode.Add(1)
+		} else {
+			d.ctr.dropMalformed.Add(1)
+		}
+		return
+	}
+	// ICRC, with the prefix cached for the last source and size.
+	c := &q.rxPre
+	if c.n != len(b) || c.src != src || c.port != sport {
+		f := rocev2.Flow{Src: src, Dst: q.local.Addr().As4(), SrcPort: sport, DstPort: q.local.Port(), FlagsFrag: 0x4000}
+		c.src, c.port, c.n, c.pre = src, sport, len(b), f.Prefix(len(b))
+	}
+	if rocev2.ICRCFrom(c.pre, b) != le32(b[len(b)-rocev2.ICRCLen:]) {
+		d.ctr.dropICRC.Add(1)
+		return
+	}
+	if pk.PKey&0x7fff != 0x7fff {
+		d.ctr.dropPKey.Add(1)
+		return
+	}
+	x := d.lookupQP(pk.DestQP)
+	if x == nil || x.q != q {
+		d.ctr.dropQPN.Add(1)
+		return
+	}
+	st := x.State()
+	if st != verbs.StateRTR && st != verbs.StateRTS {
+		d.ctr.dropOpcode.Add(1)
+		return
+	}
+	switch {
+	case x.typ == verbs.UD && pk.Opcode.Transport() == rocev2.TransportUD:
+		x.recvUD(&pk, src, sport)
+	case x.typ == verbs.UC && pk.Opcode.Transport() == rocev2.TransportUC:
+		x.recvUC(&pk)
+	case x.typ == verbs.RC && pk.Opcode.Transport() == rocev2.TransportRC:
+		if pk.Opcode.IsRequest() {
+			x.recvRCRequest(&pk)
+		} else {
+			x.recvRCResponse(&pk)
+		}
+	default:
+		d.ctr.dropOpcode.Add(1)
+	}
+}
+
+func le32(b []byte) uint32 {
+	_ = b[3]
+	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
+}
+
+// afterBurst sends what the burst's packets called for (coalesced RC
+// ACKs, READ responses) in one doorbell.
+func (q *queue) afterBurst() {
+	for _, x := range q.acks {
+		x.sendPendingAck()
+	}
+	q.acks = q.acks[:0]
+	q.txMu.Lock()
+	q.flush()
+	q.txMu.Unlock()
+}
+
+// grh builds the 40-byte GRH area of a UD receive: for RoCEv2 over IPv4,
+// 20 zero bytes and then the packet's IPv4 header.
+func grh(g *[verbs.GRHLen]byte, src, dst [4]byte, n int) {
+	*g = [verbs.GRHLen]byte{}
+	ip := g[20:]
+	ip[0] = 0x45
+	tot := rocev2.IPv4HeaderLen + rocev2.UDPHeaderLen + n
+	ip[2], ip[3] = byte(tot>>8), byte(tot)
+	ip[6] = 0x40 // DF
+	ip[8] = 64
+	ip[9] = 17
+	copy(ip[12:], src[:])
+	copy(ip[16:], dst[:])
+}
+
+// recvUD delivers a UD SEND into the next posted RECV.
+func (x *qp) recvUD(pk *rocev2.Packet, src [4]byte, sport uint16) {
+	d := x.d
+	if pk.QKey != x.qkey {
+		d.ctr.dropQKey.Add(1)
+		return
+	}
+	x.rqMu.Lock()
+	s, ok := x.popRecv()
+	x.rqMu.Unlock()
+	if !ok {
+		d.ctr.dropNoRecv.Add(1)
+		return
+	}
+	wc := verbs.WC{ID: s.id, Opcode: verbs.WCRecv, Flags: verbs.WCGRH, QPN: verbs.QPN(x.qpn),
+		SrcQP: verbs.QPN(pk.SrcQP), PKeyIndex: 0}
+	wc.Src.GID = verbs.GID{10: 0xff, 11: 0xff, 12: src[0], 13: src[1], 14: src[2], 15: src[3]}
+	wc.Src.Port = sport
+	if pk.Opcode == rocev2.UDSendOnlyWithImm {
+		wc.Flags |= verbs.WCWithImm
+		wc.Imm = pk.Imm
+	}
+	need := verbs.GRHLen + len(pk.Payload)
+	wc.ByteLen = uint32(need)
+	var g [verbs.GRHLen]byte
+	grh(&g, src, x.q.local.Addr().As4(), len(pk.Payload)+pk.Len()-len(pk.Payload))
+	if slotLen(&s) < need || !x.scatter(&s, 0, g[:], pk.Payload) {
+		d.ctr.dropLength.Add(1)
+		wc.Status = verbs.WCLocLenErr
+	}
+	x.recvCQ.push(&wc)
+}
+
+// responder is the receive side of a connected QP (UC and RC).
+type responder struct {
+	epsn  uint32 // expected PSN
+	msn   uint32
+	inMsg bool
+	// SEND in progress: bytes received into the head RECV.
+	off int
+	// WRITE in progress.
+	write bool
+	wmr   *mr
+	wva   uint64
+	wleft uint32
+	wlen  uint32
+
+	nakSent    bool
+	ackPending bool
+	queued     bool // in the queue's ACK list
+
+	atomics [16]atomicResult
+	atomIdx int
+}
+
+type atomicResult struct {
+	psn   uint32
+	orig  uint64
+	valid bool
+}
+
+func (r *responder) init() {}
+
+func (r *responder) reset() {
+	e := r.epsn
+	*r = responder{epsn: e}
+}
+
+// checkRKey returns the region an incoming RDMA or atomic may touch, or
+// nil when the R_Key, bounds, PD or access rights forbid it.
+func (x *qp) checkRKey(rkey uint32, va uint64, n uint32, need verbs.Access) (*mr, []byte) {
+	m := x.d.lookupMR(rkey, true)
+	if m == nil || m.pd != x.pd || m.access&need != need || x.access&need != need {
+		return nil, nil
+	}
+	b, ok := m.slice(va, n)
+	if !ok {
+		return nil, nil
+	}
+	return m, b
+}
+
+// recvUC handles a UC packet. UC has no ACKs: a PSN gap abandons the
+// message in progress, and the next FIRST or ONLY packet starts afresh.
+func (x *qp) recvUC(pk *rocev2.Packet) {
+	d := x.d
+	x.rqMu.Lock()
+	defer x.rqMu.Unlock()
+	r := &x.resp
+	op := pk.Opcode
+	if op.IsStart() {
+		r.inMsg = false
+	} else if !r.inMsg || pk.PSN != r.epsn {
+		r.inMsg = false
+		d.ctr.dropPSN.Add(1)
+		return
+	}
+	r.epsn = (pk.PSN + 1) & verbs.PSNMask
+	if op.HasRETH() || (r.inMsg && r.write) || isWriteOp(op) {
+		x.ucWrite(pk)
+		return
+	}
+	// SEND.
+	if op.IsStart() {
+		if x.rqN == 0 {
+			d.ctr.dropNoRecv.Add(1)
+			return
+		}
+		r.inMsg, r.write, r.off = true, false, 0
+	}
+	s := &x.rq[x.rqHead]
+	if !x.scatter(s, r.off, pk.Payload, nil) {
+		r.inMsg = false
+		d.ctr.dropLength.Add(1)
+		s, _ := x.popRecv()
+		x.recvCQ.push(&verbs.WC{ID: s.id, Status: verbs.WCLocLenErr, Opcode: verbs.WCRecv, QPN: verbs.QPN(x.qpn)})
+		return
+	}
+	r.off += len(pk.Payload)
+	if op.IsEnd() {
+		r.inMsg = false
+		s, _ := x.popRecv()
+		wc := verbs.WC{ID: s.id, Opcode: verbs.WCRecv, ByteLen: uint32(r.off), QPN: verbs.QPN(x.qpn)}
+		if op.HasImm() {
+			wc.Flags, wc.Imm = verbs.WCWithImm, pk.Imm
+		}
+		x.recvCQ.push(&wc)
+	}
+}
+
+func isWriteOp(op rocev2.Opcode) bool {
+	o := op.Op()
+	return o >= rocev2.OpWriteFirst && o <= rocev2.OpWriteOnlyWithImm
+}
+
+// ucWrite places one packet of a UC WRITE. Callers hold rqMu.
+func (x *qp) ucWrite(pk *rocev2.Packet) {
+	d := x.d
+	r := &x.resp
+	op := pk.Opcode
+	if op.HasRETH() {
+		m, _ := x.checkRKey(pk.RKey, pk.VA, pk.DMALen, verbs.AccessRemoteWrite)
+		if m == nil {
+			r.inMsg = false
+			d.ctr.dropRKey.Add(1)
+			return
+		}
+		r.inMsg, r.write, r.wmr, r.wva, r.wleft, r.wlen = true, true, m, pk.VA, pk.DMALen, pk.DMALen
+	}
+	n := uint32(len(pk.Payload))
+	if n > r.wleft || (!op.IsEnd() && n != uint32(x.mtu)) {
+		r.inMsg = false
+		d.ctr.dropLength.Add(1)
+		return
+	}
+	if dst, ok := r.wmr.slice(r.wva, n); ok {
+		copy(dst, pk.Payload)
+	}
+	r.wva += uint64(n)
+	r.wleft -= n
+	if !op.IsEnd() {
+		return
+	}
+	r.inMsg = false
+	if op.HasImm() {
+		s, ok := x.popRecv()
+		if !ok {
+			d.ctr.dropNoRecv.Add(1)
+			return
+		}
+		x.recvCQ.push(&verbs.WC{ID: s.id, Opcode: verbs.WCRecvRDMAWithImm, Flags: verbs.WCWithImm,
+			Imm: pk.Imm, ByteLen: r.wlen, QPN: verbs.QPN(x.qpn)})
+	}
+}
