@@ -1,0 +1,437 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/adminpb"
+	"github.com/seqd/seqd/spec"
+	"github.com/seqd/seqd/verbs"
+)
+
+const (
+	recvSlot    = verbs.GRHLen + 64
+	signalEvery = 16
+	spinFor     = 30 * time.Microsecond
+	// reconnectAfter: with requests outstanding and no answer for this
+	// long, the client assumes the server restarted and re-runs Connect.
+	reconnectAfter = 300 * time.Millisecond
+)
+
+// Request is one asynchronous request. Callers own it and may reuse it
+// once it completed. Set Done (a channel with room for one) or Callback
+// before Submit; the engine sends the Request on Done, or calls Callback
+// on the engine goroutine (it must not block).
+type Request struct {
+	// Deadline, if not zero, is when the request fails with ErrTimeout.
+	Deadline time.Time
+	Done     chan *Request
+	Callback func(*Request)
+
+	// TS and Err are the result.
+	TS  Timestamp
+	Err error
+
+	deadline  time.Duration // engine clock
+	floor     uint64
+	high      uint64
+	qp        int
+	abandoned atomic.Bool
+	pooled    bool
+	next      *Request
+}
+
+// Stats are the client's counters.
+type Stats struct {
+	Requests, Answers, Retransmits, StaleAnswers, SpecMisses, Malformed,
+	Regressions, Timeouts, Reconnects, Doorbells uint64
+}
+
+type stats struct {
+	requests, answers, retransmits, stale, specMisses, malformed,
+	regressions, timeouts, reconnects, doorbells atomic.Uint64
+}
+
+type cqp struct {
+	qp       verbs.QP
+	win      *spec.Window
+	inflight [spec.NumTags]*Request
+	granted  int
+	server   int // index into server endpoints
+	posted   uint64
+	done     uint64
+	wrs      []verbs.SendWR
+}
+
+// Client gets timestamps from one seqd server. Create it with Dial.
+type Client struct {
+	opts options
+	log  *slog.Logger
+
+	cc  *grpc.ClientConn
+	adm adminpb.AdminClient
+
+	dev    verbs.Device
+	pd     verbs.PD
+	recvCQ verbs.CQ
+	sendCQ verbs.CQ
+	recvMR verbs.MR
+	qps    []*cqp
+
+	// set by connect, used by the engine
+	session uint64
+	epoch   uint64
+	qkey    uint32
+	ahs     []verbs.AH
+	srvQPN  []verbs.QPN
+
+	start time.Time
+	spec  spec.Speculator
+
+	mu            sync.Mutex
+	queue         *Request // submitted, LIFO; the engine reverses it
+	closed        bool
+	wakeCh        chan struct{}
+	waiting       atomic.Bool
+	kickMu        sync.Mutex
+	kick          context.CancelFunc
+	kickCtx       atomic.Pointer[context.Context]
+	timer         *time.Timer
+	backlog, tail *Request
+
+	maxRet atomic.Uint64 // largest value returned
+	st     stats
+	pool   sync.Pool
+
+	stop     context.CancelFunc
+	ctx      context.Context
+	doneCh   chan struct{}
+	lastAns  time.Duration
+	wcs      []verbs.WC
+	swcs     []verbs.WC
+	expired  []spec.Expired
+	retry    []*Request
+	recvWRs  []verbs.RecvWR
+	recvSGE  []verbs.SGE
+	reconnAt time.Duration
+}
+
+// Dial connects to the seqd admin server at adminAddr, creates the
+// client's queue pairs on its own verbs device and admits them with
+// Connect.
+func Dial(ctx context.Context, adminAddr string, opts ...Option) (_ *Client, err error) {
+	c := &Client{start: time.Now(), wakeCh: make(chan struct{}, 1), doneCh: make(chan struct{})}
+	for _, o := range opts {
+		if err := o(&c.opts); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+		}
+	}
+	if err := c.opts.validate(); err != nil {
+		return nil, err
+	}
+	c.log = c.opts.logger
+	c.pool.New = func() any { return &Request{Done: make(chan *Request, 1), pooled: true} }
+	defer func() {
+		if err != nil {
+			c.release()
+		}
+	}()
+	if c.cc, err = admin.Dial(ctx, adminAddr); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	c.adm = adminpb.NewAdminClient(c.cc)
+	if err = c.setup(); err != nil {
+		return nil, err
+	}
+	if err = c.connect(ctx); err != nil {
+		return nil, err
+	}
+	c.ctx, c.stop = context.WithCancel(context.Background())
+	c.newKick()
+	go c.engine()
+	return c, nil
+}
+
+func (c *Client) setup() (err error) {
+	o := &c.opts
+	if c.dev, err = verbs.Open(o.provider, o.device, o.provOpts); err != nil {
+		return fmt.Errorf("client: open %s device %q: %w", o.provider, o.device, err)
+	}
+	if c.pd, err = c.dev.AllocPD(); err != nil {
+		return fmt.Errorf("client: protection domain: %w", err)
+	}
+	perQP := o.window + 16
+	if c.recvCQ, err = c.dev.CreateCQ(o.qps * perQP); err != nil {
+		return fmt.Errorf("client: receive CQ: %w", err)
+	}
+	sendDepth := 2*o.window + 2*signalEvery
+	if c.sendCQ, err = c.dev.CreateCQ(o.qps * (sendDepth/signalEvery + 1)); err != nil {
+		return fmt.Errorf("client: send CQ: %w", err)
+	}
+	if c.recvMR, err = c.pd.RegMR(o.qps*perQP*recvSlot, verbs.AccessLocalWrite); err != nil {
+		return fmt.Errorf("client: receive buffers: %w", err)
+	}
+	c.wcs = make([]verbs.WC, 64)
+	c.swcs = make([]verbs.WC, 64)
+	c.recvWRs = make([]verbs.RecvWR, perQP)
+	c.recvSGE = make([]verbs.SGE, perQP)
+	for i := range c.recvWRs {
+		c.recvWRs[i].SG = c.recvSGE[i : i+1]
+	}
+	for i := range o.qps {
+		qp, err := c.pd.CreateQP(verbs.QPInitAttr{Type: verbs.UD, SendCQ: c.sendCQ, RecvCQ: c.recvCQ,
+			Cap: verbs.QPCap{MaxSendWR: sendDepth, MaxRecvWR: perQP, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		if err != nil {
+			return fmt.Errorf("client: QP %d: %w", i, err)
+		}
+		win, err := spec.NewWindow(spec.WindowConfig{Size: o.window, Timeout: o.retransmit})
+		if err != nil {
+			qp.Close()
+			return fmt.Errorf("%w: %v", ErrConfig, err)
+		}
+		q := &cqp{qp: qp, win: win, wrs: make([]verbs.SendWR, o.window)}
+		c.qps = append(c.qps, q)
+		for s := range perQP {
+			c.recvWRs[s].ID = uint64(i)<<32 | uint64(i*perQP+s)
+			c.recvSGE[s] = verbs.SGE{Addr: c.recvMR.Addr() + uint64(i*perQP+s)*recvSlot, Length: recvSlot, LKey: c.recvMR.LKey()}
+		}
+		if _, err := qp.PostRecv(c.recvWRs); err != nil {
+			return fmt.Errorf("client: QP %d: post receives: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// connect (re-)runs Connect with the client's QPs. It brings the QPs up
+// (with the server's Q_Key) and builds the address handles.
+func (c *Client) connect(ctx context.Context) error {
+	req := &adminpb.ConnectRequest{Window: uint32(c.opts.window), Mode: spec.ModeSpecS0,
+		ClientName: c.opts.name, ProtocolVersion: spec.ProtocolVersion}
+	for _, q := range c.qps {
+		a, _ := q.qp.Address().MarshalBinary()
+		req.Qps = append(req.Qps, &adminpb.Endpoint{Address: a, Qpn: uint32(q.qp.QPN())})
+	}
+	resp, err := c.adm.Connect(ctx, req)
+	if err != nil {
+		return fmt.Errorf("%w: connect: %v", ErrUnavailable, err)
+	}
+	if len(resp.GetAssignment()) != len(c.qps) || len(resp.GetServerQps()) == 0 || resp.GetWindow() == 0 {
+		return fmt.Errorf("%w: connect: malformed answer (%d assignments for %d QPs, %d server QPs, window %d)",
+			ErrUnavailable, len(resp.GetAssignment()), len(c.qps), len(resp.GetServerQps()), resp.GetWindow())
+	}
+	for _, ah := range c.ahs {
+		ah.Close()
+	}
+	c.ahs, c.srvQPN = c.ahs[:0], c.srvQPN[:0]
+	for i, ep := range resp.GetServerQps() {
+		var a verbs.Address
+		if err := a.UnmarshalBinary(ep.GetAddress()); err != nil {
+			return fmt.Errorf("%w: connect: server QP %d: %v", ErrUnavailable, i, err)
+		}
+		ah, err := c.pd.CreateAH(verbs.AHAttr{Dest: a, PortNum: 1})
+		if err != nil {
+			return fmt.Errorf("client: address handle for %v: %w", a, err)
+		}
+		c.ahs = append(c.ahs, ah)
+		c.srvQPN = append(c.srvQPN, verbs.QPN(ep.GetQpn()))
+	}
+	for i, q := range c.qps {
+		if q.qp.State() == verbs.StateReset {
+			if err := verbs.BringUpUD(q.qp, resp.GetQkey(), 0); err != nil {
+				return fmt.Errorf("client: QP %d bring-up: %w", i, err)
+			}
+		} else if resp.GetQkey() != c.qkey {
+			if err := q.qp.Modify(&verbs.QPAttr{QKey: resp.GetQkey()}, verbs.AttrQKey); err != nil {
+				return fmt.Errorf("client: QP %d Q_Key: %w", i, err)
+			}
+		}
+		srv := int(resp.GetAssignment()[i])
+		if srv >= len(c.ahs) {
+			return fmt.Errorf("%w: connect: assignment %d out of range", ErrUnavailable, srv)
+		}
+		q.server = srv
+		q.granted = min(int(resp.GetWindow()), c.opts.window)
+	}
+	if c.epoch != resp.GetEpoch() {
+		c.spec.Forget()
+	}
+	c.session, c.epoch, c.qkey = resp.GetSessionId(), resp.GetEpoch(), resp.GetQkey()
+	if h := resp.GetHigh(); h != 0 && h > c.maxRet.Load() {
+		c.spec.Learn(c.now(), h)
+	}
+	c.log.Debug("connected", "session", c.session, "epoch", c.epoch, "window", resp.GetWindow(), "format", resp.GetFormat())
+	return nil
+}
+
+func (c *Client) now() time.Duration { return time.Since(c.start) }
+
+func (c *Client) newKick() {
+	ctx, cancel := context.WithCancel(c.ctx)
+	c.kickMu.Lock()
+	c.kick = cancel
+	c.kickMu.Unlock()
+	c.kickCtx.Store(&ctx)
+}
+
+// Submit hands r to the engine. It never blocks; r completes later on
+// r.Done or r.Callback.
+func (c *Client) Submit(r *Request) error {
+	if r.Done == nil && r.Callback == nil {
+		return fmt.Errorf("%w: request without Done or Callback", ErrConfig)
+	}
+	r.TS, r.Err = 0, nil
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return ErrNotConnected
+	}
+	r.floor = c.maxRet.Load()
+	r.next = c.queue
+	c.queue = r
+	c.mu.Unlock()
+	c.st.requests.Add(1)
+	select {
+	case c.wakeCh <- struct{}{}:
+	default:
+	}
+	if c.waiting.Load() {
+		c.kickMu.Lock()
+		c.kick()
+		c.kickMu.Unlock()
+	}
+	return nil
+}
+
+// GetTimestamp returns a timestamp greater than every timestamp any
+// seqd client received before this call began.
+func (c *Client) GetTimestamp(ctx context.Context) (Timestamp, error) {
+	r := c.pool.Get().(*Request)
+	r.Deadline = c.deadline(ctx)
+	if err := c.Submit(r); err != nil {
+		c.pool.Put(r)
+		return 0, err
+	}
+	select {
+	case <-r.Done:
+		ts, err := r.TS, r.Err
+		c.pool.Put(r)
+		return ts, err
+	case <-ctx.Done():
+		r.abandoned.Store(true) // the engine recycles it
+		return 0, fmt.Errorf("%w: %w", ErrTimeout, ctx.Err())
+	}
+}
+
+// GetTimestamps fills dst with timestamps, requested together (one chain).
+func (c *Client) GetTimestamps(ctx context.Context, dst []Timestamp) error {
+	var local [64]*Request
+	reqs := local[:0]
+	if len(dst) > len(local) {
+		reqs = make([]*Request, 0, len(dst))
+	}
+	dl := c.deadline(ctx)
+	done := make(chan *Request, len(dst))
+	for range dst {
+		r := &Request{Deadline: dl, Done: done}
+		if err := c.Submit(r); err != nil {
+			return err
+		}
+		reqs = append(reqs, r)
+	}
+	for range dst {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			for _, r := range reqs {
+				r.abandoned.Store(true)
+			}
+			return fmt.Errorf("%w: %w", ErrTimeout, ctx.Err())
+		}
+	}
+	for i, r := range reqs {
+		if r.Err != nil {
+			return r.Err
+		}
+		dst[i] = r.TS
+	}
+	return nil
+}
+
+func (c *Client) deadline(ctx context.Context) time.Time {
+	d := time.Now().Add(c.opts.timeout)
+	if cd, ok := ctx.Deadline(); ok && cd.Before(d) {
+		d = cd
+	}
+	return d
+}
+
+// Stats returns the client's counters.
+func (c *Client) Stats() Stats {
+	s := &c.st
+	return Stats{Requests: s.requests.Load(), Answers: s.answers.Load(), Retransmits: s.retransmits.Load(),
+		StaleAnswers: s.stale.Load(), SpecMisses: s.specMisses.Load(), Malformed: s.malformed.Load(),
+		Regressions: s.regressions.Load(), Timeouts: s.timeouts.Load(), Reconnects: s.reconnects.Load(),
+		Doorbells: s.doorbells.Load()}
+}
+
+// Close disconnects and releases the client. Pending requests fail with
+// ErrNotConnected.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	c.mu.Unlock()
+	if c.stop != nil {
+		c.stop()
+		<-c.doneCh
+	}
+	if c.adm != nil && c.session != 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		c.adm.Disconnect(ctx, &adminpb.DisconnectRequest{SessionId: c.session})
+		cancel()
+	}
+	c.release()
+	return nil
+}
+
+func (c *Client) release() {
+	for _, q := range c.qps {
+		q.qp.Close()
+	}
+	for _, ah := range c.ahs {
+		ah.Close()
+	}
+	for _, x := range []interface{ Close() error }{c.recvMR, c.recvCQ, c.sendCQ, c.pd} {
+		if x != nil && !isNil(x) {
+			x.Close()
+		}
+	}
+	if c.dev != nil {
+		c.dev.Close()
+	}
+	if c.cc != nil {
+		c.cc.Close()
+	}
+}
+
+func isNil(x any) bool {
+	switch v := x.(type) {
+	case verbs.MR:
+		return v == nil
+	case verbs.CQ:
+		return v == nil
+	case verbs.PD:
+		return v == nil
+	}
+	return false
+}

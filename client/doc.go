@@ -1,0 +1,15 @@
+// Package client is seqd's public Go client: it connects to a seqd server
+// over the admin plane, then gets timestamps over the Spec-S0 data path
+// (spec/PROTOCOL.md) on its own verbs device.
+//
+// One engine goroutine per Client owns the queue pairs: it takes the
+// requests callers submitted since its last turn, posts them as one chain
+// per QP (one doorbell), matches answers by tag, retransmits timed-out
+// requests under fresh tags, and reconnects after a server restart. A
+// Client is safe for concurrent use; GetTimestamp, GetTimestamps and the
+// asynchronous Submit all feed the same engine.
+//
+// A Client never returns a value that is not above every value it
+// returned before the call began: such an answer is counted
+// (Stats.Regressions) and the call fails.
+package client

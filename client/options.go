@@ -1,0 +1,90 @@
+package client
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/seqd/seqd/spec"
+	"github.com/seqd/seqd/verbs"
+)
+
+type options struct {
+	provider   string
+	device     string
+	provOpts   verbs.Options
+	qps        int
+	window     int
+	timeout    time.Duration
+	retransmit time.Duration
+	name       string
+	logger     *slog.Logger
+}
+
+// Option configures Dial.
+type Option func(*options) error
+
+// WithDevice chooses the client's own verbs device: a provider, a device
+// name and provider options ("k=v,k=v"). Default "soft" on "127.0.0.1:0".
+func WithDevice(provider, device, providerOpts string) Option {
+	return func(o *options) error {
+		po, err := verbs.ParseOptions(providerOpts)
+		if err != nil {
+			return err
+		}
+		o.provider, o.device, o.provOpts = provider, device, po
+		return nil
+	}
+}
+
+// WithQPs sets the number of queue pairs (default 1).
+func WithQPs(n int) Option { return func(o *options) error { o.qps = n; return nil } }
+
+// WithWindow sets the outstanding requests wanted per QP (default 64).
+func WithWindow(w int) Option { return func(o *options) error { o.window = w; return nil } }
+
+// WithTimeout bounds one request when its context has no earlier
+// deadline (default 2s): then it fails with ErrTimeout.
+func WithTimeout(d time.Duration) Option { return func(o *options) error { o.timeout = d; return nil } }
+
+// WithRetransmit sets how long to wait for an answer before resending
+// under a fresh tag (default spec.DefaultTimeout).
+func WithRetransmit(d time.Duration) Option {
+	return func(o *options) error { o.retransmit = d; return nil }
+}
+
+// WithName names the client in the server's logs.
+func WithName(n string) Option { return func(o *options) error { o.name = n; return nil } }
+
+// WithLogger sets the logger (default slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(o *options) error { o.logger = l; return nil } }
+
+func (o *options) validate() error {
+	if o.provider == "" {
+		o.provider, o.device = "soft", "127.0.0.1:0"
+	}
+	if o.qps == 0 {
+		o.qps = 1
+	}
+	if o.window == 0 {
+		o.window = 64
+	}
+	if o.timeout == 0 {
+		o.timeout = 2 * time.Second
+	}
+	if o.retransmit == 0 {
+		o.retransmit = spec.DefaultTimeout
+	}
+	if o.logger == nil {
+		o.logger = slog.Default()
+	}
+	switch {
+	case o.qps < 1 || o.qps > 64:
+		return fmt.Errorf("%w: %d QPs (1..64)", ErrConfig, o.qps)
+	case o.window < 1 || o.window > spec.MaxWindow:
+		return fmt.Errorf("%w: window %d (1..%d)", ErrConfig, o.window, spec.MaxWindow)
+	case o.timeout < 0 || o.retransmit < 0:
+		return fmt.Errorf("%w: negative timeout", ErrConfig)
+	}
+	return nil
+}

@@ -1,0 +1,20 @@
+// Package headeronly is the Spec-S0 server: header-only UD SENDs with
+// speculation (spec/PROTOCOL.md), over any verbs provider.
+//
+// A Server runs N workers. Each owns one request UD QP with its own
+// receive CQ, and Q response UD QPs that it rotates over per batch (the
+// thesis's multi-queue guideline). A worker polls a batch of requests,
+// re-posts their RECVs as one chain, validates each (its source must be a
+// connected session's QP), claims ONCE per batch from the oracle, builds
+// the answers (header-only confirmations, or the full value as an 8-byte
+// payload) and posts them as one chain: one doorbell. Send completions are
+// selectively signaled. The steady state allocates nothing.
+//
+// Ordering contract: a value is claimed after the request that gets it
+// was received, and the oracle persists its mark BEFORE it hands out a
+// value below it. On ErrBehind the worker keeps the batch and retries;
+// it never claims ahead. A request held longer than spec.MaxResidence is
+// dropped (reason "expired") rather than answered late.
+//
+// Admission (Connect, Disconnect, Status) implements admin.Backend.
+package headeronly

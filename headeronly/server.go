@@ -1,0 +1,302 @@
+package headeronly
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/adminpb"
+	"github.com/seqd/seqd/spec"
+	"github.com/seqd/seqd/verbs"
+)
+
+// Server is a running Spec-S0 data path. It implements admin.Backend.
+type Server struct {
+	cfg    Config
+	log    *slog.Logger
+	pd     verbs.PD
+	ctx    context.Context
+	cancel context.CancelFunc
+	start  time.Time
+	closed atomic.Bool
+	wg     sync.WaitGroup
+
+	workers []*worker
+
+	mu        sync.Mutex
+	sessions  map[uint64]*session
+	nextID    uint64
+	rr        int
+	ahs       map[verbs.Address]verbs.AH
+	closeOnce sync.Once
+}
+
+type session struct {
+	id     uint64
+	name   string
+	window int
+	peers  []*peer
+	worker []int
+}
+
+var _ admin.Backend = (*Server)(nil)
+
+// New creates the server's queue pairs and starts its workers.
+func New(cfg Config) (*Server, error) {
+	cfg, err := cfg.validate()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, start: time.Now(), sessions: map[uint64]*session{}, ahs: map[verbs.Address]verbs.AH{}}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	if s.pd, err = cfg.Device.AllocPD(); err != nil {
+		return nil, fmt.Errorf("headeronly: protection domain: %w", err)
+	}
+	for i := range cfg.Workers {
+		w, err := newWorker(s, i)
+		if err != nil {
+			s.Close()
+			return nil, err
+		}
+		s.workers = append(s.workers, w)
+	}
+	for _, w := range s.workers {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			w.run()
+		}()
+	}
+	s.log.Info("spec-s0 data path up", "device", cfg.Device.Name(), "workers", cfg.Workers,
+		"resp_qps", cfg.RespQPs, "format", cfg.Format, "epoch", cfg.Epoch)
+	return s, nil
+}
+
+// Endpoints returns the request QP of each worker.
+func (s *Server) Endpoints() []*adminpb.Endpoint {
+	eps := make([]*adminpb.Endpoint, len(s.workers))
+	for i, w := range s.workers {
+		a, _ := w.reqQP.Address().MarshalBinary()
+		eps[i] = &adminpb.Endpoint{Address: a, Qpn: uint32(w.reqQP.QPN())}
+	}
+	return eps
+}
+
+// Close stops the workers and releases every verbs resource. It is safe to
+// call more than once.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		s.closed.Store(true)
+		s.cancel()
+		s.wg.Wait()
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, w := range s.workers {
+			w.close()
+		}
+		for _, ah := range s.ahs {
+			ah.Close()
+		}
+		if s.pd != nil {
+			s.pd.Close()
+		}
+	})
+	return nil
+}
+
+// Connect admits a client: each of its QPs is assigned to a worker
+// (round-robin) whose receive queue grows by the granted window.
+func (s *Server) Connect(ctx context.Context, req *adminpb.ConnectRequest) (*adminpb.ConnectResponse, error) {
+	if s.closed.Load() {
+		return nil, fmt.Errorf("%w: server closing", admin.ErrUnavailable)
+	}
+	if m := req.GetMode(); m != "" && m != spec.ModeSpecS0 {
+		return nil, fmt.Errorf("%w: this server runs %s, not %s", admin.ErrFailedPrecondition, spec.ModeSpecS0, m)
+	}
+	if v := req.GetProtocolVersion(); v < spec.ProtocolVersion {
+		return nil, fmt.Errorf("%w: protocol version %d, server speaks %d", admin.ErrFailedPrecondition, v, spec.ProtocolVersion)
+	}
+	if len(req.GetQps()) == 0 {
+		return nil, fmt.Errorf("%w: no queue pairs", admin.ErrInvalidArgument)
+	}
+	window := int(req.GetWindow())
+	if window == 0 {
+		window = min(DefaultWindow, s.cfg.MaxWindow)
+	}
+	window = min(window, s.cfg.MaxWindow)
+	keys := make([]peerKey, len(req.GetQps()))
+	for i, ep := range req.GetQps() {
+		if err := keys[i].addr.UnmarshalBinary(ep.GetAddress()); err != nil {
+			return nil, fmt.Errorf("%w: qps[%d]: %v", admin.ErrInvalidArgument, i, err)
+		}
+		if ep.GetQpn() > uint32(verbs.MaxQPN) {
+			return nil, fmt.Errorf("%w: qps[%d]: QPN %d above 24 bits", admin.ErrInvalidArgument, i, ep.GetQpn())
+		}
+		keys[i].qpn = verbs.QPN(ep.GetQpn())
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.sessions) >= s.cfg.MaxClients {
+		return nil, fmt.Errorf("%w: %d sessions, the maximum", admin.ErrNoCapacity, len(s.sessions))
+	}
+	for _, k := range keys {
+		for _, w := range s.workers {
+			if (*w.peers.Load())[k] != nil {
+				return nil, fmt.Errorf("%w: QP %v at %v is already connected", admin.ErrFailedPrecondition, k.qpn, k.addr)
+			}
+		}
+	}
+	// Assign round-robin, checking every worker's receive budget first.
+	assign := make([]uint32, len(keys))
+	extra := make([]int, len(s.workers))
+	for i := range keys {
+		wi := (s.rr + i) % len(s.workers)
+		assign[i] = uint32(wi)
+		extra[wi] += window
+	}
+	for wi, e := range extra {
+		if b := s.workers[wi].budget + e; b > s.cfg.MaxRecv {
+			return nil, fmt.Errorf("%w: worker %d would need %d receive buffers, the maximum is %d", admin.ErrNoCapacity, wi, b, s.cfg.MaxRecv)
+		}
+	}
+	s.nextID++
+	sess := &session{id: s.nextID, name: req.GetClientName(), window: window}
+	for i, k := range keys {
+		ah, err := s.ah(k.addr)
+		if err != nil {
+			return nil, fmt.Errorf("%w: address handle for %v: %v", admin.ErrInvalidArgument, k.addr, err)
+		}
+		sess.peers = append(sess.peers, &peer{key: k, ah: ah, session: sess.id})
+		sess.worker = append(sess.worker, int(assign[i]))
+	}
+	s.rr = (s.rr + len(keys)) % len(s.workers)
+	for i, p := range sess.peers {
+		w := s.workers[sess.worker[i]]
+		w.budget += window
+		w.setPeers(func(t peerTable) { t[p.key] = p })
+	}
+	for wi, e := range extra {
+		if e > 0 {
+			s.workers[wi].want.Store(int64(s.workers[wi].budget))
+			s.workers[wi].wake()
+		}
+	}
+	s.sessions[sess.id] = sess
+	s.log.Info("client connected", "session", sess.id, "name", sess.name, "qps", len(keys), "window", window)
+	resp := &adminpb.ConnectResponse{
+		SessionId: sess.id, Mode: spec.ModeSpecS0, Format: s.cfg.Format.String(), Qkey: s.cfg.QKey,
+		ServerQps: s.Endpoints(), Assignment: assign, Window: uint32(window),
+		ProtocolVersion: spec.ProtocolVersion, Epoch: s.cfg.Epoch,
+	}
+	if c, ok := s.cfg.Oracle.(Currenter); ok {
+		resp.High = c.Current()
+	}
+	return resp, nil
+}
+
+func (s *Server) ah(a verbs.Address) (verbs.AH, error) {
+	if ah, ok := s.ahs[a]; ok {
+		return ah, nil
+	}
+	ah, err := s.pd.CreateAH(verbs.AHAttr{Dest: a, PortNum: 1})
+	if err != nil {
+		return nil, err
+	}
+	s.ahs[a] = ah // kept until Close: a worker may still hold it in a batch
+	return ah, nil
+}
+
+// setPeers replaces w's peer table by a modified copy (copy-on-write: the
+// worker reads it lock-free once per batch). Called with s.mu held.
+func (w *worker) setPeers(f func(peerTable)) {
+	old := *w.peers.Load()
+	t := make(peerTable, len(old)+1)
+	for k, v := range old {
+		t[k] = v
+	}
+	f(t)
+	w.peers.Store(&t)
+}
+
+// Disconnect releases a session.
+func (s *Server) Disconnect(ctx context.Context, req *adminpb.DisconnectRequest) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sess, ok := s.sessions[req.GetSessionId()]
+	if !ok {
+		return fmt.Errorf("%w: %d", admin.ErrUnknownSession, req.GetSessionId())
+	}
+	delete(s.sessions, sess.id)
+	for i, p := range sess.peers {
+		w := s.workers[sess.worker[i]]
+		w.budget -= sess.window
+		w.want.Store(int64(w.budget))
+		w.setPeers(func(t peerTable) { delete(t, p.key) })
+	}
+	s.log.Info("client disconnected", "session", sess.id, "name", sess.name)
+	return nil
+}
+
+// Stats are a snapshot of the data path's counters.
+type Stats struct {
+	Batches, Requests, SpecMisses, NoGuess, DupTags, Stalls, GuardHolds uint64
+	Drops                                                               map[string]uint64
+}
+
+// Stats sums the workers' counters.
+func (s *Server) Stats() Stats {
+	st := Stats{Drops: map[string]uint64{}}
+	for _, w := range s.workers {
+		ws := &w.stats
+		st.Batches += ws.batches.Load()
+		st.Requests += ws.requests.Load()
+		st.SpecMisses += ws.specMisses.Load()
+		st.NoGuess += ws.noGuess.Load()
+		st.DupTags += ws.dupTags.Load()
+		st.Stalls += ws.stalls.Load()
+		st.GuardHolds += ws.guardHolds.Load()
+		for r := range numDropReasons {
+			st.Drops[dropReasonNames[r]] += ws.drops[r].Load()
+		}
+	}
+	return st
+}
+
+// Status reports the workers and the data path.
+func (s *Server) Status(ctx context.Context) (*adminpb.StatusResponse, error) {
+	resp := &adminpb.StatusResponse{Version: s.cfg.Version, Mode: spec.ModeSpecS0, Format: s.cfg.Format.String(), Epoch: s.cfg.Epoch}
+	for _, w := range s.workers {
+		ws := &w.stats
+		b, r := ws.batches.Load(), ws.requests.Load()
+		var drops uint64
+		for i := range ws.drops {
+			drops += ws.drops[i].Load()
+		}
+		st := &adminpb.WorkerStatus{Id: uint32(w.id), Core: int32(w.core), Batches: b, Requests: r,
+			SpecMisses: ws.specMisses.Load(), Retransmits: ws.dupTags.Load(), Drops: drops}
+		if b > 0 {
+			st.AvgBatch = float64(r) / float64(b)
+		}
+		resp.Workers = append(resp.Workers, st)
+		resp.Served += r
+		resp.SpecMisses += st.SpecMisses
+		resp.Drops += drops
+		resp.PersistStalls += ws.stalls.Load()
+	}
+	if c, ok := s.cfg.Oracle.(Currenter); ok {
+		resp.Current = c.Current()
+	}
+	s.mu.Lock()
+	resp.Sessions = uint64(len(s.sessions))
+	s.mu.Unlock()
+	if c, ok := s.cfg.Device.(verbs.Counters); ok {
+		resp.ProviderCounters = map[string]uint64{}
+		c.VisitCounters(func(name string, v uint64) { resp.ProviderCounters[name] = v })
+	}
+	return resp, nil
+}

@@ -1,0 +1,486 @@
+package headeronly
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"time"
+
+	"github.com/seqd/seqd/spec"
+	"github.com/seqd/seqd/verbs"
+)
+
+// recvSlot is the size of one receive buffer: the GRH area plus room for
+// an oversized payload, so that a malformed request is seen (and counted)
+// rather than silently truncated.
+const recvSlot = verbs.GRHLen + 24
+
+// dropReason says why a request was not answered.
+type dropReason int
+
+const (
+	dropWCError dropReason = iota
+	dropBadOpcode
+	dropBadLength
+	dropUnknownSource
+	dropExpired
+	dropSendError
+	dropOracle
+	numDropReasons
+)
+
+var dropReasonNames = [numDropReasons]string{
+	"wc_error", "bad_opcode", "bad_length", "unknown_source", "expired", "send_error", "oracle_error",
+}
+
+func (r dropReason) String() string { return dropReasonNames[r] }
+
+// workerStats are written by the worker only, read by Status and the
+// metrics collectors at any time.
+type workerStats struct {
+	batches    atomic.Uint64
+	requests   atomic.Uint64 // requests answered
+	specMisses atomic.Uint64 // answers that carried the full value
+	noGuess    atomic.Uint64 // of which the client sent NoGuess
+	dupTags    atomic.Uint64 // same tag as the previous request of that QP
+	stalls     atomic.Uint64 // claims refused with Behind
+	guardHolds atomic.Uint64 // batches answered in full because of the guard
+	drops      [numDropReasons]atomic.Uint64
+	_          [64]byte
+}
+
+// peerKey identifies a client QP: its port address and QPN.
+type peerKey struct {
+	addr verbs.Address
+	qpn  verbs.QPN
+}
+
+// peer is a client QP admitted to a worker.
+type peer struct {
+	key     peerKey
+	ah      verbs.AH
+	session uint64
+	lastTag atomic.Uint32 // worker-owned; tag+1 of the previous request
+}
+
+type peerTable map[peerKey]*peer
+
+// pending is a valid request of the current batch.
+type pending struct {
+	p   *peer
+	imm spec.Imm
+}
+
+type respQP struct {
+	qp        verbs.QP
+	mr        verbs.MR // SendDepth 8-byte payload slots
+	posted    uint64
+	completed uint64
+}
+
+type worker struct {
+	id   int
+	core int
+	s    *Server
+
+	reqCQ, sendCQ verbs.CQ
+	reqQP         verbs.QP
+	recvMR        verbs.MR
+	resp          []respQP
+	next          int // response QP of the next batch
+
+	free   []uint32 // receive slots not posted
+	posted int
+	want   atomic.Int64 // receive slots that should be posted
+	peers  atomic.Pointer[peerTable]
+	budget int // sum of granted windows; guarded by Server.mu
+
+	kick atomic.Pointer[kicker]
+
+	wcs     []verbs.WC
+	swcs    []verbs.WC
+	recvWRs []verbs.RecvWR
+	recvSGE []verbs.SGE
+	sendWRs []verbs.SendWR
+	sendSGE []verbs.SGE
+	pend    []pending
+
+	guard spec.Guard
+	stats workerStats
+}
+
+type kicker struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+func newWorker(s *Server, id int) (w *worker, err error) {
+	c := &s.cfg
+	w = &worker{id: id, core: c.core(id), s: s}
+	defer func() {
+		if err != nil {
+			w.close()
+		}
+	}()
+	dev := s.cfg.Device
+	if w.reqCQ, err = dev.CreateCQ(c.MaxRecv); err != nil {
+		return nil, fmt.Errorf("headeronly: worker %d: request CQ: %w", id, err)
+	}
+	if w.sendCQ, err = dev.CreateCQ(c.RespQPs * c.SendDepth); err != nil {
+		return nil, fmt.Errorf("headeronly: worker %d: send CQ: %w", id, err)
+	}
+	if w.reqQP, err = s.pd.CreateQP(verbs.QPInitAttr{Type: verbs.UD, SendCQ: w.sendCQ, RecvCQ: w.reqCQ,
+		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: c.MaxRecv, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+		return nil, fmt.Errorf("headeronly: worker %d: request QP: %w", id, err)
+	}
+	if err = verbs.BringUpUD(w.reqQP, c.QKey, 0); err != nil {
+		return nil, fmt.Errorf("headeronly: worker %d: request QP bring-up: %w", id, err)
+	}
+	if w.recvMR, err = s.pd.RegMR(c.MaxRecv*recvSlot, verbs.AccessLocalWrite); err != nil {
+		return nil, fmt.Errorf("headeronly: worker %d: receive buffers: %w", id, err)
+	}
+	for r := range c.RespQPs {
+		qp, err := s.pd.CreateQP(verbs.QPInitAttr{Type: verbs.UD, SendCQ: w.sendCQ, RecvCQ: w.sendCQ,
+			Cap: verbs.QPCap{MaxSendWR: c.SendDepth, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: spec.FullLen}})
+		if err != nil {
+			return nil, fmt.Errorf("headeronly: worker %d: response QP %d: %w", id, r, err)
+		}
+		w.resp = append(w.resp, respQP{qp: qp})
+		if err := verbs.BringUpUD(qp, c.QKey, 0); err != nil {
+			return nil, fmt.Errorf("headeronly: worker %d: response QP %d bring-up: %w", id, r, err)
+		}
+		mr, err := s.pd.RegMR(c.SendDepth*spec.FullLen, 0)
+		if err != nil {
+			return nil, fmt.Errorf("headeronly: worker %d: response buffers: %w", id, err)
+		}
+		w.resp[r].mr = mr
+	}
+	w.free = make([]uint32, c.MaxRecv)
+	for i := range w.free {
+		w.free[i] = uint32(c.MaxRecv - 1 - i)
+	}
+	w.wcs = make([]verbs.WC, c.Batch)
+	w.swcs = make([]verbs.WC, c.Batch)
+	w.recvWRs = make([]verbs.RecvWR, max(c.Batch, c.MaxRecv))
+	w.recvSGE = make([]verbs.SGE, len(w.recvWRs))
+	for i := range w.recvWRs {
+		w.recvWRs[i].SG = w.recvSGE[i : i+1]
+	}
+	w.sendWRs = make([]verbs.SendWR, c.Batch)
+	w.sendSGE = make([]verbs.SGE, c.Batch)
+	w.pend = make([]pending, c.Batch)
+	empty := peerTable{}
+	w.peers.Store(&empty)
+	w.newKick()
+	return w, nil
+}
+
+func (w *worker) newKick() {
+	ctx, cancel := context.WithCancel(w.s.ctx)
+	w.kick.Store(&kicker{ctx, cancel})
+}
+
+// wake makes a worker blocked in CQ.Wait look at its state again.
+func (w *worker) wake() {
+	if k := w.kick.Load(); k != nil {
+		k.cancel()
+	}
+}
+
+func (w *worker) close() {
+	for _, r := range w.resp {
+		if r.qp != nil {
+			r.qp.Close()
+		}
+		if r.mr != nil {
+			r.mr.Close()
+		}
+	}
+	for _, c := range []interface{ Close() error }{w.reqQP, w.recvMR, w.reqCQ, w.sendCQ} {
+		if c != nil && !isNilIface(c) {
+			c.Close()
+		}
+	}
+}
+
+func isNilIface(c interface{ Close() error }) bool {
+	switch v := c.(type) {
+	case verbs.QP:
+		return v == nil
+	case verbs.MR:
+		return v == nil
+	case verbs.CQ:
+		return v == nil
+	}
+	return false
+}
+
+// fillRecvs posts receive buffers until want are posted, as one chain.
+func (w *worker) fillRecvs() error {
+	want := int(w.want.Load())
+	n := 0
+	for w.posted+n < want && len(w.free) > 0 && n < len(w.recvWRs) {
+		slot := w.free[len(w.free)-1]
+		w.free = w.free[:len(w.free)-1]
+		w.setRecv(n, slot)
+		n++
+	}
+	return w.postRecvs(n)
+}
+
+func (w *worker) setRecv(i int, slot uint32) {
+	w.recvWRs[i].ID = uint64(slot)
+	w.recvSGE[i] = verbs.SGE{Addr: w.recvMR.Addr() + uint64(slot)*recvSlot, Length: recvSlot, LKey: w.recvMR.LKey()}
+}
+
+func (w *worker) postRecvs(n int) error {
+	if n == 0 {
+		return nil
+	}
+	done, err := w.reqQP.PostRecv(w.recvWRs[:n])
+	w.posted += done
+	for i := done; i < n; i++ { // refused: back to the free list
+		w.free = append(w.free, uint32(w.recvWRs[i].ID))
+	}
+	if err != nil {
+		return fmt.Errorf("headeronly: worker %d: post %d receives: %w", w.id, n, err)
+	}
+	return nil
+}
+
+// run is the worker's loop. It returns when the server closes.
+func (w *worker) run() {
+	log := w.s.log.With("worker", w.id)
+	if w.core >= 0 {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := pin(w.core); err != nil {
+			log.Warn("running unpinned", "err", err)
+			w.core = -1
+		} else {
+			log.Debug("pinned", "core", w.core)
+		}
+	}
+	start := w.s.start
+	w.guard = spec.NewGuard(time.Since(start))
+	idleSince := time.Duration(-1)
+	for !w.s.closed.Load() {
+		if err := w.fillRecvs(); err != nil {
+			log.Error("receive queue", "err", err)
+		}
+		n, err := w.reqCQ.Poll(w.wcs)
+		if err != nil {
+			if w.s.closed.Load() {
+				return
+			}
+			log.Error("poll requests", "err", err)
+			n = 0
+		}
+		w.reapSends()
+		now := time.Since(start)
+		if n == 0 {
+			if idleSince < 0 {
+				idleSince = now
+			} else if now-idleSince > w.s.cfg.Spin {
+				k := w.kick.Load()
+				if err := w.reqCQ.Wait(k.ctx); err != nil && k.ctx.Err() != nil {
+					if w.s.closed.Load() {
+						return
+					}
+					w.newKick()
+				}
+				idleSince = -1
+			}
+			continue
+		}
+		idleSince = -1
+		w.batch(now, w.wcs[:n])
+	}
+}
+
+// batch answers one polled batch of requests.
+func (w *worker) batch(now time.Duration, wcs []verbs.WC) {
+	st := &w.stats
+	peers := *w.peers.Load()
+	valid := 0
+	reposts := 0
+	want := int(w.want.Load())
+	for i := range wcs {
+		wc := &wcs[i]
+		slot := uint32(wc.ID)
+		w.posted--
+		if w.posted+reposts < want {
+			w.setRecv(reposts, slot)
+			reposts++
+		} else {
+			w.free = append(w.free, slot)
+		}
+		switch {
+		case wc.Status != verbs.WCSuccess:
+			st.drops[dropWCError].Add(1)
+			continue
+		case wc.Opcode != verbs.WCRecv || wc.Flags&verbs.WCWithImm == 0:
+			st.drops[dropBadOpcode].Add(1)
+			continue
+		case spec.CheckRequestLen(int(wc.ByteLen)-verbs.GRHLen) != nil:
+			st.drops[dropBadLength].Add(1)
+			continue
+		}
+		p := peers[peerKey{wc.Src, wc.SrcQP}]
+		if p == nil {
+			st.drops[dropUnknownSource].Add(1)
+			continue
+		}
+		imm := spec.Imm(wc.Imm)
+		if tag := uint32(imm.Tag()) + 1; p.lastTag.Load() == tag {
+			st.dupTags.Add(1)
+		} else {
+			p.lastTag.Store(tag)
+		}
+		w.pend[valid] = pending{p, imm}
+		valid++
+	}
+	if err := w.postRecvs(reposts); err != nil {
+		w.s.log.Error("re-post receives", "worker", w.id, "err", err)
+	}
+	if valid == 0 {
+		return
+	}
+	first, ok := w.claim(now, valid)
+	if !ok {
+		return
+	}
+	confirm := w.guard.Observe(time.Since(w.s.start), first+uint64(valid)-1)
+	if !confirm {
+		st.guardHolds.Add(1)
+	}
+	w.answer(w.pend[:valid], first, confirm)
+	st.batches.Add(1)
+	st.requests.Add(uint64(valid))
+}
+
+// claim claims n values, retrying while the oracle is behind. It gives up
+// (dropping the batch) once the batch is older than spec.MaxResidence.
+func (w *worker) claim(received time.Duration, n int) (uint64, bool) {
+	for spins := 0; ; spins++ {
+		first, err := w.s.cfg.Oracle.Claim(n)
+		if err == nil {
+			return first, true
+		}
+		if w.s.cfg.Behind == nil || !errors.Is(err, w.s.cfg.Behind) {
+			w.stats.drops[dropOracle].Add(uint64(n))
+			if spins == 0 {
+				w.s.log.Error("claim", "worker", w.id, "n", n, "err", err)
+			}
+			return 0, false
+		}
+		w.stats.stalls.Add(1)
+		if time.Since(w.s.start)-received > spec.MaxResidence || w.s.closed.Load() {
+			w.stats.drops[dropExpired].Add(uint64(n))
+			return 0, false
+		}
+		if spins < 64 {
+			runtime.Gosched()
+		} else {
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
+}
+
+// answer builds one answer per request and posts them as one chain on the
+// next response QP.
+func (w *worker) answer(reqs []pending, first uint64, confirm bool) {
+	ri := w.next
+	r := &w.resp[ri]
+	w.next = (w.next + 1) % len(w.resp)
+	if !w.room(r, len(reqs)) {
+		w.stats.drops[dropSendError].Add(uint64(len(reqs)))
+		return
+	}
+	depth := uint64(w.s.cfg.SendDepth)
+	k := uint64(w.s.cfg.SignalEvery)
+	qkey := w.s.cfg.QKey
+	base := r.mr.Addr()
+	buf := r.mr.Bytes()
+	for i := range reqs {
+		v := first + uint64(i)
+		tag, guess := spec.DecodeRequest(reqs[i].imm)
+		seq := r.posted + uint64(i)
+		wr := &w.sendWRs[i]
+		wr.ID = seq<<8 | uint64(ri)
+		wr.Opcode = verbs.OpSendWithImm
+		wr.Flags = 0
+		if seq%k == k-1 {
+			wr.Flags = verbs.Signaled
+		}
+		wr.Imm = uint32(spec.AnswerImm(tag, v))
+		wr.AH = reqs[i].p.ah
+		wr.RemoteQPN = reqs[i].p.key.qpn
+		wr.RemoteQKey = qkey
+		if confirm && spec.Confirms(guess, v) {
+			wr.SG = nil
+			continue
+		}
+		w.stats.specMisses.Add(1)
+		if guess == spec.NoGuess {
+			w.stats.noGuess.Add(1)
+		}
+		off := (seq % depth) * spec.FullLen
+		spec.PutFull(buf[off:off+spec.FullLen], v)
+		w.sendSGE[i] = verbs.SGE{Addr: base + off, Length: spec.FullLen, LKey: r.mr.LKey()}
+		wr.SG = w.sendSGE[i : i+1]
+	}
+	n, err := r.qp.PostSend(w.sendWRs[:len(reqs)])
+	r.posted += uint64(n)
+	if err != nil {
+		w.stats.drops[dropSendError].Add(uint64(len(reqs) - n))
+		w.s.log.Error("post answers", "worker", w.id, "posted", n, "of", len(reqs), "err", err)
+	}
+	for i := range reqs {
+		reqs[i] = pending{}
+	}
+}
+
+// room makes sure r's send queue can take n more work requests, reaping
+// send completions as needed; it gives up after a second.
+func (w *worker) room(r *respQP, n int) bool {
+	depth := uint64(w.s.cfg.SendDepth)
+	var deadline time.Time
+	for r.posted-r.completed+uint64(n) > depth-1 {
+		if w.reapSends() == 0 {
+			if deadline.IsZero() {
+				deadline = time.Now().Add(time.Second)
+			} else if time.Now().After(deadline) {
+				w.s.log.Error("send queue never drained", "worker", w.id)
+				return false
+			}
+			runtime.Gosched()
+		}
+	}
+	return true
+}
+
+// reapSends polls the send CQ once; a signaled completion frees its send
+// queue slot and every slot before it.
+func (w *worker) reapSends() int {
+	n, err := w.sendCQ.Poll(w.swcs)
+	if err != nil {
+		return 0
+	}
+	for i := range w.swcs[:n] {
+		wc := &w.swcs[i]
+		ri := int(wc.ID & 0xff)
+		if ri >= len(w.resp) {
+			continue
+		}
+		if wc.Status != verbs.WCSuccess {
+			w.stats.drops[dropSendError].Add(1)
+		}
+		if seq := wc.ID >> 8; seq+1 > w.resp[ri].completed {
+			w.resp[ri].completed = seq + 1
+		}
+	}
+	return n
+}
