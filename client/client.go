@@ -198,13 +198,19 @@ func (c *Client) setup() (err error) {
 		}
 		q := &cqp{qp: qp, win: win, wrs: make([]verbs.SendWR, o.window)}
 		c.qps = append(c.qps, q)
-		for s := range perQP {
-			c.recvWRs[s].ID = uint64(i)<<32 | uint64(i*perQP+s)
-			c.recvSGE[s] = verbs.SGE{Addr: c.recvMR.Addr() + uint64(i*perQP+s)*recvSlot, Length: recvSlot, LKey: c.recvMR.LKey()}
-		}
-		if _, err := qp.PostRecv(c.recvWRs); err != nil {
-			return fmt.Errorf("client: QP %d: post receives: %w", i, err)
-		}
+	}
+	return nil
+}
+
+// postInitialRecvs fills QP i's receive queue (once it is out of RESET).
+func (c *Client) postInitialRecvs(i int) error {
+	perQP := len(c.recvWRs)
+	for s := range perQP {
+		c.recvWRs[s].ID = uint64(i)<<32 | uint64(i*perQP+s)
+		c.recvSGE[s] = verbs.SGE{Addr: c.recvMR.Addr() + uint64(i*perQP+s)*recvSlot, Length: recvSlot, LKey: c.recvMR.LKey()}
+	}
+	if _, err := c.qps[i].qp.PostRecv(c.recvWRs); err != nil {
+		return fmt.Errorf("client: QP %d: post receives: %w", i, err)
 	}
 	return nil
 }
@@ -246,6 +252,9 @@ func (c *Client) connect(ctx context.Context) error {
 		if q.qp.State() == verbs.StateReset {
 			if err := verbs.BringUpUD(q.qp, resp.GetQkey(), 0); err != nil {
 				return fmt.Errorf("client: QP %d bring-up: %w", i, err)
+			}
+			if err := c.postInitialRecvs(i); err != nil {
+				return err
 			}
 		} else if resp.GetQkey() != c.qkey {
 			if err := q.qp.Modify(&verbs.QPAttr{QKey: resp.GetQkey()}, verbs.AttrQKey); err != nil {

@@ -1,0 +1,221 @@
+// Package run wires a seqd server from a Config: the oracle, the verbs
+// device, the data-path mode, the admin gRPC server and the metrics
+// endpoint. cmd/seqd parses flags into a Config and calls Run; tests call
+// Run in-process.
+package run
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/headeronly"
+	"github.com/seqd/seqd/oracle"
+	"github.com/seqd/seqd/spec"
+	"github.com/seqd/seqd/verbs"
+)
+
+// ErrConfig reports an invalid Config.
+var ErrConfig = errors.New("seqd: invalid config")
+
+// Config is everything seqd's flags set. Zero fields get the defaults
+// below in Validate, the one place that knows them.
+type Config struct {
+	Provider     string // verbs provider, default "soft"
+	Device       string // device, default "127.0.0.1:4791"
+	ProviderOpts string // "k=v,k=v"
+	Data         string // data directory for the persisted mark, default "./seqd-data"
+	Admin        string // admin gRPC address, default "127.0.0.1:7070"
+	Metrics      string // metrics HTTP address, default "127.0.0.1:9464"; "off" disables
+	Workers      int    // default 1
+	RespQPs      int    // default 3
+	Cores        string // comma-separated core per worker, -1 or "none" for unpinned
+	Format       string // "hybrid" (default) or "counter"
+	Mode         string // "spec-s0" (default)
+	MaxWindow    int    // default 256
+	MaxClients   int    // default 256
+	Version      string
+
+	cores  []int
+	format oracle.Format
+	popts  verbs.Options
+	mode   Mode
+}
+
+// Validate fills defaults and checks c.
+func (c *Config) Validate() error {
+	def := func(p *string, d string) {
+		if *p == "" {
+			*p = d
+		}
+	}
+	def(&c.Provider, "soft")
+	def(&c.Device, "127.0.0.1:4791")
+	def(&c.Data, "./seqd-data")
+	def(&c.Admin, admin.DefaultAddr)
+	def(&c.Metrics, admin.DefaultMetricsAddr)
+	def(&c.Format, "hybrid")
+	def(&c.Mode, spec.ModeSpecS0)
+	var err error
+	if c.popts, err = verbs.ParseOptions(c.ProviderOpts); err != nil {
+		return fmt.Errorf("%w: -provider-opts: %v", ErrConfig, err)
+	}
+	if c.format, err = oracle.ParseFormat(c.Format); err != nil {
+		return fmt.Errorf("%w: -format: %v", ErrConfig, err)
+	}
+	if c.mode = modes[c.Mode]; c.mode == nil {
+		return fmt.Errorf("%w: -mode %q (have %s)", ErrConfig, c.Mode, spec.ModeSpecS0)
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"workers", c.Workers}, {"resp-qps", c.RespQPs}, {"max-window", c.MaxWindow}, {"max-clients", c.MaxClients}} {
+		if f.v < 0 {
+			return fmt.Errorf("%w: -%s %d is negative", ErrConfig, f.name, f.v)
+		}
+	}
+	if c.Workers == 0 {
+		c.Workers = 1
+	}
+	c.cores = nil
+	if c.Cores != "" && c.Cores != "none" {
+		for _, s := range strings.Split(c.Cores, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil || n < -1 {
+				return fmt.Errorf("%w: -cores %q: %q is not a core number or -1", ErrConfig, c.Cores, s)
+			}
+			c.cores = append(c.cores, n)
+		}
+		if len(c.cores) > c.Workers {
+			return fmt.Errorf("%w: -cores lists %d cores for %d workers", ErrConfig, len(c.cores), c.Workers)
+		}
+	}
+	for _, a := range []struct{ name, v string }{{"admin", c.Admin}, {"metrics", c.Metrics}} {
+		if a.name == "metrics" && a.v == "off" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(a.v); err != nil {
+			return fmt.Errorf("%w: -%s %q: %v", ErrConfig, a.name, a.v, err)
+		}
+	}
+	if st, err := os.Stat(c.Data); err == nil && !st.IsDir() {
+		return fmt.Errorf("%w: -data %q is not a directory", ErrConfig, c.Data)
+	}
+	return nil
+}
+
+// Mode is a data-path mode: Spec-S0 today, herd and atomics later.
+type Mode interface {
+	// Start runs the mode's data path on dev, serving values from o.
+	Start(dev verbs.Device, o *oracle.Oracle, c *Config, log *slog.Logger) (DataPath, error)
+}
+
+// DataPath is a running mode: the admin backend plus metrics and Close.
+type DataPath interface {
+	admin.Backend
+	Collectors() []prometheus.Collector
+	Close() error
+}
+
+var modes = map[string]Mode{spec.ModeSpecS0: specS0{}}
+
+type specS0 struct{}
+
+func (specS0) Start(dev verbs.Device, o *oracle.Oracle, c *Config, log *slog.Logger) (DataPath, error) {
+	f := spec.FormatHybrid
+	if c.format == oracle.FormatCounter {
+		f = spec.FormatCounter
+	}
+	return headeronly.New(headeronly.Config{Device: dev, Oracle: o, Behind: oracle.ErrBehind, Format: f,
+		Workers: c.Workers, RespQPs: c.RespQPs, Cores: c.cores, MaxWindow: c.MaxWindow,
+		MaxClients: c.MaxClients, Version: c.Version, Logger: log})
+}
+
+// Addrs are where a running seqd listens.
+type Addrs struct {
+	Data    string // the device
+	Admin   string
+	Metrics string
+}
+
+// Run starts seqd and serves until ctx is done, then shuts down cleanly.
+// ready, if not nil, is called once every listener is up.
+func Run(ctx context.Context, c Config, log *slog.Logger, ready func(Addrs)) error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	if err := os.MkdirAll(c.Data, 0o755); err != nil {
+		return fmt.Errorf("%w: -data %q: %v", ErrConfig, c.Data, err)
+	}
+	orc, err := oracle.Open(ctx, oracle.Config{Format: c.format, Dir: c.Data, Logger: log})
+	if err != nil {
+		return fmt.Errorf("seqd: oracle in %s: %w", c.Data, err)
+	}
+	defer orc.Close()
+	dev, err := verbs.Open(c.Provider, c.Device, c.popts)
+	if err != nil {
+		return fmt.Errorf("seqd: open %s device %q: %w", c.Provider, c.Device, err)
+	}
+	defer dev.Close()
+	dp, err := c.mode.Start(dev, orc, &c, log)
+	if err != nil {
+		return fmt.Errorf("seqd: start %s: %w", c.Mode, err)
+	}
+	defer dp.Close()
+
+	reg := prometheus.NewRegistry()
+	for _, col := range append(dp.Collectors(), orc.Collectors()...) {
+		if err := reg.Register(col); err != nil {
+			return fmt.Errorf("seqd: metrics: %w", err)
+		}
+	}
+	adm, err := admin.New(admin.Config{Addr: c.Admin, Logger: log, Modes: []string{c.Mode}, MaxWindow: max(c.MaxWindow, headeronly.DefaultMaxWindow)}, dp)
+	if err != nil {
+		return fmt.Errorf("seqd: admin: %w", err)
+	}
+	lis, err := net.Listen("tcp", c.Admin)
+	if err != nil {
+		return fmt.Errorf("seqd: admin listener: %w", err)
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- adm.Serve(lis) }()
+	addrs := Addrs{Data: dev.Name(), Admin: lis.Addr().String(), Metrics: "off"}
+	if c.Metrics != "off" {
+		ms, err := admin.ServeMetrics(c.Metrics, reg, log)
+		if err != nil {
+			adm.Stop()
+			return fmt.Errorf("seqd: metrics listener: %w", err)
+		}
+		defer ms.Close()
+		addrs.Metrics = ms.Addr
+	}
+	log.Info("seqd serving", "mode", c.Mode, "format", c.Format, "data", addrs.Data,
+		"admin", addrs.Admin, "metrics", addrs.Metrics, "data_dir", c.Data)
+	if ready != nil {
+		ready(addrs)
+	}
+	select {
+	case <-ctx.Done():
+	case err := <-serveErr:
+		if err != nil {
+			return fmt.Errorf("seqd: admin server: %w", err)
+		}
+	}
+	log.Info("seqd shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	adm.Shutdown(sctx)
+	return nil
+}
