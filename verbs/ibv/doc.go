@@ -80,10 +80,13 @@
 // The machines seqd is developed on have no RDMA device (their kernels
 // lack InfiniBand support, so ibv_get_device_list fails with ENOSYS).
 // What runs there: the stub, option parsing, GID choice, GRH parsing and
-// counters (untagged tests), and under -tags ibverbs the conversions and
-// the no-device error. Everything that needs a NIC (posting, polling,
-// Wait, the conformance suite in verbs/verbstest) skips with the reason;
-// on a host with a NIC run
+// counters (untagged tests); under -tags ibverbs the conversions and the
+// no-device error; and under -tags ibverbs,ibverbs_fake the post and poll
+// paths against a fake ibv_context whose post_send, post_recv and poll_cq
+// are test functions (chain linking, bad_wr mapping, unions, byte order
+// of Imm, GRH sources, zero allocations). What needs a NIC (device and
+// resource creation, Modify, Wait, the conformance suite in
+// verbs/verbstest) skips with the reason; on a host with a NIC run
 //
 //	SEQD_IBV_DEVICE=mlx5_0 go test -tags ibverbs,ibverbs_conformance ./verbs/ibv/
 //

@@ -125,15 +125,25 @@ func (p *pd) createQP(typ C.enum_ibv_qp_type, attr verbs.QPInitAttr, scq, rcq *c
 		MaxRecvSGE:    int(ia.cap.max_recv_sge),
 		MaxInlineData: int(ia.cap.max_inline_data),
 	}
-	sq := C.seqd_qp_alloc(iqp, C.int(caps.MaxSendWR), C.int(caps.MaxSendSGE), C.int(caps.MaxRecvWR), C.int(caps.MaxRecvSGE))
-	if sq == nil {
+	q := newQP(p, scq, rcq, iqp, attr.Type, caps)
+	if q == nil {
 		C.ibv_destroy_qp(iqp)
 		return nil, fmt.Errorf("ibv: QP work request arrays: out of memory")
+	}
+	return q, nil
+}
+
+// newQP wraps iqp, preallocating its work request arrays, and makes rcq
+// find it. It returns nil when out of memory.
+func newQP(p *pd, scq, rcq *cq, iqp *C.struct_ibv_qp, typ verbs.QPType, caps verbs.QPCap) *qp {
+	sq := C.seqd_qp_alloc(iqp, C.int(caps.MaxSendWR), C.int(caps.MaxSendSGE), C.int(caps.MaxRecvWR), C.int(caps.MaxRecvSGE))
+	if sq == nil {
+		return nil
 	}
 	q := &qp{
 		pd: p, scq: scq, rcq: rcq, q: sq,
 		qpn:  verbs.QPN(iqp.qp_num),
-		typ:  attr.Type,
+		typ:  typ,
 		caps: caps,
 		swr:  unsafe.Slice(sq.swr, int(sq.send_wr))[:caps.MaxSendWR],
 		ssge: unsafe.Slice(sq.ssge, int(sq.send_wr)*int(sq.send_sge)),
@@ -150,7 +160,7 @@ func (p *pd) createQP(typ C.enum_ibv_qp_type, attr verbs.QPInitAttr, scq, rcq *c
 	rcq.qpsMu.Lock()
 	rcq.qps[uint32(q.qpn)] = q
 	rcq.qpsMu.Unlock()
-	return q, nil
+	return q
 }
 
 func (q *qp) QPN() verbs.QPN         { return q.qpn }

@@ -1,0 +1,243 @@
+//go:build ibverbs && cgo && ibverbs_fake
+
+package ibv
+
+import (
+	"errors"
+	"net/netip"
+	"testing"
+
+	"github.com/seqd/seqd/verbs"
+)
+
+var fakeCaps = verbs.QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInlineData: 64}
+
+func TestFakePostSendUD(t *testing.T) {
+	e := newFakeEnv(verbs.UD, fakeCaps)
+	h := e.fakeAH()
+	sge := func(off uint64, n uint32) verbs.SGE {
+		return verbs.SGE{Addr: e.mr.Addr() + off, Length: n, LKey: e.mr.LKey()}
+	}
+	wrs := []verbs.SendWR{
+		{ID: 10, Opcode: verbs.OpSend, AH: h, RemoteQPN: 0x456, RemoteQKey: 0x11111111, SG: []verbs.SGE{sge(0, 16)}},
+		{ID: 11, Opcode: verbs.OpSendWithImm, Flags: verbs.Signaled, Imm: 0x01020304, AH: h, RemoteQPN: 0x456, RemoteQKey: 7},
+		{ID: 12, Opcode: verbs.OpSend, Flags: verbs.Inline | verbs.Signaled, AH: h, RemoteQPN: 1, SG: []verbs.SGE{sge(64, 8), sge(128, 8)}},
+	}
+	n, err := e.qp.PostSend(wrs)
+	if n != 3 || err != nil {
+		t.Fatalf("PostSend = %d, %v", n, err)
+	}
+	if c := fakeCalls(); c != 1 {
+		t.Errorf("%d driver calls, want one doorbell", c)
+	}
+	got := fakeSent()
+	if len(got) != 3 {
+		t.Fatalf("driver got %d WRs", len(got))
+	}
+	for i, g := range got {
+		if g.ID != wrs[i].ID || g.AH != h.ahPointer() || g.RemoteQPN != uint32(wrs[i].RemoteQPN) || g.QKey != wrs[i].RemoteQKey {
+			t.Errorf("WR %d: %+v", i, g)
+		}
+		if g.HasNext != (i < 2) {
+			t.Errorf("WR %d: next linked %v", i, g.HasNext)
+		}
+	}
+	if got[0].Opcode != fakeWRSend || got[1].Opcode != fakeWRSendImm {
+		t.Errorf("opcodes %d %d", got[0].Opcode, got[1].Opcode)
+	}
+	if got[1].ImmWire != [4]byte{1, 2, 3, 4} {
+		t.Errorf("imm on the wire %x, want big endian 01020304", got[1].ImmWire)
+	}
+	if got[0].Flags != 0 || got[2].Flags != fakeSendInline|fakeSendSignaled {
+		t.Errorf("flags %#x %#x", got[0].Flags, got[2].Flags)
+	}
+	if len(got[1].SG) != 0 || len(got[2].SG) != 2 || got[2].SG[1] != wrs[2].SG[1] || got[0].SG[0] != wrs[0].SG[0] {
+		t.Errorf("SGEs %+v %+v %+v", got[0].SG, got[1].SG, got[2].SG)
+	}
+}
+
+func TestFakePostSendRCUnions(t *testing.T) {
+	e := newFakeEnv(verbs.RC, fakeCaps)
+	res := verbs.SGE{Addr: e.mr.Addr(), Length: 8, LKey: e.mr.LKey()}
+	wrs := []verbs.SendWR{
+		{ID: 1, Opcode: verbs.OpRDMAWrite, RemoteAddr: 0xdead0000, RKey: 0x99, SG: []verbs.SGE{res}},
+		{ID: 2, Opcode: verbs.OpAtomicFetchAdd, RemoteAddr: 0xbeef0008, RKey: 0x98, CompareAdd: 5, Swap: 6, SG: []verbs.SGE{res}},
+	}
+	if n, err := e.qp.PostSend(wrs); n != 2 || err != nil {
+		t.Fatalf("PostSend = %d, %v", n, err)
+	}
+	got := fakeSent()
+	if got[0].Opcode != fakeWRWrite || got[0].RemoteAddr != 0xdead0000 || got[0].RKey != 0x99 {
+		t.Errorf("write: %+v", got[0])
+	}
+	if got[1].Opcode != fakeWRFetchAdd || got[1].AtomicAddr != 0xbeef0008 || got[1].AtomicRKey != 0x98 ||
+		got[1].Compare != 5 || got[1].Swap != 6 {
+		t.Errorf("fetch-add: %+v", got[1])
+	}
+}
+
+func TestFakePostSendErrors(t *testing.T) {
+	e := newFakeEnv(verbs.UD, fakeCaps)
+	h := e.fakeAH()
+	good := verbs.SendWR{Opcode: verbs.OpSend, AH: h, RemoteQPN: 2}
+	chain := func(n int) []verbs.SendWR {
+		w := make([]verbs.SendWR, n)
+		for i := range w {
+			w[i] = good
+			w[i].ID = uint64(i)
+		}
+		return w
+	}
+	closedAH := e.fakeAH()
+	closedAH.closed.Store(true)
+	otherPD := &ah{pd: &pd{}, ah: h.ah}
+	tests := []struct {
+		name     string
+		mutate   func(w []verbs.SendWR)
+		failAt   int // driver refuses this index, -1 never
+		errno    int
+		want     int
+		wantErr  error
+		chainLen int
+	}{
+		{"DriverFull", nil, 1, fakeErrnoNoMem, 1, verbs.ErrQueueFull, 3},
+		{"DriverInval", nil, 2, fakeErrnoInvalArg, 2, verbs.ErrInvalidArgument, 3},
+		{"NoAH", func(w []verbs.SendWR) { w[2].AH = nil }, -1, 0, 2, verbs.ErrInvalidArgument, 3},
+		{"ClosedAH", func(w []verbs.SendWR) { w[1].AH = closedAH }, -1, 0, 1, verbs.ErrClosed, 3},
+		{"AHOfOtherPD", func(w []verbs.SendWR) { w[0].AH = otherPD }, -1, 0, 0, verbs.ErrInvalidArgument, 3},
+		{"WriteOnUD", func(w []verbs.SendWR) { w[1].Opcode = verbs.OpRDMAWrite }, -1, 0, 1, verbs.ErrInvalidArgument, 3},
+		{"BadOpcode", func(w []verbs.SendWR) { w[0].Opcode = 0 }, -1, 0, 0, verbs.ErrInvalidArgument, 3},
+		{"TooManySGEs", func(w []verbs.SendWR) { w[1].SG = make([]verbs.SGE, 3) }, -1, 0, 1, verbs.ErrInvalidArgument, 3},
+		{"InlineTooBig", func(w []verbs.SendWR) {
+			w[1].Flags = verbs.Inline
+			w[1].SG = []verbs.SGE{{Length: 65}}
+		}, -1, 0, 1, verbs.ErrInvalidArgument, 3},
+		{"ChainLongerThanQueue", nil, -1, 0, 8, verbs.ErrQueueFull, 9},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			fakeClearLog()
+			fakeFail(tc.failAt, tc.errno)
+			defer fakeFail(-1, 0)
+			w := chain(tc.chainLen)
+			if tc.mutate != nil {
+				tc.mutate(w)
+			}
+			n, err := e.qp.PostSend(w)
+			if n != tc.want || !errors.Is(err, tc.wantErr) {
+				t.Fatalf("PostSend = %d, %v; want %d, %v", n, err, tc.want, tc.wantErr)
+			}
+			if s := len(fakeSent()); s != tc.want {
+				t.Errorf("driver accepted %d WRs, want %d", s, tc.want)
+			}
+		})
+	}
+}
+
+func TestFakePostState(t *testing.T) {
+	e := newFakeEnv(verbs.UD, fakeCaps)
+	for _, s := range []verbs.QPState{verbs.StateReset, verbs.StateInit, verbs.StateRTR} {
+		e.qp.state.Store(uint32(s))
+		if _, err := e.qp.PostSend([]verbs.SendWR{{Opcode: verbs.OpSend, AH: e.fakeAH()}}); !errors.Is(err, verbs.ErrQPState) {
+			t.Errorf("PostSend in %v: %v", s, err)
+		}
+	}
+	e.qp.state.Store(uint32(verbs.StateReset))
+	if _, err := e.qp.PostRecv([]verbs.RecvWR{{ID: 1}}); !errors.Is(err, verbs.ErrQPState) {
+		t.Errorf("PostRecv in RESET: %v", err)
+	}
+}
+
+func TestFakeRecvPollGRH(t *testing.T) {
+	e := newFakeEnv(verbs.UD, fakeCaps)
+	buf := e.mr.Bytes()
+	// Receive 1 lands at offset 0 with an IPv4 GRH; receive 2 at 4096
+	// with an IPv6 GRH; receive 3 is flushed.
+	src4 := netip.MustParseAddr("192.0.2.9")
+	copy(buf[0:], ipv4GRH(src4, netip.MustParseAddr("192.0.2.1"), 0))
+	src6 := verbs.GIDFromAddr(netip.MustParseAddr("2001:db8::9"))
+	copy(buf[4096:], realGRH(src6, verbs.GID{}))
+	rwrs := []verbs.RecvWR{
+		{ID: 100, SG: []verbs.SGE{{Addr: e.mr.Addr(), Length: 1024, LKey: e.mr.LKey()}}},
+		{ID: 101, SG: []verbs.SGE{{Addr: e.mr.Addr() + 4096, Length: 1024, LKey: e.mr.LKey()}, {Addr: e.mr.Addr() + 6000, Length: 10, LKey: e.mr.LKey()}}},
+		{ID: 102, SG: []verbs.SGE{{Addr: e.mr.Addr() + 2048, Length: 1024, LKey: e.mr.LKey()}}},
+	}
+	if n, err := e.qp.PostRecv(rwrs); n != 3 || err != nil {
+		t.Fatalf("PostRecv = %d, %v", n, err)
+	}
+	ids, sges := fakeRecvd()
+	if len(ids) != 3 || ids[1] != 101 || sges[1] != rwrs[1].SG[0] {
+		t.Fatalf("driver got %v %v", ids, sges)
+	}
+	if c := fakeCalls(); c != 1 {
+		t.Errorf("%d driver calls, want 1", c)
+	}
+	qpn := uint32(e.qp.QPN())
+	fakePushWC(fakeCompletion{ID: 7, Status: fakeWCSuccess, Opcode: fakeWCSend, QPN: qpn})
+	fakePushWC(fakeCompletion{ID: 100, Status: fakeWCSuccess, Opcode: fakeWCRecv, Len: 45, Imm: 0xa0b0c0d0,
+		QPN: qpn, SrcQP: 0x999, Flags: fakeWCGRH | fakeWCWithImm, SLID: 0})
+	fakePushWC(fakeCompletion{ID: 101, Status: fakeWCSuccess, Opcode: fakeWCRecv, Len: 41, QPN: qpn, SrcQP: 0x998, Flags: fakeWCGRH, SLID: 5})
+	fakePushWC(fakeCompletion{ID: 102, Status: fakeWCFlushErr, Opcode: 0, QPN: qpn})
+
+	wc := make([]verbs.WC, 2)
+	var got []verbs.WC
+	for range 3 {
+		n, err := e.cq.Poll(wc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, wc[:n]...)
+	}
+	if len(got) != 4 {
+		t.Fatalf("polled %d completions: %+v", len(got), got)
+	}
+	if got[0].Opcode != verbs.WCSend || got[0].ID != 7 || got[0].Src != (verbs.Address{}) {
+		t.Errorf("send completion %+v", got[0])
+	}
+	r := got[1]
+	if r.Opcode != verbs.WCRecv || r.Imm != 0xa0b0c0d0 || r.Flags != verbs.WCGRH|verbs.WCWithImm ||
+		r.ByteLen != 45 || r.SrcQP != 0x999 || r.QPN != e.qp.QPN() {
+		t.Errorf("receive completion %+v", r)
+	}
+	if r.Src.GID != verbs.GIDFromAddr(src4) {
+		t.Errorf("IPv4 source %v, want %v", r.Src, src4)
+	}
+	if got[2].Src != (verbs.Address{GID: src6, LID: 5}) {
+		t.Errorf("IPv6 source %v, want %v", got[2].Src, src6)
+	}
+	if got[3].Status != verbs.WCWRFlushErr || got[3].VendorErr != 0x42 || got[3].Err() == nil {
+		t.Errorf("flushed completion %+v", got[3])
+	}
+	if e.qp.head != e.qp.tail {
+		t.Errorf("receive ring not drained: head %d tail %d", e.qp.head, e.qp.tail)
+	}
+}
+
+func TestFakeAllocs(t *testing.T) {
+	e := newFakeEnv(verbs.UD, verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 1, MaxRecvSGE: 1})
+	h := e.fakeAH()
+	wrs := make([]verbs.SendWR, 16)
+	for i := range wrs {
+		wrs[i] = verbs.SendWR{ID: uint64(i), Opcode: verbs.OpSendWithImm, Imm: uint32(i), AH: h, RemoteQPN: 3,
+			SG: []verbs.SGE{{Addr: e.mr.Addr(), Length: 64, LKey: e.mr.LKey()}}}
+	}
+	rwrs := []verbs.RecvWR{{ID: 1, SG: []verbs.SGE{{Addr: e.mr.Addr(), Length: 1024, LKey: e.mr.LKey()}}}}
+	wc := make([]verbs.WC, 16)
+	copy(e.mr.Bytes(), ipv4GRH(netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"), 0))
+	allocs := testing.AllocsPerRun(50, func() {
+		fakeClearLog()
+		if n, err := e.qp.PostSend(wrs); n != len(wrs) {
+			t.Fatal(err)
+		}
+		if n, err := e.qp.PostRecv(rwrs); n != 1 {
+			t.Fatal(err)
+		}
+		fakePushWC(fakeCompletion{ID: 1, Status: fakeWCSuccess, Opcode: fakeWCRecv, Len: 100, QPN: uint32(e.qp.QPN()), Flags: fakeWCGRH})
+		if n, err := e.cq.Poll(wc); n != 1 || wc[0].Src.GID == (verbs.GID{}) {
+			t.Fatalf("Poll = %d, %v, %+v", n, err, wc[0])
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("PostSend+PostRecv+Poll: %v allocations per run, want 0", allocs)
+	}
+}
