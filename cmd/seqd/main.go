@@ -1,0 +1,111 @@
+// Command seqd is the sequencer server. With no flags it serves Spec-S0
+// on loopback with the soft verbs provider: data plane UDP
+// 127.0.0.1:4791, admin gRPC 127.0.0.1:7070, metrics HTTP
+// 127.0.0.1:9464, persisted mark in ./seqd-data.
+//
+// -config FILE reads the same flags, one name=value per line (# starts a
+// comment); flags on the command line win over the file.
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/seqd/seqd/cmd/seqd/run"
+	_ "github.com/seqd/seqd/verbs/ibv"
+	_ "github.com/seqd/seqd/verbs/soft"
+)
+
+var version = "dev" // set with -ldflags "-X main.version=..."
+
+func main() {
+	os.Exit(realMain(os.Args[1:], os.Stderr))
+}
+
+func realMain(args []string, stderr io.Writer) int {
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	var c run.Config
+	fs := flag.NewFlagSet("seqd", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfgFile := fs.String("config", "", "read flags from `FILE`, one name=value per line")
+	fs.StringVar(&c.Provider, "provider", "soft", "verbs provider (soft, ibv)")
+	fs.StringVar(&c.Device, "device", "127.0.0.1:4791", "verbs device (soft: IP:port)")
+	fs.StringVar(&c.ProviderOpts, "provider-opts", "", "provider options k=v,k=v (soft: queues, loss, dup, reorder, seed)")
+	fs.StringVar(&c.Data, "data", "./seqd-data", "data directory for the persisted mark")
+	fs.StringVar(&c.Admin, "admin", "127.0.0.1:7070", "admin gRPC listen address")
+	fs.StringVar(&c.Metrics, "metrics", "127.0.0.1:9464", "metrics HTTP listen address, or off")
+	fs.IntVar(&c.Workers, "workers", 1, "data-path workers")
+	fs.IntVar(&c.RespQPs, "resp-qps", 3, "response QPs per worker")
+	fs.StringVar(&c.Cores, "cores", "none", "core per worker, comma-separated (-1 or none: unpinned)")
+	fs.StringVar(&c.Format, "format", "hybrid", "value format: hybrid or counter")
+	fs.StringVar(&c.Mode, "mode", "spec-s0", "data-path mode (spec-s0)")
+	fs.IntVar(&c.MaxWindow, "max-window", 256, "largest window granted per client QP")
+	fs.IntVar(&c.MaxClients, "max-clients", 256, "most concurrent client sessions")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "seqd: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	if *cfgFile != "" {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if err := loadConfig(fs, *cfgFile, set); err != nil {
+			fmt.Fprintf(stderr, "seqd: %v\n", err)
+			return 2
+		}
+	}
+	c.Version = version
+	if err := c.Validate(); err != nil {
+		fmt.Fprintf(stderr, "seqd: %v\n", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run.Run(ctx, c, log, nil); err != nil {
+		fmt.Fprintf(stderr, "seqd: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// loadConfig applies name=value lines of path to fs, skipping flags set on
+// the command line.
+func loadConfig(fs *flag.FlagSet, path string, set map[string]bool) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("-config: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		k = strings.TrimSpace(strings.TrimPrefix(k, "-"))
+		if !ok || k == "" {
+			return fmt.Errorf("%s:%d: want name=value, got %q", path, n, line)
+		}
+		if k == "config" || fs.Lookup(k) == nil {
+			return fmt.Errorf("%s:%d: unknown flag %q", path, n, k)
+		}
+		if set[k] {
+			continue
+		}
+		if err := fs.Set(k, strings.TrimSpace(v)); err != nil {
+			return fmt.Errorf("%s:%d: %s: %v", path, n, k, err)
+		}
+	}
+	return sc.Err()
+}
