@@ -88,7 +88,7 @@
 // resource creation, Modify, Wait, the conformance suite in
 // verbs/verbstest) skips with the reason; on a host with a NIC run
 //
-//	SEQD_IBV_DEVICE=mlx5_0 go test -tags ibverbs,ibverbs_conformance ./verbs/ibv/
+//	SEQD_IBV_DEVICE=mlx5_0 go test -tags ibverbs ./verbs/ibv/
 //
 // SEQD_IBV_OPTIONS (k=v,k=v) passes provider options. The conformance
 // suite opens the same device twice and talks to itself through the NIC.
