@@ -103,6 +103,9 @@ func (c *Client) intake(now time.Duration) bool {
 	if q == nil {
 		return false
 	}
+	if c.backlog == nil && c.outstanding() == 0 {
+		c.lastAns = now // the wait for an answer starts now
+	}
 	var rev *Request
 	for q != nil {
 		n := q.next
@@ -157,9 +160,6 @@ func (c *Client) post(now time.Duration) bool {
 		return false
 	}
 	did := false
-	if c.outstanding() == 0 {
-		c.lastAns = now
-	}
 	for qi, q := range c.qps {
 		n := 0
 		for c.backlog != nil && q.win.Outstanding() < q.granted && n < len(q.wrs) {
