@@ -178,7 +178,8 @@ func startTShark(t *testing.T, bin string, port int) *capture {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	args := []string{"-i", "lo", "-f", fmt.Sprintf("udp port %d", port), "-l", "-n",
 		"-a", "duration:110",
-		"-d", fmt.Sprintf("udp.port==%d,rroce", port),
+		// RoCEv2 (RRoCE) is decoded by the "infiniband" dissector.
+		"-d", fmt.Sprintf("udp.port==%d,infiniband", port),
 		// tshark 4.0 takes header-only SENDs for Mellanox EoIB otherwise.
 		"--disable-heuristic", "mellanox_eoib",
 		"-T", "fields"}
@@ -274,8 +275,13 @@ func freeUDPPort(t *testing.T) int {
 }
 
 // parseImm parses tshark's rendering of the 4-byte immediate, which is a
-// byte string ("5e9d0001" or "5e:9d:00:01").
+// byte string ("5e9d0001" or "5e:9d:00:01"). tshark 4.0 lists the field
+// twice ("5e9d0001,5e9d0001"); the copies must agree.
 func parseImm(s string) (uint32, bool) {
+	s, ok := single(s)
+	if !ok {
+		return 0, false
+	}
 	s = strings.ReplaceAll(s, ":", "")
 	if len(s) != 8 {
 		return 0, false
@@ -286,5 +292,21 @@ func parseImm(s string) (uint32, bool) {
 
 // parseUint parses a number as tshark prints it: decimal or 0x-hex.
 func parseUint(s string) (uint64, error) {
+	s, ok := single(s)
+	if !ok {
+		return 0, fmt.Errorf("field has differing values %q", s)
+	}
 	return strconv.ParseUint(strings.TrimSpace(s), 0, 64)
+}
+
+// single returns the value of a field tshark may list several times,
+// comma-separated, and false if the occurrences differ.
+func single(s string) (string, bool) {
+	vs := strings.Split(s, ",")
+	for _, v := range vs[1:] {
+		if v != vs[0] {
+			return s, false
+		}
+	}
+	return vs[0], true
 }

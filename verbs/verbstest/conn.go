@@ -34,6 +34,7 @@ func rcTests() []test {
 		{"RC/CmpSwap", testCmpSwap},
 		{"RC/Chain", testRCChain},
 		{"RC/MixedChain", testRCMixedChain},
+		{"RC/RetryExceeded", testRCRetryExceeded},
 	}
 	for _, c := range accessCases() {
 		tests = append(tests, test{"RC/AccessErr/" + c.name, func(t *testing.T, a, b verbs.Device) { testAccessErr(t, a, b, c) }})
@@ -401,4 +402,28 @@ func testAccessErr(t *testing.T, a, b verbs.Device, c accessCase) {
 	checkUntouched(t, "remote MR", y.MR.Bytes(), 0xee)
 	checkUntouched(t, "read-only MR", ro.Bytes(), 0xee)
 	ExpectEmpty(t, y.RecvCQ, "responder")
+}
+
+// testRCRetryExceeded: requests to a responder that never answers (its QP
+// is in ERR, which drops everything) complete with WCRetryExcErr after
+// the retries, the rest of the send queue is flushed, and the requester
+// is in ERR.
+func testRCRetryExceeded(t *testing.T, a, b verbs.Device) {
+	x, y := ConnectPair(t, a, b, verbs.RC, verbs.MTU1024)
+	must(t, y.QP.Modify(&verbs.QPAttr{State: verbs.StateErr}, verbs.AttrState))
+	Fill(y.MR.Bytes(), 0xee)
+	PostSend(t, x.QP,
+		verbs.SendWR{ID: 1, Opcode: verbs.OpRDMAWrite, Flags: verbs.Signaled, SG: SG(x.MR, 0, 64),
+			RemoteAddr: y.MR.Addr(), RKey: y.MR.RKey()},
+		verbs.SendWR{ID: 2, Opcode: verbs.OpRDMAWrite, Flags: verbs.Signaled, SG: SG(x.MR, 0, 64),
+			RemoteAddr: y.MR.Addr() + 64, RKey: y.MR.RKey()})
+	wcs := PollN(t, x.SendCQ, 2, DefaultTimeout)
+	if wcs[0].ID != 1 || wcs[0].Status != verbs.WCRetryExcErr {
+		t.Errorf("first WR: %s, want id=1 with status %v", FormatWC(wcs[0]), verbs.WCRetryExcErr)
+	}
+	if wcs[1].ID != 2 || wcs[1].Status != verbs.WCWRFlushErr {
+		t.Errorf("second WR: %s, want id=2 with status %v", FormatWC(wcs[1]), verbs.WCWRFlushErr)
+	}
+	expectState(t, x.QP, verbs.StateErr)
+	checkUntouched(t, "memory of a responder in ERR", y.MR.Bytes(), 0xee)
 }

@@ -264,6 +264,11 @@ func (q *memQP) PostSend(wrs []verbs.SendWR) (int, error) {
 		if err := q.check(&wrs[i]); err != nil {
 			return i, err
 		}
+		if q.state == verbs.StateErr {
+			// An earlier WR failed: the rest of the chain is flushed.
+			q.scq.push(verbs.WC{ID: wrs[i].ID, Status: verbs.WCWRFlushErr, QPN: q.qpn})
+			continue
+		}
 		q.exec(&wrs[i])
 	}
 	return len(wrs), nil
@@ -350,6 +355,10 @@ func (q *memQP) exec(wr *verbs.SendWR) {
 		r = d.qps[dqpn]
 	}
 	if r == nil || r.closed || r.state < verbs.StateRTR || r.state == verbs.StateErr {
+		if q.init.Type == verbs.RC {
+			q.complete(wr, op, verbs.WCRetryExcErr) // nobody ever answers
+			return
+		}
 		q.complete(wr, op, verbs.WCSuccess) // the packet is lost on the wire
 		return
 	}
