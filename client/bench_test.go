@@ -1,0 +1,89 @@
+package client_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/seqd/seqd/client"
+)
+
+func benchClient(b *testing.B, opts ...client.Option) *client.Client {
+	b.Helper()
+	dir := b.TempDir()
+	addr, stop := startSeqd(dir)
+	b.Cleanup(stop)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := client.Dial(ctx, addr, opts...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	// warm up past the server's start holdoff is not needed for
+	// correctness; a few calls prime the speculation.
+	for range 100 {
+		if _, err := c.GetTimestamp(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return c
+}
+
+// BenchmarkGetTimestamp is the serial round-trip latency of one client.
+func BenchmarkGetTimestamp(b *testing.B) {
+	c := benchClient(b)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := c.GetTimestamp(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds()/1e6, "Mops")
+}
+
+// BenchmarkPipelined keeps W requests outstanding with the asynchronous
+// API: reusable Requests, no goroutine or allocation per request.
+func BenchmarkPipelined(b *testing.B) {
+	const w = 128
+	c := benchClient(b, client.WithQPs(2), client.WithWindow(w/2))
+	done := make(chan *client.Request, w)
+	reqs := make([]client.Request, w)
+	b.ReportAllocs()
+	b.ResetTimer()
+	inflight := 0
+	issued := 0
+	for i := range reqs {
+		if issued == b.N {
+			break
+		}
+		reqs[i].Done = done
+		if err := c.Submit(&reqs[i]); err != nil {
+			b.Fatal(err)
+		}
+		issued++
+		inflight++
+	}
+	for inflight > 0 {
+		r := <-done
+		inflight--
+		if r.Err != nil {
+			b.Fatal(r.Err)
+		}
+		if issued < b.N {
+			if err := c.Submit(r); err != nil {
+				b.Fatal(err)
+			}
+			issued++
+			inflight++
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds()/1e6, "Mops")
+	if s := c.Stats(); s.Regressions != 0 {
+		b.Fatalf("regressions: %+v", s)
+	}
+}
+
