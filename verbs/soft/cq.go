@@ -131,7 +131,17 @@ func (c *cq) Wait(ctx context.Context) error {
 		return verbs.ErrClosed
 	}
 	c.waiting.Add(1)
-	defer c.waiting.Add(-1)
+	qs := *c.queues.Load()
+	for _, q := range qs {
+		q.waiters.Add(1)
+		q.wake()
+	}
+	defer func() {
+		for _, q := range qs {
+			q.waiters.Add(-1)
+		}
+		c.waiting.Add(-1)
+	}()
 	for {
 		c.mu.Lock()
 		n := c.n

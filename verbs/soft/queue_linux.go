@@ -113,9 +113,13 @@ type queue struct {
 	acks    []*qp // RC QPs with an ACK to send after this burst
 	rcPeers map[*qp]struct{}
 
-	active atomic.Int32 // RC QPs with work in flight (need ticks)
-	closed atomic.Bool
-	done   chan struct{}
+	active  atomic.Int32  // RC QPs with work in flight (need ticks)
+	polls   atomic.Uint64 // inline receive bursts run by CQ pollers
+	seen    uint64        // polls, as the progress goroutine last saw it
+	waiters atomic.Int32  // CQ.Wait callers on CQs of this queue
+	kick    chan struct{}
+	closed  atomic.Bool
+	done    chan struct{}
 }
 
 func newQueue(d *device, idx int, local netip.AddrPort) (*queue, error) {
@@ -123,7 +127,7 @@ func newQueue(d *device, idx int, local netip.AddrPort) (*queue, error) {
 	if err != nil {
 		return nil, fmt.Errorf("soft: queue %d: %w", idx, err)
 	}
-	q := &queue{d: d, idx: idx, conn: conn, gso: d.cfg.gso, done: make(chan struct{}),
+	q := &queue{d: d, idx: idx, conn: conn, gso: d.cfg.gso, done: make(chan struct{}), kick: make(chan struct{}, 1),
 		rng: rand.New(rand.NewPCG(d.cfg.seed, uint64(idx)))}
 	q.local = conn.LocalAddr().(*net.UDPAddr).AddrPort()
 	q.local = netip.AddrPortFrom(q.local.Addr().Unmap(), q.local.Port())
@@ -211,6 +215,9 @@ func (q *queue) commit(pe *peer, b []byte) {
 	}
 	if cfg.reorder > 0 && q.rng.Float64() < cfg.reorder && len(q.held)+n <= cap(q.held) {
 		q.d.ctr.faultReorder.Add(1)
+		if len(q.heldPkt) == 0 {
+			q.kickRead()
+		}
 		q.heldPkt = append(q.heldPkt, txPkt{pe: pe, off: int32(len(q.held)), n: int32(n)})
 		q.held = append(q.held, b...)
 		return
@@ -390,9 +397,20 @@ func (q *queue) drain(max int) {
 	}
 }
 
+// pollersActive reports whether CQ pollers have driven this queue since
+// the progress goroutine last looked, with nobody blocked in CQ.Wait.
+func (q *queue) pollersActive() bool {
+	return q.waiters.Load() == 0 && q.polls.Load() != q.seen
+}
+
 // readReady is the progress goroutine's netpoller callback: drain, then
-// ask to be woken when the socket is readable again.
+// ask to be woken when the socket is readable again. While CQ pollers are
+// moving this queue's packets themselves it steps aside (returns true), so
+// that it never holds the receive lock a busy-polling worker wants.
 func (q *queue) readReady(uintptr) bool {
+	if q.pollersActive() {
+		return true
+	}
 	q.rxMu.Lock()
 	q.drain(1 << 30)
 	q.rxMu.Unlock()
@@ -401,24 +419,54 @@ func (q *queue) readReady(uintptr) bool {
 
 // poll is the inline progress a CQ poller runs.
 func (q *queue) poll() {
+	q.polls.Add(1)
 	if q.rxMu.TryLock() {
 		q.drain(4)
 		q.rxMu.Unlock()
 	}
 }
 
-// run is the queue's progress goroutine.
+// wake makes the progress goroutine take over receiving now (a CQ.Wait
+// caller is about to block).
+func (q *queue) wake() {
+	select {
+	case q.kick <- struct{}{}:
+	default:
+	}
+}
+
+// run is the queue's progress goroutine. While CQ pollers are active it
+// sleeps a tick at a time (running timers), and takes over receiving
+// within a tick of their stopping, or at once when a CQ.Wait caller kicks
+// it. Otherwise it waits in the netpoller for the socket.
 func (q *queue) run() {
 	defer close(q.done)
 	ticking := false
+	sleep := time.NewTimer(tickPeriod)
 	for !q.closed.Load() {
-		need := q.active.Load() > 0 || q.hasHeld()
-		if need {
+		if q.pollersActive() {
+			q.seen = q.polls.Load()
+			sleep.Reset(tickPeriod)
+			select {
+			case <-sleep.C:
+			case <-q.kick:
+				sleep.Stop()
+			}
+			q.tick(time.Now())
+			continue
+		}
+		if q.needTicks() {
 			q.conn.SetReadDeadline(time.Now().Add(tickPeriod))
 			ticking = true
 		} else if ticking {
 			q.conn.SetReadDeadline(time.Time{})
 			ticking = false
+			// Timer work that arrived before the deadline was cleared
+			// would otherwise wait for the next packet; kickRead covers
+			// what arrives after.
+			if q.needTicks() {
+				continue
+			}
 		}
 		err := q.rc.Read(q.readFn)
 		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
@@ -427,6 +475,13 @@ func (q *queue) run() {
 		q.tick(time.Now())
 	}
 }
+
+func (q *queue) needTicks() bool { return q.active.Load() > 0 || q.hasHeld() }
+
+// kickRead makes the progress goroutine leave the netpoller and look at
+// its timers: called when timer work appears (an RC QP gets work in
+// flight, reorder injection holds a packet).
+func (q *queue) kickRead() { q.conn.SetReadDeadline(time.Now()) }
 
 func (q *queue) hasHeld() bool {
 	q.txMu.Lock()

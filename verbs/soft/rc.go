@@ -70,7 +70,9 @@ func (x *qp) setActive(on bool) {
 	if x.req.active != on {
 		x.req.active = on
 		if on {
-			x.q.active.Add(1)
+			if x.q.active.Add(1) == 1 {
+				x.q.kickRead()
+			}
 		} else {
 			x.q.active.Add(-1)
 		}
