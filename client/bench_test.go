@@ -86,4 +86,3 @@ func BenchmarkPipelined(b *testing.B) {
 		b.Fatalf("regressions: %+v", s)
 	}
 }
-

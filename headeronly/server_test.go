@@ -1,0 +1,162 @@
+package headeronly
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/adminpb"
+	"github.com/seqd/seqd/spec"
+	"github.com/seqd/seqd/verbs"
+	"github.com/seqd/seqd/verbs/verbstest"
+	_ "github.com/seqd/seqd/verbs/soft"
+)
+
+var errBehind = errors.New("behind")
+
+// fakeOracle counts up from 1<<40 and refuses every behindEvery-th claim.
+type fakeOracle struct {
+	mu          sync.Mutex
+	next        uint64
+	calls       int
+	behindEvery int
+}
+
+func (o *fakeOracle) Claim(n int) (uint64, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.calls++
+	if o.behindEvery > 0 && o.calls%o.behindEvery == 0 {
+		return 0, errBehind
+	}
+	if o.next == 0 {
+		o.next = 1 << 40
+	}
+	f := o.next
+	o.next += uint64(n)
+	return f, nil
+}
+
+func open(t *testing.T) verbs.Device {
+	t.Helper()
+	d, err := verbs.Open("soft", "127.0.0.1:0", nil)
+	if err != nil {
+		t.Skipf("soft provider: %v", err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+func newServer(t *testing.T, o Claimer) *Server {
+	t.Helper()
+	s, err := New(Config{Device: open(t), Oracle: o, Behind: errBehind, Workers: 2, MaxWindow: 64, MaxRecv: 128})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestConnectRefusals(t *testing.T) {
+	s := newServer(t, &fakeOracle{})
+	ep := func(port uint16, qpn uint32) *adminpb.Endpoint {
+		a, _ := verbs.Address{GID: verbs.GIDFromAddr(netip.MustParseAddr("127.0.0.1")), Port: port}.MarshalBinary()
+		return &adminpb.Endpoint{Address: a, Qpn: qpn}
+	}
+	ctx := context.Background()
+	cases := []struct {
+		name string
+		req  *adminpb.ConnectRequest
+		want error
+	}{
+		{"other mode", &adminpb.ConnectRequest{Qps: []*adminpb.Endpoint{ep(1, 1)}, Mode: "herd", ProtocolVersion: 1}, admin.ErrFailedPrecondition},
+		{"old protocol", &adminpb.ConnectRequest{Qps: []*adminpb.Endpoint{ep(1, 1)}}, admin.ErrFailedPrecondition},
+		{"bad address", &adminpb.ConnectRequest{Qps: []*adminpb.Endpoint{{Address: []byte{1}, Qpn: 1}}, ProtocolVersion: 1}, admin.ErrInvalidArgument},
+		{"receive budget", &adminpb.ConnectRequest{Qps: []*adminpb.Endpoint{ep(1, 1), ep(1, 2), ep(1, 3), ep(1, 4), ep(1, 5)}, Window: 64, ProtocolVersion: 1}, admin.ErrNoCapacity},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if _, err := s.Connect(ctx, c.req); !errors.Is(err, c.want) {
+				t.Fatalf("Connect = %v, want %v", err, c.want)
+			}
+		})
+	}
+	resp, err := s.Connect(ctx, &adminpb.ConnectRequest{Qps: []*adminpb.Endpoint{ep(1, 1), ep(1, 2)}, Window: 1000, ProtocolVersion: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.GetWindow() != 64 || len(resp.GetAssignment()) != 2 || resp.GetAssignment()[0] == resp.GetAssignment()[1] {
+		t.Fatalf("granted window %d, assignment %v", resp.GetWindow(), resp.GetAssignment())
+	}
+	if err := s.Disconnect(ctx, &adminpb.DisconnectRequest{SessionId: resp.GetSessionId()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Disconnect(ctx, &adminpb.DisconnectRequest{SessionId: resp.GetSessionId()}); !errors.Is(err, admin.ErrUnknownSession) {
+		t.Fatalf("second Disconnect = %v", err)
+	}
+}
+
+// TestServeAndDropUnknown: an admitted QP gets answers (full values while
+// the guard holds, through oracle stalls); an unknown QP is dropped and
+// counted.
+func TestServeAndDropUnknown(t *testing.T) {
+	s := newServer(t, &fakeOracle{behindEvery: 3})
+	dev := open(t)
+	cli := verbstest.NewEnd(t, dev, verbs.UD)
+	stranger := verbstest.NewEnd(t, dev, verbs.UD)
+	for _, e := range []*verbstest.End{cli, stranger} {
+		if err := verbs.BringUpUD(e.QP, verbs.DefaultQKey, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, _ := cli.QP.Address().MarshalBinary()
+	resp, err := s.Connect(context.Background(), &adminpb.ConnectRequest{
+		Qps: []*adminpb.Endpoint{{Address: a, Qpn: uint32(cli.QP.QPN())}}, Window: 8, ProtocolVersion: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := resp.GetServerQps()[resp.GetAssignment()[0]]
+	var dst verbs.Address
+	dst.UnmarshalBinary(srv.GetAddress())
+	send := func(e *verbstest.End, tag spec.Tag) {
+		ah := verbstest.AH(t, e, dst)
+		wr := []verbs.SendWR{{ID: 1, Opcode: verbs.OpSendWithImm, Flags: verbs.Signaled, Imm: uint32(spec.MustRequestImm(tag, spec.NoGuess)),
+			AH: ah, RemoteQPN: verbs.QPN(srv.GetQpn()), RemoteQKey: resp.GetQkey()}}
+		if _, err := e.QP.PostSend(wr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, e := range []*verbstest.End{cli, stranger} {
+		for i := range 4 {
+			verbstest.PostRecv(t, e.QP, verbs.RecvWR{ID: uint64(i), SG: verbstest.SG(e.MR, i*64, 64)})
+		}
+	}
+	send(stranger, 1)
+	for tag := range spec.Tag(3) {
+		send(cli, tag)
+	}
+	wcs := verbstest.PollN(t, cli.RecvCQ, 3, 5*time.Second)
+	var prev uint64
+	for _, wc := range wcs {
+		if wc.ByteLen != verbs.GRHLen+spec.FullLen {
+			t.Fatalf("answer of %d bytes during the holdoff, want a full value", wc.ByteLen)
+		}
+		v, _, err := spec.DecodeAnswer(spec.Imm(wc.Imm), cli.MR.Bytes()[wc.ID*64+verbs.GRHLen:][:spec.FullLen], 0)
+		if err != nil || v <= prev {
+			t.Fatalf("answer %d after %d: %v", v, prev, err)
+		}
+		prev = v
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for s.Stats().Drops["unknown_source"] != 1 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	st := s.Stats()
+	if st.Drops["unknown_source"] != 1 || st.Requests != 3 {
+		t.Fatalf("stats %+v", st)
+	}
+}
