@@ -12,8 +12,8 @@ import (
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
-	"github.com/seqd/seqd/verbs/verbstest"
 	_ "github.com/seqd/seqd/verbs/soft"
+	"github.com/seqd/seqd/verbs/verbstest"
 )
 
 var errBehind = errors.New("behind")
