@@ -97,13 +97,25 @@ func (f *Flow) Prefix(n int) uint32 {
 	return crcUpdate(0, b[:pseudoLen])
 }
 
+const shortLen = 64
+
 // ICRCFrom finishes the ICRC of pkt from a Prefix computed for len(pkt).
 func ICRCFrom(prefix uint32, pkt []byte) uint32 {
 	if len(pkt) < BTHLen+ICRCLen {
 		return 0
 	}
+	body := pkt[:len(pkt)-ICRCLen]
+	if len(body) <= shortLen {
+		// Header-only and small packets: one pass over a masked copy, so
+		// the slicing-by-8 loop runs without a byte-wise remainder in the
+		// middle.
+		var b [shortLen]byte
+		copy(b[:], body)
+		b[4] = 0xff
+		return crcUpdate(prefix, b[:len(body)])
+	}
 	var bth [BTHLen]byte
 	copy(bth[:], pkt)
 	bth[4] = 0xff
-	return crcUpdate(crcUpdate(prefix, bth[:]), pkt[BTHLen:len(pkt)-ICRCLen])
+	return crcUpdate(crcUpdate(prefix, bth[:]), body[BTHLen:])
 }

@@ -140,7 +140,16 @@ func (o Opcode) HasPayload() bool { return o.info()&hasPayload != 0 }
 
 // HeaderLen returns the length of the transport headers of o (BTH and
 // extension headers, without payload or ICRC), or 0 for an invalid opcode.
-func (o Opcode) HeaderLen() int {
+func (o Opcode) HeaderLen() int { return int(headerLens[o]) }
+
+var headerLens = func() (t [256]uint8) {
+	for i := range t {
+		t[i] = uint8(Opcode(i).computeHeaderLen())
+	}
+	return t
+}()
+
+func (o Opcode) computeHeaderLen() int {
 	i := o.info()
 	if i == 0 {
 		return 0

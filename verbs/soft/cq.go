@@ -82,6 +82,31 @@ func (c *cq) push(wc *verbs.WC) {
 	}
 }
 
+// pushN adds completions in one critical section (see queue.deliver).
+func (c *cq) pushN(wcs []verbs.WC) {
+	c.mu.Lock()
+	for i := range wcs {
+		if c.n == len(c.ring) {
+			c.overrun = true
+			c.d.ctr.cqOverrun.Add(uint64(len(wcs) - i))
+			break
+		}
+		j := c.head + c.n
+		if j >= len(c.ring) {
+			j -= len(c.ring)
+		}
+		c.ring[j] = wcs[i]
+		c.n++
+	}
+	c.mu.Unlock()
+	if c.waiting.Load() != 0 {
+		select {
+		case c.notify <- struct{}{}:
+		default:
+		}
+	}
+}
+
 func (c *cq) take(wc []verbs.WC) int {
 	c.mu.Lock()
 	k := 0

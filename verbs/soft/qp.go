@@ -217,6 +217,11 @@ func (x *qp) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 // flushAll empties the work queues: into WR_FLUSH_ERR completions when
 // moving to ERR (as hardware does), silently when moving to RESET.
 func (x *qp) flushAll(complete bool) {
+	// Completions a receive burst has batched go first, so that a QP's
+	// completions stay in order.
+	x.q.rxMu.Lock()
+	defer x.q.rxMu.Unlock()
+	x.q.flushPend()
 	x.rqMu.Lock()
 	for x.rqN > 0 {
 		s := &x.rq[x.rqHead]

@@ -110,6 +110,9 @@ type queue struct {
 		pre  uint32
 	}
 	readFn  func(uintptr) bool
+	pendCQ  *cq // receive completions batched for one CQ
+	pend    [64]verbs.WC
+	npend   int
 	acks    []*qp // RC QPs with an ACK to send after this burst
 	rcPeers map[*qp]struct{}
 
@@ -344,6 +347,25 @@ func (q *queue) write(fd uintptr) bool {
 }
 
 // ---- receive ----
+
+// deliver queues a receive completion for c; the burst hands them to the
+// CQ in batches (one lock per batch, not per packet). Callers hold rxMu.
+func (q *queue) deliver(c *cq, wc *verbs.WC) {
+	if c != q.pendCQ || q.npend == len(q.pend) {
+		q.flushPend()
+		q.pendCQ = c
+	}
+	q.pend[q.npend] = *wc
+	q.npend++
+}
+
+// flushPend hands batched completions to their CQ. Callers hold rxMu.
+func (q *queue) flushPend() {
+	if q.npend > 0 {
+		q.pendCQ.pushN(q.pend[:q.npend])
+		q.npend = 0
+	}
+}
 
 // burst receives and processes one recvmmsg batch without blocking. It
 // returns false once the socket is drained. Callers hold rxMu.

@@ -46,7 +46,7 @@ func (q *queue) input(b []byte, src [4]byte, sport uint16) {
 	}
 	switch {
 	case x.typ == verbs.UD && pk.Opcode.Transport() == rocev2.TransportUD:
-		x.recvUD(&pk, src, sport)
+		x.recvUD(&pk, len(b), src, sport)
 	case x.typ == verbs.UC && pk.Opcode.Transport() == rocev2.TransportUC:
 		x.recvUC(&pk)
 	case x.typ == verbs.RC && pk.Opcode.Transport() == rocev2.TransportRC:
@@ -68,6 +68,7 @@ func le32(b []byte) uint32 {
 // afterBurst sends what the burst's packets called for (coalesced RC
 // ACKs, READ responses) in one doorbell.
 func (q *queue) afterBurst() {
+	q.flushPend()
 	for _, x := range q.acks {
 		x.sendPendingAck()
 	}
@@ -93,21 +94,13 @@ func grh(g *[verbs.GRHLen]byte, src, dst [4]byte, n int) {
 }
 
 // recvUD delivers a UD SEND into the next posted RECV.
-func (x *qp) recvUD(pk *rocev2.Packet, src [4]byte, sport uint16) {
+func (x *qp) recvUD(pk *rocev2.Packet, n int, src [4]byte, sport uint16) {
 	d := x.d
 	if pk.QKey != x.qkey {
 		d.ctr.dropQKey.Add(1)
 		return
 	}
-	x.rqMu.Lock()
-	s, ok := x.popRecv()
-	x.rqMu.Unlock()
-	if !ok {
-		d.ctr.dropNoRecv.Add(1)
-		return
-	}
-	wc := verbs.WC{ID: s.id, Opcode: verbs.WCRecv, Flags: verbs.WCGRH, QPN: verbs.QPN(x.qpn),
-		SrcQP: verbs.QPN(pk.SrcQP), PKeyIndex: 0}
+	wc := verbs.WC{Opcode: verbs.WCRecv, Flags: verbs.WCGRH, QPN: verbs.QPN(x.qpn), SrcQP: verbs.QPN(pk.SrcQP)}
 	wc.Src.GID = verbs.GID{10: 0xff, 11: 0xff, 12: src[0], 13: src[1], 14: src[2], 15: src[3]}
 	wc.Src.Port = sport
 	if pk.Opcode == rocev2.UDSendOnlyWithImm {
@@ -117,12 +110,25 @@ func (x *qp) recvUD(pk *rocev2.Packet, src [4]byte, sport uint16) {
 	need := verbs.GRHLen + len(pk.Payload)
 	wc.ByteLen = uint32(need)
 	var g [verbs.GRHLen]byte
-	grh(&g, src, x.q.local.Addr().As4(), len(pk.Payload)+pk.Len()-len(pk.Payload))
-	if slotLen(&s) < need || !x.scatter(&s, 0, g[:], pk.Payload) {
+	grh(&g, src, x.q.local.Addr().As4(), n)
+	x.rqMu.Lock()
+	if x.rqN == 0 {
+		x.rqMu.Unlock()
+		d.ctr.dropNoRecv.Add(1)
+		return
+	}
+	s := &x.rq[x.rqHead]
+	wc.ID = s.id
+	if slotLen(s) < need || !x.scatter(s, 0, g[:], pk.Payload) {
 		d.ctr.dropLength.Add(1)
 		wc.Status = verbs.WCLocLenErr
 	}
-	x.recvCQ.push(&wc)
+	if x.rqHead++; x.rqHead == len(x.rq) {
+		x.rqHead = 0
+	}
+	x.rqN--
+	x.rqMu.Unlock()
+	x.q.deliver(x.recvCQ, &wc)
 }
 
 // responder is the receive side of a connected QP (UC and RC).
