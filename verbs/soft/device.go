@@ -370,6 +370,7 @@ type counters struct {
 	dropOpcode, dropRKey, dropPSN, dropLength                        atomic.Uint64
 	rcRetransmits, rcDuplicates, rcNaks                              atomic.Uint64
 	faultLoss, faultDup, faultReorder, cqOverrun, gsoFallback        atomic.Uint64
+	rxDatagrams, txDatagrams                                         atomic.Uint64
 }
 
 func (c *counters) visit(f func(string, uint64)) {
@@ -395,4 +396,6 @@ func (c *counters) visit(f func(string, uint64)) {
 	f(verbs.CounterInjectedReorder, c.faultReorder.Load())
 	f("cq_overrun", c.cqOverrun.Load())
 	f("gso_fallback", c.gsoFallback.Load())
+	f("rx_datagrams", c.rxDatagrams.Load())
+	f("tx_datagrams", c.txDatagrams.Load())
 }

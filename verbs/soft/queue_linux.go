@@ -342,6 +342,7 @@ func (q *queue) write(fd uintptr) bool {
 			return true
 		}
 		q.sent += int(n)
+		q.d.ctr.txDatagrams.Add(uint64(n))
 	}
 	return true
 }
@@ -382,6 +383,7 @@ func (q *queue) burst() bool {
 		q.rxErrno = errno
 		return errno == unix.EINTR
 	}
+	q.d.ctr.rxDatagrams.Add(uint64(n))
 	for i := 0; i < int(n); i++ {
 		h := &q.rhdrs[i]
 		total := int(h.Len)
