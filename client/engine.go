@@ -347,6 +347,11 @@ func (c *Client) reconnect(now time.Duration) {
 	c.reconnAt = now
 	ctx, cancel := context.WithTimeout(c.ctx, time.Second)
 	defer cancel()
+	// Only a server that restarted (new epoch) has lost our session; a
+	// live one is merely slow or losing packets, and retransmission copes.
+	if st, err := c.adm.Status(ctx, &adminpb.StatusRequest{}); err == nil && st.GetEpoch() == c.epoch {
+		return
+	}
 	if c.session != 0 {
 		c.adm.Disconnect(ctx, &adminpb.DisconnectRequest{SessionId: c.session})
 	}

@@ -152,7 +152,7 @@ func TestServeAndDropUnknown(t *testing.T) {
 		prev = v
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for s.Stats().Drops["unknown_source"] != 1 && time.Now().Before(deadline) {
+	for (s.Stats().Drops["unknown_source"] != 1 || s.Stats().Requests != 3) && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
 	st := s.Stats()
