@@ -465,7 +465,6 @@ func (q *queue) wake() {
 // it. Otherwise it waits in the netpoller for the socket.
 func (q *queue) run() {
 	defer close(q.done)
-	ticking := false
 	sleep := time.NewTimer(tickPeriod)
 	for !q.closed.Load() {
 		if q.pollersActive() {
@@ -479,15 +478,16 @@ func (q *queue) run() {
 			q.tick(time.Now())
 			continue
 		}
+		// Set the deadline on every pass: a kickRead may have left one in
+		// the past, and a past deadline makes Read return at once without
+		// reading.
 		if q.needTicks() {
 			q.conn.SetReadDeadline(time.Now().Add(tickPeriod))
-			ticking = true
-		} else if ticking {
+		} else {
 			q.conn.SetReadDeadline(time.Time{})
-			ticking = false
-			// Timer work that arrived before the deadline was cleared
+			// Timer work that appeared before the deadline was cleared
 			// would otherwise wait for the next packet; kickRead covers
-			// what arrives after.
+			// what appears after.
 			if q.needTicks() {
 				continue
 			}

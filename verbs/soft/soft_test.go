@@ -2,6 +2,8 @@ package soft
 
 import (
 	"context"
+	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -109,5 +111,95 @@ func TestUDHeaderOnlySmoke(t *testing.T) {
 	n, _ := a.cq.Poll(wc)
 	if n != 1 || wc[0].ID != 31 || wc[0].Opcode != verbs.WCSend {
 		t.Fatalf("send completions: %d %+v", n, wc[0])
+	}
+}
+
+// TestReceiveAfterHeldPacket is a regression test: a packet held back by
+// reorder injection used to leave the progress goroutine's read deadline
+// in the past, after which it never read again, so a QP whose owner waits
+// in CQ.Wait (rather than polling) stopped receiving.
+func TestReceiveAfterHeldPacket(t *testing.T) {
+	a := newUDEnd(t, verbs.Options{"reorder": "0.5", "seed": "3"}, 64)
+	b := newUDEnd(t, nil, 64)
+	rwr := make([]verbs.RecvWR, 64)
+	sg := make([]verbs.SGE, 64)
+	a.postRecvs(t, rwr, sg, 0, 64)
+	b.postRecvs(t, rwr, sg, 0, 64)
+	toB, err := a.pd.CreateAH(verbs.AHAttr{Dest: b.qp.Address()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer toB.Close()
+	toA, err := b.pd.CreateAH(verbs.AHAttr{Dest: a.qp.Address()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer toA.Close()
+	wc := make([]verbs.WC, 16)
+	// waitOne waits for one receive completion, polling until the CQ is
+	// empty and then blocking in Wait, and re-posts its RECV.
+	waitOne := func(e *udEnd, what string, wc []verbs.WC) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		for {
+			n, err := e.cq.Poll(wc)
+			if err != nil {
+				return err
+			}
+			for _, c := range wc[:n] {
+				if c.Opcode == verbs.WCRecv {
+					slot := int(c.ID)
+					sg[slot] = verbs.SGE{Addr: e.mr.Addr() + uint64(slot*64), Length: 64, LKey: e.mr.LKey()}
+					_, err := e.qp.PostRecv([]verbs.RecvWR{{ID: uint64(slot), SG: sg[slot : slot+1]}})
+					return err
+				}
+			}
+			if err := e.cq.Wait(ctx); err != nil {
+				return fmt.Errorf("%s: %w", what, err)
+			}
+		}
+	}
+	for i := 0; i < 20; i++ {
+		// a sends (and may hold the packet back), b answers, a waits.
+		if _, err := a.qp.PostSend([]verbs.SendWR{{Opcode: verbs.OpSendWithImm, Imm: uint32(i), AH: toB,
+			RemoteQPN: b.qp.QPN(), RemoteQKey: verbs.DefaultQKey}}); err != nil {
+			t.Fatal(err)
+		}
+		// a busy-polls for a few ticks (its progress goroutine steps aside
+		// and releases the held packet on a tick), then blocks in Wait.
+		for start := time.Now(); time.Since(start) < 3*tickPeriod; {
+			if n, _ := a.cq.Poll(wc); n != 0 {
+				t.Fatalf("unexpected completion %+v", wc[0])
+			}
+		}
+		if err := waitOne(b, "request", wc); err != nil {
+			t.Fatal(err)
+		}
+		// a blocks in Wait before the answer is sent, so only its
+		// progress goroutine can receive it.
+		done := make(chan error, 1)
+		go func() { done <- waitOne(a, fmt.Sprintf("answer %d", i), make([]verbs.WC, 16)) }()
+		for deadline := time.Now().Add(5 * time.Second); a.cq.(*cq).waiting.Load() == 0; {
+			if time.Now().After(deadline) {
+				t.Fatal("a never waited")
+			}
+			runtime.Gosched()
+		}
+		if _, err := b.qp.PostSend([]verbs.SendWR{{Opcode: verbs.OpSendWithImm, Imm: uint32(i), AH: toA,
+			RemoteQPN: a.qp.QPN(), RemoteQKey: verbs.DefaultQKey}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	var held uint64
+	a.dev.(verbs.Counters).VisitCounters(func(k string, v uint64) {
+		if k == verbs.CounterInjectedReorder {
+			held = v
+		}
+	})
+	if held == 0 {
+		t.Fatal("no packet was held back: the test did not exercise reordering")
 	}
 }
