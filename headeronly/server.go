@@ -186,6 +186,14 @@ func (s *Server) Connect(ctx context.Context, req *adminpb.ConnectRequest) (*adm
 			s.workers[wi].wake()
 		}
 	}
+	// Admission means RECVs are posted for the granted window before the
+	// client hears yes: otherwise its first requests could find no RECV
+	// and be dropped.
+	for wi, e := range extra {
+		if e > 0 {
+			s.awaitRecvs(ctx, s.workers[wi])
+		}
+	}
 	s.sessions[sess.id] = sess
 	s.log.Info("client connected", "session", sess.id, "name", sess.name, "qps", len(keys), "window", window)
 	resp := &adminpb.ConnectResponse{
@@ -197,6 +205,21 @@ func (s *Server) Connect(ctx context.Context, req *adminpb.ConnectRequest) (*adm
 		resp.High = c.Current()
 	}
 	return resp, nil
+}
+
+// awaitRecvs waits, bounded, until w has posted the RECVs its budget
+// calls for. Called with s.mu held; the worker does not take it.
+func (s *Server) awaitRecvs(ctx context.Context, w *worker) {
+	want := int64(w.budget)
+	deadline := time.Now().Add(2 * time.Second)
+	for w.filled.Load() < want {
+		if ctx.Err() != nil || time.Now().After(deadline) || s.closed.Load() {
+			s.log.Warn("admitting before the worker posted its receives", "worker", w.id, "posted", w.filled.Load(), "want", want)
+			return
+		}
+		w.wake()
+		time.Sleep(50 * time.Microsecond)
+	}
 }
 
 func (s *Server) ah(a verbs.Address) (verbs.AH, error) {

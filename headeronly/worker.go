@@ -94,6 +94,7 @@ type worker struct {
 	free   []uint32 // receive slots not posted
 	posted int
 	want   atomic.Int64 // receive slots that should be posted
+	filled atomic.Int64 // receive slots posted, published after each fill
 	peers  atomic.Pointer[peerTable]
 	budget int // sum of granted windows; guarded by Server.mu
 
@@ -270,6 +271,7 @@ func (w *worker) run() {
 		if err := w.fillRecvs(); err != nil {
 			log.Error("receive queue", "err", err)
 		}
+		w.filled.Store(int64(w.posted))
 		n, err := w.reqCQ.Poll(w.wcs)
 		if err != nil {
 			if w.s.closed.Load() {
