@@ -1,0 +1,478 @@
+package herd
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/seqd/seqd/spec"
+	"github.com/seqd/seqd/verbs"
+)
+
+const slotLen = spec.SlotLen
+
+// dropReason says why a request was not answered.
+type dropReason int
+
+const (
+	dropExpired dropReason = iota
+	dropSendError
+	dropOracle
+	numDropReasons
+)
+
+var dropReasonNames = [numDropReasons]string{"expired", "send_error", "oracle_error"}
+
+func (r dropReason) String() string { return dropReasonNames[r] }
+
+// workerStats are written by the worker only and read at any time.
+type workerStats struct {
+	batches    atomic.Uint64
+	requests   atomic.Uint64 // requests answered
+	stalls     atomic.Uint64 // claims refused with Behind
+	duplicates atomic.Uint64 // WRITEs of a (slot, seq) already answered, or older
+	malformed  atomic.Uint64 // slots that did not decode
+	lost       atomic.Uint64 // CAS on zeroing lost to a newer WRITE
+	drops      [numDropReasons]atomic.Uint64
+	_          [64]byte
+}
+
+// hclient is one admitted client QP: a block of slots on a worker.
+type hclient struct {
+	worker int
+	block  int
+	base   int // first slot
+	window int
+	uc     verbs.QP
+	ah     verbs.AH
+	qpn    verbs.QPN
+	last   []uint32 // per position: last seq answered, 0 for none; worker-owned
+}
+
+type pending struct {
+	c   *hclient
+	pos int
+	seq spec.Seq
+}
+
+type respQP struct {
+	qp        verbs.QP
+	mr        verbs.MR
+	posted    uint64
+	completed uint64
+}
+
+type limbo struct {
+	c     *hclient
+	sweep uint64
+}
+
+type worker struct {
+	id   int
+	core int
+	s    *Server
+
+	region verbs.MR
+	words  []uint64 // the region as 8-byte slots
+	ucCQ   verbs.CQ
+	sendCQ verbs.CQ
+	resp   []respQP
+	next   int
+
+	clients atomic.Pointer[[]*hclient] // published copy; read once per sweep
+	sweeps  atomic.Uint64
+
+	// guarded by Server.mu
+	all    []*hclient
+	free   []int // free blocks
+	limbo  []limbo
+	nclose []verbs.QP
+
+	cur   int // client the next sweep starts at
+	wcs   []verbs.WC
+	swcs  []verbs.WC
+	wrs   []verbs.SendWR
+	sges  []verbs.SGE
+	pend  []pending
+	stats workerStats
+}
+
+func newWorker(s *Server, id int) (w *worker, err error) {
+	c := &s.cfg
+	w = &worker{id: id, core: c.core(id), s: s}
+	defer func() {
+		if err != nil {
+			w.close()
+		}
+	}()
+	dev := c.Device
+	nslots := c.MaxQPs * c.MaxWindow
+	if w.region, err = s.pd.RegMR(nslots*slotLen, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
+		return nil, fmt.Errorf("herd: worker %d: request region: %w", id, err)
+	}
+	b := w.region.Bytes()
+	if len(b) < nslots*slotLen || uintptr(unsafe.Pointer(&b[0]))%8 != 0 {
+		return nil, fmt.Errorf("herd: worker %d: request region is not 8-byte aligned", id)
+	}
+	w.words = unsafe.Slice((*uint64)(unsafe.Pointer(&b[0])), nslots)
+	if w.ucCQ, err = dev.CreateCQ(64); err != nil {
+		return nil, fmt.Errorf("herd: worker %d: UC CQ: %w", id, err)
+	}
+	if w.sendCQ, err = dev.CreateCQ(c.RespQPs * c.SendDepth); err != nil {
+		return nil, fmt.Errorf("herd: worker %d: send CQ: %w", id, err)
+	}
+	for r := range c.RespQPs {
+		qp, err := s.pd.CreateQP(verbs.QPInitAttr{Type: verbs.UD, SendCQ: w.sendCQ, RecvCQ: w.sendCQ,
+			Cap: verbs.QPCap{MaxSendWR: c.SendDepth, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: spec.HERDAnswerLen}})
+		if err != nil {
+			return nil, fmt.Errorf("herd: worker %d: response QP %d: %w", id, r, err)
+		}
+		w.resp = append(w.resp, respQP{qp: qp})
+		if err := verbs.BringUpUD(qp, c.QKey, 0); err != nil {
+			return nil, fmt.Errorf("herd: worker %d: response QP %d bring-up: %w", id, r, err)
+		}
+		mr, err := s.pd.RegMR(c.SendDepth*spec.HERDAnswerLen, 0)
+		if err != nil {
+			return nil, fmt.Errorf("herd: worker %d: response buffers: %w", id, err)
+		}
+		w.resp[r].mr = mr
+	}
+	for i := c.MaxQPs - 1; i >= 0; i-- {
+		w.free = append(w.free, i)
+	}
+	w.wcs = make([]verbs.WC, 16)
+	w.swcs = make([]verbs.WC, c.Batch)
+	w.wrs = make([]verbs.SendWR, c.Batch)
+	w.sges = make([]verbs.SGE, c.Batch)
+	w.pend = make([]pending, 0, c.Batch)
+	empty := []*hclient{}
+	w.clients.Store(&empty)
+	return w, nil
+}
+
+// admit gives client QP q a block and a connected server UC QP. Called
+// with Server.mu held; publish makes it visible to the worker.
+func (w *worker) admit(q ClientQP, ah verbs.AH, window int) (*hclient, error) {
+	w.reclaim()
+	if len(w.free) == 0 {
+		return nil, fmt.Errorf("%w: worker %d serves %d client QPs", ErrNoRoom, w.id, w.s.cfg.MaxQPs)
+	}
+	uc, err := w.s.pd.CreateQP(verbs.QPInitAttr{Type: verbs.UC, SendCQ: w.ucCQ, RecvCQ: w.ucCQ,
+		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		return nil, fmt.Errorf("herd: worker %d: UC QP: %w", w.id, err)
+	}
+	if err := verbs.Connect(uc, verbs.ConnectAttr{Remote: q.Write.Addr, RemoteQPN: q.Write.QPN, Access: verbs.AccessRemoteWrite}); err != nil {
+		uc.Close()
+		return nil, fmt.Errorf("%w: connect UC QP to %v %v: %v", ErrArgument, q.Write.Addr, q.Write.QPN, err)
+	}
+	blk := w.free[len(w.free)-1]
+	w.free = w.free[:len(w.free)-1]
+	c := &hclient{worker: w.id, block: blk, base: blk * w.s.cfg.MaxWindow, window: window, uc: uc, ah: ah,
+		qpn: q.Recv.QPN, last: make([]uint32, window)}
+	for i := range w.s.cfg.MaxWindow {
+		atomic.StoreUint64(&w.words[c.base+i], 0)
+	}
+	w.all = append(w.all, c)
+	return c, nil
+}
+
+// release stops serving c: its UC QP moves to ERR at once (no more WRITEs
+// land) and its block is reused once the worker has finished every sweep
+// that could still see it. Called with Server.mu held.
+func (w *worker) release(c *hclient) {
+	c.uc.Modify(&verbs.QPAttr{State: verbs.StateErr}, verbs.AttrState)
+	for i, x := range w.all {
+		if x == c {
+			w.all = append(w.all[:i], w.all[i+1:]...)
+			break
+		}
+	}
+	w.publish()
+	w.limbo = append(w.limbo, limbo{c, w.sweeps.Load()})
+}
+
+// reclaim frees the blocks of released clients no sweep can still see.
+func (w *worker) reclaim() {
+	now := w.sweeps.Load()
+	keep := w.limbo[:0]
+	for _, l := range w.limbo {
+		if now > l.sweep+1 || w.s.stopped.Load() {
+			l.c.uc.Close()
+			w.free = append(w.free, l.c.block)
+			continue
+		}
+		keep = append(keep, l)
+	}
+	w.limbo = keep
+}
+
+// publish hands the worker a fresh copy of its client list.
+func (w *worker) publish() {
+	cs := append([]*hclient(nil), w.all...)
+	w.clients.Store(&cs)
+}
+
+// toErr moves every QP of the worker to ERR. Called after the worker
+// exited.
+func (w *worker) toErr() {
+	w.s.mu.Lock()
+	defer w.s.mu.Unlock()
+	e := &verbs.QPAttr{State: verbs.StateErr}
+	for _, c := range w.all {
+		c.uc.Modify(e, verbs.AttrState)
+	}
+	for _, r := range w.resp {
+		if r.qp != nil {
+			r.qp.Modify(e, verbs.AttrState)
+		}
+	}
+}
+
+func (w *worker) close() {
+	for _, c := range w.all {
+		c.uc.Close()
+	}
+	for _, l := range w.limbo {
+		l.c.uc.Close()
+	}
+	w.all, w.limbo = nil, nil
+	for _, r := range w.resp {
+		if r.qp != nil {
+			r.qp.Close()
+		}
+		if r.mr != nil {
+			r.mr.Close()
+		}
+	}
+	if w.region != nil {
+		w.region.Close()
+	}
+	if w.ucCQ != nil {
+		w.ucCQ.Close()
+	}
+	if w.sendCQ != nil {
+		w.sendCQ.Close()
+	}
+}
+
+// run is the worker's loop. It returns when the server stops.
+func (w *worker) run() {
+	log := w.s.log.With("worker", w.id)
+	if w.core >= 0 {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := pin(w.core); err != nil {
+			log.Warn("running unpinned", "err", err)
+			w.core = -1
+		}
+	}
+	cfg := &w.s.cfg
+	start := w.s.start
+	idleSince := time.Duration(-1)
+	sleep := time.Duration(0)
+	for !w.s.stopped.Load() {
+		// Polling the UC CQ moves the provider's packets on this thread
+		// (the userspace provider receives on the poller); plain WRITEs
+		// complete nothing, so it stays empty.
+		w.ucCQ.Poll(w.wcs)
+		w.reapSends()
+		now := time.Since(start)
+		if w.collect() == 0 {
+			if idleSince < 0 {
+				idleSince = now
+			}
+			if cfg.Spin < 0 || now-idleSince < cfg.Spin {
+				runtime.Gosched()
+				continue
+			}
+			sleep = min(max(2*sleep, 10*time.Microsecond), cfg.MaxSleep)
+			time.Sleep(sleep)
+			continue
+		}
+		idleSince, sleep = -1, 0
+		w.batch(now)
+	}
+}
+
+// collect sweeps the published clients' slots, from where the last sweep
+// stopped, until the batch is full. Each request found is validated,
+// de-duplicated and its slot zeroed. It returns the batch size.
+func (w *worker) collect() int {
+	w.sweeps.Add(1)
+	clients := *w.clients.Load()
+	w.pend = w.pend[:0]
+	if len(clients) == 0 {
+		return 0
+	}
+	limit := cap(w.pend)
+	st := &w.stats
+	if w.cur >= len(clients) {
+		w.cur = 0
+	}
+	for k := range clients {
+		ci := (w.cur + k) % len(clients)
+		c := clients[ci]
+		for pos := range c.window {
+			p := &w.words[c.base+pos]
+			word := atomic.LoadUint64(p)
+			if word == 0 {
+				continue
+			}
+			var b [slotLen]byte
+			binary.LittleEndian.PutUint64(b[:], word)
+			sl, err := spec.DecodeSlot(b[:])
+			if err != nil {
+				st.malformed.Add(1)
+				atomic.CompareAndSwapUint64(p, word, 0)
+				continue
+			}
+			seq := uint32(sl.Seq)
+			if last := c.last[pos]; last != 0 {
+				if d := (seq - last) & spec.SeqMask; d == 0 || d >= 1<<(spec.SeqBits-1) {
+					st.duplicates.Add(1) // answered already, or older than what was
+					atomic.CompareAndSwapUint64(p, word, 0)
+					continue
+				}
+			}
+			c.last[pos] = seq
+			// Zero the slot BEFORE the reply is posted; a newer WRITE that
+			// landed meanwhile is kept for the next sweep.
+			if !atomic.CompareAndSwapUint64(p, word, 0) {
+				st.lost.Add(1)
+			}
+			w.pend = append(w.pend, pending{c, pos, sl.Seq})
+			if len(w.pend) == limit {
+				w.cur = ci
+				return len(w.pend)
+			}
+		}
+	}
+	w.cur = (w.cur + 1) % len(clients)
+	return len(w.pend)
+}
+
+// batch claims once for the collected requests and answers them.
+func (w *worker) batch(received time.Duration) {
+	n := len(w.pend)
+	first, ok := w.claim(received, n)
+	if ok {
+		w.answer(first)
+		w.stats.batches.Add(1)
+		w.stats.requests.Add(uint64(n))
+	}
+	for i := range w.pend {
+		w.pend[i] = pending{}
+	}
+	w.pend = w.pend[:0]
+}
+
+// claim claims n values, retrying while the oracle is behind; it gives up
+// (dropping the batch) once the batch is older than spec.MaxResidence.
+func (w *worker) claim(received time.Duration, n int) (uint64, bool) {
+	for spins := 0; ; spins++ {
+		first, err := w.s.cfg.Oracle.Claim(n)
+		if err == nil {
+			return first, true
+		}
+		if w.s.cfg.Behind == nil || !errors.Is(err, w.s.cfg.Behind) {
+			w.stats.drops[dropOracle].Add(uint64(n))
+			if spins == 0 {
+				w.s.log.Error("claim", "worker", w.id, "n", n, "err", err)
+			}
+			return 0, false
+		}
+		w.stats.stalls.Add(1)
+		if time.Since(w.s.start)-received > spec.MaxResidence || w.s.stopped.Load() {
+			w.stats.drops[dropExpired].Add(uint64(n))
+			return 0, false
+		}
+		if spins < 64 {
+			runtime.Gosched()
+		} else {
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
+}
+
+// answer posts one UD SEND per pending request, values first.., as one
+// chain on the next response QP.
+func (w *worker) answer(first uint64) {
+	ri := w.next
+	r := &w.resp[ri]
+	w.next = (w.next + 1) % len(w.resp)
+	n := len(w.pend)
+	if !w.room(r, n) {
+		w.stats.drops[dropSendError].Add(uint64(n))
+		return
+	}
+	cfg := &w.s.cfg
+	depth, k := uint64(cfg.SendDepth), uint64(cfg.SignalEvery)
+	base, buf := r.mr.Addr(), r.mr.Bytes()
+	for i := range w.pend {
+		p := &w.pend[i]
+		seq := r.posted + uint64(i)
+		off := (seq % depth) * spec.HERDAnswerLen
+		binary.BigEndian.PutUint64(buf[off:], first+uint64(i))
+		imm, _ := spec.HERDAnswerImm(p.pos, p.seq) // pos < MaxWindow, seq valid: checked
+		w.sges[i] = verbs.SGE{Addr: base + off, Length: spec.HERDAnswerLen, LKey: r.mr.LKey()}
+		wr := &w.wrs[i]
+		*wr = verbs.SendWR{ID: seq<<8 | uint64(ri), Opcode: verbs.OpSendWithImm, Flags: verbs.Inline,
+			SG: w.sges[i : i+1], Imm: uint32(imm), AH: p.c.ah, RemoteQPN: p.c.qpn, RemoteQKey: cfg.QKey}
+		if seq%k == k-1 {
+			wr.Flags |= verbs.Signaled
+		}
+	}
+	posted, err := r.qp.PostSend(w.wrs[:n])
+	r.posted += uint64(posted)
+	if err != nil {
+		w.stats.drops[dropSendError].Add(uint64(n - posted))
+		w.s.log.Error("post answers", "worker", w.id, "posted", posted, "of", n, "err", err)
+	}
+}
+
+// room makes sure r's send queue can take n more work requests; it gives
+// up after a second.
+func (w *worker) room(r *respQP, n int) bool {
+	depth := uint64(w.s.cfg.SendDepth)
+	var deadline time.Time
+	for r.posted-r.completed+uint64(n) > depth-1 {
+		if w.reapSends() == 0 {
+			if deadline.IsZero() {
+				deadline = time.Now().Add(time.Second)
+			} else if time.Now().After(deadline) {
+				w.s.log.Error("send queue never drained", "worker", w.id)
+				return false
+			}
+			runtime.Gosched()
+		}
+	}
+	return true
+}
+
+// reapSends polls the send CQ once; a signaled completion frees its slot
+// and every slot before it.
+func (w *worker) reapSends() int {
+	n, err := w.sendCQ.Poll(w.swcs)
+	if err != nil {
+		return 0
+	}
+	for i := range w.swcs[:n] {
+		wc := &w.swcs[i]
+		ri := int(wc.ID & 0xff)
+		if ri >= len(w.resp) {
+			continue
+		}
+		if wc.Status != verbs.WCSuccess {
+			w.stats.drops[dropSendError].Add(1)
+		}
+		if seq := wc.ID >> 8; seq+1 > w.resp[ri].completed {
+			w.resp[ri].completed = seq + 1
+		}
+	}
+	return n
+}
