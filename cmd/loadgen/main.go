@@ -1,0 +1,122 @@
+// Command loadgen drives seqd with closed-loop load, compares its modes,
+// verifies every timestamp it received, and reports a table, JSON and a
+// plot. See README.md, "Comparing modes: loadgen".
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime/pprof"
+	"syscall"
+
+	"github.com/seqd/seqd/loadgen"
+)
+
+func main() {
+	os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// Exit codes: 0 clean, 1 run failed, 2 bad flags, 3 violations found or
+// a mode skipped.
+func realMain(args []string, stdout, stderr io.Writer) int {
+	var c loadgen.Config
+	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.Admin, "admin", "127.0.0.1:7070", "admin address of a running seqd")
+	fs.BoolVar(&c.Spawn, "spawn", false, "start seqd for the run (the seqd binary next to loadgen or on PATH, else in-process)")
+	fs.StringVar(&c.SeqdBinary, "seqd", "", "with -spawn: the seqd binary, or \"in-process\"")
+	fs.StringVar(&c.SeqdCores, "seqd-cores", "", "with -spawn: seqd's -cores (its workers' cores)")
+	modes := fs.String("modes", "spec-s0", "modes to compare, in order, comma-separated (may repeat)")
+	fs.IntVar(&c.Clients, "clients", 1, "client threads, each with its own client and engine")
+	fs.IntVar(&c.QPs, "qps", 1, "queue pairs per client")
+	fs.IntVar(&c.Window, "window", 64, "outstanding requests per client")
+	sweepW := fs.String("sweep-window", "", "windows to sweep, e.g. 1,4,16,64 (replaces -window)")
+	sweepC := fs.String("sweep-clients", "", "client counts to sweep, e.g. 1,2,4 (replaces -clients)")
+	fs.DurationVar(&c.Duration, "duration", 5e9, "measured interval per mode and point")
+	fs.DurationVar(&c.Warmup, "warmup", 1e9, "warm-up before each measurement")
+	fs.DurationVar(&c.Echo, "echo", 1e9, "how long to measure each echo floor (negative: skip)")
+	cores := fs.String("cores", "", "pin loadgen's threads to these cores, comma-separated")
+	fs.BoolVar(&c.Verify, "verify", true, "check every timestamp received (uniqueness, per-client order, real-time order)")
+	fs.IntVar(&c.VerifyMax, "verify-max", 200<<20, "most calls kept for verification per point (24 bytes each)")
+	jsonPath := fs.String("json", "", "write the results as JSON to `FILE`")
+	plotPath := fs.String("plot", "", "draw the results to `FILE` (.png or .svg)")
+	quiet := fs.Bool("quiet", false, "no progress line or logs on stderr")
+	cpuProf := fs.String("cpuprofile", "", "write loadgen's CPU profile to `FILE`")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "loadgen: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	var err error
+	c.Modes = loadgen.ParseList(*modes)
+	if c.SweepWindow, err = loadgen.ParseInts(*sweepW); err == nil {
+		if c.SweepClients, err = loadgen.ParseInts(*sweepC); err == nil {
+			c.Cores, err = loadgen.ParseInts(*cores)
+		}
+	}
+	if err == nil {
+		err = c.Validate()
+	}
+	if err == nil && *plotPath != "" {
+		err = loadgen.CheckPlotPath(*plotPath)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "loadgen: %v\n", err)
+		return 2
+	}
+	level := slog.LevelInfo
+	if *quiet {
+		level = slog.LevelError
+	} else {
+		c.Progress = stderr
+	}
+	c.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+
+	if *cpuProf != "" {
+		f, err := os.Create(*cpuProf)
+		if err != nil {
+			fmt.Fprintf(stderr, "loadgen: %v\n", err)
+			return 1
+		}
+		defer f.Close()
+		pprof.StartCPUProfile(f)
+		defer pprof.StopCPUProfile()
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	rep, err := loadgen.Run(ctx, c)
+	if rep != nil {
+		rep.WriteTable(stdout)
+		if *jsonPath != "" {
+			if jerr := rep.WriteJSON(*jsonPath); jerr != nil {
+				fmt.Fprintf(stderr, "loadgen: %v\n", jerr)
+				return 1
+			}
+		}
+		if *plotPath != "" && len(rep.Results) > 0 {
+			if perr := rep.Plot(*plotPath); perr != nil {
+				fmt.Fprintf(stderr, "loadgen: %v\n", perr)
+				return 1
+			}
+		}
+	}
+	switch {
+	case err != nil:
+		fmt.Fprintf(stderr, "loadgen: %v\n", err)
+		if errors.Is(err, context.Canceled) {
+			return 130
+		}
+		return 1
+	case rep.Violations > 0 || len(rep.Skipped) > 0:
+		return 3
+	}
+	return 0
+}

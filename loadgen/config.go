@@ -1,0 +1,173 @@
+package loadgen
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/seqd/seqd/spec"
+)
+
+// ErrConfig reports an invalid Config.
+var ErrConfig = errors.New("loadgen: invalid config")
+
+// Config is everything loadgen's flags set. Validate fills the defaults.
+type Config struct {
+	// Admin is a running seqd's admin address; ignored with Spawn.
+	Admin string
+	// Spawn starts seqd for the run: SeqdBinary if set, else a seqd next
+	// to this executable or on PATH, else in-process.
+	Spawn      bool
+	SeqdBinary string // "in-process" forces the in-process server
+	SeqdCores  string // seqd's -cores (its workers' cores), "" unpinned
+	SeqdArgs   []string
+
+	Modes   []string // run in this order; may repeat
+	Clients int      // client threads (each a client.Client with its own engine)
+	QPs     int      // queue pairs per client
+	Window  int      // outstanding requests per client, over its QPs
+
+	// SweepWindow and SweepClients, when set, replace Window and Clients
+	// with every combination: one result per point, per mode.
+	SweepWindow  []int
+	SweepClients []int
+
+	Duration time.Duration // measured interval per point
+	Warmup   time.Duration // before each point's measurement
+	Echo     time.Duration // per echo (provider and raw UDP); 0 = default, <0 = skip
+	Cores    []int         // pin loadgen's threads to these cores
+	Verify   bool
+	// VerifyMax bounds the calls kept for verification per point (memory:
+	// 24 bytes each); beyond it calls are counted as unverified.
+	VerifyMax int
+
+	Provider, Device string // the clients' verbs device (default soft on 127.0.0.1:0)
+
+	Progress io.Writer // a progress line per second; nil for none
+	Logger   *slog.Logger
+}
+
+// Point is one (clients, window) combination.
+type Point struct{ Clients, Window int }
+
+// Validate fills defaults and checks c.
+func (c *Config) Validate() error {
+	if c.Admin == "" {
+		c.Admin = "127.0.0.1:7070"
+	}
+	if len(c.Modes) == 0 {
+		c.Modes = []string{spec.ModeSpecS0}
+	}
+	for _, m := range c.Modes {
+		if m == "" || strings.ContainsAny(m, " \t,") {
+			return fmt.Errorf("%w: mode %q", ErrConfig, m)
+		}
+	}
+	if c.Clients == 0 {
+		c.Clients = 1
+	}
+	if c.QPs == 0 {
+		c.QPs = 1
+	}
+	if c.Window == 0 {
+		c.Window = 64
+	}
+	if c.Duration == 0 {
+		c.Duration = 5 * time.Second
+	}
+	if c.Warmup == 0 {
+		c.Warmup = time.Second
+	}
+	if c.Echo == 0 {
+		c.Echo = time.Second
+	}
+	if c.VerifyMax == 0 {
+		c.VerifyMax = 200 << 20
+	}
+	if c.Provider == "" {
+		c.Provider, c.Device = "soft", "127.0.0.1:0"
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if !c.Spawn {
+		if _, _, err := net.SplitHostPort(c.Admin); err != nil {
+			return fmt.Errorf("%w: -admin %q: %v", ErrConfig, c.Admin, err)
+		}
+	}
+	switch {
+	case c.Clients < 1 || c.Clients > 256:
+		return fmt.Errorf("%w: -clients %d (1..256)", ErrConfig, c.Clients)
+	case c.QPs < 1 || c.QPs > 64:
+		return fmt.Errorf("%w: -qps %d (1..64)", ErrConfig, c.QPs)
+	case c.Window < c.QPs || c.Window > c.QPs*spec.MaxWindow:
+		return fmt.Errorf("%w: -window %d (at least one per QP, at most %d per QP)", ErrConfig, c.Window, spec.MaxWindow)
+	case c.Duration < 0 || c.Warmup < 0:
+		return fmt.Errorf("%w: negative -duration or -warmup", ErrConfig)
+	case c.VerifyMax < 0:
+		return fmt.Errorf("%w: negative verify bound", ErrConfig)
+	}
+	for _, w := range c.SweepWindow {
+		if w < c.QPs || w > c.QPs*spec.MaxWindow {
+			return fmt.Errorf("%w: -sweep-window %d (at least one per QP, at most %d per QP)", ErrConfig, w, spec.MaxWindow)
+		}
+	}
+	for _, n := range c.SweepClients {
+		if n < 1 || n > 256 {
+			return fmt.Errorf("%w: -sweep-clients %d (1..256)", ErrConfig, n)
+		}
+	}
+	for _, k := range c.Cores {
+		if k < 0 {
+			return fmt.Errorf("%w: -cores %d", ErrConfig, k)
+		}
+	}
+	return nil
+}
+
+// Points lists the (clients, window) combinations to run per mode.
+func (c *Config) Points() []Point {
+	cs, ws := c.SweepClients, c.SweepWindow
+	if len(cs) == 0 {
+		cs = []int{c.Clients}
+	}
+	if len(ws) == 0 {
+		ws = []int{c.Window}
+	}
+	var ps []Point
+	for _, n := range cs {
+		for _, w := range ws {
+			ps = append(ps, Point{n, w})
+		}
+	}
+	return ps
+}
+
+// ParseList splits a comma-separated flag value, dropping empty items.
+func ParseList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// ParseInts parses a comma-separated list of integers ("1,4,16").
+func ParseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range ParseList(s) {
+		n, err := strconv.Atoi(f)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %q is not an integer", ErrConfig, f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}

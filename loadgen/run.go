@@ -1,0 +1,400 @@
+package loadgen
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/adminpb"
+	"github.com/seqd/seqd/client"
+	"github.com/seqd/seqd/loadgen/verify"
+	_ "github.com/seqd/seqd/verbs/soft" // the default provider
+)
+
+// Result is one point of one mode. The JSON fields are the interface
+// scripts read; the others are for the table and the plot.
+type Result struct {
+	Mode          string  `json:"mode"`
+	ThroughputOps float64 `json:"throughput_ops"`
+	P50us         float64 `json:"p50_us"`
+	P99us         float64 `json:"p99_us"`
+	P999us        float64 `json:"p999_us"`
+	Maxus         float64 `json:"max_us"`
+	AvgBatch      float64 `json:"avg_batch"`
+	SpecMisses    uint64  `json:"spec_misses"`
+	Retransmits   uint64  `json:"retransmits"`
+	Drops         uint64  `json:"drops"`
+	Clients       int     `json:"clients"`
+	Window        int     `json:"window"`
+	MinTS         uint64  `json:"min_ts"`
+	MaxTS         uint64  `json:"max_ts"`
+
+	P90us      float64        `json:"-"`
+	Answers    uint64         `json:"-"` // answers inside the measured interval
+	Errors     uint64         `json:"-"` // failed requests (timeouts)
+	Timeouts   uint64         `json:"-"`
+	Verified   int            `json:"-"` // calls checked
+	Unverified uint64         `json:"-"` // calls beyond Config.VerifyMax
+	Check      *verify.Report `json:"-"`
+}
+
+// Skipped is a requested mode that could not be run.
+type Skipped struct {
+	Mode string
+	Err  error
+}
+
+// Report is a whole run.
+type Report struct {
+	Results      []Result `json:"results"`
+	EchoFloorOps float64  `json:"echo_floor_ops"`
+	Violations   int      `json:"violations"`
+
+	Echo     Echo      `json:"-"`
+	Skipped  []Skipped `json:"-"`
+	Examples []string  `json:"-"` // violation examples, a few per kind
+	Server   string    `json:"-"`
+}
+
+// Run measures the echo floor, then every mode at every point, in order.
+// A mode that cannot be switched to is skipped and listed in
+// Report.Skipped; other failures end the run with an error.
+func Run(ctx context.Context, c Config) (*Report, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	if err := pinProcess(c.Cores); err != nil {
+		return nil, err
+	}
+	log := c.Logger
+	rep := &Report{}
+	if c.Echo > 0 {
+		e, err := MeasureEcho(c.Provider, c.Device, c.Echo)
+		if err != nil {
+			return nil, err
+		}
+		rep.Echo, rep.EchoFloorOps = e, e.RawUDP
+		log.Info("echo floor", "provider_ops", int64(e.Provider), "raw_udp_ops", int64(e.RawUDP))
+	}
+	r := &runner{c: &c, log: log, rep: rep}
+	defer r.closeServer()
+	for _, mode := range c.Modes {
+		if err := ctx.Err(); err != nil {
+			return rep, err
+		}
+		if err := r.useMode(ctx, mode); err != nil {
+			if errors.Is(err, ErrModeSwitch) {
+				log.Warn("mode skipped", "mode", mode, "err", err)
+				rep.Skipped = append(rep.Skipped, Skipped{mode, err})
+				continue
+			}
+			return rep, err
+		}
+		for _, p := range c.Points() {
+			res, err := r.runPoint(ctx, mode, p)
+			if err != nil {
+				return rep, err
+			}
+			rep.Results = append(rep.Results, res)
+			if res.Check != nil {
+				rep.Violations += res.Check.Violations()
+				for _, v := range res.Check.Examples {
+					rep.Examples = append(rep.Examples, fmt.Sprintf("%s clients=%d window=%d: %v", mode, p.Clients, p.Window, v))
+				}
+			}
+		}
+	}
+	if err := r.closeServer(); err != nil {
+		return rep, err
+	}
+	return rep, nil
+}
+
+type runner struct {
+	c    *Config
+	log  *slog.Logger
+	rep  *Report
+	srv  *server // when spawned
+	addr string
+	adm  adminpb.AdminClient
+	cc   interface{ Close() error }
+	bufs [][]verify.Call
+}
+
+func (r *runner) closeServer() error {
+	if r.cc != nil {
+		r.cc.Close()
+		r.cc, r.adm = nil, nil
+	}
+	if r.srv != nil {
+		err := r.srv.stop()
+		r.srv = nil
+		return err
+	}
+	return nil
+}
+
+func (r *runner) connectAdmin(ctx context.Context, addr string) error {
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	cc, err := admin.Dial(dctx, addr)
+	if err != nil {
+		return fmt.Errorf("loadgen: admin %s: %w", addr, err)
+	}
+	r.addr, r.cc, r.adm = addr, cc, adminpb.NewAdminClient(cc)
+	return nil
+}
+
+// useMode makes the server serve mode: through the admin plane, or with
+// -spawn by (re)starting loadgen's own seqd in that mode.
+func (r *runner) useMode(ctx context.Context, mode string) error {
+	if r.adm == nil && !r.c.Spawn {
+		if err := r.connectAdmin(ctx, r.c.Admin); err != nil {
+			return err
+		}
+		r.rep.Server = r.c.Admin
+	}
+	if r.adm != nil {
+		err := switchMode(ctx, r.adm, mode)
+		if err == nil || !errors.Is(err, ErrModeSwitch) || !r.c.Spawn {
+			return err
+		}
+		if err := r.closeServer(); err != nil {
+			return err
+		}
+	}
+	s, err := spawn(ctx, r.c, mode)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrModeSwitch, err)
+	}
+	r.srv, r.rep.Server = s, s.desc
+	r.log.Info("spawned seqd", "mode", mode, "server", s.desc, "admin", s.admin)
+	if err := r.connectAdmin(ctx, s.admin); err != nil {
+		return err
+	}
+	return switchMode(ctx, r.adm, mode)
+}
+
+type snapshot struct {
+	answers, retransmits, specMisses, timeouts uint64
+	st                                         *adminpb.StatusResponse
+	batches, requests                          uint64
+}
+
+func (r *runner) snap(ctx context.Context, cls []*client.Client) (snapshot, error) {
+	var s snapshot
+	for _, c := range cls {
+		st := c.Stats()
+		s.answers += st.Answers
+		s.retransmits += st.Retransmits
+		s.specMisses += st.SpecMisses
+		s.timeouts += st.Timeouts
+	}
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	st, err := r.adm.Status(sctx, &adminpb.StatusRequest{})
+	if err != nil {
+		return s, fmt.Errorf("loadgen: status: %w", err)
+	}
+	s.st = st
+	for _, w := range st.GetWorkers() {
+		s.batches += w.GetBatches()
+		s.requests += w.GetRequests()
+	}
+	return s, nil
+}
+
+// recordBuffers returns n buffers for verification, each with room for
+// per calls, reusing earlier ones and touching new memory before the run
+// so that page faults do not land in the measurement.
+func (r *runner) recordBuffers(n, per int) [][]verify.Call {
+	for len(r.bufs) < n {
+		r.bufs = append(r.bufs, nil)
+	}
+	for i := range n {
+		if cap(r.bufs[i]) < per {
+			b := make([]verify.Call, per)
+			for j := 0; j < per; j += 4096 / 24 {
+				b[j].Value = 1
+			}
+			r.bufs[i] = b[:0]
+		}
+	}
+	return r.bufs[:n]
+}
+
+func (r *runner) runPoint(ctx context.Context, mode string, p Point) (Result, error) {
+	c := r.c
+	res := Result{Mode: mode, Clients: p.Clients, Window: p.Window}
+	qps := min(c.QPs, p.Window)
+	perQP := (p.Window + qps - 1) / qps
+	quiet := slog.New(slog.NewTextHandler(logWriter{r.log}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	cls := make([]*client.Client, 0, p.Clients)
+	defer func() {
+		for _, cl := range cls {
+			cl.Close()
+		}
+	}()
+	for i := range p.Clients {
+		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		cl, err := client.Dial(dctx, r.addr, client.WithDevice(c.Provider, c.Device, ""), client.WithQPs(qps),
+			client.WithWindow(perQP), client.WithName(fmt.Sprintf("loadgen-%d", i)), client.WithLogger(quiet))
+		cancel()
+		if err != nil {
+			return res, fmt.Errorf("loadgen: %s: client %d: %w", mode, i, err)
+		}
+		cls = append(cls, cl)
+	}
+
+	// Size the record buffers for the fastest rate this transport can
+	// carry: the provider's own echo.
+	rate := r.rep.Echo.Provider
+	if rate == 0 {
+		rate = 10e6
+	}
+	total := int(min(rate*1.2*(c.Warmup+c.Duration+time.Second).Seconds(), float64(c.VerifyMax)))
+	var bufs [][]verify.Call
+	if c.Verify {
+		bufs = r.recordBuffers(p.Clients, total/p.Clients)
+	}
+
+	base := time.Now()
+	from, until := int64(c.Warmup), int64(c.Warmup+c.Duration)
+	drivers := make([]*driver, p.Clients)
+	for i, cl := range cls {
+		var b []verify.Call
+		if c.Verify {
+			b = bufs[i]
+		}
+		drivers[i] = newDriver(cl, p.Window, base, from, until, b, c.VerifyMax/p.Clients, c.Verify)
+	}
+	for i, d := range drivers {
+		if err := d.start(); err != nil {
+			for _, d := range drivers[:i] {
+				d.stop.Store(true)
+			}
+			return res, err
+		}
+	}
+
+	var before, after snapshot
+	var err error
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	lastAns, lastT := uint64(0), time.Now()
+	phase := 0 // 0 warm-up, 1 measuring, 2 done
+	for phase < 2 {
+		next := base.Add(time.Duration(from))
+		if phase == 1 {
+			next = base.Add(time.Duration(until))
+		}
+		wait := time.NewTimer(time.Until(next))
+		select {
+		case <-ctx.Done():
+			wait.Stop()
+			for _, d := range drivers {
+				d.stop.Store(true)
+			}
+			return res, ctx.Err()
+		case <-tick.C:
+			wait.Stop()
+			if c.Progress != nil {
+				var ans uint64
+				for _, cl := range cls {
+					ans += cl.Stats().Answers
+				}
+				now := time.Now()
+				what := "warm-up"
+				if phase == 1 {
+					what = "measuring"
+				}
+				fmt.Fprintf(c.Progress, "loadgen: %-8s clients=%d window=%d %-9s %5.1fs  %7.3f Mops/s  %d answers\n",
+					mode, p.Clients, p.Window, what, now.Sub(base).Seconds(),
+					float64(ans-lastAns)/now.Sub(lastT).Seconds()/1e6, ans)
+				lastAns, lastT = ans, now
+			}
+			continue
+		case <-wait.C:
+		}
+		if phase == 0 {
+			before, err = r.snap(ctx, cls)
+		} else {
+			after, err = r.snap(ctx, cls)
+		}
+		if err != nil {
+			for _, d := range drivers {
+				d.stop.Store(true)
+			}
+			return res, err
+		}
+		phase++
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for _, d := range drivers {
+		if err := d.wait(wctx); err != nil {
+			return res, fmt.Errorf("loadgen: %s: %w", mode, err)
+		}
+	}
+
+	h := hdrhistogram.New(histMin, histMax, histSig)
+	res.MinTS = ^uint64(0)
+	calls := make([][]verify.Call, 0, len(drivers))
+	for i, d := range drivers {
+		h.Merge(d.hist)
+		res.Answers += d.count
+		res.Errors += d.errs
+		res.MinTS, res.MaxTS = min(res.MinTS, d.minTS), max(res.MaxTS, d.maxTS)
+		res.Unverified += d.unverified
+		if d.firstErr != nil {
+			r.log.Warn("requests failed", "mode", mode, "client", i, "failed", d.errs, "first", d.firstErr)
+		}
+		if d.grew > 0 {
+			r.log.Info("record buffer grew during the run", "client", i, "times", d.grew)
+		}
+		if c.Verify {
+			r.bufs[i] = d.recs[:0] // keep the (possibly grown) buffer
+			calls = append(calls, d.recs)
+		}
+	}
+	if res.MinTS == ^uint64(0) {
+		res.MinTS = 0
+	}
+	us := func(q float64) float64 { return float64(h.ValueAtQuantile(q)) / 1e3 }
+	res.ThroughputOps = float64(res.Answers) / c.Duration.Seconds()
+	res.P50us, res.P90us, res.P99us, res.P999us = us(50), us(90), us(99), us(99.9)
+	res.Maxus = float64(h.Max()) / 1e3
+	res.Retransmits = after.retransmits - before.retransmits
+	res.Timeouts = after.timeouts - before.timeouts
+	res.SpecMisses = after.st.GetSpecMisses() - before.st.GetSpecMisses()
+	if cm := after.specMisses - before.specMisses; res.SpecMisses == 0 {
+		res.SpecMisses = cm // a mode whose server does not count them
+	}
+	res.Drops = after.st.GetDrops() - before.st.GetDrops()
+	if db := after.batches - before.batches; db > 0 {
+		res.AvgBatch = float64(after.requests-before.requests) / float64(db)
+	}
+	if c.Verify {
+		t0 := time.Now()
+		rp := verify.Check(calls, 3)
+		res.Check, res.Verified = &rp, rp.Calls
+		r.log.Info("verified", "mode", mode, "calls", rp.Calls, "violations", rp.Violations(),
+			"unverified", res.Unverified, "took", time.Since(t0).Round(time.Millisecond))
+	}
+	r.log.Info("point done", "mode", mode, "clients", p.Clients, "window", p.Window,
+		"throughput_ops", int64(res.ThroughputOps), "p50_us", res.P50us, "p99_us", res.P99us)
+	return res, nil
+}
+
+// logWriter forwards the clients' warnings to loadgen's logger.
+type logWriter struct{ l *slog.Logger }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.l.Warn("client", "msg", string(p))
+	return len(p), nil
+}

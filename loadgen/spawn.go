@@ -1,0 +1,196 @@
+package loadgen
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/adminpb"
+	"github.com/seqd/seqd/cmd/seqd/run"
+)
+
+// InProcess as Config.SeqdBinary runs seqd inside loadgen.
+const InProcess = "in-process"
+
+// server is a seqd that loadgen started.
+type server struct {
+	admin string
+	desc  string
+	stop  func() error
+}
+
+// findSeqd returns the seqd binary to spawn: next to this executable, then
+// on PATH; "" when there is none.
+func findSeqd() string {
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), "seqd")
+		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+			return p
+		}
+	}
+	if p, err := exec.LookPath("seqd"); err == nil {
+		return p
+	}
+	return ""
+}
+
+// spawn starts seqd serving mode, on loopback with free ports and a fresh
+// data directory, and waits until its admin plane answers.
+func spawn(ctx context.Context, c *Config, mode string) (*server, error) {
+	bin := c.SeqdBinary
+	if bin == "" {
+		bin = findSeqd()
+	}
+	dir, err := os.MkdirTemp("", "loadgen-seqd-")
+	if err != nil {
+		return nil, fmt.Errorf("loadgen: spawn: %w", err)
+	}
+	var s *server
+	if bin == "" || bin == InProcess {
+		s, err = spawnInProcess(c, mode, dir)
+	} else {
+		s, err = spawnBinary(ctx, c, bin, mode, dir)
+	}
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	stop := s.stop
+	s.stop = func() error {
+		err := stop()
+		os.RemoveAll(dir)
+		return err
+	}
+	return s, nil
+}
+
+func spawnInProcess(c *Config, mode, dir string) (*server, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan run.Addrs, 1)
+	done := make(chan error, 1)
+	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	go func() {
+		done <- run.Run(ctx, run.Config{Device: "127.0.0.1:0", Admin: "127.0.0.1:0", Metrics: "off", Data: dir,
+			Mode: mode, Cores: c.SeqdCores}, quiet, func(a run.Addrs) { ready <- a })
+	}()
+	select {
+	case a := <-ready:
+		return &server{admin: a.Admin, desc: "in-process seqd", stop: func() error { cancel(); return <-done }}, nil
+	case err := <-done:
+		cancel()
+		return nil, fmt.Errorf("loadgen: in-process seqd (%s): %w", mode, err)
+	case <-time.After(10 * time.Second):
+		cancel()
+		return nil, fmt.Errorf("loadgen: in-process seqd (%s) not ready after 10s", mode)
+	}
+}
+
+// lockedBuffer collects a child's stderr for error messages.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.b.Len() < 1<<20 {
+		l.b.Write(p)
+	}
+	return len(p), nil
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func freePort() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+func spawnBinary(ctx context.Context, c *Config, bin, mode, dir string) (*server, error) {
+	addr, err := freePort()
+	if err != nil {
+		return nil, fmt.Errorf("loadgen: spawn: free port: %w", err)
+	}
+	args := []string{"-device", "127.0.0.1:0", "-admin", addr, "-metrics", "off", "-data", dir, "-mode", mode}
+	if c.SeqdCores != "" {
+		args = append(args, "-cores", c.SeqdCores)
+	}
+	args = append(args, c.SeqdArgs...)
+	cmd := exec.Command(bin, args...)
+	var errBuf lockedBuffer
+	cmd.Stdout, cmd.Stderr = &errBuf, &errBuf
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("loadgen: spawn %s: %w", bin, err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	stop := func() error {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-exited:
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
+				return fmt.Errorf("loadgen: seqd exited: %v: %s", err, tail(errBuf.String()))
+			}
+			return err
+		case <-time.After(5 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+			return fmt.Errorf("loadgen: seqd did not stop on SIGTERM; killed")
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		select {
+		case err := <-exited:
+			return nil, fmt.Errorf("loadgen: %s %v exited: %v: %s", bin, args, err, tail(errBuf.String()))
+		default:
+		}
+		if err := ping(ctx, addr); err == nil {
+			return &server{admin: addr, desc: bin + " (pid " + fmt.Sprint(cmd.Process.Pid) + ")", stop: stop}, nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			stop()
+			return nil, fmt.Errorf("loadgen: %s not ready after 10s: %s", bin, tail(errBuf.String()))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func ping(ctx context.Context, addr string) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	cc, err := admin.Dial(ctx, addr)
+	if err != nil {
+		return err
+	}
+	defer cc.Close()
+	_, err = adminpb.NewAdminClient(cc).Status(ctx, &adminpb.StatusRequest{})
+	return err
+}
+
+func tail(s string) string {
+	if len(s) > 2000 {
+		s = "..." + s[len(s)-2000:]
+	}
+	return s
+}
