@@ -20,19 +20,28 @@ type Device interface {
 	Close() error
 }
 
-// DeviceAttr are a device's limits and port properties.
+// DeviceAttr are a device's limits and port properties. A zero limit means
+// the provider does not report it at device level.
 type DeviceAttr struct {
-	MaxQP       int
-	MaxQPWR     int
-	MaxSGE      int
-	MaxCQE      int
-	MaxMRSize   uint64
+	MaxQP     int
+	MaxQPWR   int
+	MaxSGE    int
+	MaxCQE    int
+	MaxMRSize uint64
+	// MaxInline is the inline capacity, or 0 where only QP creation says
+	// (libibverbs grants it per QP, in the returned capacities).
 	MaxInline   int
 	MaxRdAtomic int
 	ActiveMTU   MTU
 	// Queues is the number of independent send/receive engines: UDP
-	// sockets in the userspace provider. QPs are spread across them.
+	// sockets in the userspace provider, over which QPs are spread. 0
+	// means not applicable: on a NIC every QP is its own engine.
 	Queues int
+	// AtomicBigEndian says how the responder reads and writes the 8-byte
+	// word of an atomic: big endian (Mellanox NICs) or host order (the
+	// userspace provider, like Linux's rxe). Code that shares an atomic
+	// counter with the CPU must use this order.
+	AtomicBigEndian bool
 }
 
 // PD is a protection domain: memory regions, address handles and queue
@@ -50,7 +59,7 @@ type PD interface {
 
 // MR is a registered memory region.
 type MR interface {
-	// Bytes is the region's memory. It stays valid until Close.
+	// Bytes is the region's memory. It must not be used after Close.
 	Bytes() []byte
 	// Addr is the virtual address of Bytes()[0], as used in SGEs and by
 	// remote peers in RDMA and atomic operations.
@@ -67,8 +76,11 @@ type AH interface {
 
 // AHAttr describes a UD destination.
 type AHAttr struct {
-	Dest         Address
-	PortNum      uint8 // physical port of the local device (1 if 0)
+	Dest Address
+	// PortNum and SGIDIndex select the local port and source GID. 0 (and
+	// port 1) mean the port and GID the device was opened with (the ibv
+	// provider's "port" and "gid_index" options).
+	PortNum      uint8
 	SGIDIndex    uint8
 	HopLimit     uint8
 	TrafficClass uint8
@@ -105,7 +117,9 @@ type QPInitAttr struct {
 	SigAll bool
 }
 
-// QP is a queue pair.
+// QP is a queue pair. Every object of this package is safe for use by
+// several goroutines; the data path is fastest when one goroutine owns a
+// QP and its CQs.
 type QP interface {
 	QPN() QPN
 	Type() QPType
@@ -118,7 +132,11 @@ type QP interface {
 	Modify(attr *QPAttr, mask QPAttrMask) error
 	// PostSend posts a chain of send work requests: one doorbell. It
 	// returns how many were posted; if that is less than len(wrs), err
-	// says why wrs[n] was refused and no later one was posted.
+	// says why wrs[n] was refused and no later one was posted. A gather
+	// entry naming memory the QP may not use (bad lkey, out of its region)
+	// is refused here by providers that check at post time (soft) and
+	// reported as a WCLocProtErr/WCLocLenErr completion by those that
+	// cannot (hardware); callers must handle both.
 	PostSend(wrs []SendWR) (n int, err error)
 	// PostRecv posts a chain of receive work requests, with PostSend's
 	// return convention.

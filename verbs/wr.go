@@ -36,7 +36,8 @@ type SendWR struct {
 
 	// Atomics: the value to add (FETCH_AND_ADD) or compare (CMP_AND_SWP),
 	// and the value to swap in. The original value lands in SG[0], which
-	// must be 8 bytes.
+	// must be 8 bytes; the remote address must be 8-byte aligned. Memory
+	// holds the word in the order DeviceAttr.AtomicBigEndian gives.
 	CompareAdd uint64
 	Swap       uint64
 }
@@ -47,7 +48,8 @@ type RecvWR struct {
 	SG []SGE
 }
 
-// WC is a work completion.
+// WC is a work completion. Of a failed completion only ID, Status, QPN
+// and VendorErr are meaningful (Opcode is undefined, as in libibverbs).
 type WC struct {
 	ID      uint64
 	Status  WCStatus

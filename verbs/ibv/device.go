@@ -127,6 +127,8 @@ func (d *device) query(cfg config) error {
 		MaxRdAtomic: int(da.max_qp_rd_atom),
 		ActiveMTU:   mtu,
 		Queues:      0, // every hardware QP is its own engine; see doc.go
+		// Mellanox NICs treat the atomic word as big endian.
+		AtomicBigEndian: true,
 	}
 	gi := cfg.gidIndex
 	if gi < 0 {
