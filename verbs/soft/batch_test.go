@@ -1,0 +1,81 @@
+package soft
+
+import (
+	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestBuildGSO table-tests how a doorbell's packets become sendmmsg
+// messages: runs of equal-size, contiguous packets to one peer share a
+// UDP GSO message (the last may be shorter), up to gsoMaxSegs segments.
+func TestBuildGSO(t *testing.T) {
+	p1, p2 := &peer{}, &peer{}
+	type msg struct {
+		bytes, seg int // seg 0: no UDP_SEGMENT control message
+	}
+	tests := []struct {
+		name  string
+		gso   bool
+		peers []*peer
+		sizes []int
+		want  []msg
+	}{
+		{"one", true, []*peer{p1}, []int{28}, []msg{{28, 0}}},
+		{"run", true, rep(p1, 3), []int{28, 28, 28}, []msg{{84, 28}}},
+		{"short last", true, rep(p1, 3), []int{28, 28, 20}, []msg{{76, 28}}},
+		{"short first", true, rep(p1, 2), []int{20, 28}, []msg{{20, 0}, {28, 0}}},
+		{"short middle ends run", true, rep(p1, 3), []int{28, 20, 28}, []msg{{48, 28}, {28, 0}}},
+		{"two peers", true, []*peer{p1, p1, p2, p2}, []int{28, 28, 28, 28}, []msg{{56, 28}, {56, 28}}},
+		{"max segments", true, rep(p1, gsoMaxSegs+1), repInt(28, gsoMaxSegs+1), []msg{{28 * gsoMaxSegs, 28}, {28, 0}}},
+		{"gso off", false, rep(p1, 2), []int{28, 28}, []msg{{28, 0}, {28, 0}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			q := &queue{gso: tt.gso, arena: make([]byte, 1<<16), hdrs: make([]unix.Mmsghdr, 128),
+				iovs: make([]unix.Iovec, 128), ctrl: make([]byte, 128*cmsgSpace), hdrPkt: make([]int, 128)}
+			for i, n := range tt.sizes {
+				q.pkts = append(q.pkts, txPkt{pe: tt.peers[i], off: int32(q.used), n: int32(n)})
+				q.used += n
+			}
+			q.build(0)
+			if q.nhdr != len(tt.want) {
+				t.Fatalf("%d messages, want %d", q.nhdr, len(tt.want))
+			}
+			for i, w := range tt.want {
+				h := &q.hdrs[i].Hdr
+				if got := int(q.iovs[i].Len); got != w.bytes {
+					t.Errorf("message %d: %d bytes, want %d", i, got, w.bytes)
+				}
+				seg := 0
+				if h.Controllen > 0 {
+					cm := (*unix.Cmsghdr)(unsafe.Pointer(h.Control))
+					if cm.Level != unix.SOL_UDP || cm.Type != unix.UDP_SEGMENT {
+						t.Fatalf("message %d: control message %d/%d", i, cm.Level, cm.Type)
+					}
+					seg = int(*(*uint16)(unsafe.Pointer(&q.ctrl[i*cmsgSpace+unix.CmsgLen(0)])))
+				}
+				if seg != w.seg {
+					t.Errorf("message %d: segment size %d, want %d", i, seg, w.seg)
+				}
+			}
+		})
+	}
+}
+
+func rep(p *peer, n int) []*peer {
+	s := make([]*peer, n)
+	for i := range s {
+		s[i] = p
+	}
+	return s
+}
+
+func repInt(v, n int) []int {
+	s := make([]int, n)
+	for i := range s {
+		s[i] = v
+	}
+	return s
+}
