@@ -4,7 +4,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/seqd/seqd/internal/version.Version=$(VERSION)
 BIN     := bin
 
-.PHONY: all build build-ibverbs test test-short lint run bench bench-verbs fuzz-short clean
+.PHONY: all build build-ibverbs test test-short lint run bench bench-verbs bench-client fuzz-short clean
 
 all: build
 
@@ -41,6 +41,11 @@ bench:
 # GSO/GRO, and ping-pong RTT for both, measured in the same run.
 bench-verbs:
 	./scripts/bench-verbs.sh
+
+# The client library against an in-process seqd (serial latency, pipelined
+# throughput), next to the transport's echo figures from the same run.
+bench-client:
+	./scripts/bench-client.sh
 
 # Each fuzz target for a short time (CI).
 fuzz-short:
