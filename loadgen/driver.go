@@ -38,9 +38,12 @@ type driver struct {
 	maxTS    uint64
 
 	verify     bool
-	recs       []verify.Call // preallocated; grows only if the estimate was short
-	grew       int
-	maxRecs    int // beyond this, answers are counted as unverified
+	pool       *chunkPool
+	cur        []verify.Call   // the chunk being filled
+	full       [][]verify.Call // filled chunks, in order
+	kept       int             // calls recorded
+	maxRecs    int             // beyond this, answers are counted as unverified
+	grew       int             // chunks the pool had to allocate
 	unverified uint64
 
 	stop     atomic.Bool
@@ -56,9 +59,9 @@ type slot struct {
 	req   client.Request
 }
 
-func newDriver(c *client.Client, window int, base time.Time, from, until int64, recs []verify.Call, maxRecs int, verifyOn bool) *driver {
+func newDriver(c *client.Client, window int, base time.Time, from, until int64, pool *chunkPool, maxRecs int, verifyOn bool) *driver {
 	d := &driver{c: c, base: base, from: from, until: until, slots: make([]slot, window),
-		hist: hdrhistogram.New(histMin, histMax, histSig), verify: verifyOn, recs: recs[:0], maxRecs: maxRecs,
+		hist: hdrhistogram.New(histMin, histMax, histSig), verify: verifyOn, pool: pool, maxRecs: maxRecs,
 		minTS: ^uint64(0), drained: make(chan struct{})}
 	for i := range d.slots {
 		s := &d.slots[i]
@@ -101,14 +104,7 @@ func (s *slot) done(r *client.Request) {
 	} else {
 		v := uint64(r.TS)
 		if d.verify {
-			if len(d.recs) < cap(d.recs) {
-				d.recs = append(d.recs, verify.Call{Start: s.start, End: now, Value: v})
-			} else if len(d.recs) < d.maxRecs {
-				d.grew++ // allocates: the estimate was short
-				d.recs = append(d.recs, verify.Call{Start: s.start, End: now, Value: v})
-			} else {
-				d.unverified++
-			}
+			d.record(verify.Call{Start: s.start, End: now, Value: v})
 		}
 		d.minTS = min(d.minTS, v)
 		d.maxTS = max(d.maxTS, v)
@@ -135,6 +131,35 @@ func (s *slot) done(r *client.Request) {
 			close(d.drained)
 		}
 	}
+}
+
+// record keeps c for verification.
+func (d *driver) record(c verify.Call) {
+	if d.kept >= d.maxRecs {
+		d.unverified++
+		return
+	}
+	if len(d.cur) == cap(d.cur) {
+		if d.cur != nil {
+			d.full = append(d.full, d.cur) // amortized: once per chunkCalls
+		}
+		var fresh bool
+		d.cur, fresh = d.pool.get() // allocates only if the pool ran dry
+		if fresh {
+			d.grew++
+		}
+	}
+	d.cur = append(d.cur, c)
+	d.kept++
+}
+
+// calls returns the recorded calls, in chunks.
+func (d *driver) calls() [][]verify.Call {
+	if len(d.cur) > 0 {
+		d.full = append(d.full, d.cur)
+		d.cur = nil
+	}
+	return d.full
 }
 
 // wait waits until every slot has returned for the last time.

@@ -123,7 +123,7 @@ type runner struct {
 	addr string
 	adm  adminpb.AdminClient
 	cc   interface{ Close() error }
-	bufs [][]verify.Call
+	pool chunkPool
 }
 
 func (r *runner) closeServer() error {
@@ -209,25 +209,6 @@ func (r *runner) snap(ctx context.Context, cls []*client.Client) (snapshot, erro
 	return s, nil
 }
 
-// recordBuffers returns n buffers for verification, each with room for
-// per calls, reusing earlier ones and touching new memory before the run
-// so that page faults do not land in the measurement.
-func (r *runner) recordBuffers(n, per int) [][]verify.Call {
-	for len(r.bufs) < n {
-		r.bufs = append(r.bufs, nil)
-	}
-	for i := range n {
-		if cap(r.bufs[i]) < per {
-			b := make([]verify.Call, per)
-			for j := 0; j < per; j += 4096 / 24 {
-				b[j].Value = 1
-			}
-			r.bufs[i] = b[:0]
-		}
-	}
-	return r.bufs[:n]
-}
-
 func (r *runner) runPoint(ctx context.Context, mode string, p Point) (Result, error) {
 	c := r.c
 	res := Result{Mode: mode, Clients: p.Clients, Window: p.Window}
@@ -257,21 +238,16 @@ func (r *runner) runPoint(ctx context.Context, mode string, p Point) (Result, er
 	if rate == 0 {
 		rate = 10e6
 	}
-	total := int(min(rate*1.2*(c.Warmup+c.Duration+time.Second).Seconds(), float64(c.VerifyMax)))
-	var bufs [][]verify.Call
 	if c.Verify {
-		bufs = r.recordBuffers(p.Clients, total/p.Clients)
+		total := min(rate*1.1*(c.Warmup+c.Duration).Seconds(), float64(c.VerifyMax))
+		r.pool.reserve(int(total)/chunkCalls + 2*p.Clients)
 	}
 
 	base := time.Now()
 	from, until := int64(c.Warmup), int64(c.Warmup+c.Duration)
 	drivers := make([]*driver, p.Clients)
 	for i, cl := range cls {
-		var b []verify.Call
-		if c.Verify {
-			b = bufs[i]
-		}
-		drivers[i] = newDriver(cl, p.Window, base, from, until, b, c.VerifyMax/p.Clients, c.Verify)
+		drivers[i] = newDriver(cl, p.Window, base, from, until, &r.pool, c.VerifyMax/p.Clients, c.Verify)
 	}
 	for i, d := range drivers {
 		if err := d.start(); err != nil {
@@ -344,7 +320,7 @@ func (r *runner) runPoint(ctx context.Context, mode string, p Point) (Result, er
 
 	h := hdrhistogram.New(histMin, histMax, histSig)
 	res.MinTS = ^uint64(0)
-	calls := make([][]verify.Call, 0, len(drivers))
+	calls := make([][][]verify.Call, 0, len(drivers))
 	for i, d := range drivers {
 		h.Merge(d.hist)
 		res.Answers += d.count
@@ -355,11 +331,10 @@ func (r *runner) runPoint(ctx context.Context, mode string, p Point) (Result, er
 			r.log.Warn("requests failed", "mode", mode, "client", i, "failed", d.errs, "first", d.firstErr)
 		}
 		if d.grew > 0 {
-			r.log.Info("record buffer grew during the run", "client", i, "times", d.grew)
+			r.log.Info("record chunks allocated during the run", "client", i, "chunks", d.grew)
 		}
 		if c.Verify {
-			r.bufs[i] = d.recs[:0] // keep the (possibly grown) buffer
-			calls = append(calls, d.recs)
+			calls = append(calls, d.calls())
 		}
 	}
 	if res.MinTS == ^uint64(0) {
@@ -381,7 +356,10 @@ func (r *runner) runPoint(ctx context.Context, mode string, p Point) (Result, er
 	}
 	if c.Verify {
 		t0 := time.Now()
-		rp := verify.Check(calls, 3)
+		rp := verify.CheckChunked(calls, 3)
+		for _, cs := range calls {
+			r.pool.put(cs)
+		}
 		res.Check, res.Verified = &rp, rp.Calls
 		r.log.Info("verified", "mode", mode, "calls", rp.Calls, "violations", rp.Violations(),
 			"unverified", res.Unverified, "took", time.Since(t0).Round(time.Millisecond))

@@ -113,18 +113,32 @@ type entry struct {
 // calls, in any order) and returns counts and up to maxExamples examples
 // of each kind. It does not modify clients.
 func Check(clients [][]Call, maxExamples int) Report {
+	chunked := make([][][]Call, len(clients))
+	for i, cs := range clients {
+		chunked[i] = [][]Call{cs}
+	}
+	return CheckChunked(chunked, maxExamples)
+}
+
+// CheckChunked is Check for histories kept in chunks: clients[i] is
+// client i's calls, split over any number of slices.
+func CheckChunked(clients [][][]Call, maxExamples int) Report {
 	n := 0
-	for _, cs := range clients {
-		n += len(cs)
+	for _, chunks := range clients {
+		for _, cs := range chunks {
+			n += len(cs)
+		}
 	}
 	r := Report{Calls: n}
 	if n == 0 {
 		return r
 	}
 	byStart := make([]entry, 0, n)
-	for ci, cs := range clients {
-		for _, c := range cs {
-			byStart = append(byStart, entry{c, int32(ci)})
+	for ci, chunks := range clients {
+		for _, cs := range chunks {
+			for _, c := range cs {
+				byStart = append(byStart, entry{c, int32(ci)})
+			}
 		}
 	}
 	byEnd := slices.Clone(byStart)

@@ -133,6 +133,17 @@ func TestDifferential(t *testing.T) {
 			clients[c] = append(clients[c], Call{start, end, v})
 		}
 		r := Check(clients, 1)
+		chunked := make([][][]Call, nc)
+		for i, cs := range clients {
+			k := 0
+			if len(cs) > 0 {
+				k = rng.IntN(len(cs) + 1)
+			}
+			chunked[i] = [][]Call{cs[:k], cs[k:]}
+		}
+		if rc := CheckChunked(chunked, 1); rc.Violations() != r.Violations() || rc.Calls != r.Calls {
+			t.Fatalf("iter %d: chunked %+v, whole %+v", iter, rc, r)
+		}
 		d, g, x := naive(clients)
 		if r.Duplicates != d || r.Regressions != g || r.RealTime != x {
 			t.Fatalf("iter %d: Check dup=%d reg=%d rt=%d, naive %d %d %d\n%v", iter,
