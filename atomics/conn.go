@@ -22,6 +22,7 @@ type Conn struct {
 	wcs    []verbs.WC
 	addr   uint64
 	rkey   uint32
+	be     bool
 
 	Failed uint64
 }
@@ -54,7 +55,7 @@ func NewConn(pd verbs.PD, dev verbs.Device, nqps, window int) (c *Conn, err erro
 	if nqps < 1 || window < 1 || window > 1024 {
 		return nil, fmt.Errorf("%w: %d QPs, window %d", ErrArgument, nqps, window)
 	}
-	c = &Conn{window: window}
+	c = &Conn{window: window, be: dev.Attr().AtomicBigEndian}
 	defer func() {
 		if err != nil {
 			c.Close()
@@ -188,7 +189,11 @@ func (c *Conn) Poll(now time.Duration, res []Result) int {
 			c.Failed++
 			res[k] = Result{ID: id, Err: wc.Err()}
 		} else {
-			res[k] = Result{ID: id, Value: binary.LittleEndian.Uint64(buf[id*spec.CounterLen:])}
+			v := binary.LittleEndian.Uint64(buf[id*spec.CounterLen:])
+			if c.be {
+				v = binary.BigEndian.Uint64(buf[id*spec.CounterLen:])
+			}
+			res[k] = Result{ID: id, Value: v}
 		}
 		k++
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -106,6 +107,7 @@ type Server struct {
 	cq   verbs.CQ
 	mr   verbs.MR
 	word *uint64
+	be   bool // the responder's atomic byte order is big endian
 
 	leaseHi atomic.Uint64 // last value of the lease: every value <= it is below the mark
 	fenced  atomic.Bool
@@ -152,13 +154,14 @@ func New(ctx context.Context, cfg Config) (s *Server, err error) {
 		return nil, fmt.Errorf("atomics: counter region is not 8-byte aligned")
 	}
 	s.word = (*uint64)(unsafe.Pointer(&b[0]))
+	s.be = cfg.Device.Attr().AtomicBigEndian
 	first, err := cfg.Oracle.ClaimWait(ctx, cfg.Block)
 	if err != nil {
 		return nil, fmt.Errorf("atomics: first lease: %w", err)
 	}
 	// The CPU writes the word once, before any QP exists: the NIC owns it
 	// from here on.
-	atomic.StoreUint64(s.word, first)
+	atomic.StoreUint64(s.word, s.order(first))
 	s.leaseHi.Store(first + uint64(cfg.Block) - 1)
 	go s.monitor()
 	s.log.Info("atomics data path up", "first", first, "lease_hi", s.leaseHi.Load(), "epoch", cfg.Epoch)
@@ -169,7 +172,7 @@ func New(ctx context.Context, cfg Config) (s *Server, err error) {
 func (s *Server) Epoch() uint64 { return s.cfg.Epoch }
 
 // Next is the value the next FETCH_AND_ADD returns.
-func (s *Server) Next() uint64 { return atomic.LoadUint64(s.word) }
+func (s *Server) Next() uint64 { return s.load() }
 
 // Admit creates one RC QP per client QP, connected to it, with remote
 // atomic access to the counter.
@@ -262,7 +265,7 @@ func (s *Server) monitor() {
 			return
 		case <-t.C:
 		}
-		next := atomic.LoadUint64(s.word) // values below next may be out
+		next := s.load() // values below next may be out
 		hi := s.leaseHi.Load()
 		if next > hi || hi-next < block/2 {
 			if first, err := s.cfg.Oracle.Claim(s.cfg.Block); err == nil {
@@ -309,7 +312,7 @@ func (s *Server) Stop() (high uint64, err error) {
 		close(s.stop)
 		<-s.done
 		if s.word != nil {
-			s.high = atomic.LoadUint64(s.word) - 1
+			s.high = s.load() - 1
 		}
 		s.log.Info("atomics data path stopped", "high", s.high, "lease_hi", s.leaseHi.Load())
 	})
@@ -355,7 +358,18 @@ type Stats struct {
 
 // Stats returns a snapshot.
 func (s *Server) Stats() Stats {
-	st := Stats{Next: atomic.LoadUint64(s.word), LeaseHi: s.leaseHi.Load(), Renewals: s.renewals.Load(), Fences: s.fences.Load()}
+	st := Stats{Next: s.load(), LeaseHi: s.leaseHi.Load(), Renewals: s.renewals.Load(), Fences: s.fences.Load()}
 	st.Sessions, st.Fenced = s.Sessions(), s.fenced.Load()
 	return st
 }
+
+// order converts between host order and the responder's atomic order.
+func (s *Server) order(v uint64) uint64 {
+	if s.be {
+		return bits.ReverseBytes64(v)
+	}
+	return v
+}
+
+// load reads the counter word (the CPU only reads it while the NIC owns it).
+func (s *Server) load() uint64 { return s.order(atomic.LoadUint64(s.word)) }
