@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/headeronly"
 	"github.com/seqd/seqd/oracle"
 	"github.com/seqd/seqd/spec"
@@ -181,7 +182,8 @@ func Run(ctx context.Context, c Config, log *slog.Logger, ready func(Addrs)) err
 			return fmt.Errorf("seqd: metrics: %w", err)
 		}
 	}
-	adm, err := admin.New(admin.Config{Addr: c.Admin, Logger: log, Modes: []string{c.Mode}, MaxWindow: max(c.MaxWindow, headeronly.DefaultMaxWindow)}, dp)
+	adm, err := admin.New(admin.Config{Addr: c.Admin, Logger: log, Modes: []string{c.Mode}, MaxWindow: max(c.MaxWindow, headeronly.DefaultMaxWindow)},
+		oracleStatus{dp, orc})
 	if err != nil {
 		return fmt.Errorf("seqd: admin: %w", err)
 	}
@@ -218,4 +220,24 @@ func Run(ctx context.Context, c Config, log *slog.Logger, ready func(Addrs)) err
 	defer cancel()
 	adm.Shutdown(sctx)
 	return nil
+}
+
+// oracleStatus completes a data path's Status with the oracle's view: the
+// value handed out last, the persisted mark, clock steps and stalls.
+type oracleStatus struct {
+	DataPath
+	o *oracle.Oracle
+}
+
+func (b oracleStatus) Status(ctx context.Context) (*adminpb.StatusResponse, error) {
+	st, err := b.DataPath.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	os := b.o.Stats()
+	st.Current = max(st.Current, os.Current)
+	st.PersistedMark = os.Mark
+	st.ClockStepsBack = os.ClockStepsBack
+	st.PersistStalls = max(st.PersistStalls, os.Stalls)
+	return st, nil
 }
