@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
@@ -32,6 +34,13 @@ type Backend interface {
 	Disconnect(ctx context.Context, req *adminpb.DisconnectRequest) error
 	// Status reports the oracle, its workers and the data path.
 	Status(ctx context.Context) (*adminpb.StatusResponse, error)
+}
+
+// ModeSetter is implemented by backends that can switch the data-path
+// mode at run time (SetMode). The admin server checks the mode name
+// against Config.Modes first.
+type ModeSetter interface {
+	SetMode(ctx context.Context, req *adminpb.SetModeRequest) (*adminpb.SetModeResponse, error)
 }
 
 // ServiceName is the full name of the Admin service, as health checks and
@@ -214,5 +223,23 @@ func (v *service) Status(ctx context.Context, _ *adminpb.StatusRequest) (*adminp
 	if err != nil {
 		return nil, statusError(err)
 	}
+	return resp, nil
+}
+
+func (v *service) SetMode(ctx context.Context, req *adminpb.SetModeRequest) (*adminpb.SetModeResponse, error) {
+	if m := req.GetMode(); !slices.Contains(v.s.cfg.Modes, m) {
+		return nil, statusError(fmt.Errorf("%w: set-mode: unknown mode %q (known: %q)", ErrInvalidArgument, m, v.s.cfg.Modes))
+	}
+	ms, ok := v.s.backend.(ModeSetter)
+	if !ok {
+		return nil, status.Error(codes.Unimplemented, "this server cannot switch modes")
+	}
+	resp, err := ms.SetMode(ctx, req)
+	if err != nil {
+		err = statusError(err)
+		v.s.log.Warn("set-mode failed", "mode", req.GetMode(), "code", status.Code(err).String(), "err", err)
+		return nil, err
+	}
+	v.s.log.Info("mode switched", "from", resp.GetPrevious(), "to", resp.GetMode(), "high", resp.GetHigh())
 	return resp, nil
 }

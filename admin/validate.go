@@ -18,12 +18,17 @@ func (cfg *Config) validateConnect(req *adminpb.ConnectRequest) error {
 	if len(qps) > cfg.MaxQPsPerClient {
 		return fmt.Errorf("%w: connect: %d queue pairs, at most %d allowed", ErrInvalidArgument, len(qps), cfg.MaxQPsPerClient)
 	}
-	for i, qp := range qps {
-		if n := len(qp.GetAddress()); n != verbs.AddressLen {
-			return fmt.Errorf("%w: connect: qps[%d]: address is %d bytes, want %d", ErrInvalidArgument, i, n, verbs.AddressLen)
+	if cq := req.GetConnQps(); len(cq) != 0 && len(cq) != len(qps) {
+		return fmt.Errorf("%w: connect: %d conn_qps for %d qps", ErrInvalidArgument, len(cq), len(qps))
+	}
+	for i, qp := range req.GetConnQps() {
+		if err := validateEndpoint("conn_qps", i, qp); err != nil {
+			return err
 		}
-		if qpn := qp.GetQpn(); qpn == 0 || qpn > uint32(verbs.MaxQPN) {
-			return fmt.Errorf("%w: connect: qps[%d]: qpn %d outside 1..%d", ErrInvalidArgument, i, qpn, verbs.MaxQPN)
+	}
+	for i, qp := range qps {
+		if err := validateEndpoint("qps", i, qp); err != nil {
+			return err
 		}
 		for j, prev := range qps[:i] {
 			if prev.GetQpn() == qp.GetQpn() && string(prev.GetAddress()) == string(qp.GetAddress()) {
@@ -39,6 +44,16 @@ func (cfg *Config) validateConnect(req *adminpb.ConnectRequest) error {
 	}
 	if m := req.GetMode(); m != "" && !slices.Contains(cfg.Modes, m) {
 		return fmt.Errorf("%w: connect: unknown mode %q (known: %q)", ErrInvalidArgument, m, cfg.Modes)
+	}
+	return nil
+}
+
+func validateEndpoint(field string, i int, qp *adminpb.Endpoint) error {
+	if n := len(qp.GetAddress()); n != verbs.AddressLen {
+		return fmt.Errorf("%w: connect: %s[%d]: address is %d bytes, want %d", ErrInvalidArgument, field, i, n, verbs.AddressLen)
+	}
+	if qpn := qp.GetQpn(); qpn == 0 || qpn > uint32(verbs.MaxQPN) {
+		return fmt.Errorf("%w: connect: %s[%d]: qpn %d outside 1..%d", ErrInvalidArgument, field, i, qpn, verbs.MaxQPN)
 	}
 	return nil
 }

@@ -91,8 +91,12 @@ type ConnectRequest struct {
 	ClientName string `protobuf:"bytes,4,opt,name=client_name,json=clientName,proto3" json:"client_name,omitempty"`
 	// The highest protocol version the client speaks.
 	ProtocolVersion uint32 `protobuf:"varint,5,opt,name=protocol_version,json=protocolVersion,proto3" json:"protocol_version,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// HERD and atomics: the client's connected QPs, one per entry of qps
+	// (UC write QPs for herd, RC QPs for atomics). In herd mode qps are the
+	// UD QPs that receive the answers. Empty in spec-s0.
+	ConnQps       []*Endpoint `protobuf:"bytes,6,rep,name=conn_qps,json=connQps,proto3" json:"conn_qps,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ConnectRequest) Reset() {
@@ -160,6 +164,13 @@ func (x *ConnectRequest) GetProtocolVersion() uint32 {
 	return 0
 }
 
+func (x *ConnectRequest) GetConnQps() []*Endpoint {
+	if x != nil {
+		return x.ConnQps
+	}
+	return nil
+}
+
 type ConnectResponse struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	SessionId uint64                 `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
@@ -174,8 +185,16 @@ type ConnectResponse struct {
 	High            uint64   `protobuf:"varint,8,opt,name=high,proto3" json:"high,omitempty"`     // initial speculation: a recent timestamp
 	ProtocolVersion uint32   `protobuf:"varint,9,opt,name=protocol_version,json=protocolVersion,proto3" json:"protocol_version,omitempty"`
 	Epoch           uint64   `protobuf:"varint,10,opt,name=epoch,proto3" json:"epoch,omitempty"` // changes on every server start / leadership term
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// HERD and atomics: for each client QP the server's connected QP (UC
+	// for herd, RC for atomics) to connect conn_qps[i] to.
+	ServerConnQps []*Endpoint `protobuf:"bytes,11,rep,name=server_conn_qps,json=serverConnQps,proto3" json:"server_conn_qps,omitempty"`
+	// HERD: the remote address of slot 0 of each client QP's block of
+	// `window` slots. Atomics: one entry, the counter's address.
+	RemoteAddr []uint64 `protobuf:"varint,12,rep,packed,name=remote_addr,json=remoteAddr,proto3" json:"remote_addr,omitempty"`
+	// R_Key of the request region (herd, one per client QP) or the counter.
+	Rkey          []uint32 `protobuf:"varint,13,rep,packed,name=rkey,proto3" json:"rkey,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ConnectResponse) Reset() {
@@ -278,6 +297,141 @@ func (x *ConnectResponse) GetEpoch() uint64 {
 	return 0
 }
 
+func (x *ConnectResponse) GetServerConnQps() []*Endpoint {
+	if x != nil {
+		return x.ServerConnQps
+	}
+	return nil
+}
+
+func (x *ConnectResponse) GetRemoteAddr() []uint64 {
+	if x != nil {
+		return x.RemoteAddr
+	}
+	return nil
+}
+
+func (x *ConnectResponse) GetRkey() []uint32 {
+	if x != nil {
+		return x.Rkey
+	}
+	return nil
+}
+
+type SetModeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Mode          string                 `protobuf:"bytes,1,opt,name=mode,proto3" json:"mode,omitempty"` // "spec-s0", "herd" or "atomics"
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetModeRequest) Reset() {
+	*x = SetModeRequest{}
+	mi := &file_admin_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetModeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetModeRequest) ProtoMessage() {}
+
+func (x *SetModeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetModeRequest.ProtoReflect.Descriptor instead.
+func (*SetModeRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *SetModeRequest) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+type SetModeResponse struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Previous string                 `protobuf:"bytes,1,opt,name=previous,proto3" json:"previous,omitempty"`
+	Mode     string                 `protobuf:"bytes,2,opt,name=mode,proto3" json:"mode,omitempty"`
+	// The highest value the previous mode could have handed out; the new
+	// mode hands out only values above it.
+	High          uint64 `protobuf:"varint,3,opt,name=high,proto3" json:"high,omitempty"`
+	Epoch         uint64 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetModeResponse) Reset() {
+	*x = SetModeResponse{}
+	mi := &file_admin_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetModeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetModeResponse) ProtoMessage() {}
+
+func (x *SetModeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetModeResponse.ProtoReflect.Descriptor instead.
+func (*SetModeResponse) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *SetModeResponse) GetPrevious() string {
+	if x != nil {
+		return x.Previous
+	}
+	return ""
+}
+
+func (x *SetModeResponse) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *SetModeResponse) GetHigh() uint64 {
+	if x != nil {
+		return x.High
+	}
+	return 0
+}
+
+func (x *SetModeResponse) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
 type DisconnectRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SessionId     uint64                 `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
@@ -287,7 +441,7 @@ type DisconnectRequest struct {
 
 func (x *DisconnectRequest) Reset() {
 	*x = DisconnectRequest{}
-	mi := &file_admin_proto_msgTypes[3]
+	mi := &file_admin_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -299,7 +453,7 @@ func (x *DisconnectRequest) String() string {
 func (*DisconnectRequest) ProtoMessage() {}
 
 func (x *DisconnectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[3]
+	mi := &file_admin_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -312,7 +466,7 @@ func (x *DisconnectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisconnectRequest.ProtoReflect.Descriptor instead.
 func (*DisconnectRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{3}
+	return file_admin_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *DisconnectRequest) GetSessionId() uint64 {
@@ -330,7 +484,7 @@ type DisconnectResponse struct {
 
 func (x *DisconnectResponse) Reset() {
 	*x = DisconnectResponse{}
-	mi := &file_admin_proto_msgTypes[4]
+	mi := &file_admin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -342,7 +496,7 @@ func (x *DisconnectResponse) String() string {
 func (*DisconnectResponse) ProtoMessage() {}
 
 func (x *DisconnectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[4]
+	mi := &file_admin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -355,7 +509,7 @@ func (x *DisconnectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisconnectResponse.ProtoReflect.Descriptor instead.
 func (*DisconnectResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{4}
+	return file_admin_proto_rawDescGZIP(), []int{6}
 }
 
 type StatusRequest struct {
@@ -366,7 +520,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_admin_proto_msgTypes[5]
+	mi := &file_admin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -378,7 +532,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[5]
+	mi := &file_admin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -391,7 +545,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{5}
+	return file_admin_proto_rawDescGZIP(), []int{7}
 }
 
 type WorkerStatus struct {
@@ -410,7 +564,7 @@ type WorkerStatus struct {
 
 func (x *WorkerStatus) Reset() {
 	*x = WorkerStatus{}
-	mi := &file_admin_proto_msgTypes[6]
+	mi := &file_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -422,7 +576,7 @@ func (x *WorkerStatus) String() string {
 func (*WorkerStatus) ProtoMessage() {}
 
 func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[6]
+	mi := &file_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -435,7 +589,7 @@ func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStatus.ProtoReflect.Descriptor instead.
 func (*WorkerStatus) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{6}
+	return file_admin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *WorkerStatus) GetId() uint32 {
@@ -516,7 +670,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_admin_proto_msgTypes[7]
+	mi := &file_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -528,7 +682,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[7]
+	mi := &file_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -541,7 +695,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{7}
+	return file_admin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *StatusResponse) GetVersion() string {
@@ -649,14 +803,15 @@ const file_admin_proto_rawDesc = "" +
 	"\vadmin.proto\x12\rseqd.admin.v1\"6\n" +
 	"\bEndpoint\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\fR\aaddress\x12\x10\n" +
-	"\x03qpn\x18\x02 \x01(\rR\x03qpn\"\xb3\x01\n" +
+	"\x03qpn\x18\x02 \x01(\rR\x03qpn\"\xe7\x01\n" +
 	"\x0eConnectRequest\x12)\n" +
 	"\x03qps\x18\x01 \x03(\v2\x17.seqd.admin.v1.EndpointR\x03qps\x12\x16\n" +
 	"\x06window\x18\x02 \x01(\rR\x06window\x12\x12\n" +
 	"\x04mode\x18\x03 \x01(\tR\x04mode\x12\x1f\n" +
 	"\vclient_name\x18\x04 \x01(\tR\n" +
 	"clientName\x12)\n" +
-	"\x10protocol_version\x18\x05 \x01(\rR\x0fprotocolVersion\"\xb5\x02\n" +
+	"\x10protocol_version\x18\x05 \x01(\rR\x0fprotocolVersion\x122\n" +
+	"\bconn_qps\x18\x06 \x03(\v2\x17.seqd.admin.v1.EndpointR\aconnQps\"\xab\x03\n" +
 	"\x0fConnectResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x04R\tsessionId\x12\x12\n" +
@@ -672,7 +827,18 @@ const file_admin_proto_rawDesc = "" +
 	"\x04high\x18\b \x01(\x04R\x04high\x12)\n" +
 	"\x10protocol_version\x18\t \x01(\rR\x0fprotocolVersion\x12\x14\n" +
 	"\x05epoch\x18\n" +
-	" \x01(\x04R\x05epoch\"2\n" +
+	" \x01(\x04R\x05epoch\x12?\n" +
+	"\x0fserver_conn_qps\x18\v \x03(\v2\x17.seqd.admin.v1.EndpointR\rserverConnQps\x12\x1f\n" +
+	"\vremote_addr\x18\f \x03(\x04R\n" +
+	"remoteAddr\x12\x12\n" +
+	"\x04rkey\x18\r \x03(\rR\x04rkey\"$\n" +
+	"\x0eSetModeRequest\x12\x12\n" +
+	"\x04mode\x18\x01 \x01(\tR\x04mode\"k\n" +
+	"\x0fSetModeResponse\x12\x1a\n" +
+	"\bprevious\x18\x01 \x01(\tR\bprevious\x12\x12\n" +
+	"\x04mode\x18\x02 \x01(\tR\x04mode\x12\x12\n" +
+	"\x04high\x18\x03 \x01(\x04R\x04high\x12\x14\n" +
+	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\"2\n" +
 	"\x11DisconnectRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x04R\tsessionId\"\x14\n" +
@@ -707,12 +873,13 @@ const file_admin_proto_rawDesc = "" +
 	"\x11provider_counters\x18\x0e \x03(\v23.seqd.admin.v1.StatusResponse.ProviderCountersEntryR\x10providerCounters\x1aC\n" +
 	"\x15ProviderCountersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x012\xeb\x01\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x012\xb5\x02\n" +
 	"\x05Admin\x12H\n" +
 	"\aConnect\x12\x1d.seqd.admin.v1.ConnectRequest\x1a\x1e.seqd.admin.v1.ConnectResponse\x12Q\n" +
 	"\n" +
 	"Disconnect\x12 .seqd.admin.v1.DisconnectRequest\x1a!.seqd.admin.v1.DisconnectResponse\x12E\n" +
-	"\x06Status\x12\x1c.seqd.admin.v1.StatusRequest\x1a\x1d.seqd.admin.v1.StatusResponseB$Z\"github.com/seqd/seqd/admin/adminpbb\x06proto3"
+	"\x06Status\x12\x1c.seqd.admin.v1.StatusRequest\x1a\x1d.seqd.admin.v1.StatusResponse\x12H\n" +
+	"\aSetMode\x12\x1d.seqd.admin.v1.SetModeRequest\x1a\x1e.seqd.admin.v1.SetModeResponseB$Z\"github.com/seqd/seqd/admin/adminpbb\x06proto3"
 
 var (
 	file_admin_proto_rawDescOnce sync.Once
@@ -726,34 +893,40 @@ func file_admin_proto_rawDescGZIP() []byte {
 	return file_admin_proto_rawDescData
 }
 
-var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_admin_proto_goTypes = []any{
 	(*Endpoint)(nil),           // 0: seqd.admin.v1.Endpoint
 	(*ConnectRequest)(nil),     // 1: seqd.admin.v1.ConnectRequest
 	(*ConnectResponse)(nil),    // 2: seqd.admin.v1.ConnectResponse
-	(*DisconnectRequest)(nil),  // 3: seqd.admin.v1.DisconnectRequest
-	(*DisconnectResponse)(nil), // 4: seqd.admin.v1.DisconnectResponse
-	(*StatusRequest)(nil),      // 5: seqd.admin.v1.StatusRequest
-	(*WorkerStatus)(nil),       // 6: seqd.admin.v1.WorkerStatus
-	(*StatusResponse)(nil),     // 7: seqd.admin.v1.StatusResponse
-	nil,                        // 8: seqd.admin.v1.StatusResponse.ProviderCountersEntry
+	(*SetModeRequest)(nil),     // 3: seqd.admin.v1.SetModeRequest
+	(*SetModeResponse)(nil),    // 4: seqd.admin.v1.SetModeResponse
+	(*DisconnectRequest)(nil),  // 5: seqd.admin.v1.DisconnectRequest
+	(*DisconnectResponse)(nil), // 6: seqd.admin.v1.DisconnectResponse
+	(*StatusRequest)(nil),      // 7: seqd.admin.v1.StatusRequest
+	(*WorkerStatus)(nil),       // 8: seqd.admin.v1.WorkerStatus
+	(*StatusResponse)(nil),     // 9: seqd.admin.v1.StatusResponse
+	nil,                        // 10: seqd.admin.v1.StatusResponse.ProviderCountersEntry
 }
 var file_admin_proto_depIdxs = []int32{
-	0, // 0: seqd.admin.v1.ConnectRequest.qps:type_name -> seqd.admin.v1.Endpoint
-	0, // 1: seqd.admin.v1.ConnectResponse.server_qps:type_name -> seqd.admin.v1.Endpoint
-	6, // 2: seqd.admin.v1.StatusResponse.workers:type_name -> seqd.admin.v1.WorkerStatus
-	8, // 3: seqd.admin.v1.StatusResponse.provider_counters:type_name -> seqd.admin.v1.StatusResponse.ProviderCountersEntry
-	1, // 4: seqd.admin.v1.Admin.Connect:input_type -> seqd.admin.v1.ConnectRequest
-	3, // 5: seqd.admin.v1.Admin.Disconnect:input_type -> seqd.admin.v1.DisconnectRequest
-	5, // 6: seqd.admin.v1.Admin.Status:input_type -> seqd.admin.v1.StatusRequest
-	2, // 7: seqd.admin.v1.Admin.Connect:output_type -> seqd.admin.v1.ConnectResponse
-	4, // 8: seqd.admin.v1.Admin.Disconnect:output_type -> seqd.admin.v1.DisconnectResponse
-	7, // 9: seqd.admin.v1.Admin.Status:output_type -> seqd.admin.v1.StatusResponse
-	7, // [7:10] is the sub-list for method output_type
-	4, // [4:7] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	0,  // 0: seqd.admin.v1.ConnectRequest.qps:type_name -> seqd.admin.v1.Endpoint
+	0,  // 1: seqd.admin.v1.ConnectRequest.conn_qps:type_name -> seqd.admin.v1.Endpoint
+	0,  // 2: seqd.admin.v1.ConnectResponse.server_qps:type_name -> seqd.admin.v1.Endpoint
+	0,  // 3: seqd.admin.v1.ConnectResponse.server_conn_qps:type_name -> seqd.admin.v1.Endpoint
+	8,  // 4: seqd.admin.v1.StatusResponse.workers:type_name -> seqd.admin.v1.WorkerStatus
+	10, // 5: seqd.admin.v1.StatusResponse.provider_counters:type_name -> seqd.admin.v1.StatusResponse.ProviderCountersEntry
+	1,  // 6: seqd.admin.v1.Admin.Connect:input_type -> seqd.admin.v1.ConnectRequest
+	5,  // 7: seqd.admin.v1.Admin.Disconnect:input_type -> seqd.admin.v1.DisconnectRequest
+	7,  // 8: seqd.admin.v1.Admin.Status:input_type -> seqd.admin.v1.StatusRequest
+	3,  // 9: seqd.admin.v1.Admin.SetMode:input_type -> seqd.admin.v1.SetModeRequest
+	2,  // 10: seqd.admin.v1.Admin.Connect:output_type -> seqd.admin.v1.ConnectResponse
+	6,  // 11: seqd.admin.v1.Admin.Disconnect:output_type -> seqd.admin.v1.DisconnectResponse
+	9,  // 12: seqd.admin.v1.Admin.Status:output_type -> seqd.admin.v1.StatusResponse
+	4,  // 13: seqd.admin.v1.Admin.SetMode:output_type -> seqd.admin.v1.SetModeResponse
+	10, // [10:14] is the sub-list for method output_type
+	6,  // [6:10] is the sub-list for method input_type
+	6,  // [6:6] is the sub-list for extension type_name
+	6,  // [6:6] is the sub-list for extension extendee
+	0,  // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_admin_proto_init() }
@@ -767,7 +940,7 @@ func file_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_admin_proto_rawDesc), len(file_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -26,6 +26,7 @@ const (
 	Admin_Connect_FullMethodName    = "/seqd.admin.v1.Admin/Connect"
 	Admin_Disconnect_FullMethodName = "/seqd.admin.v1.Admin/Disconnect"
 	Admin_Status_FullMethodName     = "/seqd.admin.v1.Admin/Status"
+	Admin_SetMode_FullMethodName    = "/seqd.admin.v1.Admin/SetMode"
 )
 
 // AdminClient is the client API for Admin service.
@@ -39,6 +40,11 @@ type AdminClient interface {
 	Disconnect(ctx context.Context, in *DisconnectRequest, opts ...grpc.CallOption) (*DisconnectResponse, error)
 	// Status reports the oracle, its workers and the data path.
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
+	// SetMode switches the data-path mode at run time: the current mode is
+	// drained and its QPs moved to ERR, and the new mode starts above the
+	// highest value the old one could have handed out. Clients reconnect
+	// and follow.
+	SetMode(ctx context.Context, in *SetModeRequest, opts ...grpc.CallOption) (*SetModeResponse, error)
 }
 
 type adminClient struct {
@@ -79,6 +85,16 @@ func (c *adminClient) Status(ctx context.Context, in *StatusRequest, opts ...grp
 	return out, nil
 }
 
+func (c *adminClient) SetMode(ctx context.Context, in *SetModeRequest, opts ...grpc.CallOption) (*SetModeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetModeResponse)
+	err := c.cc.Invoke(ctx, Admin_SetMode_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -90,6 +106,11 @@ type AdminServer interface {
 	Disconnect(context.Context, *DisconnectRequest) (*DisconnectResponse, error)
 	// Status reports the oracle, its workers and the data path.
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
+	// SetMode switches the data-path mode at run time: the current mode is
+	// drained and its QPs moved to ERR, and the new mode starts above the
+	// highest value the old one could have handed out. Clients reconnect
+	// and follow.
+	SetMode(context.Context, *SetModeRequest) (*SetModeResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -108,6 +129,9 @@ func (UnimplementedAdminServer) Disconnect(context.Context, *DisconnectRequest) 
 }
 func (UnimplementedAdminServer) Status(context.Context, *StatusRequest) (*StatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Status not implemented")
+}
+func (UnimplementedAdminServer) SetMode(context.Context, *SetModeRequest) (*SetModeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetMode not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -184,6 +208,24 @@ func _Admin_Status_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_SetMode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetModeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).SetMode(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_SetMode_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).SetMode(ctx, req.(*SetModeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -202,6 +244,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Status",
 			Handler:    _Admin_Status_Handler,
+		},
+		{
+			MethodName: "SetMode",
+			Handler:    _Admin_SetMode_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"github.com/seqd/seqd/admin"
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/headeronly"
+	"github.com/seqd/seqd/modes"
 	"github.com/seqd/seqd/oracle"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
@@ -41,7 +43,7 @@ type Config struct {
 	RespQPs      int    // default 3
 	Cores        string // comma-separated core per worker, -1 or "none" for unpinned
 	Format       string // "hybrid" (default) or "counter"
-	Mode         string // "spec-s0" (default)
+	Mode         string // "spec-s0" (default), "herd" or "atomics"; switchable at run time (SetMode)
 	MaxWindow    int    // default 256
 	MaxClients   int    // default 256
 	Version      string
@@ -49,7 +51,6 @@ type Config struct {
 	cores  []int
 	format oracle.Format
 	popts  verbs.Options
-	mode   Mode
 }
 
 // Validate fills defaults and checks c.
@@ -73,8 +74,8 @@ func (c *Config) Validate() error {
 	if c.format, err = oracle.ParseFormat(c.Format); err != nil {
 		return fmt.Errorf("%w: -format: %v", ErrConfig, err)
 	}
-	if c.mode = modes[c.Mode]; c.mode == nil {
-		return fmt.Errorf("%w: -mode %q (have %s)", ErrConfig, c.Mode, spec.ModeSpecS0)
+	if !slices.Contains(modes.All, c.Mode) {
+		return fmt.Errorf("%w: -mode %q (have %s)", ErrConfig, c.Mode, strings.Join(modes.All, ", "))
 	}
 	for _, f := range []struct {
 		name string
@@ -114,33 +115,6 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// Mode is a data-path mode: Spec-S0 today, herd and atomics later.
-type Mode interface {
-	// Start runs the mode's data path on dev, serving values from o.
-	Start(dev verbs.Device, o *oracle.Oracle, c *Config, log *slog.Logger) (DataPath, error)
-}
-
-// DataPath is a running mode: the admin backend plus metrics and Close.
-type DataPath interface {
-	admin.Backend
-	Collectors() []prometheus.Collector
-	Close() error
-}
-
-var modes = map[string]Mode{spec.ModeSpecS0: specS0{}}
-
-type specS0 struct{}
-
-func (specS0) Start(dev verbs.Device, o *oracle.Oracle, c *Config, log *slog.Logger) (DataPath, error) {
-	f := spec.FormatHybrid
-	if c.format == oracle.FormatCounter {
-		f = spec.FormatCounter
-	}
-	return headeronly.New(headeronly.Config{Device: dev, Oracle: o, Behind: oracle.ErrBehind, Format: f,
-		Workers: c.Workers, RespQPs: c.RespQPs, Cores: c.cores, MaxWindow: c.MaxWindow,
-		MaxClients: c.MaxClients, Version: c.Version, Logger: log})
-}
-
 // Addrs are where a running seqd listens.
 type Addrs struct {
 	Data    string // the device
@@ -170,19 +144,20 @@ func Run(ctx context.Context, c Config, log *slog.Logger, ready func(Addrs)) err
 		return fmt.Errorf("seqd: open %s device %q: %w", c.Provider, c.Device, err)
 	}
 	defer dev.Close()
-	dp, err := c.mode.Start(dev, orc, &c, log)
+	dp, err := modes.New(ctx, modes.Config{Device: dev, Oracle: orc, Workers: c.Workers, RespQPs: c.RespQPs,
+		Cores: c.cores, MaxWindow: c.MaxWindow, MaxClients: c.MaxClients, Version: c.Version, Logger: log}, c.Mode)
 	if err != nil {
 		return fmt.Errorf("seqd: start %s: %w", c.Mode, err)
 	}
 	defer dp.Close()
 
 	reg := prometheus.NewRegistry()
-	for _, col := range append(dp.Collectors(), orc.Collectors()...) {
+	for _, col := range append([]prometheus.Collector{dp.Collector()}, orc.Collectors()...) {
 		if err := reg.Register(col); err != nil {
 			return fmt.Errorf("seqd: metrics: %w", err)
 		}
 	}
-	adm, err := admin.New(admin.Config{Addr: c.Admin, Logger: log, Modes: []string{c.Mode}, MaxWindow: max(c.MaxWindow, headeronly.DefaultMaxWindow)},
+	adm, err := admin.New(admin.Config{Addr: c.Admin, Logger: log, Modes: modes.All, MaxWindow: max(c.MaxWindow, headeronly.DefaultMaxWindow)},
 		oracleStatus{dp, orc})
 	if err != nil {
 		return fmt.Errorf("seqd: admin: %w", err)
@@ -225,12 +200,12 @@ func Run(ctx context.Context, c Config, log *slog.Logger, ready func(Addrs)) err
 // oracleStatus completes a data path's Status with the oracle's view: the
 // value handed out last, the persisted mark, clock steps and stalls.
 type oracleStatus struct {
-	DataPath
-	o *oracle.Oracle
+	*modes.Switch // also promotes SetMode (admin.ModeSetter)
+	o             *oracle.Oracle
 }
 
 func (b oracleStatus) Status(ctx context.Context) (*adminpb.StatusResponse, error) {
-	st, err := b.DataPath.Status(ctx)
+	st, err := b.Switch.Status(ctx)
 	if err != nil {
 		return nil, err
 	}

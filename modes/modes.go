@@ -1,0 +1,234 @@
+package modes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/adminpb"
+	"github.com/seqd/seqd/oracle"
+	"github.com/seqd/seqd/spec"
+	"github.com/seqd/seqd/verbs"
+)
+
+// Names of the modes.
+const (
+	SpecS0  = spec.ModeSpecS0
+	HERD    = spec.ModeHERD
+	Atomics = spec.ModeAtomics
+)
+
+// All lists every mode.
+var All = []string{SpecS0, HERD, Atomics}
+
+// ErrUnknownMode reports a mode name outside All.
+var ErrUnknownMode = errors.New("modes: unknown mode")
+
+var errNoMode = fmt.Errorf("%w: no mode is running (a switch failed)", admin.ErrUnavailable)
+
+// DataPath is a running mode.
+type DataPath interface {
+	admin.Backend
+	// Stop drains the mode and moves its QPs to ERR; it returns the
+	// highest value the mode could have handed out outside the oracle
+	// (0 for modes that claim every value from the oracle).
+	Stop() (high uint64, err error)
+	Close() error
+	Collectors() []prometheus.Collector
+}
+
+// Config configures a Switch.
+type Config struct {
+	Device verbs.Device
+	Oracle *oracle.Oracle
+	// Workers, RespQPs, Cores, MaxWindow, MaxClients as the modes take them
+	// (zero: each mode's default).
+	Workers, RespQPs        int
+	Cores                   []int
+	MaxWindow, MaxClients   int
+	Version                 string
+	Logger                  *slog.Logger
+	// AtomicsBlock is the atomics lease size (default: the mode's).
+	AtomicsBlock int
+}
+
+// Switch is the admin backend that runs one mode at a time.
+type Switch struct {
+	cfg Config
+	log *slog.Logger
+
+	mu       sync.RWMutex
+	mode     string
+	dp       DataPath
+	switches uint64
+}
+
+var (
+	_ admin.Backend    = (*Switch)(nil)
+	_ admin.ModeSetter = (*Switch)(nil)
+)
+
+// New starts mode.
+func New(ctx context.Context, cfg Config, mode string) (*Switch, error) {
+	if cfg.Device == nil || cfg.Oracle == nil {
+		return nil, fmt.Errorf("modes: Device and Oracle are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Switch{cfg: cfg, log: cfg.Logger}
+	dp, err := s.start(ctx, mode)
+	if err != nil {
+		return nil, err
+	}
+	s.mode, s.dp = mode, dp
+	return s, nil
+}
+
+func (s *Switch) start(ctx context.Context, mode string) (DataPath, error) {
+	epoch := uint64(time.Now().UnixNano())
+	switch mode {
+	case SpecS0:
+		return startSpecS0(&s.cfg, epoch)
+	case HERD:
+		return startHERD(&s.cfg, epoch)
+	case Atomics:
+		return startAtomics(ctx, &s.cfg, epoch)
+	}
+	return nil, fmt.Errorf("%w %q (have %q)", ErrUnknownMode, mode, All)
+}
+
+// Mode is the mode being served.
+func (s *Switch) Mode() string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.mode
+}
+
+// Connect admits a client to the current mode.
+func (s *Switch) Connect(ctx context.Context, req *adminpb.ConnectRequest) (*adminpb.ConnectResponse, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if m := req.GetMode(); m != "" && m != s.mode {
+		return nil, fmt.Errorf("%w: the server runs %s, not %s", admin.ErrFailedPrecondition, s.mode, m)
+	}
+	if s.dp == nil {
+		return nil, errNoMode
+	}
+	return s.dp.Connect(ctx, req)
+}
+
+// Disconnect releases a session of the current mode.
+func (s *Switch) Disconnect(ctx context.Context, req *adminpb.DisconnectRequest) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.dp == nil {
+		return errNoMode
+	}
+	return s.dp.Disconnect(ctx, req)
+}
+
+// Status reports the current mode.
+func (s *Switch) Status(ctx context.Context) (*adminpb.StatusResponse, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.dp == nil {
+		return nil, errNoMode
+	}
+	st, err := s.dp.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	st.Mode = s.mode
+	st.Current = max(st.Current, s.cfg.Oracle.Current())
+	st.PersistedMark = s.cfg.Oracle.Mark()
+	return st, nil
+}
+
+// SetMode switches to req.Mode (a no-op when it is already served).
+func (s *Switch) SetMode(ctx context.Context, req *adminpb.SetModeRequest) (*adminpb.SetModeResponse, error) {
+	mode := req.GetMode()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	prev := s.mode
+	if s.dp == nil {
+		prev = ""
+	}
+	if mode == prev {
+		st, _ := s.dp.Status(ctx)
+		return &adminpb.SetModeResponse{Previous: prev, Mode: mode, High: s.cfg.Oracle.Current(), Epoch: st.GetEpoch()}, nil
+	}
+	switch mode {
+	case SpecS0, HERD, Atomics:
+	default:
+		return nil, fmt.Errorf("%w: %w %q", admin.ErrInvalidArgument, ErrUnknownMode, mode)
+	}
+	var high uint64
+	if s.dp != nil {
+		h, err := s.dp.Stop()
+		if err != nil {
+			return nil, fmt.Errorf("modes: stopping %s: %w", prev, err)
+		}
+		s.dp.Close()
+		s.dp, high = nil, h
+	}
+	high = max(high, s.cfg.Oracle.Current())
+	if err := s.cfg.Oracle.Floor(high); err != nil {
+		return nil, fmt.Errorf("%w: modes: floor the oracle at %d: %v", admin.ErrUnavailable, high, err)
+	}
+	dp, err := s.start(ctx, mode)
+	if err != nil {
+		s.log.Error("starting the new mode failed; restarting the old one", "mode", mode, "err", err)
+		s.dp = nil
+		if dp, err2 := s.start(ctx, prev); err2 == nil {
+			s.dp = dp
+		} else {
+			s.log.Error("restarting the old mode failed", "mode", prev, "err", err2)
+		}
+		return nil, fmt.Errorf("%w: modes: start %s: %v", admin.ErrUnavailable, mode, err)
+	}
+	s.mode, s.dp = mode, dp
+	s.switches++
+	st, _ := dp.Status(ctx)
+	s.log.Info("mode switched", "from", prev, "to", mode, "high", high)
+	return &adminpb.SetModeResponse{Previous: prev, Mode: mode, High: high, Epoch: st.GetEpoch()}, nil
+}
+
+// Close stops the current mode and releases it.
+func (s *Switch) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.dp == nil {
+		return nil
+	}
+	s.dp.Stop()
+	err := s.dp.Close()
+	s.dp = nil
+	return err
+}
+
+// Collector exports the current mode's metrics at scrape time. It is
+// unchecked (describes nothing) because the set changes with the mode.
+func (s *Switch) Collector() prometheus.Collector { return (*dynCollector)(s) }
+
+type dynCollector Switch
+
+func (d *dynCollector) Describe(chan<- *prometheus.Desc) {}
+
+func (d *dynCollector) Collect(ch chan<- prometheus.Metric) {
+	s := (*Switch)(d)
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.dp == nil {
+		return
+	}
+	for _, c := range s.dp.Collectors() {
+		c.Collect(ch)
+	}
+}
