@@ -5,16 +5,21 @@ import (
 	"errors"
 	"fmt"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/seqd/seqd/admin/adminpb"
+	"github.com/seqd/seqd/spec"
 )
 
-// ErrModeSwitch reports that the server cannot be switched to a mode.
+// ErrModeSwitch reports that the server cannot be switched to a mode, or
+// that loadgen's client cannot speak it: the mode is skipped.
 var ErrModeSwitch = errors.New("loadgen: mode switching not available")
 
-// switchMode makes the server at adm serve mode. It succeeds at once when
-// the server already serves it. The admin API has no SetMode yet: any
-// other mode is ErrModeSwitch (with -spawn, loadgen restarts its own seqd
-// in the mode instead).
+// switchMode makes the server at adm serve mode through the admin SetMode
+// RPC. It does nothing when the server already serves mode. A server that
+// does not implement SetMode, or does not know the mode, is ErrModeSwitch;
+// with -spawn, loadgen then restarts its own seqd in the mode instead.
 func switchMode(ctx context.Context, adm adminpb.AdminClient, mode string) error {
 	st, err := adm.Status(ctx, &adminpb.StatusRequest{})
 	if err != nil {
@@ -23,5 +28,24 @@ func switchMode(ctx context.Context, adm adminpb.AdminClient, mode string) error
 	if st.GetMode() == mode {
 		return nil
 	}
-	return fmt.Errorf("%w: seqd serves %q and its admin API has no SetMode to switch to %q", ErrModeSwitch, st.GetMode(), mode)
+	resp, err := adm.SetMode(ctx, &adminpb.SetModeRequest{Mode: mode})
+	switch status.Code(err) {
+	case codes.OK:
+		if resp.GetMode() != mode {
+			return fmt.Errorf("%w: SetMode(%q) left the server in %q", ErrModeSwitch, mode, resp.GetMode())
+		}
+		return nil
+	case codes.Unimplemented, codes.InvalidArgument, codes.FailedPrecondition:
+		return fmt.Errorf("%w: seqd serves %q and cannot switch to %q: %v", ErrModeSwitch, st.GetMode(), mode, status.Convert(err).Message())
+	}
+	return fmt.Errorf("loadgen: SetMode(%q): %w", mode, err)
+}
+
+// clientSpeaks reports whether the client library can drive mode. Today
+// client.Dial always asks for Spec-S0.
+func clientSpeaks(mode string) error {
+	if mode == spec.ModeSpecS0 {
+		return nil
+	}
+	return fmt.Errorf("%w: the client library connects in %q only; it has no option to use %q", ErrModeSwitch, spec.ModeSpecS0, mode)
 }

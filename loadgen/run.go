@@ -153,6 +153,9 @@ func (r *runner) connectAdmin(ctx context.Context, addr string) error {
 // useMode makes the server serve mode: through the admin plane, or with
 // -spawn by (re)starting loadgen's own seqd in that mode.
 func (r *runner) useMode(ctx context.Context, mode string) error {
+	if err := clientSpeaks(mode); err != nil {
+		return err
+	}
 	if r.adm == nil && !r.c.Spawn {
 		if err := r.connectAdmin(ctx, r.c.Admin); err != nil {
 			return err

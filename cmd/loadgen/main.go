@@ -62,6 +62,16 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 			c.Cores, err = loadgen.ParseInts(*cores)
 		}
 	}
+	// Config treats zero as "the default"; on the command line zero is a
+	// value, and a bad one.
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"clients", c.Clients}, {"qps", c.QPs}, {"window", c.Window}} {
+		if err == nil && f.v < 1 {
+			err = fmt.Errorf("%w: -%s %d (at least 1)", loadgen.ErrConfig, f.name, f.v)
+		}
+	}
 	if err == nil {
 		err = c.Validate()
 	}

@@ -1,0 +1,37 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+func TestBadFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-clients", "0"}, "-clients 0"},
+		{[]string{"-clients", "many"}, "invalid value"},
+		{[]string{"-window", "0"}, "-window 0"},
+		{[]string{"-qps", "4", "-window", "2"}, "-window 2"},
+		{[]string{"-sweep-window", "1,x"}, `"x" is not an integer`},
+		{[]string{"-sweep-clients", "0"}, "-sweep-clients 0"},
+		{[]string{"-cores", "-1"}, "-cores -1"},
+		{[]string{"-plot", "out.jpg"}, ".png or .svg"},
+		{[]string{"-admin", "nohostport"}, "-admin"},
+		{[]string{"-duration", "-1s"}, "negative"},
+		{[]string{"-modes", "spec-s0, ,herd x"}, "mode"},
+		{[]string{"stray"}, "unexpected arguments"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			var out, errb bytes.Buffer
+			if code := realMain(tc.args, &out, &errb); code != 2 {
+				t.Fatalf("exit %d, want 2; stderr %s", code, errb.String())
+			}
+			if !strings.Contains(errb.String(), tc.want) {
+				t.Fatalf("stderr %q does not mention %q", errb.String(), tc.want)
+			}
+		})
+	}
+}
