@@ -6,6 +6,7 @@
 //
 //	status [-json]       print the server's status
 //	health [-service S]  exit 0 if the server reports SERVING
+//	version              print seqctl's version
 //
 // Exit status: 0 on success, 1 when the command fails (including a server
 // that is not SERVING), 2 on a usage error.
@@ -51,6 +52,7 @@ type command struct {
 var commands = []command{
 	{"status", "[-json]", "print the server's status", runStatus},
 	{"health", "[-service name]", "exit 0 if the server reports SERVING", runHealth},
+	{"version", "", "print seqctl's version (stamped at build time)", runVersion},
 }
 
 // env is what every command gets: where to write, and how to reach the

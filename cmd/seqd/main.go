@@ -20,11 +20,13 @@ import (
 	"syscall"
 
 	"github.com/seqd/seqd/cmd/seqd/run"
+	"github.com/seqd/seqd/internal/version"
 	_ "github.com/seqd/seqd/verbs/ibv"
 	_ "github.com/seqd/seqd/verbs/soft"
 )
 
-var version = "dev" // set with -ldflags "-X main.version=..."
+// stdout is where -version prints; tests replace it.
+var stdout io.Writer = os.Stdout
 
 func main() {
 	os.Exit(realMain(os.Args[1:], os.Stderr))
@@ -36,6 +38,7 @@ func realMain(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("seqd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfgFile := fs.String("config", "", "read flags from `FILE`, one name=value per line")
+	showVersion := fs.Bool("version", false, "print the version and exit")
 	fs.StringVar(&c.Provider, "provider", "soft", "verbs provider (soft, ibv)")
 	fs.StringVar(&c.Device, "device", "127.0.0.1:4791", "verbs device (soft: IP:port)")
 	fs.StringVar(&c.ProviderOpts, "provider-opts", "", "provider options k=v,k=v (soft: queues, loss, dup, reorder, seed)")
@@ -56,6 +59,10 @@ func realMain(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "seqd: unexpected arguments %q\n", fs.Args())
 		return 2
 	}
+	if *showVersion {
+		fmt.Fprintln(stdout, "seqd", version.Version)
+		return 0
+	}
 	if *cfgFile != "" {
 		set := map[string]bool{}
 		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -64,7 +71,7 @@ func realMain(args []string, stderr io.Writer) int {
 			return 2
 		}
 	}
-	c.Version = version
+	c.Version = version.Version
 	if err := c.Validate(); err != nil {
 		fmt.Fprintf(stderr, "seqd: %v\n", err)
 		return 2
