@@ -22,7 +22,12 @@ const (
 	spinFor     = 30 * time.Microsecond
 	// reconnectAfter: with requests outstanding and no answer for this
 	// long, the client assumes the server restarted and re-runs Connect.
-	reconnectAfter = 300 * time.Millisecond
+	// It first asks for the server's epoch: only a new epoch (a restart
+	// or a mode switch) makes it reconnect.
+	reconnectAfter = 50 * time.Millisecond
+	// retryConnectAfter paces reconnects after a failed one, or after an
+	// atomics QP broke.
+	retryConnectAfter = 5 * time.Millisecond
 )
 
 // Request is one asynchronous request. Callers own it and may reuse it
@@ -121,6 +126,17 @@ type Client struct {
 	recvWRs  []verbs.RecvWR
 	recvSGE  []verbs.SGE
 	reconnAt time.Duration
+
+	// The data path of the server's mode: Spec-S0 on the QPs above, or
+	// an altConn (herd, atomics) built at connect.
+	mode       string
+	connFailed bool
+	modeV      atomic.Value // mode, for Mode()
+	alt        altConn
+	altReqs    []*Request // by altConn request ID
+	altIDs     []int
+	altVals    []uint64
+	altOK      []bool
 }
 
 // Dial connects to the seqd admin server at adminAddr, creates the
@@ -180,6 +196,7 @@ func (c *Client) setup() (err error) {
 	}
 	c.wcs = make([]verbs.WC, 64)
 	c.swcs = make([]verbs.WC, 64)
+	c.altIDs, c.altVals, c.altOK = make([]int, 64), make([]uint64, 64), make([]bool, 64)
 	c.recvWRs = make([]verbs.RecvWR, perQP)
 	c.recvSGE = make([]verbs.SGE, perQP)
 	for i := range c.recvWRs {
@@ -215,9 +232,35 @@ func (c *Client) postInitialRecvs(i int) error {
 	return nil
 }
 
-// connect (re-)runs Connect with the client's QPs. It brings the QPs up
-// (with the server's Q_Key) and builds the address handles.
+// connect looks up the server's mode and (re-)connects in it: Spec-S0 on
+// the client's UD QPs, or herd / atomics on fresh QPs. Requests in flight
+// on a data path that is left go back to the backlog.
 func (c *Client) connect(ctx context.Context) error {
+	st, err := c.adm.Status(ctx, &adminpb.StatusRequest{})
+	if err != nil {
+		return fmt.Errorf("%w: status: %v", ErrUnavailable, err)
+	}
+	switch mode := st.GetMode(); mode {
+	case "", spec.ModeSpecS0:
+		c.closeAlt()
+		c.mode = spec.ModeSpecS0
+		c.modeV.Store(c.mode)
+		return c.connectS0(ctx)
+	default:
+		c.requeueS0(c.now())
+		return c.connectAlt(ctx, mode)
+	}
+}
+
+// Mode is the data-path mode the client last connected in.
+func (c *Client) Mode() string {
+	m, _ := c.modeV.Load().(string)
+	return m
+}
+
+// connectS0 (re-)runs Connect with the client's QPs. It brings the QPs up
+// (with the server's Q_Key) and builds the address handles.
+func (c *Client) connectS0(ctx context.Context) error {
 	req := &adminpb.ConnectRequest{Window: uint32(c.opts.window), Mode: spec.ModeSpecS0,
 		ClientName: c.opts.name, ProtocolVersion: spec.ProtocolVersion}
 	for _, q := range c.qps {
@@ -414,6 +457,10 @@ func (c *Client) Close() error {
 }
 
 func (c *Client) release() {
+	if c.alt != nil {
+		c.alt.Close()
+		c.alt = nil
+	}
 	for _, q := range c.qps {
 		q.qp.Close()
 	}

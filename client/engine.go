@@ -21,12 +21,24 @@ func (c *Client) engine() {
 	for c.ctx.Err() == nil {
 		now := c.now()
 		did := c.intake(now)
-		did = c.poll(now) || did
-		c.expire(now)
-		did = c.post(now) || did
-		c.reapSends()
-		if c.outstanding() > 0 && now-c.lastAns > reconnectAfter && now-c.reconnAt > reconnectAfter {
-			c.reconnect(now)
+		if c.connFailed {
+			c.expireBacklog(now)
+		} else if c.alt != nil {
+			did = c.altStep(now) || did
+		} else {
+			did = c.poll(now) || did
+			c.expire(now)
+			did = c.post(now) || did
+			c.reapSends()
+		}
+		waiting := c.outstanding() > 0 || c.backlog != nil
+		switch {
+		case c.connFailed || (c.alt != nil && c.alt.Broken()):
+			if now-c.reconnAt > retryConnectAfter {
+				c.reconnect(now, true)
+			}
+		case waiting && now-c.lastAns > reconnectAfter && now-c.reconnAt > reconnectAfter:
+			c.reconnect(now, false)
 		}
 		if did {
 			idleSince = -1
@@ -57,6 +69,13 @@ func (c *Client) engine() {
 // submitted, or the next retransmission is due.
 func (c *Client) sleep(now time.Duration) {
 	next := now + 2*time.Millisecond
+	cq := c.recvCQ
+	if c.alt != nil {
+		cq = c.alt.CQ()
+		if d, ok := c.alt.NextDeadline(); ok && d < next {
+			next = d
+		}
+	}
 	for _, q := range c.qps {
 		if d, ok := q.win.NextDeadline(); ok && d < next {
 			next = d
@@ -69,7 +88,7 @@ func (c *Client) sleep(now time.Duration) {
 	c.mu.Unlock()
 	if !queued {
 		c.timer.Reset(max(next-now, 0))
-		c.recvCQ.Wait(kctx)
+		cq.Wait(kctx)
 		c.timer.Stop()
 	}
 	c.waiting.Store(false)
@@ -90,6 +109,9 @@ func (c *Client) outstanding() int {
 	n := 0
 	for _, q := range c.qps {
 		n += q.win.Outstanding()
+	}
+	if c.alt != nil {
+		n += c.alt.Outstanding()
 	}
 	return n
 }
@@ -342,24 +364,32 @@ func (c *Client) finish(r *Request, ts Timestamp, err error) {
 }
 
 // reconnect re-runs Connect after answers stopped: the server may have
-// restarted. Requests stay queued and are resent under fresh tags.
-func (c *Client) reconnect(now time.Duration) {
+// restarted or switched modes. Requests stay queued and are resent under
+// fresh tags (or sequence numbers) on the new data path; a failed
+// reconnect is retried, and requests fail only at their deadlines.
+func (c *Client) reconnect(now time.Duration, force bool) {
 	c.reconnAt = now
 	ctx, cancel := context.WithTimeout(c.ctx, time.Second)
 	defer cancel()
-	// Only a server that restarted (new epoch) has lost our session; a
-	// live one is merely slow or losing packets, and retransmission copes.
-	if st, err := c.adm.Status(ctx, &adminpb.StatusRequest{}); err == nil && st.GetEpoch() == c.epoch {
-		return
+	// Only a server that restarted or switched (new epoch) has lost our
+	// session; a live one is merely slow or losing packets, and
+	// retransmission copes.
+	if !force {
+		if st, err := c.adm.Status(ctx, &adminpb.StatusRequest{}); err == nil && st.GetEpoch() == c.epoch {
+			return
+		}
 	}
 	if c.session != 0 {
 		c.adm.Disconnect(ctx, &adminpb.DisconnectRequest{SessionId: c.session})
 	}
 	if err := c.connect(ctx); err != nil {
-		c.log.Warn("reconnect failed", "err", err)
-		c.failAll(err)
+		c.log.Debug("reconnect failed; retrying", "err", err)
+		c.connFailed = true
+		c.closeAlt()
+		c.expireBacklog(c.now())
 		return
 	}
+	c.connFailed = false
 	c.st.reconnects.Add(1)
 	c.lastAns = c.now()
 	c.log.Info("reconnected", "session", c.session, "epoch", c.epoch)
@@ -386,4 +416,24 @@ func (c *Client) failAll(err error) {
 			c.finish(r, 0, err)
 		}
 	}
+}
+
+// expireBacklog fails queued requests whose deadline passed or whose
+// caller gave up.
+func (c *Client) expireBacklog(now time.Duration) {
+	var keep, tail *Request
+	for r := c.popFront(); r != nil; r = c.popFront() {
+		if r.abandoned.Load() || now >= r.deadline {
+			c.st.timeouts.Add(1)
+			c.finish(r, 0, fmt.Errorf("%w: no answer before the deadline", ErrTimeout))
+			continue
+		}
+		if tail == nil {
+			keep = r
+		} else {
+			tail.next = r
+		}
+		tail = r
+	}
+	c.backlog, c.tail = keep, tail
 }

@@ -49,11 +49,11 @@ type Config struct {
 	Oracle *oracle.Oracle
 	// Workers, RespQPs, Cores, MaxWindow, MaxClients as the modes take them
 	// (zero: each mode's default).
-	Workers, RespQPs        int
-	Cores                   []int
-	MaxWindow, MaxClients   int
-	Version                 string
-	Logger                  *slog.Logger
+	Workers, RespQPs      int
+	Cores                 []int
+	MaxWindow, MaxClients int
+	Version               string
+	Logger                *slog.Logger
 	// AtomicsBlock is the atomics lease size (default: the mode's).
 	AtomicsBlock int
 }
