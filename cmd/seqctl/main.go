@@ -52,6 +52,7 @@ type command struct {
 var commands = []command{
 	{"status", "[-json]", "print the server's status", runStatus},
 	{"health", "[-service name]", "exit 0 if the server reports SERVING", runHealth},
+	{"set-mode", "spec-s0|herd|atomics", "switch the data-path mode at run time", runSetMode},
 	{"version", "", "print seqctl's version (stamped at build time)", runVersion},
 }
 

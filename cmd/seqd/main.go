@@ -49,7 +49,7 @@ func realMain(args []string, stderr io.Writer) int {
 	fs.IntVar(&c.RespQPs, "resp-qps", 3, "response QPs per worker")
 	fs.StringVar(&c.Cores, "cores", "none", "core per worker, comma-separated (-1 or none: unpinned)")
 	fs.StringVar(&c.Format, "format", "hybrid", "value format: hybrid or counter")
-	fs.StringVar(&c.Mode, "mode", "spec-s0", "data-path mode (spec-s0)")
+	fs.StringVar(&c.Mode, "mode", "spec-s0", "data-path mode: spec-s0, herd or atomics (switch at run time with seqctl set-mode)")
 	fs.IntVar(&c.MaxWindow, "max-window", 256, "largest window granted per client QP")
 	fs.IntVar(&c.MaxClients, "max-clients", 256, "most concurrent client sessions")
 	if err := fs.Parse(args); err != nil {
