@@ -13,6 +13,7 @@ import (
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/client"
 	"github.com/seqd/seqd/loadgen/verify"
+	"github.com/seqd/seqd/spec"
 	_ "github.com/seqd/seqd/verbs/soft" // the default provider
 )
 
@@ -116,14 +117,17 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 }
 
 type runner struct {
-	c    *Config
-	log  *slog.Logger
-	rep  *Report
-	srv  *server // when spawned
-	addr string
-	adm  adminpb.AdminClient
-	cc   interface{ Close() error }
-	pool chunkPool
+	c   *Config
+	log *slog.Logger
+	rep *Report
+	srv *server // when spawned
+	// readyAt: a freshly started seqd confirms no guess for
+	// spec.Holdoff, answering every request in full; points wait for it.
+	readyAt time.Time
+	addr    string
+	adm     adminpb.AdminClient
+	cc      interface{ Close() error }
+	pool    chunkPool
 }
 
 func (r *runner) closeServer() error {
@@ -176,6 +180,7 @@ func (r *runner) useMode(ctx context.Context, mode string) error {
 		return fmt.Errorf("%w: %v", ErrModeSwitch, err)
 	}
 	r.srv, r.rep.Server = s, s.desc
+	r.readyAt = time.Now().Add(spec.Holdoff)
 	r.log.Info("spawned seqd", "mode", mode, "server", s.desc, "admin", s.admin)
 	if err := r.connectAdmin(ctx, s.admin); err != nil {
 		return err
@@ -212,6 +217,13 @@ func (r *runner) snap(ctx context.Context, cls []*client.Client) (snapshot, erro
 	return s, nil
 }
 
+// reserve makes sure the record pool holds rate×d calls (with a margin),
+// within Config.VerifyMax.
+func (r *runner) reserve(rate float64, d time.Duration, clients int) {
+	total := min(rate*1.3*d.Seconds(), float64(r.c.VerifyMax))
+	r.pool.reserve(int(total)/chunkCalls + 2*clients)
+}
+
 func (r *runner) runPoint(ctx context.Context, mode string, p Point) (Result, error) {
 	c := r.c
 	res := Result{Mode: mode, Clients: p.Clients, Window: p.Window}
@@ -235,15 +247,23 @@ func (r *runner) runPoint(ctx context.Context, mode string, p Point) (Result, er
 		cls = append(cls, cl)
 	}
 
-	// Size the record buffers for the fastest rate this transport can
-	// carry: the provider's own echo.
+	if d := time.Until(r.readyAt); d > 0 {
+		r.log.Info("waiting for the new server's speculation hold-off", "wait", d.Round(time.Millisecond))
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return res, ctx.Err()
+		}
+	}
+	// Record chunks for the warm-up, at the fastest rate this transport
+	// can carry (the provider's own echo); halfway through the warm-up the
+	// pool is topped up for the measured rate.
 	rate := r.rep.Echo.Provider
 	if rate == 0 {
-		rate = 10e6
+		rate = 5e6
 	}
 	if c.Verify {
-		total := min(rate*1.1*(c.Warmup+c.Duration).Seconds(), float64(c.VerifyMax))
-		r.pool.reserve(int(total)/chunkCalls + 2*p.Clients)
+		r.reserve(rate, c.Warmup, p.Clients)
 	}
 
 	base := time.Now()
@@ -266,10 +286,13 @@ func (r *runner) runPoint(ctx context.Context, mode string, p Point) (Result, er
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	lastAns, lastT := uint64(0), time.Now()
-	phase := 0 // 0 warm-up, 1 measuring, 2 done
-	for phase < 2 {
-		next := base.Add(time.Duration(from))
-		if phase == 1 {
+	phase := 0 // 0 first half of the warm-up, 1 second half, 2 measuring, 3 done
+	for phase < 3 {
+		next := base.Add(time.Duration(from / 2))
+		switch phase {
+		case 1:
+			next = base.Add(time.Duration(from))
+		case 2:
 			next = base.Add(time.Duration(until))
 		}
 		wait := time.NewTimer(time.Until(next))
@@ -289,7 +312,7 @@ func (r *runner) runPoint(ctx context.Context, mode string, p Point) (Result, er
 				}
 				now := time.Now()
 				what := "warm-up"
-				if phase == 1 {
+				if phase == 2 {
 					what = "measuring"
 				}
 				fmt.Fprintf(c.Progress, "loadgen: %-8s clients=%d window=%d %-9s %5.1fs  %7.3f Mops/s  %d answers\n",
@@ -300,9 +323,19 @@ func (r *runner) runPoint(ctx context.Context, mode string, p Point) (Result, er
 			continue
 		case <-wait.C:
 		}
-		if phase == 0 {
+		switch phase {
+		case 0:
+			if c.Verify {
+				var ans uint64
+				for _, cl := range cls {
+					ans += cl.Stats().Answers
+				}
+				el := time.Since(base)
+				r.reserve(float64(ans)/el.Seconds(), c.Duration+c.Warmup-el, p.Clients)
+			}
+		case 1:
 			before, err = r.snap(ctx, cls)
-		} else {
+		case 2:
 			after, err = r.snap(ctx, cls)
 		}
 		if err != nil {
