@@ -4,7 +4,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/seqd/seqd/internal/version.Version=$(VERSION)
 BIN     := bin
 
-.PHONY: all build build-ibverbs test test-short lint run bench bench-verbs bench-client fuzz-short clean
+.PHONY: all build build-ibverbs test test-short lint run bench bench-verbs bench-client fuzz-short clean docker docker-ibverbs docker-smoke
 
 all: build
 
@@ -50,6 +50,21 @@ bench-client:
 # Each fuzz target for a short time (CI).
 fuzz-short:
 	./scripts/fuzz-short.sh $(FUZZTIME)
+
+# The container image (Dockerfile, FROM scratch: pulls nothing) from the
+# static binaries, with docker or else podman (scripts/docker-build.sh).
+docker: build
+	VERSION=$(VERSION) ./scripts/docker-build.sh default
+
+# The libibverbs image (Dockerfile.ibverbs): pulls debian:bookworm-slim and
+# rdma-core packages, so it needs registry access; not built in CI.
+docker-ibverbs: build-ibverbs
+	VERSION=$(VERSION) ./scripts/docker-build.sh ibverbs
+
+# Starts the image's entrypoint and checks its HEALTHCHECK, /metrics and the
+# data volume (scripts/docker-smoke.sh).
+docker-smoke:
+	./scripts/docker-smoke.sh
 
 clean:
 	rm -rf $(BIN)

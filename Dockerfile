@@ -1,0 +1,51 @@
+# seqd container image: the static seqd, seqctl and loadgen (CGO_ENABLED=0,
+# userspace RoCEv2-over-UDP provider) on an empty base.
+#
+# Build it with `make docker`, not `docker build .`: the Makefile runs
+# `make build` on the host, then scripts/docker-build.sh stages a small
+# build context (bin/image/: the binaries, the host's CA bundle, a minimal
+# passwd/group with a non-root seqd user, an empty data directory) and
+# builds this file with docker, or with podman where no docker engine
+# answers. Nothing is pulled: the image builds with no registry access.
+#
+# Run it (see docs/operations.md, "Container"):
+#
+#   docker run -d --name seqd -v seqd-data:/var/lib/seqd \
+#     -p 7070:7070 -p 9464:9464 -p 4791:4791/udp \
+#     seqd:latest -device <container or host IPv4>:4791
+#
+# The admin (gRPC) and metrics listeners bind 0.0.0.0 here; seqd's own
+# defaults are loopback, which is useless inside a container. The soft
+# provider's device is its RoCEv2 GID and must be a specific IPv4 address
+# (0.0.0.0 is refused), so CMD defaults it to 127.0.0.1:4791 (reachable
+# only from inside the container, e.g. `docker exec seqd loadgen`) and
+# operators pass the address clients reach, or use --network host.
+FROM scratch
+
+ARG VERSION=dev
+LABEL org.opencontainers.image.title="seqd" \
+      org.opencontainers.image.description="seqd sequencer / timestamp oracle (userspace RoCEv2 provider)" \
+      org.opencontainers.image.source="https://github.com/seqd/seqd" \
+      org.opencontainers.image.version="${VERSION}"
+
+# /etc/passwd, /etc/group, /etc/ssl/certs/ca-certificates.crt and
+# /usr/local/bin/{seqd,seqctl,loadgen}.
+COPY rootfs/ /
+# The data directory, owned by the seqd user (uid/gid 10001).
+COPY --chown=10001:10001 data/ /var/lib/seqd/
+
+USER 10001:10001
+WORKDIR /var/lib/seqd
+VOLUME ["/var/lib/seqd"]
+
+# 4791/udp: data plane (RoCEv2); 7070: admin gRPC; 9464: Prometheus /metrics.
+EXPOSE 4791/udp 7070/tcp 9464/tcp
+
+# seqctl exits 0 only when the admin plane reports SERVING.
+HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \
+  CMD ["/usr/local/bin/seqctl", "-admin", "127.0.0.1:7070", "-timeout", "2s", "health"]
+
+# Flags after the image name on `docker run` are appended to ENTRYPOINT and
+# replace CMD; a flag given twice takes its last value.
+ENTRYPOINT ["/usr/local/bin/seqd", "-data", "/var/lib/seqd", "-admin", "0.0.0.0:7070", "-metrics", "0.0.0.0:9464"]
+CMD ["-device", "127.0.0.1:4791"]
