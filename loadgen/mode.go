@@ -9,7 +9,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/seqd/seqd/admin/adminpb"
-	"github.com/seqd/seqd/spec"
 )
 
 // ErrModeSwitch reports that the server cannot be switched to a mode, or
@@ -41,11 +40,11 @@ func switchMode(ctx context.Context, adm adminpb.AdminClient, mode string) error
 	return fmt.Errorf("loadgen: SetMode(%q): %w", mode, err)
 }
 
-// clientSpeaks reports whether the client library can drive mode. Today
-// client.Dial always asks for Spec-S0.
-func clientSpeaks(mode string) error {
-	if mode == spec.ModeSpecS0 {
+// clientMode checks that a client connected in the mode being measured:
+// the client follows the server's mode when it connects.
+func clientMode(got, mode string) error {
+	if got == mode {
 		return nil
 	}
-	return fmt.Errorf("%w: the client library connects in %q only; it has no option to use %q", ErrModeSwitch, spec.ModeSpecS0, mode)
+	return fmt.Errorf("%w: the client connected in %q, not %q", ErrModeSwitch, got, mode)
 }

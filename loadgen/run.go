@@ -98,6 +98,11 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 		}
 		for _, p := range c.Points() {
 			res, err := r.runPoint(ctx, mode, p)
+			if errors.Is(err, ErrModeSwitch) {
+				log.Warn("mode skipped", "mode", mode, "err", err)
+				rep.Skipped = append(rep.Skipped, Skipped{mode, err})
+				break
+			}
 			if err != nil {
 				return rep, err
 			}
@@ -157,9 +162,6 @@ func (r *runner) connectAdmin(ctx context.Context, addr string) error {
 // useMode makes the server serve mode: through the admin plane, or with
 // -spawn by (re)starting loadgen's own seqd in that mode.
 func (r *runner) useMode(ctx context.Context, mode string) error {
-	if err := clientSpeaks(mode); err != nil {
-		return err
-	}
 	if r.adm == nil && !r.c.Spawn {
 		if err := r.connectAdmin(ctx, r.c.Admin); err != nil {
 			return err
@@ -245,6 +247,9 @@ func (r *runner) runPoint(ctx context.Context, mode string, p Point) (Result, er
 			return res, fmt.Errorf("loadgen: %s: client %d: %w", mode, i, err)
 		}
 		cls = append(cls, cl)
+		if err := clientMode(cl.Mode(), mode); err != nil {
+			return res, err
+		}
 	}
 
 	if d := time.Until(r.readyAt); d > 0 {
