@@ -153,11 +153,11 @@ func (r *Report) latencyPlot() (*plot.Plot, error) {
 	p.Y.Label.Text = "latency (µs, log scale)"
 	p.Y.Scale = plot.LogScale{}
 	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
-	p.Legend.Top = false // bottom right: the curves climb to the upper right
-	p.Legend.Left = false
+	// The legend goes top right, in a decade of head room above the
+	// slowest point, so that it never covers one.
+	p.Legend.Top = true
 	p.Legend.XOffs = -vg.Millimeter * 2
-	p.Legend.YOffs = vg.Millimeter * 2
-	lo, hi := 1e18, 0.0
+	lo, hi, right := 1e18, 0.0, 0.0
 	for i, m := range r.modeOrder() {
 		var pts []Result
 		for _, x := range r.Results {
@@ -178,7 +178,7 @@ func (r *Report) latencyPlot() (*plot.Plot, error) {
 			xys := make(plotter.XYs, len(pts))
 			for j, x := range pts {
 				xys[j] = plotter.XY{X: x.ThroughputOps / 1e6, Y: max(get(x), 0.1)}
-				lo, hi = min(lo, xys[j].Y), max(hi, xys[j].Y)
+				lo, hi, right = min(lo, xys[j].Y), max(hi, xys[j].Y), max(right, xys[j].X)
 			}
 			if len(xys) == 0 {
 				continue
@@ -213,9 +213,9 @@ func (r *Report) latencyPlot() (*plot.Plot, error) {
 		}
 	}
 	if hi > 0 {
-		p.Y.Min, p.Y.Max = lo/1.5, hi*1.5
+		p.Y.Min, p.Y.Max = lo/1.5, hi*10
 	}
-	p.X.Min = 0
+	p.X.Min, p.X.Max = 0, right*1.15
 	p.Add(plotter.NewGrid())
 	return p, nil
 }

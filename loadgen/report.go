@@ -20,9 +20,13 @@ func (r *Report) WriteTable(w io.Writer) error {
 		if r.EchoFloorOps > 0 {
 			frac = fmt.Sprintf("%.0f%%", 100*x.ThroughputOps/r.EchoFloorOps)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.3f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%d\t%d\t%d\t%s\t\n",
+		batch := "-" // a mode without server workers (atomics)
+		if x.AvgBatch > 0 {
+			batch = fmt.Sprintf("%.1f", x.AvgBatch)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.3f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%s\t%d\t%d\t%d\t%s\t\n",
 			x.Mode, x.Clients, x.Window, x.ThroughputOps/1e6, x.P50us, x.P90us, x.P99us, x.P999us, x.Maxus,
-			x.AvgBatch, x.SpecMisses, x.Retransmits, x.Drops, frac)
+			batch, x.SpecMisses, x.Retransmits, x.Drops, frac)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
