@@ -47,6 +47,12 @@ type Config struct {
 	RetryMin, RetryMax time.Duration
 	// Logger receives the oracle's logs (default slog.Default()).
 	Logger *slog.Logger
+	// Gate, when set, is asked before every claim and must return nil for
+	// the claim to proceed. High availability sets it to the leadership
+	// lease (ha.Term.Gate): a leader whose lease may have run out hands
+	// out nothing. It is called on the hot path: it must be cheap, must
+	// not block, and should return a preallocated error.
+	Gate func() error
 }
 
 // validate checks c and fills defaults. It is the one place that does.

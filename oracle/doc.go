@@ -40,6 +40,12 @@
 // durable. A crash at any moment (kill -9) therefore loses at most unused
 // headroom, never uniqueness.
 //
+// # Gate
+//
+// Config.Gate is asked before every claim. High availability (package ha)
+// sets it to the leadership lease, so an oracle whose process may no longer
+// be the leader refuses claims at once, before anything else notices.
+//
 // # Layout
 //
 // Counter is the pure state machine: atomics and arithmetic, with time

@@ -19,6 +19,7 @@ type Oracle struct {
 	c        *Counter
 	closed   atomic.Bool
 	maxBatch int
+	gate     func() error  // Config.Gate; nil when not set
 	kick     chan struct{} // wakes the persister; buffered, never blocks
 	_        [cacheLine]byte
 
@@ -94,6 +95,7 @@ func Open(ctx context.Context, cfg Config) (*Oracle, error) {
 	o := &Oracle{
 		c:         c,
 		maxBatch:  cfg.MaxBatch,
+		gate:      cfg.Gate,
 		kick:      make(chan struct{}, 1),
 		cfg:       cfg,
 		store:     store,
@@ -134,14 +136,20 @@ func Open(ctx context.Context, cfg Config) (*Oracle, error) {
 // first..first+n-1, every value above every value handed out before. It
 // never blocks and never allocates. If the batch would cross the persisted
 // mark, Claim returns ErrBehind and wakes the persister: keep the batch and
-// retry (idle paths: wait on MarkAdvanced, or use ClaimWait). n must be in
-// [1, Config.MaxBatch].
+// retry (idle paths: wait on MarkAdvanced, or use ClaimWait). If a
+// Config.Gate is set and refuses, Claim returns the gate's error and claims
+// nothing. n must be in [1, Config.MaxBatch].
 func (o *Oracle) Claim(n int) (first uint64, err error) {
 	if o.closed.Load() {
 		return 0, ErrClosed
 	}
 	if n > o.maxBatch {
 		return 0, ErrBatchSize
+	}
+	if o.gate != nil {
+		if err := o.gate(); err != nil {
+			return 0, err
+		}
 	}
 	first, err = o.c.Claim(n)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -414,5 +415,38 @@ func TestFormatAndTimestamp(t *testing.T) {
 	}
 	if oracle.Compose(-1, 1<<18+3) != 3 || oracle.Compose(1<<50, 0).Physical() != oracle.MaxPhysical {
 		t.Error("Compose does not clamp")
+	}
+}
+
+// TestGate checks that a refusing Config.Gate stops claims at once, with
+// its own error, and that claims resume when it lets them through.
+func TestGate(t *testing.T) {
+	errFenced := errors.New("fenced")
+	var fenced atomic.Bool
+	o, err := oracle.Open(context.Background(), oracle.Config{Dir: t.TempDir(), Logger: quiet,
+		Gate: func() error {
+			if fenced.Load() {
+				return errFenced
+			}
+			return nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	a, err := o.Claim(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fenced.Store(true)
+	if _, err := o.Claim(1); err != errFenced {
+		t.Fatalf("Claim behind a closed gate = %v, want the gate's error", err)
+	}
+	if cur := o.Current(); cur != a {
+		t.Fatalf("a refused claim moved the counter from %d to %d", a, cur)
+	}
+	fenced.Store(false)
+	if b, err := o.Claim(1); err != nil || b <= a {
+		t.Fatalf("Claim after the gate opened = %d, %v; want above %d", b, err, a)
 	}
 }

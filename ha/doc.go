@@ -1,0 +1,46 @@
+// Package ha runs seqd highly available on etcd: instances campaign for
+// leadership on a lease, the leader persists the oracle's high-water mark
+// in etcd, and standbys point clients at the leader. seqd grows no
+// consensus protocol of its own; etcd is the only source of truth.
+//
+// # Terms
+//
+// A Node campaigns with go.etcd.io/etcd/client/v3/concurrency on a lease
+// of Config.TTL. Each time it wins, a Term begins: the election key and
+// its create revision identify it. The Term ends, and never begins again,
+// when the lease's local deadline passes, when a keep-alive reports the
+// lease gone, when a save is refused because the election key changed,
+// when the operator transfers leadership, or when the Node stops.
+//
+// # Invariants and ordering contracts
+//
+//  1. Fence BEFORE expiry. The local deadline of a lease is the send time
+//     of the last keep-alive (or grant) that etcd answered, plus the TTL
+//     it granted, minus Config.Margin. etcd cannot expire the lease before
+//     send time + TTL, so the deadline passes at least Margin before any
+//     other instance can win. Term.Gate refuses every claim once the
+//     deadline has passed, on the monotonic clock, so a leader that was
+//     paused (SIGSTOP, a long GC, a slow disk: tikv/pd#3423) hands out
+//     nothing when it resumes, before it has even noticed.
+//  2. Check leadership IN the transaction. Store.Save writes the mark in
+//     one etcd transaction whose guards are: the term's election key still
+//     has the term's create revision, and the new mark is above the stored
+//     one. A deposed leader's save is refused (tikv/pd#9157), and the mark
+//     never moves backward.
+//  3. Persist BEFORE serve. A new term opens a fresh oracle over the
+//     term's Store: it loads the mark (a linearizable read made after the
+//     win), starts above it (and, in hybrid format, at or above now<<18),
+//     and saves its first window before Open returns. Nothing from an
+//     earlier term's memory is reused (tikv/pd#4884).
+//  4. Fail closed. When etcd loses its majority, keep-alives fail, the
+//     deadline passes and the leader stops serving. It serves again only
+//     after it wins a new term on a working etcd.
+//
+// Together, (1) and (2) mean every value of a later term is above every
+// value of an earlier one, and no earlier term answers a call that starts
+// after a later term answered one: the service stays linearizable across
+// failovers.
+//
+// Standbys learn the leader's advertised admin address from the election
+// (Node.Leader) and answer Connect with a redirect (admin.RedirectError).
+package ha

@@ -1,0 +1,64 @@
+package ha
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// metrics are a Node's counters, children resolved once.
+type metrics struct {
+	refused struct {
+		notLeader, notIncreasing prometheus.Counter
+	}
+	saveErrors prometheus.Counter
+	terms      prometheus.Counter
+	termEnds   *prometheus.CounterVec
+	gateDenied prometheus.Counter
+	leader     prometheus.Gauge
+	all        []prometheus.Collector
+}
+
+// Reasons a term ends (seqd_ha_term_ends_total{type}).
+const (
+	endDeadline  = "deadline"   // the lease's local deadline passed
+	endLeaseGone = "lease_gone" // a keep-alive found the lease gone
+	endLost      = "lost"       // a save found the election key gone
+	endTransfer  = "transfer"   // operator transfer
+	endStop      = "stop"       // the node stopped
+	endServe     = "serve"      // the serving function returned
+)
+
+func newMetrics() *metrics {
+	m := &metrics{}
+	refused := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "seqd_ha_save_refused_total",
+		Help: "Mark saves etcd refused, by reason: not_leader (the term's election key is gone) or not_increasing.",
+	}, []string{"type"})
+	m.refused.notLeader = refused.WithLabelValues("not_leader")
+	m.refused.notIncreasing = refused.WithLabelValues("not_increasing")
+	m.saveErrors = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "seqd_ha_save_errors_total",
+		Help: "Mark saves that failed to reach etcd.",
+	})
+	m.terms = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "seqd_ha_terms_total",
+		Help: "Leadership terms this instance began.",
+	})
+	m.termEnds = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "seqd_ha_term_ends_total",
+		Help: "Leadership terms that ended, by reason.",
+	}, []string{"type"})
+	for _, r := range []string{endDeadline, endLeaseGone, endLost, endTransfer, endStop, endServe} {
+		m.termEnds.WithLabelValues(r)
+	}
+	m.gateDenied = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "seqd_ha_gate_denied_total",
+		Help: "Claims refused because this instance was not, or might no longer be, the leader.",
+	})
+	m.leader = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "seqd_ha_leader",
+		Help: "1 while this instance leads and its lease is valid.",
+	})
+	m.all = []prometheus.Collector{refused, m.saveErrors, m.terms, m.termEnds, m.gateDenied, m.leader}
+	return m
+}
+
+// nopMetrics serves Stores built outside a Node; nobody registers them.
+var nopMetrics = *newMetrics()

@@ -1,0 +1,375 @@
+package ha
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.uber.org/zap"
+)
+
+// Node is one seqd instance's membership in the HA group: it campaigns,
+// runs a serving function for each term it wins, and tracks the leader.
+type Node struct {
+	cfg  Config
+	cli  *clientv3.Client
+	log  *slog.Logger
+	m    *metrics
+	base time.Time
+
+	leader   atomic.Pointer[string] // advertised address of the leader
+	term     atomic.Pointer[Term]   // the current term, nil when standby
+	running  atomic.Bool
+	leaderCh chan struct{} // closed and replaced when leader changes
+
+	mu       sync.Mutex
+	toRevoke []clientv3.LeaseID // leases we gave up but could not revoke
+}
+
+// New connects to etcd (lazily: it does not wait for etcd to answer).
+func New(cfg Config) (*Node, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:            cfg.Endpoints,
+		DialTimeout:          cfg.DialTimeout,
+		DialKeepAliveTime:    cfg.TTL,
+		DialKeepAliveTimeout: cfg.DialTimeout,
+		Logger:               zap.NewNop(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ha: etcd client for %v: %w", cfg.Endpoints, err)
+	}
+	n := &Node{cfg: cfg, cli: cli, log: cfg.Logger.With("component", "ha", "name", cfg.Name), m: newMetrics(),
+		base: time.Now(), leaderCh: make(chan struct{})}
+	empty := ""
+	n.leader.Store(&empty)
+	return n, nil
+}
+
+// Close closes the etcd client. Call it after Run has returned.
+func (n *Node) Close() error { return n.cli.Close() }
+
+// Client is the node's etcd client.
+func (n *Node) Client() *clientv3.Client { return n.cli }
+
+// Collectors are the node's Prometheus metrics.
+func (n *Node) Collectors() []prometheus.Collector { return n.m.all }
+
+// Config returns the validated configuration.
+func (n *Node) Config() Config { return n.cfg }
+
+// Leader returns the advertised admin address of the leader as last seen
+// in etcd, or "" when none is known. It may be this node's own.
+func (n *Node) Leader() string { return *n.leader.Load() }
+
+// LeaderChanged returns a channel closed the next time Leader changes.
+func (n *Node) LeaderChanged() <-chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.leaderCh
+}
+
+// Term returns the current term if this node leads and the term is valid,
+// else nil.
+func (n *Node) Term() *Term {
+	if t := n.term.Load(); t != nil && t.Valid() {
+		return t
+	}
+	return nil
+}
+
+// Run campaigns until ctx is done. Each time it wins it calls serve with
+// the term and a context canceled when the term ends; serve must return
+// soon after. A serve error ends the term (logged), and the node campaigns
+// again. Run returns ctx's error.
+func (n *Node) Run(ctx context.Context, serve func(ctx context.Context, t *Term) error) error {
+	if n.running.Swap(true) {
+		return errors.New("ha: Run called twice")
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); n.observe(ctx) }()
+	defer wg.Wait()
+	backoff := 50 * time.Millisecond
+	for ctx.Err() == nil {
+		n.revokeOld(ctx)
+		err := n.session(ctx, serve)
+		if ctx.Err() != nil {
+			break
+		}
+		if err != nil {
+			n.log.Warn("ha: campaign failed; retrying", "err", err, "retry_in", backoff)
+			select {
+			case <-ctx.Done():
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, time.Second)
+			continue
+		}
+		backoff = 50 * time.Millisecond
+	}
+	return ctx.Err()
+}
+
+// session grants a lease, keeps it alive, campaigns on it and leads one
+// term if it wins. It revokes the lease on the way out, so a standby takes
+// over at once.
+func (n *Node) session(ctx context.Context, serve func(ctx context.Context, t *Term) error) error {
+	l, err := n.grant(ctx)
+	if err != nil {
+		return err
+	}
+	sctx, scancel := context.WithCancel(ctx)
+	defer func() {
+		scancel()
+		n.revoke(clientv3.LeaseID(l.id))
+	}()
+	sess, err := concurrency.NewSession(n.cli, concurrency.WithLease(clientv3.LeaseID(l.id)), concurrency.WithContext(sctx))
+	if err != nil {
+		return fmt.Errorf("ha: session: %w", err)
+	}
+	go n.keepAlive(sctx, l)
+	// The campaign ends when the lease does.
+	go func() {
+		select {
+		case <-sctx.Done():
+		case <-sess.Done():
+			scancel()
+		case <-l.gone:
+			scancel()
+		}
+	}()
+	e := concurrency.NewElection(sess, n.cfg.electionPrefix())
+	if err := e.Campaign(sctx, n.cfg.Advertise); err != nil {
+		return fmt.Errorf("ha: campaign: %w", err)
+	}
+	// Campaign does not notice its own key vanishing while it waits:
+	// check that the key still stands, and the lease is still ours.
+	rctx, rcancel := context.WithTimeout(sctx, n.cfg.DialTimeout)
+	resp, err := n.cli.Get(rctx, e.Key())
+	rcancel()
+	if err != nil {
+		return fmt.Errorf("ha: check the won election key: %w", err)
+	}
+	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != e.Rev() || l.remaining() <= 0 {
+		return fmt.Errorf("%w: election key %s lost while campaigning", ErrNotLeader, e.Key())
+	}
+	t := newTerm(n, e.Key(), e.Rev(), l)
+	n.term.Store(t)
+	n.m.terms.Inc()
+	n.m.leader.Set(1)
+	n.log.Info("ha: leading", "key", t.Key, "rev", t.Rev, "deadline_in", l.remaining().Round(time.Millisecond))
+	tctx, tcancel := context.WithCancel(sctx)
+	go func() {
+		n.watchTerm(tctx, t, sess)
+		tcancel()
+	}()
+	err = serve(tctx, t)
+	if err != nil && tctx.Err() == nil {
+		n.log.Error("ha: serving the term failed", "err", err)
+	}
+	t.end(endServe) // no-op when the term had ended already
+	tcancel()
+	n.term.Store(nil)
+	n.m.leader.Set(0)
+	return nil
+}
+
+// watchTerm ends t when its lease deadline passes, the lease is gone, a
+// save finds the election key gone, or ctx ends (transfer or stop).
+func (n *Node) watchTerm(ctx context.Context, t *Term, sess *concurrency.Session) {
+	timer := time.NewTimer(max(t.lease.remaining(), 0))
+	defer timer.Stop()
+	for {
+		select {
+		case <-timer.C:
+			if r := t.lease.remaining(); r > 0 {
+				timer.Reset(r)
+				continue
+			}
+			t.end(endDeadline)
+		case <-t.lease.gone:
+			t.end(endLeaseGone)
+		case <-sess.Done():
+			t.end(endLeaseGone)
+		case <-t.lost:
+			t.end(endLost)
+		case <-t.done:
+		case <-ctx.Done():
+			t.end(endStop)
+		}
+		return
+	}
+}
+
+// grant grants a lease; its deadline counts from before the request.
+func (n *Node) grant(ctx context.Context) (*lease, error) {
+	l := &lease{base: n.base, gone: make(chan struct{})}
+	sent := time.Since(n.base)
+	gctx, cancel := context.WithTimeout(ctx, n.cfg.DialTimeout)
+	resp, err := n.cli.Grant(gctx, int64(n.cfg.TTL/time.Second))
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("ha: grant lease: %w", err)
+	}
+	l.id = int64(resp.ID)
+	l.extend(sent + time.Duration(resp.TTL)*time.Second - n.cfg.Margin)
+	return l, nil
+}
+
+// keepAlive renews l every KeepAliveEvery and moves its deadline to the
+// send time of each answered renewal plus the granted TTL minus Margin.
+// It marks l gone when etcd says the lease no longer exists.
+func (n *Node) keepAlive(ctx context.Context, l *lease) {
+	tick := time.NewTicker(n.cfg.KeepAliveEvery)
+	defer tick.Stop()
+	fails := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		sent := time.Since(n.base)
+		kctx, cancel := context.WithTimeout(ctx, n.cfg.TTL/2)
+		resp, err := n.cli.KeepAliveOnce(kctx, clientv3.LeaseID(l.id))
+		cancel()
+		switch {
+		case errors.Is(err, rpctypes.ErrLeaseNotFound) || (err == nil && resp.TTL <= 0):
+			n.log.Warn("ha: lease gone", "lease", fmt.Sprintf("%x", l.id))
+			l.markGone()
+			return
+		case err != nil:
+			if ctx.Err() != nil {
+				return
+			}
+			fails++
+			if fails == 1 || fails%10 == 0 {
+				n.log.Warn("ha: lease keep-alive failed", "err", err, "fails", fails, "deadline_in", l.remaining().Round(time.Millisecond))
+			}
+		default:
+			fails = 0
+			l.extend(sent + time.Duration(resp.TTL)*time.Second - n.cfg.Margin)
+		}
+	}
+}
+
+// revoke revokes a lease we are done with, deleting our election key so a
+// standby wins at once. If etcd does not answer, the lease is remembered
+// and revoked later (it also expires on its own).
+func (n *Node) revoke(id clientv3.LeaseID) {
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.DialTimeout)
+	defer cancel()
+	if _, err := n.cli.Revoke(ctx, id); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		n.log.Info("ha: revoke lease failed; retrying later", "lease", fmt.Sprintf("%x", int64(id)), "err", err)
+		n.mu.Lock()
+		n.toRevoke = append(n.toRevoke, id)
+		n.mu.Unlock()
+	}
+}
+
+// revokeOld retries the revocations that failed.
+func (n *Node) revokeOld(ctx context.Context) {
+	n.mu.Lock()
+	ids := n.toRevoke
+	n.toRevoke = nil
+	n.mu.Unlock()
+	for _, id := range ids {
+		if ctx.Err() != nil {
+			return
+		}
+		n.revoke(id)
+	}
+}
+
+// observe tracks the leader's advertised address: the value of the
+// election key with the lowest create revision.
+func (n *Node) observe(ctx context.Context) {
+	pfx := n.cfg.electionPrefix() + "/"
+	for ctx.Err() == nil {
+		gctx, cancel := context.WithTimeout(ctx, n.cfg.DialTimeout)
+		resp, err := n.cli.Get(gctx, pfx, clientv3.WithFirstCreate()...)
+		cancel()
+		if err != nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(200 * time.Millisecond):
+			}
+			continue
+		}
+		leader := ""
+		if len(resp.Kvs) > 0 {
+			leader = string(resp.Kvs[0].Value)
+		}
+		n.setLeader(leader)
+		wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		wch := n.cli.Watch(wctx, pfx, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
+		changed := false
+		for !changed {
+			select {
+			case <-ctx.Done():
+				changed = true
+			case wr, ok := <-wch:
+				// Any event, error or close: read the leader again.
+				_ = wr
+				_ = ok
+				changed = true
+			}
+		}
+		wcancel()
+	}
+}
+
+func (n *Node) setLeader(addr string) {
+	if *n.leader.Load() == addr {
+		return
+	}
+	n.leader.Store(&addr)
+	n.mu.Lock()
+	close(n.leaderCh)
+	n.leaderCh = make(chan struct{})
+	n.mu.Unlock()
+	n.log.Info("ha: leader", "addr", addr, "self", addr == n.cfg.Advertise)
+}
+
+// Transfer ends this node's term so that a standby takes over, and waits
+// until etcd names another leader. It fails with ErrNotLeader on a standby
+// and ErrNoStandby when no other instance is campaigning.
+func (n *Node) Transfer(ctx context.Context) (newLeader string, err error) {
+	t := n.Term()
+	if t == nil {
+		return "", fmt.Errorf("%w: leader is %q", ErrNotLeader, n.Leader())
+	}
+	resp, err := n.cli.Get(ctx, n.cfg.electionPrefix()+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return "", fmt.Errorf("ha: transfer: count candidates: %w", err)
+	}
+	if resp.Count < 2 {
+		return "", ErrNoStandby
+	}
+	ch := n.LeaderChanged()
+	t.end(endTransfer)
+	for {
+		if l := n.Leader(); l != "" && l != n.cfg.Advertise {
+			return l, nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("ha: transfer: waiting for a new leader: %w", ctx.Err())
+		case <-ch:
+			ch = n.LeaderChanged()
+		}
+	}
+}

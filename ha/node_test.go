@@ -1,0 +1,424 @@
+package ha_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/seqd/seqd/e2e"
+	"github.com/seqd/seqd/ha"
+	"github.com/seqd/seqd/ha/hatest"
+	"github.com/seqd/seqd/oracle"
+)
+
+// inst is one in-process seqd instance: an ha.Node whose terms each open
+// an oracle over the term's store, published while the term lasts.
+type inst struct {
+	name   string
+	n      *ha.Node
+	orc    atomic.Pointer[oracle.Oracle]
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func logger(t *testing.T) *slog.Logger {
+	if testing.Verbose() {
+		return slog.Default()
+	}
+	return quiet()
+}
+
+func startInst(t *testing.T, eps []string, prefix, name string, ttl time.Duration) *inst {
+	t.Helper()
+	n, err := ha.New(ha.Config{Endpoints: eps, Prefix: prefix, Advertise: name, TTL: ttl, Logger: logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := &inst{name: name, n: n, done: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	in.cancel = cancel
+	go func() {
+		defer close(in.done)
+		n.Run(ctx, func(ctx context.Context, term *ha.Term) error {
+			o, err := term.OpenOracle(ctx, oracle.Config{Logger: quiet()})
+			if err != nil {
+				return err
+			}
+			in.orc.Store(o)
+			<-ctx.Done()
+			in.orc.Store(nil)
+			return o.Close()
+		})
+	}()
+	t.Cleanup(func() { in.stop(); n.Close() })
+	return in
+}
+
+// stop stops the instance cleanly: it resigns, so a standby wins at once.
+func (in *inst) stop() { in.cancel(); <-in.done }
+
+// crash makes the instance vanish as if killed: it serves nothing more and
+// cannot revoke its lease, which must expire in etcd.
+func (in *inst) crash() {
+	in.n.Close()
+	in.orc.Store(nil)
+	in.cancel()
+	<-in.done
+}
+
+// partition cuts the instance off etcd but leaves it running and
+// reachable by clients: a deposed leader that has not noticed yet.
+func (in *inst) partition() { in.n.Close() }
+
+// load is a set of callers that ask whichever instance serves, preferring
+// the one that answered last (as a client that has not learned of a
+// failover would), and record every call for the verifier.
+type load struct {
+	insts []*inst
+	v     e2e.Verifier
+	base  time.Time
+	stop  chan struct{}
+	wg    sync.WaitGroup
+
+	mu    sync.Mutex
+	succ  []time.Duration // end time of every successful call
+	froms map[string]int  // successful calls per instance
+}
+
+func startLoad(insts []*inst, callers int) *load {
+	l := &load{insts: insts, base: time.Now(), stop: make(chan struct{}), froms: map[string]int{}}
+	for c := range callers {
+		l.wg.Add(1)
+		go l.caller(c)
+	}
+	return l
+}
+
+func (l *load) now() time.Duration { return time.Since(l.base) }
+
+func (l *load) caller(id int) {
+	defer l.wg.Done()
+	sticky := 0
+	for {
+		start := l.now()
+		for got := false; !got; {
+			select {
+			case <-l.stop:
+				return
+			default:
+			}
+			for k := range l.insts {
+				i := (sticky + k) % len(l.insts)
+				o := l.insts[i].orc.Load()
+				if o == nil {
+					continue
+				}
+				v, err := o.Claim(1)
+				if err != nil {
+					continue
+				}
+				end := l.now()
+				l.v.Record(e2e.Call{Caller: id, Start: start, End: end, Value: v})
+				l.mu.Lock()
+				l.succ = append(l.succ, end)
+				l.froms[l.insts[i].name]++
+				l.mu.Unlock()
+				sticky, got = i, true
+				break
+			}
+			if !got {
+				time.Sleep(200 * time.Microsecond)
+			}
+		}
+		time.Sleep(300 * time.Microsecond)
+	}
+}
+
+// finish stops the callers and checks the history.
+func (l *load) finish(t *testing.T) {
+	t.Helper()
+	close(l.stop)
+	l.wg.Wait()
+	if err := l.v.Check(); err != nil {
+		t.Fatalf("verifier: %v", err)
+	}
+	t.Logf("verified %d calls: unique, per-caller monotonic, real-time ordered; per instance %v", l.v.Len(), l.froms)
+}
+
+// successes returns the number of successful calls so far.
+func (l *load) successes() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.succ)
+}
+
+// waitCalls waits until n more calls have succeeded.
+func (l *load) waitCalls(t *testing.T, n int, within time.Duration) {
+	t.Helper()
+	want := l.successes() + n
+	deadline := time.Now().Add(within)
+	for l.successes() < want {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of %d calls succeeded within %v", l.successes()-want+n, n, within)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// gap returns the longest time without a successful call from after
+// (a point just before the fault) to the last success.
+func (l *load) gap(after time.Duration) time.Duration {
+	l.mu.Lock()
+	s := slices.Clone(l.succ)
+	l.mu.Unlock()
+	slices.Sort(s)
+	var g time.Duration
+	prev := after
+	for _, e := range s {
+		if e < after {
+			continue
+		}
+		g = max(g, e-prev)
+		prev = e
+	}
+	return g
+}
+
+// successesBetween counts calls that returned in (from, to).
+func (l *load) successesBetween(from, to time.Duration) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, e := range l.succ {
+		if e > from && e < to {
+			n++
+		}
+	}
+	return n
+}
+
+// leader waits until exactly one instance serves and returns it.
+func leader(t *testing.T, insts []*inst, within time.Duration) *inst {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		var serving []*inst
+		for _, in := range insts {
+			if in.n.Term() != nil {
+				serving = append(serving, in)
+			}
+		}
+		if len(serving) == 1 {
+			return serving[0]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no single leader within %v (%d serving)", within, len(serving))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func others(insts []*inst, not *inst) []*inst {
+	var o []*inst
+	for _, in := range insts {
+		if in != not {
+			o = append(o, in)
+		}
+	}
+	return o
+}
+
+const ttl = ha.DefaultTTL
+
+// report logs a fault case's unavailability in a fixed form that the
+// closing notes quote.
+func report(t *testing.T, fault string, gap time.Duration) {
+	t.Logf("UNAVAILABLE fault=%q ttl=%v gap=%v", fault, ttl, gap.Round(time.Millisecond))
+}
+
+// TestFailover runs three instances against a real 3-member etcd under
+// load, injects one fault per subtest, and checks with the verifier that
+// every value is unique and real-time ordered across the failover, and
+// that the unavailability stays within the bounds.
+func TestFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fault injection takes several lease TTLs; skipped in -short")
+	}
+	c := hatest.Start(t, 3)
+	eps := c.Endpoints()
+	setup := func(t *testing.T) ([]*inst, *load, *inst) {
+		prefix := "/" + t.Name()
+		var insts []*inst
+		for i := range 3 {
+			insts = append(insts, startInst(t, eps, prefix, fmt.Sprintf("seqd-%d", i), ttl))
+		}
+		lead := leader(t, insts, 10*time.Second)
+		l := startLoad(insts, 4)
+		l.waitCalls(t, 200, 10*time.Second)
+		return insts, l, lead
+	}
+
+	t.Run("leader-crash", func(t *testing.T) {
+		insts, l, lead := setup(t)
+		at := l.now()
+		lead.crash()
+		next := leader(t, others(insts, lead), 2*ttl)
+		l.waitCalls(t, 200, 2*ttl)
+		l.finish(t)
+		g := l.gap(at)
+		report(t, "leader crash (in-process, lease left to expire)", g)
+		if g > 2*ttl {
+			t.Errorf("failover took %v, want within 2×TTL = %v", g, 2*ttl)
+		}
+		if next == lead {
+			t.Fatal("the crashed instance still leads")
+		}
+	})
+
+	t.Run("leader-partitioned", func(t *testing.T) {
+		// The leader loses etcd but keeps serving clients that still
+		// ask it first: its gate must close before its lease expires,
+		// so the verifier sees no value out of real-time order.
+		insts, l, lead := setup(t)
+		at := l.now()
+		lead.partition()
+		next := leader(t, others(insts, lead), 2*ttl)
+		l.waitCalls(t, 200, 2*ttl)
+		if lead.n.Term() != nil {
+			t.Fatal("the partitioned leader still claims its term")
+		}
+		l.finish(t)
+		report(t, "leader cut off from etcd (deposed, still reachable)", l.gap(at))
+		if next == lead {
+			t.Fatal("the partitioned instance still leads")
+		}
+	})
+
+	t.Run("transfer", func(t *testing.T) {
+		insts, l, lead := setup(t)
+		at := l.now()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*ttl)
+		defer cancel()
+		to, err := lead.n.Transfer(ctx)
+		if err != nil {
+			t.Fatalf("Transfer: %v", err)
+		}
+		next := leader(t, others(insts, lead), 2*ttl)
+		if next.name != to {
+			t.Errorf("Transfer named %s, but %s leads", to, next.name)
+		}
+		l.waitCalls(t, 200, 2*ttl)
+		l.finish(t)
+		g := l.gap(at)
+		report(t, "graceful leader transfer", g)
+		if g > ttl {
+			t.Errorf("transfer left the service unavailable for %v, want under TTL", g)
+		}
+	})
+
+	t.Run("etcd-member-killed", func(t *testing.T) {
+		_, l, _ := setup(t)
+		victim := etcdLeader(t, c)
+		at := l.now()
+		c.Kill(victim)
+		l.waitCalls(t, 500, 3*ttl)
+		l.finish(t)
+		report(t, "etcd leader member killed (2 of 3 left)", l.gap(at))
+		if err := c.Restart(victim); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := c.WaitReady(ctx, c.Endpoints()...); err != nil {
+			t.Fatalf("member did not rejoin: %v", err)
+		}
+	})
+
+	t.Run("etcd-majority-lost", func(t *testing.T) {
+		insts, l, _ := setup(t)
+		at := l.now()
+		c.Kill(1)
+		c.Kill(2)
+		// Fail closed: within one TTL of the loss nobody serves.
+		deadline := time.Now().Add(2 * ttl)
+		for anyServing(insts) {
+			if time.Now().After(deadline) {
+				t.Fatal("an instance still serves 2×TTL after etcd lost its majority")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		closed := l.now()
+		time.Sleep(ttl) // stay down a while: nothing may be served
+		restored := l.now()
+		if n := l.successesBetween(closed+10*time.Millisecond, restored); n != 0 {
+			t.Fatalf("%d calls succeeded while etcd had no majority", n)
+		}
+		for _, i := range []int{1, 2} {
+			if err := c.Restart(i); err != nil {
+				t.Fatal(err)
+			}
+		}
+		l.waitCalls(t, 200, 20*time.Second)
+		back := l.now()
+		l.finish(t)
+		t.Logf("majority lost at %v, service closed after %v, etcd restored after %v, serving again %v after restore",
+			at.Round(time.Millisecond), (closed - at).Round(time.Millisecond), (restored - at).Round(time.Millisecond),
+			(back - restored).Round(time.Millisecond))
+		report(t, "etcd majority lost for ~TTL, then restored", l.gap(at))
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := c.WaitReady(ctx, c.Endpoints()...); err != nil {
+			t.Fatalf("cluster did not recover: %v", err)
+		}
+	})
+}
+
+func anyServing(insts []*inst) bool {
+	for _, in := range insts {
+		if o := in.orc.Load(); o != nil {
+			if _, err := o.Claim(1); err == nil {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// etcdLeader returns the index of the etcd member that leads raft.
+func etcdLeader(t *testing.T, c *hatest.Cluster) int {
+	t.Helper()
+	cli := c.Client()
+	for i, m := range c.Members {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		st, err := cli.Status(ctx, m.ClientURL)
+		cancel()
+		if err == nil && st.Leader == st.Header.MemberId {
+			return i
+		}
+	}
+	t.Fatal("no etcd leader found")
+	return -1
+}
+
+func TestTransferWithoutStandby(t *testing.T) {
+	c := hatest.Start(t, 1)
+	in := startInst(t, c.Endpoints(), "/solo", "solo", ttl)
+	leader(t, []*inst{in}, 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := in.n.Transfer(ctx); !errors.Is(err, ha.ErrNoStandby) {
+		t.Fatalf("Transfer with no standby = %v, want ErrNoStandby", err)
+	}
+	if in.n.Term() == nil {
+		t.Fatal("a refused transfer ended the term")
+	}
+}

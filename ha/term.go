@@ -1,0 +1,127 @@
+package ha
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/seqd/seqd/oracle"
+)
+
+// lease tracks one etcd lease and its local deadline: the latest instant
+// at which this process may still assume it holds the lease.
+type lease struct {
+	id       int64
+	base     time.Time    // monotonic origin of deadline
+	deadline atomic.Int64 // nanoseconds since base; only grows
+	gone     chan struct{}
+	goneOnce sync.Once
+}
+
+// extend moves the deadline to at, never backward.
+func (l *lease) extend(at time.Duration) {
+	for {
+		d := l.deadline.Load()
+		if int64(at) <= d || l.deadline.CompareAndSwap(d, int64(at)) {
+			return
+		}
+	}
+}
+
+// remaining is the time left before the deadline (<= 0: passed).
+func (l *lease) remaining() time.Duration {
+	return time.Duration(l.deadline.Load()) - time.Since(l.base)
+}
+
+func (l *lease) markGone() { l.goneOnce.Do(func() { close(l.gone) }) }
+
+// Term is one leadership term of this instance. It is valid from the win
+// until it ends; it never becomes valid again.
+type Term struct {
+	// Key and Rev identify the term: the election key and its create
+	// revision in etcd.
+	Key string
+	Rev int64
+
+	n     *Node
+	lease *lease
+	store *Store
+	ended atomic.Bool
+	lost  chan struct{} // closed by the store when a save finds the key gone
+
+	once   sync.Once
+	done   chan struct{}
+	reason atomic.Pointer[string]
+	begun  time.Time
+}
+
+func newTerm(n *Node, key string, rev int64, l *lease) *Term {
+	t := &Term{Key: key, Rev: rev, n: n, lease: l, lost: make(chan struct{}), done: make(chan struct{}), begun: time.Now()}
+	var lostOnce sync.Once
+	t.store = NewStore(n.cli.KV, n.cfg.markKey(), key, rev, func() { lostOnce.Do(func() { close(t.lost) }) })
+	t.store.m = n.m
+	return t
+}
+
+// Gate returns nil while the term is valid: it has not ended and its
+// lease's local deadline has not passed. It is the oracle's Config.Gate;
+// it does not allocate.
+func (t *Term) Gate() error {
+	if t.ended.Load() || t.lease.remaining() <= 0 {
+		t.n.m.gateDenied.Inc()
+		return ErrNotLeader
+	}
+	return nil
+}
+
+// Valid reports whether Gate would let a claim through now.
+func (t *Term) Valid() bool { return !t.ended.Load() && t.lease.remaining() > 0 }
+
+// Deadline is the instant the term stops serving unless its lease is
+// renewed first.
+func (t *Term) Deadline() time.Time {
+	return t.lease.base.Add(time.Duration(t.lease.deadline.Load()))
+}
+
+// Store is the term's mark store.
+func (t *Term) Store() *Store { return t.store }
+
+// Done is closed when the term has ended.
+func (t *Term) Done() <-chan struct{} { return t.done }
+
+// Reason says why the term ended ("" while it lasts).
+func (t *Term) Reason() string {
+	if r := t.reason.Load(); r != nil {
+		return *r
+	}
+	return ""
+}
+
+// end closes the gate first, then announces the end. Later calls do
+// nothing.
+func (t *Term) end(reason string) {
+	t.once.Do(func() {
+		t.ended.Store(true) // fence BEFORE anything else learns of the end
+		t.reason.Store(&reason)
+		close(t.done)
+		t.n.m.termEnds.WithLabelValues(reason).Inc()
+		t.n.log.Warn("ha: leadership term ended", "reason", reason, "key", t.Key, "rev", t.Rev,
+			"lasted", time.Since(t.begun).Round(time.Millisecond))
+	})
+}
+
+// OpenOracle opens an oracle for the term: cfg's Store and Gate are the
+// term's. Open loads the mark, starts above it and persists its first
+// window before it returns, so nothing is served before that.
+func (t *Term) OpenOracle(ctx context.Context, cfg oracle.Config) (*oracle.Oracle, error) {
+	cfg.Store = t.store
+	cfg.Gate = t.Gate
+	cfg.Dir = ""
+	o, err := oracle.Open(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("ha: term %d: %w", t.Rev, err)
+	}
+	return o, nil
+}
