@@ -10,3 +10,5 @@ func pinProcess(cores []int) error {
 	}
 	return fmt.Errorf("%w: -cores needs Linux", ErrConfig)
 }
+
+func unpinned(start func() error) error { return start() }

@@ -138,7 +138,7 @@ func spawnBinary(ctx context.Context, c *Config, bin, mode, dir string) (*server
 	cmd := exec.Command(bin, args...)
 	var errBuf lockedBuffer
 	cmd.Stdout, cmd.Stderr = &errBuf, &errBuf
-	if err := cmd.Start(); err != nil {
+	if err := unpinned(cmd.Start); err != nil {
 		return nil, fmt.Errorf("loadgen: spawn %s: %w", bin, err)
 	}
 	exited := make(chan error, 1)
