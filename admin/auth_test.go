@@ -1,0 +1,287 @@
+package admin_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/adminpb"
+)
+
+// recorder is an Admin service that counts the calls that reach it, so a
+// test can show that a refused call changed nothing.
+type recorder struct {
+	adminpb.UnimplementedAdminServer
+	setModes, connects atomic.Int64
+}
+
+func (r *recorder) SetMode(context.Context, *adminpb.SetModeRequest) (*adminpb.SetModeResponse, error) {
+	r.setModes.Add(1)
+	return &adminpb.SetModeResponse{Mode: "herd"}, nil
+}
+
+func (r *recorder) Connect(context.Context, *adminpb.ConnectRequest) (*adminpb.ConnectResponse, error) {
+	r.connects.Add(1)
+	return &adminpb.ConnectResponse{SessionId: 1}, nil
+}
+
+func (r *recorder) Status(context.Context, *adminpb.StatusRequest) (*adminpb.StatusResponse, error) {
+	return &adminpb.StatusResponse{Mode: "spec-s0"}, nil
+}
+
+func authServe(t *testing.T, creds credentials.TransportCredentials, a *admin.Authorizer) (*recorder, string) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := []grpc.ServerOption{grpc.ChainUnaryInterceptor(a.Unary)}
+	if creds != nil {
+		opts = append(opts, grpc.Creds(creds))
+	}
+	s := grpc.NewServer(opts...)
+	r := &recorder{}
+	adminpb.RegisterAdminServer(s, r)
+	go s.Serve(lis)
+	t.Cleanup(s.Stop)
+	return r, lis.Addr().String()
+}
+
+func authDial(t *testing.T, addr string, opts ...grpc.DialOption) adminpb.AdminClient {
+	t.Helper()
+	cc, err := grpc.NewClient(addr, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return adminpb.NewAdminClient(cc)
+}
+
+func authWriteFile(t *testing.T, name, data string, mode os.FileMode) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(data), mode); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+const goodToken = "s3cret-token-0123456789"
+
+func TestAuthToken(t *testing.T) {
+	tf := authWriteFile(t, "tokens", "# operators\n\n"+goodToken+"\n", 0o600)
+	a, err := admin.NewAuthorizer(admin.AuthConfig{TokenFile: tf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, addr := authServe(t, nil, a)
+	plain := grpc.WithTransportCredentials(insecure.NewCredentials())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	for _, tc := range []struct {
+		name string
+		opts []grpc.DialOption
+		want codes.Code
+	}{
+		{"no token", nil, codes.Unauthenticated},
+		{"wrong token", []grpc.DialOption{grpc.WithPerRPCCredentials(admin.BearerToken("not-the-token-at-all", true))}, codes.Unauthenticated},
+		{"token", []grpc.DialOption{grpc.WithPerRPCCredentials(admin.BearerToken(goodToken, true))}, codes.OK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := r.setModes.Load()
+			c := authDial(t, addr, append([]grpc.DialOption{plain}, tc.opts...)...)
+			_, err := c.SetMode(ctx, &adminpb.SetModeRequest{Mode: "herd"})
+			if got := status.Code(err); got != tc.want {
+				t.Fatalf("SetMode: %v (%v), want %v", got, err, tc.want)
+			}
+			reached := r.setModes.Load() - before
+			if (tc.want == codes.OK) != (reached == 1) {
+				t.Fatalf("SetMode reached the service %d times with code %v", reached, tc.want)
+			}
+			// Status and Connect stay open without ProtectConnect.
+			if _, err := c.Status(ctx, &adminpb.StatusRequest{}); err != nil {
+				t.Fatalf("Status: %v", err)
+			}
+			if _, err := c.Connect(ctx, &adminpb.ConnectRequest{}); err != nil {
+				t.Fatalf("Connect: %v", err)
+			}
+		})
+	}
+}
+
+func TestAuthProtectConnect(t *testing.T) {
+	tf := authWriteFile(t, "tokens", goodToken+"\n", 0o600)
+	a, err := admin.NewAuthorizer(admin.AuthConfig{TokenFile: tf, ProtectConnect: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, addr := authServe(t, nil, a)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c := authDial(t, addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if _, err := c.Connect(ctx, &adminpb.ConnectRequest{}); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("Connect without a token = %v, want Unauthenticated", err)
+	}
+	if r.connects.Load() != 0 {
+		t.Fatal("a refused Connect reached the backend")
+	}
+	c = authDial(t, addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(admin.BearerToken(goodToken, true)))
+	if _, err := c.Connect(ctx, &adminpb.ConnectRequest{}); err != nil {
+		t.Fatalf("Connect with a token: %v", err)
+	}
+}
+
+func TestAuthConfigErrors(t *testing.T) {
+	for name, c := range map[string]admin.AuthConfig{
+		"nothing":          {},
+		"missing file":     {TokenFile: filepath.Join(t.TempDir(), "nope")},
+		"world readable":   {TokenFile: authWriteFile(t, "t", goodToken+"\n", 0o644)},
+		"empty":            {TokenFile: authWriteFile(t, "t", "# none\n", 0o600)},
+		"short token":      {TokenFile: authWriteFile(t, "t", "short\n", 0o600)},
+		"blank identities": {Identities: []string{" ", ""}},
+	} {
+		if _, err := admin.NewAuthorizer(c); !errors.Is(err, admin.ErrAuthConfig) {
+			t.Errorf("%s: NewAuthorizer = %v, want ErrAuthConfig", name, err)
+		}
+	}
+}
+
+// pki is a throwaway CA with a server certificate for 127.0.0.1 and
+// client certificates by common name.
+type pki struct {
+	dir    string
+	ca     *x509.Certificate
+	caKey  *ecdsa.PrivateKey
+	serial int64
+}
+
+func newTestPKI(t *testing.T) *pki {
+	t.Helper()
+	p := &pki{dir: t.TempDir()}
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "seqd test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.ca, _ = x509.ParseCertificate(der)
+	p.caKey = key
+	p.serial = 1
+	os.WriteFile(filepath.Join(p.dir, "ca.pem"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
+	return p
+}
+
+func (p *pki) caFile() string { return filepath.Join(p.dir, "ca.pem") }
+
+// issue writes cert and key files for cn and returns their paths.
+func (p *pki) issue(t *testing.T, cn string, server bool) (cert, key string) {
+	t.Helper()
+	p.serial++
+	k, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(p.serial), Subject: pkix.Name{CommonName: cn},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	if server {
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+		tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, &k.PublicKey, p.caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kd, _ := x509.MarshalECPrivateKey(k)
+	cert, key = filepath.Join(p.dir, cn+".pem"), filepath.Join(p.dir, cn+"-key.pem")
+	os.WriteFile(cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
+	os.WriteFile(key, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kd}), 0o600)
+	return cert, key
+}
+
+func TestAuthMTLS(t *testing.T) {
+	p := newTestPKI(t)
+	sc, sk := p.issue(t, "seqd-server", true)
+	creds, err := admin.ServerTLS(admin.TLSConfig{CertFile: sc, KeyFile: sk, CAFile: p.caFile()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := admin.NewAuthorizer(admin.AuthConfig{Identities: []string{"operator"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, addr := authServe(t, creds, a)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	client := func(cn string) adminpb.AdminClient {
+		c := admin.TLSConfig{CAFile: p.caFile()}
+		if cn != "" {
+			c.CertFile, c.KeyFile = p.issue(t, cn, false)
+		}
+		cc, err := admin.ClientTLS(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return authDial(t, addr, grpc.WithTransportCredentials(cc))
+	}
+	for _, tc := range []struct {
+		cn   string
+		want codes.Code
+	}{{"operator", codes.OK}, {"intruder", codes.PermissionDenied}, {"", codes.Unauthenticated}} {
+		before := r.setModes.Load()
+		_, err := client(tc.cn).SetMode(ctx, &adminpb.SetModeRequest{Mode: "herd"})
+		if got := status.Code(err); got != tc.want {
+			t.Errorf("cert %q: SetMode = %v (%v), want %v", tc.cn, got, err, tc.want)
+		}
+		if reached := r.setModes.Load() - before; (tc.want == codes.OK) != (reached == 1) {
+			t.Errorf("cert %q: SetMode reached the service %d times", tc.cn, reached)
+		}
+	}
+	// A plaintext client cannot even talk to the TLS server.
+	c := authDial(t, addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if _, err := c.Status(ctx, &adminpb.StatusRequest{}); status.Code(err) != codes.Unavailable {
+		t.Errorf("plaintext Status against TLS = %v, want Unavailable", err)
+	}
+	// RequireClientCert refuses the handshake without a certificate.
+	if _, err := admin.ServerTLS(admin.TLSConfig{CertFile: sc, KeyFile: sk, RequireClientCert: true}); !errors.Is(err, admin.ErrTLS) {
+		t.Errorf("RequireClientCert without a CA = %v, want ErrTLS", err)
+	}
+}
+
+func TestRedirectError(t *testing.T) {
+	err := admin.RedirectError("10.0.0.7:7070")
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("code %v, want Unavailable", status.Code(err))
+	}
+	if l, ok := admin.LeaderFromError(err); !ok || l != "10.0.0.7:7070" {
+		t.Fatalf("LeaderFromError = %q, %v", l, ok)
+	}
+	if l, ok := admin.LeaderFromError(admin.RedirectError("")); !ok || l != "" {
+		t.Fatalf("unknown leader: LeaderFromError = %q, %v", l, ok)
+	}
+	for _, e := range []error{nil, errors.New("x"), status.Error(codes.Unavailable, "down")} {
+		if _, ok := admin.LeaderFromError(e); ok {
+			t.Errorf("LeaderFromError(%v) reports a redirect", e)
+		}
+	}
+}
