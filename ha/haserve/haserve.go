@@ -1,0 +1,267 @@
+// Package haserve runs seqd's data plane under HA leadership: for each term
+// an ha.Node wins it opens a fresh oracle over the term's etcd store and
+// starts the data-path mode on it; when the term ends it stops both. It is
+// the admin.Backend of an HA instance: the leader admits clients, a
+// standby answers Connect with a redirect to the leader.
+//
+// Ordering contracts:
+//   - persist BEFORE serve: the oracle of a term is open (its first window
+//     saved in etcd, above the stored mark) before the mode starts and
+//     before Connect admits anyone;
+//   - fence BEFORE expiry: the oracle's gate is the term's, so claims stop
+//     at the lease deadline even before the term's teardown runs;
+//   - stop BEFORE resign: the term's mode and oracle are closed before the
+//     node gives up its election key.
+package haserve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/adminpb"
+	"github.com/seqd/seqd/ha"
+	"github.com/seqd/seqd/modes"
+	"github.com/seqd/seqd/oracle"
+)
+
+// ErrConfig reports an invalid Config.
+var ErrConfig = errors.New("haserve: invalid config")
+
+// Config configures a Server.
+type Config struct {
+	// Node is the instance's HA membership. Required.
+	Node *ha.Node
+	// Oracle is the template of each term's oracle; Store, Gate and Dir
+	// are set per term.
+	Oracle oracle.Config
+	// Modes is the template of each term's data path; Oracle is set per
+	// term. Device is required.
+	Modes modes.Config
+	// Mode is the mode a term starts in; a SetMode carries over to this
+	// instance's later terms. Atomics is refused: its counter lives in the
+	// NIC, which the lease gate cannot fence in time.
+	Mode string
+	// Logger (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// Server is an HA instance's admin backend and term runner.
+type Server struct {
+	cfg  Config
+	node *ha.Node
+	log  *slog.Logger
+
+	cur  atomic.Pointer[term]
+	mu   sync.Mutex // serializes SetMode with term changes
+	mode string
+}
+
+type term struct {
+	t   *ha.Term
+	orc *oracle.Oracle
+	sw  *modes.Switch
+}
+
+var (
+	_ admin.Backend    = (*Server)(nil)
+	_ admin.ModeSetter = (*Server)(nil)
+)
+
+// New validates cfg.
+func New(cfg Config) (*Server, error) {
+	if cfg.Node == nil || cfg.Modes.Device == nil {
+		return nil, fmt.Errorf("%w: Node and Modes.Device are required", ErrConfig)
+	}
+	if cfg.Mode == "" {
+		cfg.Mode = modes.SpecS0
+	}
+	if err := haMode(cfg.Mode); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Server{cfg: cfg, node: cfg.Node, log: cfg.Logger.With("component", "haserve"), mode: cfg.Mode}, nil
+}
+
+func haMode(m string) error {
+	switch m {
+	case modes.SpecS0, modes.HERD:
+		return nil
+	case modes.Atomics:
+		return fmt.Errorf("%w: mode %s cannot run under HA: its counter lives in the NIC, which a lease deadline cannot fence", admin.ErrFailedPrecondition, m)
+	}
+	return fmt.Errorf("%w: unknown mode %q", admin.ErrInvalidArgument, m)
+}
+
+// Run campaigns and serves each term won until ctx is done.
+func (s *Server) Run(ctx context.Context) error { return s.node.Run(ctx, s.serveTerm) }
+
+// serveTerm opens the term's oracle (persist BEFORE serve), starts the
+// mode, publishes both, and tears them down when the term ends.
+func (s *Server) serveTerm(ctx context.Context, t *ha.Term) error {
+	oc := s.cfg.Oracle
+	if oc.Logger == nil {
+		oc.Logger = s.cfg.Logger
+	}
+	orc, err := t.OpenOracle(ctx, oc)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	mc := s.cfg.Modes
+	mc.Oracle = orc
+	if mc.Logger == nil {
+		mc.Logger = s.cfg.Logger
+	}
+	sw, err := modes.New(ctx, mc, s.mode)
+	if err != nil {
+		s.mu.Unlock()
+		orc.Close()
+		return fmt.Errorf("haserve: start %s: %w", s.mode, err)
+	}
+	s.cur.Store(&term{t: t, orc: orc, sw: sw})
+	s.mu.Unlock()
+	s.log.Info("haserve: serving", "mode", sw.Mode(), "term", t.Rev, "first_above", orc.Current(), "mark", orc.Mark())
+	<-ctx.Done()
+	s.mu.Lock()
+	s.cur.Store(nil)
+	s.mu.Unlock()
+	sw.Close()
+	orc.Close()
+	s.log.Info("haserve: stopped serving", "term", t.Rev, "reason", t.Reason())
+	return nil
+}
+
+// leading returns the current term if it is valid.
+func (s *Server) leading() *term {
+	if c := s.cur.Load(); c != nil && c.t.Valid() {
+		return c
+	}
+	return nil
+}
+
+// redirect is the answer of an instance that does not serve.
+func (s *Server) redirect() error {
+	l := s.node.Leader()
+	if l == s.node.Config().Advertise {
+		l = "" // etcd names us, but the term has not started or has ended
+	}
+	return admin.RedirectError(l)
+}
+
+// Leader is the advertised address of the leader as last seen, "" when
+// unknown.
+func (s *Server) Leader() string { return s.node.Leader() }
+
+// IsLeader reports whether this instance serves now.
+func (s *Server) IsLeader() bool { return s.leading() != nil }
+
+// Connect admits a client on the leader and redirects it elsewhere.
+func (s *Server) Connect(ctx context.Context, req *adminpb.ConnectRequest) (*adminpb.ConnectResponse, error) {
+	c := s.leading()
+	if c == nil {
+		return nil, s.redirect()
+	}
+	return c.sw.Connect(ctx, req)
+}
+
+// Disconnect releases a session of the current term.
+func (s *Server) Disconnect(ctx context.Context, req *adminpb.DisconnectRequest) error {
+	c := s.cur.Load()
+	if c == nil {
+		return fmt.Errorf("%w: session %d (this instance does not lead)", admin.ErrUnknownSession, req.GetSessionId())
+	}
+	return c.sw.Disconnect(ctx, req)
+}
+
+// Status reports the data path on the leader; a standby reports only
+// that it does not serve.
+func (s *Server) Status(ctx context.Context) (*adminpb.StatusResponse, error) {
+	c := s.leading()
+	if c == nil {
+		return &adminpb.StatusResponse{Mode: s.currentMode()}, nil
+	}
+	st, err := c.sw.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	os := c.orc.Stats()
+	st.Current = max(st.Current, os.Current)
+	st.PersistedMark = os.Mark
+	st.ClockStepsBack = os.ClockStepsBack
+	st.PersistStalls = max(st.PersistStalls, os.Stalls)
+	return st, nil
+}
+
+func (s *Server) currentMode() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.mode
+}
+
+// SetMode switches the leader's mode; a standby redirects.
+func (s *Server) SetMode(ctx context.Context, req *adminpb.SetModeRequest) (*adminpb.SetModeResponse, error) {
+	if err := haMode(req.GetMode()); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.leading()
+	if c == nil {
+		return nil, s.redirect()
+	}
+	resp, err := c.sw.SetMode(ctx, req)
+	if err == nil {
+		s.mode = resp.GetMode()
+	}
+	return resp, err
+}
+
+// Transfer hands leadership to a standby and returns its address.
+func (s *Server) Transfer(ctx context.Context) (string, error) {
+	l, err := s.node.Transfer(ctx)
+	switch {
+	case errors.Is(err, ha.ErrNotLeader):
+		return "", fmt.Errorf("%w: %v", admin.ErrFailedPrecondition, err)
+	case errors.Is(err, ha.ErrNoStandby):
+		return "", fmt.Errorf("%w: %v", admin.ErrFailedPrecondition, err)
+	}
+	return l, err
+}
+
+// Oracle returns the current term's oracle, nil on a standby.
+func (s *Server) Oracle() *oracle.Oracle {
+	if c := s.leading(); c != nil {
+		return c.orc
+	}
+	return nil
+}
+
+// Collector exports the node's metrics and the current term's oracle and
+// mode metrics at scrape time (unchecked: the set changes with the term).
+func (s *Server) Collector() prometheus.Collector { return (*dyn)(s) }
+
+type dyn Server
+
+func (d *dyn) Describe(chan<- *prometheus.Desc) {}
+
+func (d *dyn) Collect(ch chan<- prometheus.Metric) {
+	s := (*Server)(d)
+	for _, c := range s.node.Collectors() {
+		c.Collect(ch)
+	}
+	if c := s.cur.Load(); c != nil {
+		for _, col := range c.orc.Collectors() {
+			col.Collect(ch)
+		}
+		c.sw.Collector().Collect(ch)
+	}
+}

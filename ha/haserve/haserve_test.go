@@ -1,0 +1,129 @@
+package haserve_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/adminpb"
+	"github.com/seqd/seqd/client"
+	"github.com/seqd/seqd/ha"
+	"github.com/seqd/seqd/ha/haserve"
+	"github.com/seqd/seqd/ha/hatest"
+	"github.com/seqd/seqd/modes"
+	"github.com/seqd/seqd/verbs"
+	_ "github.com/seqd/seqd/verbs/soft"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+type instance struct {
+	srv    *haserve.Server
+	addr   string
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func start(t *testing.T, eps []string) *instance {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err := ha.New(ha.Config{Endpoints: eps, Prefix: "/haserve", Advertise: lis.Addr().String(), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev, err := verbs.Open("soft", "127.0.0.1:0", verbs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := haserve.New(haserve.Config{Node: node, Modes: modes.Config{Device: dev, Logger: quiet}, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	adm, err := admin.New(admin.Config{Logger: quiet}, srv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go adm.Serve(lis)
+	ctx, cancel := context.WithCancel(context.Background())
+	in := &instance{srv: srv, addr: lis.Addr().String(), cancel: cancel, done: make(chan struct{})}
+	go func() { defer close(in.done); srv.Run(ctx) }()
+	t.Cleanup(func() { in.stop(); adm.Stop(); node.Close(); dev.Close() })
+	return in
+}
+
+func (in *instance) stop() { in.cancel(); <-in.done }
+
+func waitLeader(t *testing.T, ins ...*instance) *instance {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, in := range ins {
+			if in.srv.IsLeader() {
+				return in
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("no leader within 10s")
+	return nil
+}
+
+// TestRedirectAndFailover: the standby redirects Connect to the leader;
+// a client of the leader gets values; after the leader stops, the standby
+// serves values above every earlier one.
+func TestRedirectAndFailover(t *testing.T) {
+	c := hatest.Start(t, 1)
+	a, b := start(t, c.Endpoints()), start(t, c.Endpoints())
+	lead := waitLeader(t, a, b)
+	standby := a
+	if lead == a {
+		standby = b
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	cc, err := admin.Dial(ctx, standby.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	_, err = adminpb.NewAdminClient(cc).Connect(ctx, &adminpb.ConnectRequest{
+		Qps: []*adminpb.Endpoint{{Address: make([]byte, 20), Qpn: 5}}, Window: 4, ProtocolVersion: 1})
+	if l, ok := admin.LeaderFromError(err); !ok || l != lead.addr {
+		t.Fatalf("standby Connect = %v; want a redirect to %s", err, lead.addr)
+	}
+
+	get := func(addr string) uint64 {
+		cl, err := client.Dial(ctx, addr, client.WithDevice("soft", "127.0.0.1:0", ""), client.WithLogger(quiet), client.WithTimeout(5*time.Second))
+		if err != nil {
+			t.Fatalf("dial %s: %v", addr, err)
+		}
+		defer cl.Close()
+		var last uint64
+		for range 100 {
+			ts, err := cl.GetTimestamp(ctx)
+			if err != nil {
+				t.Fatalf("GetTimestamp from %s: %v", addr, err)
+			}
+			if uint64(ts) <= last {
+				t.Fatalf("%d after %d", ts, last)
+			}
+			last = uint64(ts)
+		}
+		return last
+	}
+	v1 := get(lead.addr)
+	lead.stop() // resigns: the standby wins at once
+	next := waitLeader(t, standby)
+	v2 := get(next.addr)
+	if v2 <= v1 {
+		t.Fatalf("after failover got %d, not above %d", v2, v1)
+	}
+}
