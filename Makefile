@@ -4,7 +4,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/seqd/seqd/internal/version.Version=$(VERSION)
 BIN     := bin
 
-.PHONY: all build build-ibverbs test test-short lint run bench bench-verbs bench-client fuzz-short clean docker docker-ibverbs docker-smoke
+.PHONY: all build build-ibverbs test test-short lint run bench bench-verbs bench-client fuzz-short clean docker docker-ibverbs docker-smoke check-guide check-deploy
 
 all: build
 
@@ -65,6 +65,18 @@ docker-ibverbs: build-ibverbs
 # data volume (scripts/docker-smoke.sh).
 docker-smoke:
 	./scripts/docker-smoke.sh
+
+# Runs every command of the operator's guide (docs/operations.md) against a
+# seqd in private namespaces (scripts/check-guide.sh).
+check-guide: build
+	./scripts/check-guide.sh docs/operations.md
+
+# The deployment files: alert rules (promtool), the systemd unit, the
+# example config and the dashboard against a running seqd (deploy/).
+check-deploy:
+	promtool check rules deploy/prometheus/seqd-alerts.yml
+	promtool test rules deploy/prometheus/seqd-alerts_test.yml
+	$(GO) test -count=1 ./deploy/
 
 clean:
 	rm -rf $(BIN)
