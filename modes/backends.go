@@ -31,7 +31,7 @@ type specS0 struct{ *headeronly.Server }
 func startSpecS0(c *Config, epoch uint64) (DataPath, error) {
 	s, err := headeronly.New(headeronly.Config{Device: c.Device, Oracle: c.Oracle, Behind: oracle.ErrBehind,
 		Format: format(c.Oracle), Workers: c.Workers, RespQPs: c.RespQPs, Cores: c.Cores, MaxWindow: c.MaxWindow,
-		MaxClients: c.MaxClients, Version: c.Version, Logger: c.Logger, Epoch: epoch})
+		MaxClients: c.MaxClients, Version: c.Version, Logger: c.Logger, Epoch: epoch, QKey: c.QKey})
 	if err != nil {
 		return nil, err
 	}
@@ -82,7 +82,7 @@ type herdDP struct {
 func startHERD(c *Config, epoch uint64) (DataPath, error) {
 	s, err := herd.New(herd.Config{Device: c.Device, Oracle: c.Oracle, Behind: oracle.ErrBehind, Workers: c.Workers,
 		RespQPs: c.RespQPs, Cores: c.Cores, MaxWindow: min(c.MaxWindow, spec.HERDMaxWindow), MaxQPs: c.MaxClients,
-		Epoch: epoch, Logger: c.Logger})
+		Epoch: epoch, Logger: c.Logger, QKey: c.QKey})
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -56,6 +57,22 @@ type Config struct {
 	Logger                *slog.Logger
 	// AtomicsBlock is the atomics lease size (default: the mode's).
 	AtomicsBlock int
+	// QKey is the Q_Key of every data-path packet, handed out at Connect.
+	// Pick it at random per server start (RandomQKey) so that only
+	// clients admitted through Connect can address the data path; zero
+	// means verbs.DefaultQKey.
+	QKey uint32
+}
+
+// RandomQKey returns a random Q_Key: non-zero, not the default, and with
+// the high bit clear (a set high bit means a controlled Q_Key).
+func RandomQKey() uint32 {
+	for {
+		k := rand.Uint32() &^ 0x80000000
+		if k != 0 && k != verbs.DefaultQKey {
+			return k
+		}
+	}
 }
 
 // Switch is the admin backend that runs one mode at a time.

@@ -118,6 +118,9 @@ func (s *Server) serveTerm(ctx context.Context, t *ha.Term) error {
 	s.mu.Lock()
 	mc := s.cfg.Modes
 	mc.Oracle = orc
+	if mc.QKey == 0 {
+		mc.QKey = modes.RandomQKey() // admitted clients learn it at Connect
+	}
 	if mc.Logger == nil {
 		mc.Logger = s.cfg.Logger
 	}

@@ -23,6 +23,7 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 type instance struct {
 	srv    *haserve.Server
+	dev    verbs.Device
 	addr   string
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -52,7 +53,7 @@ func start(t *testing.T, eps []string) *instance {
 	}
 	go adm.Serve(lis)
 	ctx, cancel := context.WithCancel(context.Background())
-	in := &instance{srv: srv, addr: lis.Addr().String(), cancel: cancel, done: make(chan struct{})}
+	in := &instance{srv: srv, dev: dev, addr: lis.Addr().String(), cancel: cancel, done: make(chan struct{})}
 	go func() { defer close(in.done); srv.Run(ctx) }()
 	t.Cleanup(func() { in.stop(); adm.Stop(); node.Close(); dev.Close() })
 	return in

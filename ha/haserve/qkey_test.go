@@ -1,0 +1,87 @@
+package haserve_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/seqd/seqd/admin/adminpb"
+	"github.com/seqd/seqd/ha/hatest"
+	"github.com/seqd/seqd/spec"
+	"github.com/seqd/seqd/verbs"
+	"github.com/seqd/seqd/verbs/verbstest"
+)
+
+// TestWrongQKeyNoAnswer: the leader hands out a random Q_Key at Connect;
+// a request from the admitted QP with that Q_Key is answered, the same
+// request with any other Q_Key gets no answer and is counted as a drop.
+func TestWrongQKeyNoAnswer(t *testing.T) {
+	c := hatest.Start(t, 1)
+	in := start(t, c.Endpoints())
+	waitLeader(t, in)
+
+	dev, err := verbs.Open("soft", "127.0.0.1:0", verbs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dev.Close() })
+	cli := verbstest.NewEnd(t, dev, verbs.UD)
+	a, _ := cli.QP.Address().MarshalBinary()
+	// The client learns the Q_Key only from Connect: bring the QP up
+	// with it afterwards.
+	resp, err := in.srv.Connect(context.Background(), &adminpb.ConnectRequest{
+		Qps: []*adminpb.Endpoint{{Address: a, Qpn: uint32(cli.QP.QPN())}}, Window: 8, ProtocolVersion: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	qkey := resp.GetQkey()
+	if qkey == verbs.DefaultQKey || qkey == 0 || qkey&0x80000000 != 0 {
+		t.Fatalf("Q_Key %#x: want a random one, not the default", qkey)
+	}
+	if err := verbs.BringUpUD(cli.QP, qkey, 0); err != nil {
+		t.Fatal(err)
+	}
+	srv := resp.GetServerQps()[resp.GetAssignment()[0]]
+	var dst verbs.Address
+	dst.UnmarshalBinary(srv.GetAddress())
+	ah := verbstest.AH(t, cli, dst)
+	send := func(tag spec.Tag, key uint32) {
+		wr := []verbs.SendWR{{ID: 1, Opcode: verbs.OpSendWithImm, Flags: verbs.Signaled,
+			Imm: uint32(spec.MustRequestImm(tag, spec.NoGuess)), AH: ah, RemoteQPN: verbs.QPN(srv.GetQpn()), RemoteQKey: key}}
+		if _, err := cli.QP.PostSend(wr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 4 {
+		verbstest.PostRecv(t, cli.QP, verbs.RecvWR{ID: uint64(i), SG: verbstest.SG(cli.MR, i*64, 64)})
+	}
+	badQKeyDrops := func() uint64 {
+		var n uint64
+		if cs, ok := in.dev.(verbs.Counters); ok {
+			cs.VisitCounters(func(name string, v uint64) {
+				if name == verbs.CounterDropBadQKey {
+					n = v
+				}
+			})
+		}
+		return n
+	}
+	before := badQKeyDrops()
+	send(1, qkey^0x5a5a) // wrong Q_Key: dropped
+	deadline := time.Now().Add(5 * time.Second)
+	for badQKeyDrops() == before {
+		if time.Now().After(deadline) {
+			t.Fatal("the wrong-Q_Key request was not counted as a drop")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	send(2, qkey) // right Q_Key: answered
+	wcs := verbstest.PollN(t, cli.RecvCQ, 1, 5*time.Second)
+	if tag := spec.Imm(wcs[0].Imm).Tag(); tag != 2 {
+		t.Fatalf("answer for tag %d; the wrong-Q_Key request (tag 1) must get none", tag)
+	}
+	// Nothing else arrives: the dropped request stays unanswered.
+	if extra, _ := cli.RecvCQ.Poll(make([]verbs.WC, 4)); extra != 0 {
+		t.Fatalf("%d more completions; the wrong-Q_Key request was answered", extra)
+	}
+}
