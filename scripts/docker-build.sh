@@ -23,8 +23,8 @@ tag=$(printf '%s' "$VERSION" | tr -c 'A-Za-z0-9_.-' '-')
 seqd_uid=10001
 
 case $variant in
-default) dockerfile=Dockerfile bindir=bin tags=("$IMAGE:$tag" "$IMAGE:latest") ;;
-ibverbs) dockerfile=Dockerfile.ibverbs bindir=bin/ibverbs tags=("$IMAGE:$tag-ibverbs" "$IMAGE:ibverbs") ;;
+default) dockerfile=Dockerfile bindir=bin make=build tags=("$IMAGE:$tag" "$IMAGE:latest") ;;
+ibverbs) dockerfile=Dockerfile.ibverbs bindir=bin/ibverbs make=build-ibverbs tags=("$IMAGE:$tag-ibverbs" "$IMAGE:ibverbs") ;;
 *) echo "usage: $0 [default|ibverbs]" >&2; exit 2 ;;
 esac
 
@@ -41,7 +41,7 @@ fi
 
 for b in seqd seqctl loadgen; do
   if [ ! -x "$bindir/$b" ]; then
-    echo "docker-build: $bindir/$b missing: run make build${variant/default/}${variant/ibverbs/-ibverbs} first" >&2
+    echo "docker-build: $bindir/$b missing: run make $make first" >&2
     exit 1
   fi
 done
