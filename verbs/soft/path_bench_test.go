@@ -34,6 +34,7 @@ func BenchmarkRxUD(b *testing.B) {
 		for j := 0; j < 64; j++ {
 			q.input(buf, from.Addr().As4(), from.Port())
 		}
+		q.unlockRQ()
 		q.flushPend()
 		q.rxMu.Unlock()
 		n := srv.cq.(*cq).take(wc)

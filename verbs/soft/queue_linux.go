@@ -110,6 +110,7 @@ type queue struct {
 		pre  uint32
 	}
 	readFn  func(uintptr) bool
+	rqHeld  *qp // the QP whose receive queue the burst holds locked
 	pendCQ  *cq // receive completions batched for one CQ
 	pend    [64]verbs.WC
 	npend   int
@@ -384,6 +385,7 @@ func (q *queue) burst() bool {
 		return errno == unix.EINTR
 	}
 	q.d.ctr.rxDatagrams.Add(uint64(n))
+	pkts := 0
 	for i := 0; i < int(n); i++ {
 		h := &q.rhdrs[i]
 		total := int(h.Len)
@@ -408,8 +410,10 @@ func (q *queue) burst() bool {
 				end = total
 			}
 			q.input(buf[off:end], sa.Addr, htons(sa.Port))
+			pkts++
 		}
 	}
+	q.d.ctr.rxPackets.Add(uint64(pkts))
 	q.afterBurst()
 	return int(n) == rxMsgs
 }

@@ -10,15 +10,20 @@ import (
 // for a live QP in a receiving state is dropped and counted.
 func (q *queue) input(b []byte, src [4]byte, sport uint16) {
 	d := q.d
-	d.ctr.rxPackets.Add(1)
 	var pk rocev2.Packet
-	if err := pk.Decode(b); err != nil {
-		if len(b) >= 1 && !rocev2.Opcode(b[0]).Valid() {
-			d.ctr.dropOpcode.Add(1)
-		} else {
-			d.ctr.dropMalformed.Add(1)
+	if !decodeUDHeaderOnly(b, &pk) {
+		// Everything but a header-only UD SEND_WITH_IMM (the sequencer's
+		// packet) goes through the general decoder; connected QPs take
+		// their own locks.
+		q.unlockRQ()
+		if err := pk.Decode(b); err != nil {
+			if len(b) >= 1 && !rocev2.Opcode(b[0]).Valid() {
+				d.ctr.dropOpcode.Add(1)
+			} else {
+				d.ctr.dropMalformed.Add(1)
+			}
+			return
 		}
-		return
 	}
 	// ICRC, with the prefix cached for the last source and size.
 	c := &q.rxPre
@@ -48,8 +53,10 @@ func (q *queue) input(b []byte, src [4]byte, sport uint16) {
 	case x.typ == verbs.UD && pk.Opcode.Transport() == rocev2.TransportUD:
 		x.recvUD(&pk, len(b), src, sport)
 	case x.typ == verbs.UC && pk.Opcode.Transport() == rocev2.TransportUC:
+		q.unlockRQ()
 		x.recvUC(&pk)
 	case x.typ == verbs.RC && pk.Opcode.Transport() == rocev2.TransportRC:
+		q.unlockRQ()
 		if pk.Opcode.IsRequest() {
 			x.recvRCRequest(&pk)
 		} else {
@@ -57,6 +64,47 @@ func (q *queue) input(b []byte, src [4]byte, sport uint16) {
 		}
 	default:
 		d.ctr.dropOpcode.Add(1)
+	}
+}
+
+// decodeUDHeaderOnly decodes a header-only UD SEND_WITH_IMM (BTH, DETH,
+// ImmDt, ICRC: 28 bytes) without the general decoder, or reports false.
+func decodeUDHeaderOnly(b []byte, p *rocev2.Packet) bool {
+	if len(b) != 28 || b[0] != byte(rocev2.UDSendOnlyWithImm) || b[1]&0x3f != 0 {
+		return false // other opcode, or a pad count or version
+	}
+	p.Opcode = rocev2.UDSendOnlyWithImm
+	p.SE = b[1]&0x80 != 0
+	p.PKey = uint16(b[2])<<8 | uint16(b[3])
+	p.DestQP = uint32(b[5])<<16 | uint32(b[6])<<8 | uint32(b[7])
+	p.PSN = uint32(b[9])<<16 | uint32(b[10])<<8 | uint32(b[11])
+	p.QKey = be32(b[12:])
+	p.SrcQP = be32(b[16:]) & 0xffffff
+	p.Imm = be32(b[20:])
+	return true
+}
+
+func be32(b []byte) uint32 {
+	_ = b[3]
+	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+}
+
+// lockRQ makes x's receive queue the one the burst holds: consecutive UD
+// packets to one QP (the common case: a batch from one client) take its
+// lock once. Callers hold rxMu.
+func (q *queue) lockRQ(x *qp) {
+	if q.rqHeld != x {
+		q.unlockRQ()
+		x.rqMu.Lock()
+		q.rqHeld = x
+	}
+}
+
+// unlockRQ releases the receive queue lockRQ took.
+func (q *queue) unlockRQ() {
+	if q.rqHeld != nil {
+		q.rqHeld.rqMu.Unlock()
+		q.rqHeld = nil
 	}
 }
 
@@ -68,6 +116,7 @@ func le32(b []byte) uint32 {
 // afterBurst sends what the burst's packets called for (coalesced RC
 // ACKs, READ responses) in one doorbell.
 func (q *queue) afterBurst() {
+	q.unlockRQ()
 	q.flushPend()
 	for _, x := range q.acks {
 		x.sendPendingAck()
@@ -111,9 +160,8 @@ func (x *qp) recvUD(pk *rocev2.Packet, n int, src [4]byte, sport uint16) {
 	wc.ByteLen = uint32(need)
 	var g [verbs.GRHLen]byte
 	grh(&g, src, x.q.local.Addr().As4(), n)
-	x.rqMu.Lock()
+	x.q.lockRQ(x)
 	if x.rqN == 0 {
-		x.rqMu.Unlock()
 		d.ctr.dropNoRecv.Add(1)
 		return
 	}
@@ -127,7 +175,6 @@ func (x *qp) recvUD(pk *rocev2.Packet, n int, src [4]byte, sport uint16) {
 		x.rqHead = 0
 	}
 	x.rqN--
-	x.rqMu.Unlock()
 	x.q.deliver(x.recvCQ, &wc)
 }
 
