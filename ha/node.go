@@ -30,8 +30,8 @@ type Node struct {
 	running  atomic.Bool
 	leaderCh chan struct{} // closed and replaced when leader changes
 
-	mu       sync.Mutex
-	toRevoke []clientv3.LeaseID // leases we gave up but could not revoke
+	mu sync.Mutex     // guards leaderCh
+	wg sync.WaitGroup // background revocations
 }
 
 // New connects to etcd (lazily: it does not wait for etcd to answer).
@@ -56,8 +56,13 @@ func New(cfg Config) (*Node, error) {
 	return n, nil
 }
 
-// Close closes the etcd client. Call it after Run has returned.
-func (n *Node) Close() error { return n.cli.Close() }
+// Close closes the etcd client, which ends background revocations. Call
+// it after Run has returned.
+func (n *Node) Close() error {
+	err := n.cli.Close()
+	n.wg.Wait()
+	return err
+}
 
 // Client is the node's etcd client.
 func (n *Node) Client() *clientv3.Client { return n.cli }
@@ -104,7 +109,6 @@ func (n *Node) Run(ctx context.Context, serve func(ctx context.Context, t *Term)
 	defer wg.Wait()
 	backoff := 50 * time.Millisecond
 	for ctx.Err() == nil {
-		n.revokeOld(ctx)
 		err := n.session(ctx, serve)
 		if ctx.Err() != nil {
 			break
@@ -115,7 +119,7 @@ func (n *Node) Run(ctx context.Context, serve func(ctx context.Context, t *Term)
 			case <-ctx.Done():
 			case <-time.After(backoff):
 			}
-			backoff = min(2*backoff, time.Second)
+			backoff = min(2*backoff, 500*time.Millisecond)
 			continue
 		}
 		backoff = 50 * time.Millisecond
@@ -218,7 +222,7 @@ func (n *Node) watchTerm(ctx context.Context, t *Term, sess *concurrency.Session
 func (n *Node) grant(ctx context.Context) (*lease, error) {
 	l := &lease{base: n.base, gone: make(chan struct{})}
 	sent := time.Since(n.base)
-	gctx, cancel := context.WithTimeout(ctx, n.cfg.DialTimeout)
+	gctx, cancel := context.WithTimeout(ctx, min(n.cfg.DialTimeout, time.Second))
 	resp, err := n.cli.Grant(gctx, int64(n.cfg.TTL/time.Second))
 	cancel()
 	if err != nil {
@@ -267,31 +271,36 @@ func (n *Node) keepAlive(ctx context.Context, l *lease) {
 }
 
 // revoke revokes a lease we are done with, deleting our election key so a
-// standby wins at once. If etcd does not answer, the lease is remembered
-// and revoked later (it also expires on its own).
+// standby wins at once. When etcd does not answer it keeps trying in the
+// background, with short attempts, for as long as the lease could live
+// (etcd extends leases when its own leader changes): after an outage the
+// stale key goes as soon as etcd is back, instead of a TTL later.
 func (n *Node) revoke(id clientv3.LeaseID) {
-	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.DialTimeout)
-	defer cancel()
-	if _, err := n.cli.Revoke(ctx, id); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		n.log.Info("ha: revoke lease failed; retrying later", "lease", fmt.Sprintf("%x", int64(id)), "err", err)
-		n.mu.Lock()
-		n.toRevoke = append(n.toRevoke, id)
-		n.mu.Unlock()
+	if n.tryRevoke(id) {
+		return
 	}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		giveUp := time.Now().Add(3*n.cfg.TTL + 10*time.Second)
+		for time.Now().Before(giveUp) {
+			select {
+			case <-n.cli.Ctx().Done():
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			if n.tryRevoke(id) {
+				return
+			}
+		}
+	}()
 }
 
-// revokeOld retries the revocations that failed.
-func (n *Node) revokeOld(ctx context.Context) {
-	n.mu.Lock()
-	ids := n.toRevoke
-	n.toRevoke = nil
-	n.mu.Unlock()
-	for _, id := range ids {
-		if ctx.Err() != nil {
-			return
-		}
-		n.revoke(id)
-	}
+func (n *Node) tryRevoke(id clientv3.LeaseID) bool {
+	ctx, cancel := context.WithTimeout(n.cli.Ctx(), min(n.cfg.DialTimeout, 500*time.Millisecond))
+	defer cancel()
+	_, err := n.cli.Revoke(ctx, id)
+	return err == nil || errors.Is(err, rpctypes.ErrLeaseNotFound)
 }
 
 // observe tracks the leader's advertised address: the value of the
