@@ -54,6 +54,9 @@ type Config struct {
 	// which is only safe on loopback; the server logs a warning otherwise.
 	// TLS slots in here.
 	Creds credentials.TransportCredentials
+	// Auth, when set, authorises the mutating RPCs (and, if configured,
+	// Connect) before any handler runs; see NewAuthorizer.
+	Auth *Authorizer
 	// Metrics, when set, counts every Admin request by method and code.
 	// See NewMetrics.
 	Metrics *Metrics

@@ -76,9 +76,13 @@ func New(cfg Config, backend Backend) (*Server, error) {
 		health:  health.NewServer(),
 		backend: backend,
 	}
+	chain := []grpc.UnaryServerInterceptor{s.observe}
+	if cfg.Auth != nil {
+		chain = append(chain, cfg.Auth.Unary) // authorise BEFORE any handler
+	}
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(cfg.MaxRecvMsgSize),
-		grpc.ChainUnaryInterceptor(s.observe),
+		grpc.ChainUnaryInterceptor(chain...),
 	}
 	if cfg.Creds != nil {
 		opts = append(opts, grpc.Creds(cfg.Creds))

@@ -18,6 +18,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/seqd/seqd/cmd/seqd/run"
 	"github.com/seqd/seqd/internal/version"
@@ -52,6 +53,17 @@ func realMain(args []string, stderr io.Writer) int {
 	fs.StringVar(&c.Mode, "mode", "spec-s0", "data-path mode: spec-s0, herd or atomics (switch at run time with seqctl set-mode)")
 	fs.IntVar(&c.MaxWindow, "max-window", 256, "largest window granted per client QP")
 	fs.IntVar(&c.MaxClients, "max-clients", 256, "most concurrent client sessions")
+	fs.StringVar(&c.HA.EtcdEndpoints, "etcd-endpoints", "", "etcd client URLs, comma-separated: run as one instance of an HA group (the mark lives in etcd, not -data)")
+	fs.StringVar(&c.HA.EtcdPrefix, "etcd-prefix", "/seqd", "etcd key prefix of the HA group")
+	fs.DurationVar(&c.HA.LeaseTTL, "lease-ttl", 3*time.Second, "leadership lease TTL (whole seconds); failover takes about this long")
+	fs.StringVar(&c.HA.Advertise, "advertise", "", "admin address standbys redirect clients to (default: the admin listener's)")
+	fs.StringVar(&c.Security.TLSCert, "admin-tls-cert", "", "admin plane TLS certificate (PEM)")
+	fs.StringVar(&c.Security.TLSKey, "admin-tls-key", "", "admin plane TLS key (PEM)")
+	fs.StringVar(&c.Security.ClientCA, "admin-client-ca", "", "CA (PEM) that verifies admin client certificates (mTLS)")
+	fs.BoolVar(&c.Security.RequireClientCert, "admin-require-client-cert", false, "refuse admin TLS connections without a verified client certificate")
+	fs.StringVar(&c.Security.TokenFile, "admin-token-file", "", "file of bearer tokens (one a line, mode 0600) that authorise mutating admin RPCs")
+	fs.StringVar(&c.Security.AllowIdentities, "admin-allow", "", "client-certificate identities (CN or SAN), comma-separated, that authorise mutating admin RPCs")
+	fs.BoolVar(&c.Security.ProtectConnect, "admin-protect-connect", false, "Connect (data-plane admission) needs the same authorisation")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}

@@ -47,6 +47,8 @@ type Config struct {
 	MaxWindow    int    // default 256
 	MaxClients   int    // default 256
 	Version      string
+	HA           HAConfig       // -etcd-endpoints etc.: run as one instance of an HA group
+	Security     SecurityConfig // admin plane TLS and authorisation
 
 	cores  []int
 	format oracle.Format
@@ -131,6 +133,13 @@ func Run(ctx context.Context, c Config, log *slog.Logger, ready func(Addrs)) err
 	if log == nil {
 		log = slog.Default()
 	}
+	creds, auth, err := c.adminSecurity(log)
+	if err != nil {
+		return err
+	}
+	if c.HA.EtcdEndpoints != "" {
+		return runHA(ctx, c, log, ready, creds, auth)
+	}
 	if err := os.MkdirAll(c.Data, 0o755); err != nil {
 		return fmt.Errorf("%w: -data %q: %v", ErrConfig, c.Data, err)
 	}
@@ -145,7 +154,8 @@ func Run(ctx context.Context, c Config, log *slog.Logger, ready func(Addrs)) err
 	}
 	defer dev.Close()
 	dp, err := modes.New(ctx, modes.Config{Device: dev, Oracle: orc, Workers: c.Workers, RespQPs: c.RespQPs,
-		Cores: c.cores, MaxWindow: c.MaxWindow, MaxClients: c.MaxClients, Version: c.Version, Logger: log}, c.Mode)
+		Cores: c.cores, MaxWindow: c.MaxWindow, MaxClients: c.MaxClients, Version: c.Version, Logger: log,
+		QKey: modes.RandomQKey()}, c.Mode)
 	if err != nil {
 		return fmt.Errorf("seqd: start %s: %w", c.Mode, err)
 	}
@@ -157,7 +167,15 @@ func Run(ctx context.Context, c Config, log *slog.Logger, ready func(Addrs)) err
 			return fmt.Errorf("seqd: metrics: %w", err)
 		}
 	}
-	adm, err := admin.New(admin.Config{Addr: c.Admin, Logger: log, Modes: modes.All, MaxWindow: max(c.MaxWindow, headeronly.DefaultMaxWindow)},
+	if auth != nil {
+		for _, col := range auth.Collectors() {
+			if err := reg.Register(col); err != nil {
+				return fmt.Errorf("seqd: metrics: %w", err)
+			}
+		}
+	}
+	adm, err := admin.New(admin.Config{Addr: c.Admin, Logger: log, Modes: modes.All, MaxWindow: max(c.MaxWindow, headeronly.DefaultMaxWindow),
+		Creds: creds, Auth: auth},
 		oracleStatus{dp, orc})
 	if err != nil {
 		return fmt.Errorf("seqd: admin: %w", err)

@@ -1,0 +1,161 @@
+package run
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/ha"
+	"github.com/seqd/seqd/ha/haserve"
+	"github.com/seqd/seqd/headeronly"
+	"github.com/seqd/seqd/modes"
+	"github.com/seqd/seqd/oracle"
+	"github.com/seqd/seqd/verbs"
+)
+
+// HA and admin-security settings (flags -etcd-endpoints ... and -admin-tls-*).
+type HAConfig struct {
+	EtcdEndpoints string        // comma-separated etcd client URLs; empty: no HA (file store)
+	EtcdPrefix    string        // key prefix, default ha.DefaultPrefix
+	LeaseTTL      time.Duration // leadership lease, default 3s
+	Advertise     string        // admin address standbys redirect to; default the admin listener's
+}
+
+// SecurityConfig secures the admin plane.
+type SecurityConfig struct {
+	TLSCert, TLSKey   string // server certificate and key: TLS on the admin plane
+	ClientCA          string // verify client certificates (mTLS)
+	RequireClientCert bool
+	TokenFile         string // bearer tokens authorising mutating RPCs
+	AllowIdentities   string // comma-separated client-certificate identities allowed
+	ProtectConnect    bool   // Connect needs the same authorisation
+}
+
+// adminSecurity builds the admin plane's credentials and authorizer.
+func (c *Config) adminSecurity(log *slog.Logger) (credentials.TransportCredentials, *admin.Authorizer, error) {
+	s := c.Security
+	var creds credentials.TransportCredentials
+	if s.TLSCert != "" || s.TLSKey != "" || s.ClientCA != "" {
+		var err error
+		creds, err = admin.ServerTLS(admin.TLSConfig{CertFile: s.TLSCert, KeyFile: s.TLSKey, CAFile: s.ClientCA, RequireClientCert: s.RequireClientCert})
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w: %v", ErrConfig, err)
+		}
+	}
+	var ids []string
+	for _, id := range strings.Split(s.AllowIdentities, ",") {
+		if id = strings.TrimSpace(id); id != "" {
+			ids = append(ids, id)
+		}
+	}
+	if s.TokenFile == "" && len(ids) == 0 {
+		if s.ProtectConnect {
+			return nil, nil, fmt.Errorf("%w: -admin-protect-connect needs -admin-token-file or -admin-allow", ErrConfig)
+		}
+		log.Warn("admin plane: no -admin-token-file or -admin-allow: mutating RPCs are open to anyone who reaches the admin port")
+		return creds, nil, nil
+	}
+	if len(ids) > 0 && s.ClientCA == "" {
+		return nil, nil, fmt.Errorf("%w: -admin-allow needs -admin-client-ca to verify client certificates", ErrConfig)
+	}
+	auth, err := admin.NewAuthorizer(admin.AuthConfig{TokenFile: s.TokenFile, Identities: ids, ProtectConnect: s.ProtectConnect, Logger: log})
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	return creds, auth, nil
+}
+
+// runHA serves as one instance of an HA group on etcd: the data path runs
+// only while this instance leads (see package haserve).
+func runHA(ctx context.Context, c Config, log *slog.Logger, ready func(Addrs), creds credentials.TransportCredentials, auth *admin.Authorizer) error {
+	lis, err := net.Listen("tcp", c.Admin)
+	if err != nil {
+		return fmt.Errorf("seqd: admin listener: %w", err)
+	}
+	adv := c.HA.Advertise
+	if adv == "" {
+		adv = lis.Addr().String()
+	}
+	node, err := ha.New(ha.Config{Endpoints: strings.Split(c.HA.EtcdEndpoints, ","), Prefix: c.HA.EtcdPrefix,
+		Advertise: adv, TTL: c.HA.LeaseTTL, Logger: log})
+	if err != nil {
+		lis.Close()
+		return fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	defer node.Close()
+	dev, err := verbs.Open(c.Provider, c.Device, c.popts)
+	if err != nil {
+		lis.Close()
+		return fmt.Errorf("seqd: open %s device %q: %w", c.Provider, c.Device, err)
+	}
+	defer dev.Close()
+	srv, err := haserve.New(haserve.Config{Node: node, Mode: c.Mode, Logger: log,
+		Oracle: oracle.Config{Format: c.format},
+		Modes: modes.Config{Device: dev, Workers: c.Workers, RespQPs: c.RespQPs, Cores: c.cores,
+			MaxWindow: c.MaxWindow, MaxClients: c.MaxClients, Version: c.Version}})
+	if err != nil {
+		lis.Close()
+		return fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	reg := prometheus.NewRegistry()
+	cols := []prometheus.Collector{srv.Collector()}
+	if auth != nil {
+		cols = append(cols, auth.Collectors()...)
+	}
+	for _, col := range cols {
+		if err := reg.Register(col); err != nil {
+			lis.Close()
+			return fmt.Errorf("seqd: metrics: %w", err)
+		}
+	}
+	adm, err := admin.New(admin.Config{Addr: c.Admin, Logger: log, Modes: []string{modes.SpecS0, modes.HERD},
+		MaxWindow: max(c.MaxWindow, headeronly.DefaultMaxWindow), Creds: creds, Auth: auth}, srv)
+	if err != nil {
+		lis.Close()
+		return fmt.Errorf("seqd: admin: %w", err)
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- adm.Serve(lis) }()
+	addrs := Addrs{Data: dev.Name(), Admin: lis.Addr().String(), Metrics: "off"}
+	if c.Metrics != "off" {
+		ms, err := admin.ServeMetrics(c.Metrics, reg, log)
+		if err != nil {
+			adm.Stop()
+			return fmt.Errorf("seqd: metrics listener: %w", err)
+		}
+		defer ms.Close()
+		addrs.Metrics = ms.Addr
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	runDone := make(chan struct{})
+	go func() { defer close(runDone); srv.Run(runCtx) }()
+	log.Info("seqd serving (HA)", "etcd", c.HA.EtcdEndpoints, "advertise", adv, "ttl", node.Config().TTL,
+		"mode", c.Mode, "data", addrs.Data, "admin", addrs.Admin, "metrics", addrs.Metrics)
+	if ready != nil {
+		ready(addrs)
+	}
+	select {
+	case <-ctx.Done():
+	case err := <-serveErr:
+		if err != nil {
+			cancel()
+			<-runDone
+			return fmt.Errorf("seqd: admin server: %w", err)
+		}
+	}
+	log.Info("seqd shutting down: stepping down first")
+	cancel()
+	<-runDone // the term ends, the data path stops, the lease is revoked
+	sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer scancel()
+	adm.Shutdown(sctx)
+	return nil
+}
