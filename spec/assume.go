@@ -11,12 +11,12 @@ const (
 	// MaxPacketLifetime bounds how long a packet (request or answer) can
 	// spend in the network, duplicates included: a packet not delivered
 	// this long after it was sent is never delivered.
-	MaxPacketLifetime = 5 * time.Millisecond
+	MaxPacketLifetime = 2 * time.Millisecond
 	// MaxResidence bounds how long the server holds a received request
 	// before answering it. The server enforces it: a request it could not
 	// answer in time (persistence stalled) is dropped and counted, never
 	// answered late.
-	MaxResidence = 10 * time.Millisecond
+	MaxResidence = 4 * time.Millisecond
 	// MaxAnswerDelay bounds the time from sending a request to the arrival
 	// of the last answer it can ever produce.
 	MaxAnswerDelay = 2*MaxPacketLifetime + MaxResidence

@@ -34,7 +34,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.SeqdCores, "seqd-cores", "", "with -spawn: seqd's -cores (its workers' cores)")
 	modes := fs.String("modes", "spec-s0", "modes to compare, in order, comma-separated (may repeat)")
 	fs.IntVar(&c.Clients, "clients", 1, "client threads, each with its own client and engine")
-	fs.IntVar(&c.QPs, "qps", 1, "queue pairs per client")
+	fs.IntVar(&c.QPs, "qps", 4, "queue pairs per client (Spec-S0: each QP sustains about 500k requests/s, bounded by its tag space)")
 	fs.IntVar(&c.Window, "window", 64, "outstanding requests per client")
 	sweepW := fs.String("sweep-window", "", "windows to sweep, e.g. 1,4,16,64 (replaces -window)")
 	sweepC := fs.String("sweep-clients", "", "client counts to sweep, e.g. 1,2,4 (replaces -clients)")
