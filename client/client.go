@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -166,7 +167,22 @@ func Dial(ctx context.Context, adminAddr string, opts ...Option) (_ *Client, err
 	if err = c.setup(); err != nil {
 		return nil, err
 	}
-	if err = c.connect(ctx); err != nil {
+	// A standby of an HA group redirects Connect to its leader: follow
+	// a few hops, dialing the leader's admin address.
+	for hops := 0; ; hops++ {
+		err = c.connect(ctx)
+		var rd *redirect
+		if err == nil || hops >= maxRedirects || !errors.As(err, &rd) {
+			break
+		}
+		c.log.Debug("following redirect", "to", rd.leader)
+		c.cc.Close()
+		if c.cc, err = admin.Dial(ctx, rd.leader); err != nil {
+			return nil, fmt.Errorf("%w: redirected to %s: %v", ErrUnavailable, rd.leader, err)
+		}
+		c.adm = adminpb.NewAdminClient(c.cc)
+	}
+	if err != nil {
 		return nil, err
 	}
 	c.ctx, c.stop = context.WithCancel(context.Background())
@@ -269,6 +285,9 @@ func (c *Client) connectS0(ctx context.Context) error {
 	}
 	resp, err := c.adm.Connect(ctx, req)
 	if err != nil {
+		if leader, ok := admin.LeaderFromError(err); ok && leader != "" {
+			return fmt.Errorf("%w: connect: %w", ErrUnavailable, &redirect{leader: leader, err: err})
+		}
 		return fmt.Errorf("%w: connect: %v", ErrUnavailable, err)
 	}
 	if len(resp.GetAssignment()) != len(c.qps) || len(resp.GetServerQps()) == 0 || resp.GetWindow() == 0 {
@@ -490,4 +509,17 @@ func isNil(x any) bool {
 		return v == nil
 	}
 	return false
+}
+
+// maxRedirects bounds how many standby redirects Dial follows.
+const maxRedirects = 3
+
+// redirect is a standby's answer to Connect: the leader's admin address.
+type redirect struct {
+	leader string
+	err    error
+}
+
+func (r *redirect) Error() string {
+	return "redirected to the leader at " + r.leader + ": " + r.err.Error()
 }

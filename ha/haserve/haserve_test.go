@@ -121,6 +121,12 @@ func TestRedirectAndFailover(t *testing.T) {
 		return last
 	}
 	v1 := get(lead.addr)
+	// The client library follows the standby's redirect to the leader.
+	if v := get(standby.addr); v <= v1 {
+		t.Fatalf("via the standby's redirect got %d, not above %d", v, v1)
+	} else {
+		v1 = v
+	}
 	lead.stop() // resigns: the standby wins at once
 	next := waitLeader(t, standby)
 	v2 := get(next.addr)
