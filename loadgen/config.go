@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/seqd/seqd/spec"
+	"github.com/seqd/seqd/verbs"
 )
 
 // ErrConfig reports an invalid Config.
@@ -47,6 +48,9 @@ type Config struct {
 	VerifyMax int
 
 	Provider, Device string // the clients' verbs device (default soft on 127.0.0.1:0)
+	// ProviderOpts are verbs provider options ("loss=0.01,reorder=0.01")
+	// for the clients' devices and a spawned seqd's: fault injection.
+	ProviderOpts string
 
 	Progress io.Writer // a progress line per second; nil for none
 	Logger   *slog.Logger
@@ -121,6 +125,9 @@ func (c *Config) Validate() error {
 		if n < 1 || n > 256 {
 			return fmt.Errorf("%w: -sweep-clients %d (1..256)", ErrConfig, n)
 		}
+	}
+	if _, err := verbs.ParseOptions(c.ProviderOpts); err != nil {
+		return fmt.Errorf("%w: -provider-opts: %v", ErrConfig, err)
 	}
 	for _, k := range c.Cores {
 		if k < 0 {

@@ -240,7 +240,7 @@ func (r *runner) runPoint(ctx context.Context, mode string, p Point) (Result, er
 	}()
 	for i := range p.Clients {
 		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		cl, err := client.Dial(dctx, r.addr, client.WithDevice(c.Provider, c.Device, ""), client.WithQPs(qps),
+		cl, err := client.Dial(dctx, r.addr, client.WithDevice(c.Provider, c.Device, c.ProviderOpts), client.WithQPs(qps),
 			client.WithWindow(perQP), client.WithName(fmt.Sprintf("loadgen-%d", i)), client.WithLogger(quiet))
 		cancel()
 		if err != nil {

@@ -81,7 +81,7 @@ func spawnInProcess(c *Config, mode, dir string) (*server, error) {
 	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	go func() {
 		done <- run.Run(ctx, run.Config{Device: "127.0.0.1:0", Admin: "127.0.0.1:0", Metrics: "off", Data: dir,
-			Mode: mode, Cores: c.SeqdCores}, quiet, func(a run.Addrs) { ready <- a })
+			Mode: mode, Cores: c.SeqdCores, ProviderOpts: c.ProviderOpts}, quiet, func(a run.Addrs) { ready <- a })
 	}()
 	select {
 	case a := <-ready:
@@ -133,6 +133,9 @@ func spawnBinary(ctx context.Context, c *Config, bin, mode, dir string) (*server
 	args := []string{"-device", "127.0.0.1:0", "-admin", addr, "-metrics", "off", "-data", dir, "-mode", mode}
 	if c.SeqdCores != "" {
 		args = append(args, "-cores", c.SeqdCores)
+	}
+	if c.ProviderOpts != "" {
+		args = append(args, "-provider-opts", c.ProviderOpts)
 	}
 	args = append(args, c.SeqdArgs...)
 	cmd := exec.Command(bin, args...)

@@ -32,6 +32,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&c.Spawn, "spawn", false, "start seqd for the run (the seqd binary next to loadgen or on PATH, else in-process)")
 	fs.StringVar(&c.SeqdBinary, "seqd", "", "with -spawn: the seqd binary, or \"in-process\"")
 	fs.StringVar(&c.SeqdCores, "seqd-cores", "", "with -spawn: seqd's -cores (its workers' cores)")
+	fs.StringVar(&c.ProviderOpts, "provider-opts", "", "verbs provider options for the clients and a spawned seqd, e.g. loss=0.01,dup=0.01,reorder=0.01 (fault injection)")
 	modes := fs.String("modes", "spec-s0", "modes to compare, in order, comma-separated (may repeat)")
 	fs.IntVar(&c.Clients, "clients", 1, "client threads, each with its own client and engine")
 	fs.IntVar(&c.QPs, "qps", 4, "queue pairs per client (Spec-S0: each QP sustains about 500k requests/s, bounded by its tag space)")
