@@ -4,7 +4,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/seqd/seqd/internal/version.Version=$(VERSION)
 BIN     := bin
 
-.PHONY: all build build-ibverbs test test-short lint run bench bench-verbs bench-client fuzz-short clean docker docker-ibverbs docker-smoke check-guide check-deploy
+.PHONY: all build build-ibverbs test test-short lint run bench bench-verbs bench-client fuzz-short clean docker docker-ibverbs docker-smoke check-guide check-deploy lossy
 
 all: build
 
@@ -46,6 +46,12 @@ bench-verbs:
 # throughput), next to the transport's echo figures from the same run.
 bench-client:
 	./scripts/bench-client.sh
+
+# loadgen -verify in every mode under injected loss (1e-3..1e-1),
+# reordering and duplication: throughput and p99 per rate per mode
+# (scripts/lossy.sh); fails on any violation. LOSSY_DURATION per point.
+lossy:
+	./scripts/lossy.sh $(LOSSY_DURATION)
 
 # Each fuzz target for a short time (CI).
 fuzz-short:
