@@ -3,6 +3,7 @@ package admin
 import (
 	"fmt"
 	"log/slog"
+	"time"
 
 	"google.golang.org/grpc/credentials"
 
@@ -15,6 +16,9 @@ const (
 	DefaultMaxRecvMsgSize  = 64 << 10
 	DefaultMaxQPsPerClient = 16
 	DefaultMaxWindow       = 1024
+	// DefaultMaxAdvance bounds one Advance: a day of hybrid time
+	// (milliseconds << 18), in counter format that many values.
+	DefaultMaxAdvance = uint64(24*time.Hour/time.Millisecond) << 18
 )
 
 // MaxClientNameLen is the longest client_name a ConnectRequest may carry, in
@@ -47,6 +51,10 @@ type Config struct {
 	// Default DefaultMaxWindow, which fits every mode (Spec-S0 allows up
 	// to spec.MaxWindow).
 	MaxWindow int
+	// MaxAdvance is the largest step one Advance may move the counter
+	// above its current value (like PD's reset-ts bound). Default
+	// DefaultMaxAdvance.
+	MaxAdvance uint64
 	// Modes are the mode names a ConnectRequest may name. An empty mode in a
 	// request is always accepted. Default ModeSpecS0, ModeHERD, ModeAtomics.
 	Modes []string
@@ -87,6 +95,9 @@ func (cfg Config) validate() (Config, error) {
 	}
 	if cfg.MaxWindow < 0 {
 		return cfg, fmt.Errorf("admin: config: MaxWindow %d is negative", cfg.MaxWindow)
+	}
+	if cfg.MaxAdvance == 0 {
+		cfg.MaxAdvance = DefaultMaxAdvance
 	}
 	if len(cfg.Modes) == 0 {
 		cfg.Modes = []string{ModeSpecS0, ModeHERD, ModeAtomics}

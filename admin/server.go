@@ -43,6 +43,28 @@ type ModeSetter interface {
 	SetMode(ctx context.Context, req *adminpb.SetModeRequest) (*adminpb.SetModeResponse, error)
 }
 
+// Advancer is implemented by backends that can move the counter forward
+// for an operator (Advance). The backend refuses a target at or below the
+// last value handed out (ErrFailedPrecondition) and one more than maxStep
+// above it (ErrInvalidArgument), and answers only once every value handed
+// out afterwards is guaranteed above to (persist BEFORE reply).
+type Advancer interface {
+	Advance(ctx context.Context, to, maxStep uint64) (*adminpb.AdvanceResponse, error)
+}
+
+// LeaderTransferer is implemented by HA backends: TransferLeader ends this
+// instance's term so that a standby takes over, and names the new leader.
+type LeaderTransferer interface {
+	TransferLeader(ctx context.Context) (*adminpb.TransferLeaderResponse, error)
+}
+
+// Roles reported in StatusResponse.role.
+const (
+	RoleLeader  = "leader"
+	RoleStandby = "standby"
+	RoleSingle  = "single"
+)
+
 // ServiceName is the full name of the Admin service, as health checks and
 // reflection see it.
 const ServiceName = "seqd.admin.v1.Admin"
@@ -227,6 +249,42 @@ func (v *service) Status(ctx context.Context, _ *adminpb.StatusRequest) (*adminp
 	if err != nil {
 		return nil, statusError(err)
 	}
+	if resp.GetRole() == "" {
+		resp.Role = RoleSingle
+	}
+	return resp, nil
+}
+
+func (v *service) Advance(ctx context.Context, req *adminpb.AdvanceRequest) (*adminpb.AdvanceResponse, error) {
+	if err := validateAdvance(req); err != nil {
+		return nil, statusError(err)
+	}
+	a, ok := v.s.backend.(Advancer)
+	if !ok {
+		return nil, status.Error(codes.Unimplemented, "this server cannot advance its counter")
+	}
+	resp, err := a.Advance(ctx, req.GetMin(), v.s.cfg.MaxAdvance)
+	if err != nil {
+		err = statusError(err)
+		v.s.log.Warn("advance failed", "min", req.GetMin(), "code", status.Code(err).String(), "err", err)
+		return nil, err
+	}
+	v.s.log.Info("counter advanced by operator", "min", req.GetMin(), "previous", resp.GetPrevious(), "current", resp.GetCurrent())
+	return resp, nil
+}
+
+func (v *service) TransferLeader(ctx context.Context, _ *adminpb.TransferLeaderRequest) (*adminpb.TransferLeaderResponse, error) {
+	lt, ok := v.s.backend.(LeaderTransferer)
+	if !ok {
+		return nil, status.Error(codes.FailedPrecondition, "this server is not part of an HA group: no leadership to transfer")
+	}
+	resp, err := lt.TransferLeader(ctx)
+	if err != nil {
+		err = statusError(err)
+		v.s.log.Warn("transfer-leader failed", "code", status.Code(err).String(), "err", err)
+		return nil, err
+	}
+	v.s.log.Info("leadership transferred", "from", resp.GetPreviousLeader(), "to", resp.GetLeader())
 	return resp, nil
 }
 

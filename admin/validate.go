@@ -66,3 +66,12 @@ func validateDisconnect(req *adminpb.DisconnectRequest) error {
 	}
 	return nil
 }
+
+// validateAdvance checks an AdvanceRequest: min zero is what an unset
+// field reads as, and can never move the counter.
+func validateAdvance(req *adminpb.AdvanceRequest) error {
+	if req.GetMin() == 0 {
+		return fmt.Errorf("%w: advance: min is unset", ErrInvalidArgument)
+	}
+	return nil
+}

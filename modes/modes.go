@@ -217,6 +217,45 @@ func (s *Switch) SetMode(ctx context.Context, req *adminpb.SetModeRequest) (*adm
 	return &adminpb.SetModeResponse{Previous: prev, Mode: mode, High: high, Epoch: st.GetEpoch()}, nil
 }
 
+// Advance moves the oracle forward for an operator (Admin.Advance): every
+// value handed out afterwards is above to. It refuses a target at or below
+// the current value and a step beyond maxStep, and in atomics mode, whose
+// counter lives in the NIC. It returns once a mark above to is persisted
+// (persist BEFORE reply): it claims one value above to, which only
+// succeeds then, and reports it as current.
+func (s *Switch) Advance(ctx context.Context, to, maxStep uint64) (*adminpb.AdvanceResponse, error) {
+	o := s.cfg.Oracle
+	s.mu.Lock() // no mode switch between the checks and the advance
+	if s.mode == Atomics {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("%w: advance: the atomics counter lives in the NIC; switch to %s or %s first", admin.ErrFailedPrecondition, SpecS0, HERD)
+	}
+	prev := o.Current()
+	var err error
+	switch {
+	case to <= prev:
+		err = fmt.Errorf("%w: advance: %d is not above the current value %d; the counter never moves backward", admin.ErrFailedPrecondition, to, prev)
+	case to-prev > maxStep:
+		err = fmt.Errorf("%w: advance: %d is %d above the current value %d, more than the bound %d", admin.ErrInvalidArgument, to, to-prev, prev, maxStep)
+	default:
+		if err = o.Advance(to); errors.Is(err, oracle.ErrBackward) {
+			err = fmt.Errorf("%w: %v", admin.ErrFailedPrecondition, err)
+		} else if err != nil {
+			err = fmt.Errorf("%w: %v", admin.ErrUnavailable, err)
+		}
+	}
+	s.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	// Wait without holding the lock: a term or mode may end meanwhile.
+	v, err := o.ClaimWait(ctx, 1)
+	if err != nil {
+		return nil, fmt.Errorf("%w: advance: waiting for a mark above %d to be persisted: %v", admin.ErrUnavailable, to, err)
+	}
+	return &adminpb.AdvanceResponse{Previous: prev, Current: v}, nil
+}
+
 // Close stops the current mode and releases it.
 func (s *Switch) Close() error {
 	s.mu.Lock()

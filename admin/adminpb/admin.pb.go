@@ -25,6 +25,191 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type AdvanceRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Every value handed out after the call is above min.
+	Min           uint64 `protobuf:"varint,1,opt,name=min,proto3" json:"min,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdvanceRequest) Reset() {
+	*x = AdvanceRequest{}
+	mi := &file_admin_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdvanceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdvanceRequest) ProtoMessage() {}
+
+func (x *AdvanceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdvanceRequest.ProtoReflect.Descriptor instead.
+func (*AdvanceRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *AdvanceRequest) GetMin() uint64 {
+	if x != nil {
+		return x.Min
+	}
+	return 0
+}
+
+type AdvanceResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Previous      uint64                 `protobuf:"varint,1,opt,name=previous,proto3" json:"previous,omitempty"` // the last value handed out before the call
+	Current       uint64                 `protobuf:"varint,2,opt,name=current,proto3" json:"current,omitempty"`   // values continue above this
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdvanceResponse) Reset() {
+	*x = AdvanceResponse{}
+	mi := &file_admin_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdvanceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdvanceResponse) ProtoMessage() {}
+
+func (x *AdvanceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdvanceResponse.ProtoReflect.Descriptor instead.
+func (*AdvanceResponse) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *AdvanceResponse) GetPrevious() uint64 {
+	if x != nil {
+		return x.Previous
+	}
+	return 0
+}
+
+func (x *AdvanceResponse) GetCurrent() uint64 {
+	if x != nil {
+		return x.Current
+	}
+	return 0
+}
+
+type TransferLeaderRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransferLeaderRequest) Reset() {
+	*x = TransferLeaderRequest{}
+	mi := &file_admin_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferLeaderRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferLeaderRequest) ProtoMessage() {}
+
+func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
+func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{2}
+}
+
+type TransferLeaderResponse struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	PreviousLeader string                 `protobuf:"bytes,1,opt,name=previous_leader,json=previousLeader,proto3" json:"previous_leader,omitempty"` // this instance's advertised admin address
+	Leader         string                 `protobuf:"bytes,2,opt,name=leader,proto3" json:"leader,omitempty"`                                       // the new leader's admin address
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *TransferLeaderResponse) Reset() {
+	*x = TransferLeaderResponse{}
+	mi := &file_admin_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferLeaderResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferLeaderResponse) ProtoMessage() {}
+
+func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
+func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *TransferLeaderResponse) GetPreviousLeader() string {
+	if x != nil {
+		return x.PreviousLeader
+	}
+	return ""
+}
+
+func (x *TransferLeaderResponse) GetLeader() string {
+	if x != nil {
+		return x.Leader
+	}
+	return ""
+}
+
 // Endpoint is one queue pair: its port address (verbs.Address in its
 // 20-byte binary form: GID, LID, UDP port) and its QP number.
 type Endpoint struct {
@@ -37,7 +222,7 @@ type Endpoint struct {
 
 func (x *Endpoint) Reset() {
 	*x = Endpoint{}
-	mi := &file_admin_proto_msgTypes[0]
+	mi := &file_admin_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -49,7 +234,7 @@ func (x *Endpoint) String() string {
 func (*Endpoint) ProtoMessage() {}
 
 func (x *Endpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[0]
+	mi := &file_admin_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -62,7 +247,7 @@ func (x *Endpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Endpoint.ProtoReflect.Descriptor instead.
 func (*Endpoint) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{0}
+	return file_admin_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Endpoint) GetAddress() []byte {
@@ -101,7 +286,7 @@ type ConnectRequest struct {
 
 func (x *ConnectRequest) Reset() {
 	*x = ConnectRequest{}
-	mi := &file_admin_proto_msgTypes[1]
+	mi := &file_admin_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -113,7 +298,7 @@ func (x *ConnectRequest) String() string {
 func (*ConnectRequest) ProtoMessage() {}
 
 func (x *ConnectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[1]
+	mi := &file_admin_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -126,7 +311,7 @@ func (x *ConnectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectRequest.ProtoReflect.Descriptor instead.
 func (*ConnectRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{1}
+	return file_admin_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ConnectRequest) GetQps() []*Endpoint {
@@ -199,7 +384,7 @@ type ConnectResponse struct {
 
 func (x *ConnectResponse) Reset() {
 	*x = ConnectResponse{}
-	mi := &file_admin_proto_msgTypes[2]
+	mi := &file_admin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -211,7 +396,7 @@ func (x *ConnectResponse) String() string {
 func (*ConnectResponse) ProtoMessage() {}
 
 func (x *ConnectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[2]
+	mi := &file_admin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -224,7 +409,7 @@ func (x *ConnectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectResponse.ProtoReflect.Descriptor instead.
 func (*ConnectResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{2}
+	return file_admin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ConnectResponse) GetSessionId() uint64 {
@@ -327,7 +512,7 @@ type SetModeRequest struct {
 
 func (x *SetModeRequest) Reset() {
 	*x = SetModeRequest{}
-	mi := &file_admin_proto_msgTypes[3]
+	mi := &file_admin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -339,7 +524,7 @@ func (x *SetModeRequest) String() string {
 func (*SetModeRequest) ProtoMessage() {}
 
 func (x *SetModeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[3]
+	mi := &file_admin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -352,7 +537,7 @@ func (x *SetModeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetModeRequest.ProtoReflect.Descriptor instead.
 func (*SetModeRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{3}
+	return file_admin_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SetModeRequest) GetMode() string {
@@ -376,7 +561,7 @@ type SetModeResponse struct {
 
 func (x *SetModeResponse) Reset() {
 	*x = SetModeResponse{}
-	mi := &file_admin_proto_msgTypes[4]
+	mi := &file_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -388,7 +573,7 @@ func (x *SetModeResponse) String() string {
 func (*SetModeResponse) ProtoMessage() {}
 
 func (x *SetModeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[4]
+	mi := &file_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -401,7 +586,7 @@ func (x *SetModeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetModeResponse.ProtoReflect.Descriptor instead.
 func (*SetModeResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{4}
+	return file_admin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SetModeResponse) GetPrevious() string {
@@ -441,7 +626,7 @@ type DisconnectRequest struct {
 
 func (x *DisconnectRequest) Reset() {
 	*x = DisconnectRequest{}
-	mi := &file_admin_proto_msgTypes[5]
+	mi := &file_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -453,7 +638,7 @@ func (x *DisconnectRequest) String() string {
 func (*DisconnectRequest) ProtoMessage() {}
 
 func (x *DisconnectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[5]
+	mi := &file_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -466,7 +651,7 @@ func (x *DisconnectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisconnectRequest.ProtoReflect.Descriptor instead.
 func (*DisconnectRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{5}
+	return file_admin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *DisconnectRequest) GetSessionId() uint64 {
@@ -484,7 +669,7 @@ type DisconnectResponse struct {
 
 func (x *DisconnectResponse) Reset() {
 	*x = DisconnectResponse{}
-	mi := &file_admin_proto_msgTypes[6]
+	mi := &file_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -496,7 +681,7 @@ func (x *DisconnectResponse) String() string {
 func (*DisconnectResponse) ProtoMessage() {}
 
 func (x *DisconnectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[6]
+	mi := &file_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -509,7 +694,7 @@ func (x *DisconnectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisconnectResponse.ProtoReflect.Descriptor instead.
 func (*DisconnectResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{6}
+	return file_admin_proto_rawDescGZIP(), []int{10}
 }
 
 type StatusRequest struct {
@@ -520,7 +705,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_admin_proto_msgTypes[7]
+	mi := &file_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -532,7 +717,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[7]
+	mi := &file_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -545,7 +730,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{7}
+	return file_admin_proto_rawDescGZIP(), []int{11}
 }
 
 type WorkerStatus struct {
@@ -564,7 +749,7 @@ type WorkerStatus struct {
 
 func (x *WorkerStatus) Reset() {
 	*x = WorkerStatus{}
-	mi := &file_admin_proto_msgTypes[8]
+	mi := &file_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -576,7 +761,7 @@ func (x *WorkerStatus) String() string {
 func (*WorkerStatus) ProtoMessage() {}
 
 func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[8]
+	mi := &file_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -589,7 +774,7 @@ func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStatus.ProtoReflect.Descriptor instead.
 func (*WorkerStatus) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{8}
+	return file_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *WorkerStatus) GetId() uint32 {
@@ -664,13 +849,18 @@ type StatusResponse struct {
 	PersistStalls    uint64                 `protobuf:"varint,12,opt,name=persist_stalls,json=persistStalls,proto3" json:"persist_stalls,omitempty"`
 	Epoch            uint64                 `protobuf:"varint,13,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	ProviderCounters map[string]uint64      `protobuf:"bytes,14,rep,name=provider_counters,json=providerCounters,proto3" json:"provider_counters,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// HA: this instance's role, "leader", "standby" or "single" (no HA
+	// group), and the leader's advertised admin address as last seen
+	// (empty when unknown or single).
+	Role          string `protobuf:"bytes,15,opt,name=role,proto3" json:"role,omitempty"`
+	Leader        string `protobuf:"bytes,16,opt,name=leader,proto3" json:"leader,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_admin_proto_msgTypes[9]
+	mi := &file_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -682,7 +872,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[9]
+	mi := &file_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -695,7 +885,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{9}
+	return file_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *StatusResponse) GetVersion() string {
@@ -796,11 +986,34 @@ func (x *StatusResponse) GetProviderCounters() map[string]uint64 {
 	return nil
 }
 
+func (x *StatusResponse) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetLeader() string {
+	if x != nil {
+		return x.Leader
+	}
+	return ""
+}
+
 var File_admin_proto protoreflect.FileDescriptor
 
 const file_admin_proto_rawDesc = "" +
 	"\n" +
-	"\vadmin.proto\x12\rseqd.admin.v1\"6\n" +
+	"\vadmin.proto\x12\rseqd.admin.v1\"\"\n" +
+	"\x0eAdvanceRequest\x12\x10\n" +
+	"\x03min\x18\x01 \x01(\x04R\x03min\"G\n" +
+	"\x0fAdvanceResponse\x12\x1a\n" +
+	"\bprevious\x18\x01 \x01(\x04R\bprevious\x12\x18\n" +
+	"\acurrent\x18\x02 \x01(\x04R\acurrent\"\x17\n" +
+	"\x15TransferLeaderRequest\"Y\n" +
+	"\x16TransferLeaderResponse\x12'\n" +
+	"\x0fprevious_leader\x18\x01 \x01(\tR\x0epreviousLeader\x12\x16\n" +
+	"\x06leader\x18\x02 \x01(\tR\x06leader\"6\n" +
 	"\bEndpoint\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\fR\aaddress\x12\x10\n" +
 	"\x03qpn\x18\x02 \x01(\rR\x03qpn\"\xe7\x01\n" +
@@ -853,7 +1066,7 @@ const file_admin_proto_rawDesc = "" +
 	"\vspec_misses\x18\x06 \x01(\x04R\n" +
 	"specMisses\x12 \n" +
 	"\vretransmits\x18\a \x01(\x04R\vretransmits\x12\x14\n" +
-	"\x05drops\x18\b \x01(\x04R\x05drops\"\xc7\x04\n" +
+	"\x05drops\x18\b \x01(\x04R\x05drops\"\xf3\x04\n" +
 	"\x0eStatusResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\x12\n" +
 	"\x04mode\x18\x02 \x01(\tR\x04mode\x12\x16\n" +
@@ -870,16 +1083,20 @@ const file_admin_proto_rawDesc = "" +
 	"\x10clock_steps_back\x18\v \x01(\x04R\x0eclockStepsBack\x12%\n" +
 	"\x0epersist_stalls\x18\f \x01(\x04R\rpersistStalls\x12\x14\n" +
 	"\x05epoch\x18\r \x01(\x04R\x05epoch\x12`\n" +
-	"\x11provider_counters\x18\x0e \x03(\v23.seqd.admin.v1.StatusResponse.ProviderCountersEntryR\x10providerCounters\x1aC\n" +
+	"\x11provider_counters\x18\x0e \x03(\v23.seqd.admin.v1.StatusResponse.ProviderCountersEntryR\x10providerCounters\x12\x12\n" +
+	"\x04role\x18\x0f \x01(\tR\x04role\x12\x16\n" +
+	"\x06leader\x18\x10 \x01(\tR\x06leader\x1aC\n" +
 	"\x15ProviderCountersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x012\xb5\x02\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x012\xde\x03\n" +
 	"\x05Admin\x12H\n" +
 	"\aConnect\x12\x1d.seqd.admin.v1.ConnectRequest\x1a\x1e.seqd.admin.v1.ConnectResponse\x12Q\n" +
 	"\n" +
 	"Disconnect\x12 .seqd.admin.v1.DisconnectRequest\x1a!.seqd.admin.v1.DisconnectResponse\x12E\n" +
 	"\x06Status\x12\x1c.seqd.admin.v1.StatusRequest\x1a\x1d.seqd.admin.v1.StatusResponse\x12H\n" +
-	"\aSetMode\x12\x1d.seqd.admin.v1.SetModeRequest\x1a\x1e.seqd.admin.v1.SetModeResponseB$Z\"github.com/seqd/seqd/admin/adminpbb\x06proto3"
+	"\aSetMode\x12\x1d.seqd.admin.v1.SetModeRequest\x1a\x1e.seqd.admin.v1.SetModeResponse\x12H\n" +
+	"\aAdvance\x12\x1d.seqd.admin.v1.AdvanceRequest\x1a\x1e.seqd.admin.v1.AdvanceResponse\x12]\n" +
+	"\x0eTransferLeader\x12$.seqd.admin.v1.TransferLeaderRequest\x1a%.seqd.admin.v1.TransferLeaderResponseB$Z\"github.com/seqd/seqd/admin/adminpbb\x06proto3"
 
 var (
 	file_admin_proto_rawDescOnce sync.Once
@@ -893,37 +1110,45 @@ func file_admin_proto_rawDescGZIP() []byte {
 	return file_admin_proto_rawDescData
 }
 
-var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_admin_proto_goTypes = []any{
-	(*Endpoint)(nil),           // 0: seqd.admin.v1.Endpoint
-	(*ConnectRequest)(nil),     // 1: seqd.admin.v1.ConnectRequest
-	(*ConnectResponse)(nil),    // 2: seqd.admin.v1.ConnectResponse
-	(*SetModeRequest)(nil),     // 3: seqd.admin.v1.SetModeRequest
-	(*SetModeResponse)(nil),    // 4: seqd.admin.v1.SetModeResponse
-	(*DisconnectRequest)(nil),  // 5: seqd.admin.v1.DisconnectRequest
-	(*DisconnectResponse)(nil), // 6: seqd.admin.v1.DisconnectResponse
-	(*StatusRequest)(nil),      // 7: seqd.admin.v1.StatusRequest
-	(*WorkerStatus)(nil),       // 8: seqd.admin.v1.WorkerStatus
-	(*StatusResponse)(nil),     // 9: seqd.admin.v1.StatusResponse
-	nil,                        // 10: seqd.admin.v1.StatusResponse.ProviderCountersEntry
+	(*AdvanceRequest)(nil),         // 0: seqd.admin.v1.AdvanceRequest
+	(*AdvanceResponse)(nil),        // 1: seqd.admin.v1.AdvanceResponse
+	(*TransferLeaderRequest)(nil),  // 2: seqd.admin.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil), // 3: seqd.admin.v1.TransferLeaderResponse
+	(*Endpoint)(nil),               // 4: seqd.admin.v1.Endpoint
+	(*ConnectRequest)(nil),         // 5: seqd.admin.v1.ConnectRequest
+	(*ConnectResponse)(nil),        // 6: seqd.admin.v1.ConnectResponse
+	(*SetModeRequest)(nil),         // 7: seqd.admin.v1.SetModeRequest
+	(*SetModeResponse)(nil),        // 8: seqd.admin.v1.SetModeResponse
+	(*DisconnectRequest)(nil),      // 9: seqd.admin.v1.DisconnectRequest
+	(*DisconnectResponse)(nil),     // 10: seqd.admin.v1.DisconnectResponse
+	(*StatusRequest)(nil),          // 11: seqd.admin.v1.StatusRequest
+	(*WorkerStatus)(nil),           // 12: seqd.admin.v1.WorkerStatus
+	(*StatusResponse)(nil),         // 13: seqd.admin.v1.StatusResponse
+	nil,                            // 14: seqd.admin.v1.StatusResponse.ProviderCountersEntry
 }
 var file_admin_proto_depIdxs = []int32{
-	0,  // 0: seqd.admin.v1.ConnectRequest.qps:type_name -> seqd.admin.v1.Endpoint
-	0,  // 1: seqd.admin.v1.ConnectRequest.conn_qps:type_name -> seqd.admin.v1.Endpoint
-	0,  // 2: seqd.admin.v1.ConnectResponse.server_qps:type_name -> seqd.admin.v1.Endpoint
-	0,  // 3: seqd.admin.v1.ConnectResponse.server_conn_qps:type_name -> seqd.admin.v1.Endpoint
-	8,  // 4: seqd.admin.v1.StatusResponse.workers:type_name -> seqd.admin.v1.WorkerStatus
-	10, // 5: seqd.admin.v1.StatusResponse.provider_counters:type_name -> seqd.admin.v1.StatusResponse.ProviderCountersEntry
-	1,  // 6: seqd.admin.v1.Admin.Connect:input_type -> seqd.admin.v1.ConnectRequest
-	5,  // 7: seqd.admin.v1.Admin.Disconnect:input_type -> seqd.admin.v1.DisconnectRequest
-	7,  // 8: seqd.admin.v1.Admin.Status:input_type -> seqd.admin.v1.StatusRequest
-	3,  // 9: seqd.admin.v1.Admin.SetMode:input_type -> seqd.admin.v1.SetModeRequest
-	2,  // 10: seqd.admin.v1.Admin.Connect:output_type -> seqd.admin.v1.ConnectResponse
-	6,  // 11: seqd.admin.v1.Admin.Disconnect:output_type -> seqd.admin.v1.DisconnectResponse
-	9,  // 12: seqd.admin.v1.Admin.Status:output_type -> seqd.admin.v1.StatusResponse
-	4,  // 13: seqd.admin.v1.Admin.SetMode:output_type -> seqd.admin.v1.SetModeResponse
-	10, // [10:14] is the sub-list for method output_type
-	6,  // [6:10] is the sub-list for method input_type
+	4,  // 0: seqd.admin.v1.ConnectRequest.qps:type_name -> seqd.admin.v1.Endpoint
+	4,  // 1: seqd.admin.v1.ConnectRequest.conn_qps:type_name -> seqd.admin.v1.Endpoint
+	4,  // 2: seqd.admin.v1.ConnectResponse.server_qps:type_name -> seqd.admin.v1.Endpoint
+	4,  // 3: seqd.admin.v1.ConnectResponse.server_conn_qps:type_name -> seqd.admin.v1.Endpoint
+	12, // 4: seqd.admin.v1.StatusResponse.workers:type_name -> seqd.admin.v1.WorkerStatus
+	14, // 5: seqd.admin.v1.StatusResponse.provider_counters:type_name -> seqd.admin.v1.StatusResponse.ProviderCountersEntry
+	5,  // 6: seqd.admin.v1.Admin.Connect:input_type -> seqd.admin.v1.ConnectRequest
+	9,  // 7: seqd.admin.v1.Admin.Disconnect:input_type -> seqd.admin.v1.DisconnectRequest
+	11, // 8: seqd.admin.v1.Admin.Status:input_type -> seqd.admin.v1.StatusRequest
+	7,  // 9: seqd.admin.v1.Admin.SetMode:input_type -> seqd.admin.v1.SetModeRequest
+	0,  // 10: seqd.admin.v1.Admin.Advance:input_type -> seqd.admin.v1.AdvanceRequest
+	2,  // 11: seqd.admin.v1.Admin.TransferLeader:input_type -> seqd.admin.v1.TransferLeaderRequest
+	6,  // 12: seqd.admin.v1.Admin.Connect:output_type -> seqd.admin.v1.ConnectResponse
+	10, // 13: seqd.admin.v1.Admin.Disconnect:output_type -> seqd.admin.v1.DisconnectResponse
+	13, // 14: seqd.admin.v1.Admin.Status:output_type -> seqd.admin.v1.StatusResponse
+	8,  // 15: seqd.admin.v1.Admin.SetMode:output_type -> seqd.admin.v1.SetModeResponse
+	1,  // 16: seqd.admin.v1.Admin.Advance:output_type -> seqd.admin.v1.AdvanceResponse
+	3,  // 17: seqd.admin.v1.Admin.TransferLeader:output_type -> seqd.admin.v1.TransferLeaderResponse
+	12, // [12:18] is the sub-list for method output_type
+	6,  // [6:12] is the sub-list for method input_type
 	6,  // [6:6] is the sub-list for extension type_name
 	6,  // [6:6] is the sub-list for extension extendee
 	0,  // [0:6] is the sub-list for field type_name
@@ -940,7 +1165,7 @@ func file_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_admin_proto_rawDesc), len(file_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

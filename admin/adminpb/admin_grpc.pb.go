@@ -23,10 +23,12 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Admin_Connect_FullMethodName    = "/seqd.admin.v1.Admin/Connect"
-	Admin_Disconnect_FullMethodName = "/seqd.admin.v1.Admin/Disconnect"
-	Admin_Status_FullMethodName     = "/seqd.admin.v1.Admin/Status"
-	Admin_SetMode_FullMethodName    = "/seqd.admin.v1.Admin/SetMode"
+	Admin_Connect_FullMethodName        = "/seqd.admin.v1.Admin/Connect"
+	Admin_Disconnect_FullMethodName     = "/seqd.admin.v1.Admin/Disconnect"
+	Admin_Status_FullMethodName         = "/seqd.admin.v1.Admin/Status"
+	Admin_SetMode_FullMethodName        = "/seqd.admin.v1.Admin/SetMode"
+	Admin_Advance_FullMethodName        = "/seqd.admin.v1.Admin/Advance"
+	Admin_TransferLeader_FullMethodName = "/seqd.admin.v1.Admin/TransferLeader"
 )
 
 // AdminClient is the client API for Admin service.
@@ -45,6 +47,15 @@ type AdminClient interface {
 	// highest value the old one could have handed out. Clients reconnect
 	// and follow.
 	SetMode(ctx context.Context, in *SetModeRequest, opts ...grpc.CallOption) (*SetModeResponse, error)
+	// Advance moves the counter forward for an operator (like PD's
+	// reset-ts): every value handed out afterwards is above min. It never
+	// moves the counter backward, and refuses a step beyond the server's
+	// configured bound. Mutating: needs authorisation.
+	Advance(ctx context.Context, in *AdvanceRequest, opts ...grpc.CallOption) (*AdvanceResponse, error)
+	// TransferLeader ends the leader's term so that a standby of the HA
+	// group takes over, and returns the new leader's admin address.
+	// Mutating: needs authorisation.
+	TransferLeader(ctx context.Context, in *TransferLeaderRequest, opts ...grpc.CallOption) (*TransferLeaderResponse, error)
 }
 
 type adminClient struct {
@@ -95,6 +106,26 @@ func (c *adminClient) SetMode(ctx context.Context, in *SetModeRequest, opts ...g
 	return out, nil
 }
 
+func (c *adminClient) Advance(ctx context.Context, in *AdvanceRequest, opts ...grpc.CallOption) (*AdvanceResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AdvanceResponse)
+	err := c.cc.Invoke(ctx, Admin_Advance_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) TransferLeader(ctx context.Context, in *TransferLeaderRequest, opts ...grpc.CallOption) (*TransferLeaderResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TransferLeaderResponse)
+	err := c.cc.Invoke(ctx, Admin_TransferLeader_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -111,6 +142,15 @@ type AdminServer interface {
 	// highest value the old one could have handed out. Clients reconnect
 	// and follow.
 	SetMode(context.Context, *SetModeRequest) (*SetModeResponse, error)
+	// Advance moves the counter forward for an operator (like PD's
+	// reset-ts): every value handed out afterwards is above min. It never
+	// moves the counter backward, and refuses a step beyond the server's
+	// configured bound. Mutating: needs authorisation.
+	Advance(context.Context, *AdvanceRequest) (*AdvanceResponse, error)
+	// TransferLeader ends the leader's term so that a standby of the HA
+	// group takes over, and returns the new leader's admin address.
+	// Mutating: needs authorisation.
+	TransferLeader(context.Context, *TransferLeaderRequest) (*TransferLeaderResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -132,6 +172,12 @@ func (UnimplementedAdminServer) Status(context.Context, *StatusRequest) (*Status
 }
 func (UnimplementedAdminServer) SetMode(context.Context, *SetModeRequest) (*SetModeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetMode not implemented")
+}
+func (UnimplementedAdminServer) Advance(context.Context, *AdvanceRequest) (*AdvanceResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Advance not implemented")
+}
+func (UnimplementedAdminServer) TransferLeader(context.Context, *TransferLeaderRequest) (*TransferLeaderResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method TransferLeader not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -226,6 +272,42 @@ func _Admin_SetMode_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_Advance_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AdvanceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).Advance(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_Advance_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).Advance(ctx, req.(*AdvanceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_TransferLeader_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TransferLeaderRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).TransferLeader(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_TransferLeader_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).TransferLeader(ctx, req.(*TransferLeaderRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -248,6 +330,14 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetMode",
 			Handler:    _Admin_SetMode_Handler,
+		},
+		{
+			MethodName: "Advance",
+			Handler:    _Admin_Advance_Handler,
+		},
+		{
+			MethodName: "TransferLeader",
+			Handler:    _Admin_TransferLeader_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -70,8 +70,10 @@ type term struct {
 }
 
 var (
-	_ admin.Backend    = (*Server)(nil)
-	_ admin.ModeSetter = (*Server)(nil)
+	_ admin.Backend          = (*Server)(nil)
+	_ admin.ModeSetter       = (*Server)(nil)
+	_ admin.Advancer         = (*Server)(nil)
+	_ admin.LeaderTransferer = (*Server)(nil)
 )
 
 // New validates cfg.
@@ -152,12 +154,16 @@ func (s *Server) leading() *term {
 }
 
 // redirect is the answer of an instance that does not serve.
-func (s *Server) redirect() error {
+func (s *Server) redirect() error { return admin.RedirectError(s.otherLeader()) }
+
+// otherLeader is the leader as last seen, "" when unknown or when etcd
+// names this instance but its term has not started or has ended.
+func (s *Server) otherLeader() string {
 	l := s.node.Leader()
 	if l == s.node.Config().Advertise {
-		l = "" // etcd names us, but the term has not started or has ended
+		return ""
 	}
-	return admin.RedirectError(l)
+	return l
 }
 
 // Leader is the advertised address of the leader as last seen, "" when
@@ -190,12 +196,13 @@ func (s *Server) Disconnect(ctx context.Context, req *adminpb.DisconnectRequest)
 func (s *Server) Status(ctx context.Context) (*adminpb.StatusResponse, error) {
 	c := s.leading()
 	if c == nil {
-		return &adminpb.StatusResponse{Mode: s.currentMode()}, nil
+		return &adminpb.StatusResponse{Mode: s.currentMode(), Role: admin.RoleStandby, Leader: s.otherLeader()}, nil
 	}
 	st, err := c.sw.Status(ctx)
 	if err != nil {
 		return nil, err
 	}
+	st.Role, st.Leader = admin.RoleLeader, s.node.Config().Advertise
 	os := c.orc.Stats()
 	st.Current = max(st.Current, os.Current)
 	st.PersistedMark = os.Mark
@@ -238,6 +245,29 @@ func (s *Server) Transfer(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("%w: %v", admin.ErrFailedPrecondition, err)
 	}
 	return l, err
+}
+
+// TransferLeader is Admin.TransferLeader: Transfer, answered with both
+// addresses. A standby answers with a redirect to the leader.
+func (s *Server) TransferLeader(ctx context.Context) (*adminpb.TransferLeaderResponse, error) {
+	if s.leading() == nil {
+		return nil, s.redirect()
+	}
+	l, err := s.Transfer(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &adminpb.TransferLeaderResponse{PreviousLeader: s.node.Config().Advertise, Leader: l}, nil
+}
+
+// Advance moves the leader's counter forward (Admin.Advance); the mark it
+// waits for is saved in etcd under the term's guards. A standby redirects.
+func (s *Server) Advance(ctx context.Context, to, maxStep uint64) (*adminpb.AdvanceResponse, error) {
+	c := s.leading()
+	if c == nil {
+		return nil, s.redirect()
+	}
+	return c.sw.Advance(ctx, to, maxStep)
 }
 
 // Oracle returns the current term's oracle, nil on a standby.
