@@ -221,8 +221,11 @@ const (
 	// Signaled asks for a completion for this work request (always given
 	// when the QP was created with SigAll).
 	Signaled SendFlags = 1 << iota
-	// Inline copies the payload at post time: the buffers need no lkey
-	// and may be reused as soon as PostSend returns.
+	// Inline copies the payload into the work request at post time: the
+	// buffers may be reused as soon as PostSend returns. (libibverbs also
+	// lets inline SGEs name unregistered memory; Go code cannot hand a
+	// provider a raw pointer into Go memory, so here SGEs always name
+	// registered memory and the userspace provider checks their lkey.)
 	Inline
 	// Fence waits for earlier RDMA READs and atomics to finish.
 	Fence

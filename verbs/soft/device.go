@@ -309,10 +309,19 @@ func (m *mr) Close() error {
 	d.mrs[m.idx].Store(nil)
 	d.mrMu.Unlock()
 	m.pd.nres.Add(-1)
-	// The memory is left mapped: a packet being processed on another
-	// thread may still hold a slice of it. It is unmapped only when the
-	// region could not have been looked up since, which this provider does
-	// not track; regions are long-lived in practice.
+	// Every use of a region's memory by the provider happens under a
+	// queue's receive or transmit lock, after a table lookup that can no
+	// longer find it: once each lock has been taken and released, nothing
+	// touches the memory and it can be unmapped.
+	for _, q := range d.queues {
+		q.rxMu.Lock()
+		q.rxMu.Unlock() //nolint:staticcheck // a barrier
+		q.txMu.Lock()
+		q.txMu.Unlock() //nolint:staticcheck // a barrier
+	}
+	if err := unix.Munmap(m.buf); err != nil {
+		return fmt.Errorf("soft: unmapping MR: %w", err)
+	}
 	return nil
 }
 
