@@ -182,6 +182,12 @@ func (c *Client) post(now time.Duration) bool {
 		return false
 	}
 	did := false
+	// One doorbell for all QPs' chains where the device can (the
+	// userspace provider: one sendmmsg instead of one per QP).
+	if b, ok := c.dev.(verbs.DoorbellBatcher); ok {
+		b.HoldDoorbell()
+		defer b.RingDoorbell()
+	}
 	for qi, q := range c.qps {
 		n := 0
 		for c.backlog != nil && q.win.Outstanding() < q.granted && n < len(q.wrs) {

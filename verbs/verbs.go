@@ -189,6 +189,24 @@ const (
 
 // Optional capabilities, as separate small interfaces.
 
+// DoorbellBatcher is implemented by devices whose doorbell can cover sends
+// posted on several queue pairs: the userspace provider then moves them
+// all with one sendmmsg. Between HoldDoorbell and RingDoorbell, PostSend
+// records work requests (their buffers are copied, so they may be reused
+// at once) without transmitting them; RingDoorbell transmits everything
+// recorded. Holds nest. A NIC rings one doorbell per PostSend, so hardware
+// providers do not implement it, and callers use it only as an
+// optimisation:
+//
+//	if b, ok := dev.(verbs.DoorbellBatcher); ok {
+//		b.HoldDoorbell()
+//		defer b.RingDoorbell()
+//	}
+type DoorbellBatcher interface {
+	HoldDoorbell()
+	RingDoorbell()
+}
+
 // Counters is implemented by devices that count events (packets, drops by
 // reason). Visit calls f once per counter; names are stable snake_case.
 type Counters interface {

@@ -132,6 +132,7 @@ type device struct {
 	nextMR int
 
 	ctr    counters
+	holds  atomic.Int32 // open HoldDoorbell calls
 	closed atomic.Bool
 	nres   atomic.Int64 // live PDs and CQs
 }
@@ -186,6 +187,27 @@ func (d *device) Close() error {
 		q.close()
 	}
 	return nil
+}
+
+var (
+	_ verbs.Counters        = (*device)(nil)
+	_ verbs.DoorbellBatcher = (*device)(nil)
+)
+
+// HoldDoorbell implements verbs.DoorbellBatcher.
+func (d *device) HoldDoorbell() { d.holds.Add(1) }
+
+// RingDoorbell implements verbs.DoorbellBatcher: once the last hold is
+// released, every queue sends what PostSend recorded.
+func (d *device) RingDoorbell() {
+	if d.holds.Add(-1) > 0 {
+		return
+	}
+	for _, q := range d.queues {
+		q.txMu.Lock()
+		q.flush()
+		q.txMu.Unlock()
+	}
 }
 
 // VisitCounters implements verbs.Counters.

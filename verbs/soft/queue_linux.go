@@ -253,6 +253,14 @@ func (q *queue) releaseHeld() {
 	q.held, q.heldPkt = q.held[:0], q.heldPkt[:0]
 }
 
+// doorbell is PostSend's flush: deferred while a HoldDoorbell is open
+// (reserve still flushes when the arena fills). Callers hold txMu.
+func (q *queue) doorbell() {
+	if q.d.holds.Load() == 0 {
+		q.flush()
+	}
+}
+
 // flush rings the doorbell: every recorded packet leaves in one sendmmsg
 // (more only if the socket buffer is full), with runs of equal-size
 // packets to one peer coalesced into UDP GSO messages. Callers hold txMu.

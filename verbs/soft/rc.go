@@ -134,7 +134,7 @@ func (x *qp) postRC(wrs []verbs.SendWR) (int, error) {
 		x.emitSlot(s, 0)
 		n++
 	}
-	q.flush()
+	q.doorbell()
 	q.txMu.Unlock()
 	if r.n > 0 && !r.active {
 		r.deadline = time.Now().Add(timeoutFor(x.timeout))

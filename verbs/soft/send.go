@@ -126,7 +126,7 @@ func (x *qp) postUD(wrs []verbs.SendWR) (int, error) {
 		x.spsn = (x.spsn + 1) & verbs.PSNMask
 		n++
 	}
-	q.flush()
+	q.doorbell()
 	q.txMu.Unlock()
 	x.completeSends(wrs[:n])
 	return n, err
@@ -248,7 +248,7 @@ func (x *qp) postUC(wrs []verbs.SendWR) (int, error) {
 		}
 		n++
 	}
-	q.flush()
+	q.doorbell()
 	q.txMu.Unlock()
 	x.completeSends(wrs[:n])
 	return n, err

@@ -203,3 +203,76 @@ func TestReceiveAfterHeldPacket(t *testing.T) {
 		t.Fatal("no packet was held back: the test did not exercise reordering")
 	}
 }
+
+// TestDoorbellBatcher: sends posted on two QPs while the doorbell is held
+// stay on the host, and leave together, in one syscall, when it rings.
+func TestDoorbellBatcher(t *testing.T) {
+	a := newUDEnd(t, nil, 16)
+	b := newUDEnd(t, nil, 16)
+	rwr := make([]verbs.RecvWR, 16)
+	sg := make([]verbs.SGE, 16)
+	b.postRecvs(t, rwr, sg, 0, 16)
+	qp2, err := a.pd.CreateQP(verbs.QPInitAttr{Type: verbs.UD, SendCQ: a.cq, RecvCQ: a.cq,
+		Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer qp2.Close()
+	if err := verbs.BringUpUD(qp2, verbs.DefaultQKey, 0); err != nil {
+		t.Fatal(err)
+	}
+	ah, err := a.pd.CreateAH(verbs.AHAttr{Dest: b.qp.Address()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ah.Close()
+	counter := func(name string) (v uint64) {
+		a.dev.(verbs.Counters).VisitCounters(func(n string, x uint64) {
+			if n == name {
+				v = x
+			}
+		})
+		return v
+	}
+	batcher, ok := a.dev.(verbs.DoorbellBatcher)
+	if !ok {
+		t.Fatal("soft device is not a DoorbellBatcher")
+	}
+	tx0, sys0 := counter(verbs.CounterTxPackets), counter(verbs.CounterTxSyscalls)
+	batcher.HoldDoorbell()
+	for i, qp := range []verbs.QP{a.qp, qp2} {
+		wrs := make([]verbs.SendWR, 3)
+		for j := range wrs {
+			wrs[j] = verbs.SendWR{Opcode: verbs.OpSendWithImm, Imm: uint32(10*i + j), AH: ah,
+				RemoteQPN: b.qp.QPN(), RemoteQKey: verbs.DefaultQKey}
+		}
+		if n, err := qp.PostSend(wrs); n != 3 || err != nil {
+			t.Fatal(n, err)
+		}
+	}
+	if tx := counter(verbs.CounterTxPackets); tx != tx0 {
+		t.Fatalf("%d packets left while the doorbell was held", tx-tx0)
+	}
+	batcher.RingDoorbell()
+	if tx, sys := counter(verbs.CounterTxPackets)-tx0, counter(verbs.CounterTxSyscalls)-sys0; tx != 6 || sys != 1 {
+		t.Fatalf("ring sent %d packets in %d syscalls, want 6 in 1", tx, sys)
+	}
+	wc := make([]verbs.WC, 16)
+	got := map[uint32]bool{}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for len(got) < 6 {
+		n, err := b.cq.Poll(wc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range wc[:n] {
+			got[c.Imm] = true
+		}
+		if n == 0 {
+			if err := b.cq.Wait(ctx); err != nil {
+				t.Fatalf("received %v: %v", got, err)
+			}
+		}
+	}
+}
