@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,6 +31,9 @@ const (
 	// retryConnectAfter paces reconnects after a failed one, or after an
 	// atomics QP broke.
 	retryConnectAfter = 5 * time.Millisecond
+	// maxRetryConnect caps the backoff between failed reconnects (while
+	// an HA group elects a new leader, say).
+	maxRetryConnect = 100 * time.Millisecond
 )
 
 // Request is one asynchronous request. Callers own it and may reuse it
@@ -81,8 +86,10 @@ type Client struct {
 	opts options
 	log  *slog.Logger
 
-	cc  *grpc.ClientConn
-	adm adminpb.AdminClient
+	cc      *grpc.ClientConn
+	adm     adminpb.AdminClient
+	addrs   []string               // every admin address known (HA group)
+	curAddr atomic.Pointer[string] // the one cc is connected to
 
 	dev    verbs.Device
 	pd     verbs.PD
@@ -127,6 +134,9 @@ type Client struct {
 	recvWRs  []verbs.RecvWR
 	recvSGE  []verbs.SGE
 	reconnAt time.Duration
+	// retryAfter is the pause before the next reconnect after failed
+	// ones (doubling from retryConnectAfter to maxRetryConnect).
+	retryAfter time.Duration
 
 	// The data path of the server's mode: Spec-S0 on the QPs above, or
 	// an altConn (herd, atomics) built at connect.
@@ -143,6 +153,14 @@ type Client struct {
 // Dial connects to the seqd admin server at adminAddr, creates the
 // client's queue pairs on its own verbs device and admits them with
 // Connect.
+//
+// adminAddr may list several comma-separated admin addresses, the
+// instances of an HA group (WithEndpoints adds more): Dial tries them in
+// turn and follows a standby's redirect to the leader. Once connected the
+// client follows leader changes on its own: when its server stops
+// answering, or answers as a standby, it finds the leader (the redirect,
+// then every known address), connects again and resends the calls in
+// flight under fresh tags; a call fails only at its deadline.
 func Dial(ctx context.Context, adminAddr string, opts ...Option) (_ *Client, err error) {
 	c := &Client{start: time.Now(), wakeCh: make(chan struct{}, 1), doneCh: make(chan struct{})}
 	for _, o := range opts {
@@ -153,6 +171,15 @@ func Dial(ctx context.Context, adminAddr string, opts ...Option) (_ *Client, err
 	if err := c.opts.validate(); err != nil {
 		return nil, err
 	}
+	for _, a := range strings.Split(adminAddr, ",") {
+		c.learn(strings.TrimSpace(a))
+	}
+	for _, a := range c.opts.endpoints {
+		c.learn(a)
+	}
+	if len(c.addrs) == 0 {
+		return nil, fmt.Errorf("%w: no admin address", ErrConfig)
+	}
 	c.log = c.opts.logger
 	c.pool.New = func() any { return &Request{Done: make(chan *Request, 1), pooled: true} }
 	defer func() {
@@ -160,35 +187,110 @@ func Dial(ctx context.Context, adminAddr string, opts ...Option) (_ *Client, err
 			c.release()
 		}
 	}()
-	if c.cc, err = admin.Dial(ctx, adminAddr); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
-	}
-	c.adm = adminpb.NewAdminClient(c.cc)
 	if err = c.setup(); err != nil {
 		return nil, err
 	}
-	// A standby of an HA group redirects Connect to its leader: follow
-	// a few hops, dialing the leader's admin address.
-	for hops := 0; ; hops++ {
-		err = c.connect(ctx)
-		var rd *redirect
-		if err == nil || hops >= maxRedirects || !errors.As(err, &rd) {
-			break
-		}
-		c.log.Debug("following redirect", "to", rd.leader)
-		c.cc.Close()
-		if c.cc, err = admin.Dial(ctx, rd.leader); err != nil {
-			return nil, fmt.Errorf("%w: redirected to %s: %v", ErrUnavailable, rd.leader, err)
-		}
-		c.adm = adminpb.NewAdminClient(c.cc)
-	}
-	if err != nil {
+	if err = c.connectAny(ctx, dialAttempt); err != nil {
 		return nil, err
 	}
 	c.ctx, c.stop = context.WithCancel(context.Background())
 	c.newKick()
 	go c.engine()
 	return c, nil
+}
+
+// learn adds an admin address to the ones the client knows.
+func (c *Client) learn(addr string) {
+	if addr != "" && !slices.Contains(c.addrs, addr) {
+		c.addrs = append(c.addrs, addr)
+	}
+}
+
+// Endpoint is the admin address of the server the client is connected to.
+func (c *Client) Endpoint() string {
+	p := c.curAddr.Load()
+	if p == nil {
+		return ""
+	}
+	return *p
+}
+
+// connectAny (re-)connects: through the current admin connection first,
+// then at the address a standby redirected to, then at every known admin
+// address in turn (following redirects as they come), each attempt
+// bounded by perTry so a paused server costs no more than that. On success
+// the admin connection is the one that admitted the client.
+func (c *Client) connectAny(ctx context.Context, perTry time.Duration) error {
+	var lastErr error
+	var cands []string
+	if c.cc != nil {
+		tctx, cancel := context.WithTimeout(ctx, perTry)
+		err := c.connect(tctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		lastErr = err
+		if l := redirectTo(err); l != "" {
+			cands = append(cands, l)
+		}
+	}
+	// Every known address, starting after the current one.
+	cur := slices.Index(c.addrs, c.Endpoint())
+	for i := range c.addrs {
+		cands = append(cands, c.addrs[(cur+1+i)%len(c.addrs)])
+	}
+	tried := map[string]bool{}
+	hops := 0
+	for len(cands) > 0 && ctx.Err() == nil {
+		addr := cands[0]
+		cands = cands[1:]
+		if tried[addr] || (addr == c.Endpoint() && c.cc != nil) {
+			continue
+		}
+		tried[addr] = true
+		tctx, cancel := context.WithTimeout(ctx, perTry)
+		cc, err := admin.Dial(tctx, addr, c.opts.dialOpts...)
+		if err != nil {
+			cancel()
+			lastErr = fmt.Errorf("%w: %v", ErrUnavailable, err)
+			continue
+		}
+		oldCC, oldAdm := c.cc, c.adm
+		c.cc, c.adm = cc, adminpb.NewAdminClient(cc)
+		err = c.connect(tctx)
+		cancel()
+		if err == nil {
+			if oldCC != nil {
+				oldCC.Close()
+			}
+			c.curAddr.Store(&addr)
+			c.learn(addr)
+			return nil
+		}
+		cc.Close()
+		c.cc, c.adm = oldCC, oldAdm
+		lastErr = err
+		if l := redirectTo(err); l != "" && !tried[l] && hops < maxRedirects*len(c.addrs) {
+			hops++
+			c.log.Debug("following redirect", "from", addr, "to", l)
+			cands = append([]string{l}, cands...)
+		}
+	}
+	if lastErr == nil {
+		lastErr = fmt.Errorf("%w: %v", ErrUnavailable, ctx.Err())
+	}
+	return lastErr
+}
+
+// redirectTo is the leader a standby's refusal names, "" when err is no
+// redirect or names no leader.
+func redirectTo(err error) string {
+	var rd *redirect
+	if errors.As(err, &rd) {
+		return rd.leader
+	}
+	return ""
 }
 
 func (c *Client) setup() (err error) {
@@ -254,6 +356,16 @@ func (c *Client) postInitialRecvs(i int) error {
 func (c *Client) connect(ctx context.Context) error {
 	st, err := c.adm.Status(ctx, &adminpb.StatusRequest{})
 	if err != nil {
+		if leader, ok := admin.LeaderFromError(err); ok && leader != "" {
+			return fmt.Errorf("%w: status: %w", ErrUnavailable, &redirect{leader: leader, err: err})
+		}
+		return fmt.Errorf("%w: status: %v", ErrUnavailable, err)
+	}
+	if st.GetRole() == admin.RoleStandby {
+		err := admin.RedirectError(st.GetLeader())
+		if l := st.GetLeader(); l != "" {
+			return fmt.Errorf("%w: status: %w", ErrUnavailable, &redirect{leader: l, err: err})
+		}
 		return fmt.Errorf("%w: status: %v", ErrUnavailable, err)
 	}
 	switch mode := st.GetMode(); mode {
@@ -511,8 +623,17 @@ func isNil(x any) bool {
 	return false
 }
 
-// maxRedirects bounds how many standby redirects Dial follows.
+// maxRedirects bounds how many standby redirects one connect follows per
+// known address.
 const maxRedirects = 3
+
+// dialAttempt bounds one attempt to dial and connect to one admin
+// address: a paused (SIGSTOPped) server accepts TCP but never answers.
+const dialAttempt = 500 * time.Millisecond
+
+// reconnectBudget bounds one reconnect round of the engine (it sends
+// nothing meanwhile); a failed round is retried.
+const reconnectBudget = 2 * time.Second
 
 // redirect is a standby's answer to Connect: the leader's admin address.
 type redirect struct {

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/seqd/seqd/admin"
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
@@ -34,7 +35,7 @@ func (c *Client) engine() {
 		waiting := c.outstanding() > 0 || c.backlog != nil
 		switch {
 		case c.connFailed || (c.alt != nil && c.alt.Broken()):
-			if now-c.reconnAt > retryConnectAfter {
+			if now-c.reconnAt > max(c.retryAfter, retryConnectAfter) {
 				c.reconnect(now, true)
 			}
 		case waiting && now-c.lastAns > reconnectAfter && now-c.reconnAt > reconnectAfter:
@@ -370,35 +371,46 @@ func (c *Client) finish(r *Request, ts Timestamp, err error) {
 }
 
 // reconnect re-runs Connect after answers stopped: the server may have
-// restarted or switched modes. Requests stay queued and are resent under
-// fresh tags (or sequence numbers) on the new data path; a failed
-// reconnect is retried, and requests fail only at their deadlines.
+// restarted, switched modes, or lost the leadership of its HA group (or
+// died, or been paused). Requests in flight go back to the queue and are
+// resent under fresh tags (or sequence numbers) on the new data path,
+// which may be another instance's; a failed reconnect is retried, and
+// requests fail only at their deadlines. Every answer still passes the
+// floor check, so no value at or below one returned before is handed out.
 func (c *Client) reconnect(now time.Duration, force bool) {
 	c.reconnAt = now
-	ctx, cancel := context.WithTimeout(c.ctx, time.Second)
+	ctx, cancel := context.WithTimeout(c.ctx, reconnectBudget)
 	defer cancel()
-	// Only a server that restarted or switched (new epoch) has lost our
-	// session; a live one is merely slow or losing packets, and
-	// retransmission copes.
+	// Only a server that restarted or switched (new epoch) or stopped
+	// leading has lost our session; a live one is merely slow or losing
+	// packets, and retransmission copes.
 	if !force {
-		if st, err := c.adm.Status(ctx, &adminpb.StatusRequest{}); err == nil && st.GetEpoch() == c.epoch {
+		sctx, scancel := context.WithTimeout(ctx, dialAttempt)
+		st, err := c.adm.Status(sctx, &adminpb.StatusRequest{})
+		scancel()
+		if err == nil && st.GetEpoch() == c.epoch && st.GetRole() != admin.RoleStandby {
 			return
 		}
+		if err == nil && c.session != 0 {
+			dctx, dcancel := context.WithTimeout(ctx, dialAttempt)
+			c.adm.Disconnect(dctx, &adminpb.DisconnectRequest{SessionId: c.session})
+			dcancel()
+		}
+		c.log.Info("server lost our session; reconnecting", "admin", c.Endpoint(), "status_err", err)
 	}
-	if c.session != 0 {
-		c.adm.Disconnect(ctx, &adminpb.DisconnectRequest{SessionId: c.session})
-	}
-	if err := c.connect(ctx); err != nil {
+	c.requeueS0(c.now()) // resent under fresh tags once connected
+	if err := c.connectAny(ctx, dialAttempt); err != nil {
 		c.log.Debug("reconnect failed; retrying", "err", err)
 		c.connFailed = true
+		c.retryAfter = min(2*max(c.retryAfter, retryConnectAfter), maxRetryConnect)
 		c.closeAlt()
 		c.expireBacklog(c.now())
 		return
 	}
-	c.connFailed = false
+	c.connFailed, c.retryAfter = false, 0
 	c.st.reconnects.Add(1)
 	c.lastAns = c.now()
-	c.log.Info("reconnected", "session", c.session, "epoch", c.epoch)
+	c.log.Info("reconnected", "admin", c.Endpoint(), "session", c.session, "epoch", c.epoch)
 }
 
 // failAll fails every queued and outstanding request with err.

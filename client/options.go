@@ -3,7 +3,10 @@ package client
 import (
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
+
+	"google.golang.org/grpc"
 
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
@@ -19,6 +22,8 @@ type options struct {
 	retransmit time.Duration
 	name       string
 	logger     *slog.Logger
+	endpoints  []string
+	dialOpts   []grpc.DialOption
 }
 
 // Option configures Dial.
@@ -55,6 +60,29 @@ func WithRetransmit(d time.Duration) Option {
 
 // WithName names the client in the server's logs.
 func WithName(n string) Option { return func(o *options) error { o.name = n; return nil } }
+
+// WithEndpoints adds admin addresses of the other instances of an HA
+// group. When the server the client uses stops answering, the client
+// looks for the leader there (after the address a standby redirects to).
+// Dial also accepts several comma-separated addresses.
+func WithEndpoints(addrs ...string) Option {
+	return func(o *options) error {
+		for _, a := range addrs {
+			if a = strings.TrimSpace(a); a == "" {
+				return fmt.Errorf("empty admin address")
+			}
+			o.endpoints = append(o.endpoints, a)
+		}
+		return nil
+	}
+}
+
+// WithAdminDialOptions passes options to every dial of an admin server:
+// TLS (grpc.WithTransportCredentials with admin.ClientTLS) or a bearer
+// token (grpc.WithPerRPCCredentials with admin.BearerToken).
+func WithAdminDialOptions(opts ...grpc.DialOption) Option {
+	return func(o *options) error { o.dialOpts = append(o.dialOpts, opts...); return nil }
+}
 
 // WithLogger sets the logger (default slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(o *options) error { o.logger = l; return nil } }
