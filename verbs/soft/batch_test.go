@@ -1,10 +1,14 @@
 package soft
 
 import (
+	"context"
 	"testing"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/seqd/seqd/verbs"
 )
 
 // TestBuildGSO table-tests how a doorbell's packets become sendmmsg
@@ -78,4 +82,77 @@ func repInt(v, n int) []int {
 		s[i] = v
 	}
 	return s
+}
+
+// TestGSOFallback: when the kernel refuses a GSO message with EIO, the
+// queue counts it, stops using GSO, and the same packets still arrive,
+// one datagram each.
+func TestGSOFallback(t *testing.T) {
+	real := sendmmsg
+	refused := 0
+	sendmmsg = func(fd uintptr, hdrs []unix.Mmsghdr) (int, unix.Errno) {
+		if hdrs[0].Hdr.Controllen > 0 {
+			refused++
+			return 0, unix.EIO
+		}
+		return real(fd, hdrs)
+	}
+	// Restored after the devices below are closed (cleanups run last
+	// first), so their progress goroutines never see the swap.
+	t.Cleanup(func() { sendmmsg = real })
+
+	a := newUDEnd(t, nil, 16)
+	b := newUDEnd(t, nil, 16)
+	rwr := make([]verbs.RecvWR, 16)
+	sg := make([]verbs.SGE, 16)
+	b.postRecvs(t, rwr, sg, 0, 16)
+	ah, err := a.pd.CreateAH(verbs.AHAttr{Dest: b.qp.Address()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ah.Close()
+	for round := 0; round < 2; round++ {
+		wrs := make([]verbs.SendWR, 4)
+		for i := range wrs {
+			wrs[i] = verbs.SendWR{Opcode: verbs.OpSendWithImm, Imm: uint32(10*round + i), AH: ah,
+				RemoteQPN: b.qp.QPN(), RemoteQKey: verbs.DefaultQKey}
+		}
+		if n, err := a.qp.PostSend(wrs); n != 4 || err != nil {
+			t.Fatal(n, err)
+		}
+		wc := make([]verbs.WC, 16)
+		got := 0
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		for got < 4 {
+			n, err := b.cq.Poll(wc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range wc[:n] {
+				if want := uint32(10*round + got); c.Imm != want {
+					t.Fatalf("round %d: immediate %d, want %d", round, c.Imm, want)
+				}
+				got++
+			}
+			b.postRecvs(t, rwr, sg, 0, n)
+			if n == 0 {
+				if err := b.cq.Wait(ctx); err != nil {
+					t.Fatalf("round %d: %d of 4 arrived: %v", round, got, err)
+				}
+			}
+		}
+		cancel()
+	}
+	if refused != 1 {
+		t.Errorf("GSO refused %d times, want once (then no more GSO)", refused)
+	}
+	var fallbacks uint64
+	a.dev.(verbs.Counters).VisitCounters(func(n string, v uint64) {
+		if n == "gso_fallback" {
+			fallbacks = v
+		}
+	})
+	if fallbacks != 1 {
+		t.Errorf("gso_fallback = %d, want 1", fallbacks)
+	}
 }

@@ -336,9 +336,16 @@ func (q *queue) build(from int) {
 	}
 }
 
+// sendmmsg is the system call, a variable so that tests can make the
+// kernel refuse GSO.
+var sendmmsg = func(fd uintptr, hdrs []unix.Mmsghdr) (int, unix.Errno) {
+	n, _, errno := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&hdrs[0])), uintptr(len(hdrs)), 0, 0, 0)
+	return int(n), errno
+}
+
 func (q *queue) write(fd uintptr) bool {
 	for q.sent < q.nhdr {
-		n, _, errno := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&q.hdrs[q.sent])), uintptr(q.nhdr-q.sent), 0, 0, 0)
+		n, errno := sendmmsg(fd, q.hdrs[q.sent:q.nhdr])
 		q.d.ctr.txSyscalls.Add(1)
 		if errno == unix.EAGAIN {
 			return false
