@@ -1,197 +1,254 @@
 package ha_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
+	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/client"
 	"github.com/seqd/seqd/e2e"
 	"github.com/seqd/seqd/ha/hatest"
 	_ "github.com/seqd/seqd/verbs/soft"
 )
 
-// proc is one HA instance running as its own process.
-type proc struct {
+// The process-level fault tests run the real seqd binary, built into a
+// temporary directory, as three instances of an HA group on a real
+// 3-member etcd (seqd -etcd-endpoints ...), under load from long-lived
+// clients of the client library that were given every instance's admin
+// address and follow failovers on their own. Every answer is checked by
+// the verifier: unique, per-caller monotonic, real-time ordered.
+
+// seqdProc is one seqd instance running as its own process.
+type seqdProc struct {
 	addr string
 	cmd  *exec.Cmd
+	log  *bytes.Buffer
+	mu   *sync.Mutex
 	done chan struct{}
 }
 
-func buildNode(t *testing.T) string {
-	t.Helper()
-	if _, err := exec.LookPath("go"); err != nil {
-		t.Skip("go tool not on PATH: cannot build the HA instance binary")
-	}
-	bin := filepath.Join(t.TempDir(), "hanode")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/seqd/seqd/ha/internal/hanode").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
+// syncWriter collects a process's log.
+type syncWriter struct {
+	mu  *sync.Mutex
+	buf *bytes.Buffer
 }
 
-func startProc(t *testing.T, bin string, eps []string, prefix string) *proc {
+func (w syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.Write(p)
+}
+
+var (
+	seqdBinOnce sync.Once
+	seqdBin     string
+	seqdBinErr  error
+)
+
+// buildSeqd builds cmd/seqd once per test binary run.
+func buildSeqd(t *testing.T) string {
+	t.Helper()
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("go tool not on PATH: cannot build the seqd binary")
+	}
+	seqdBinOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "seqd-ha-bin")
+		if err != nil {
+			seqdBinErr = err
+			return
+		}
+		seqdBin = filepath.Join(dir, "seqd")
+		out, err := exec.Command("go", "build", "-o", seqdBin, "github.com/seqd/seqd/cmd/seqd").CombinedOutput()
+		if err != nil {
+			seqdBinErr = fmt.Errorf("go build ./cmd/seqd: %v\n%s", err, out)
+		}
+	})
+	if seqdBinErr != nil {
+		t.Fatal(seqdBinErr)
+	}
+	return seqdBin
+}
+
+func startSeqd(t *testing.T, bin string, eps []string, prefix string) *seqdProc {
 	t.Helper()
 	ports := hatest.FreePorts(t, 1)
-	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
-	logf, err := os.Create(filepath.Join(t.TempDir(), "node.log"))
-	if err != nil {
+	p := &seqdProc{addr: fmt.Sprintf("127.0.0.1:%d", ports[0]), log: &bytes.Buffer{}, mu: &sync.Mutex{}, done: make(chan struct{})}
+	p.cmd = exec.Command(bin, "-etcd-endpoints", strings.Join(eps, ","), "-etcd-prefix", prefix,
+		"-lease-ttl", ttl.String(), "-admin", p.addr, "-device", "127.0.0.1:0", "-metrics", "off",
+		"-data", t.TempDir())
+	w := syncWriter{p.mu, p.log}
+	p.cmd.Stdout, p.cmd.Stderr = w, w
+	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "-etcd", joinComma(eps), "-admin", addr, "-prefix", prefix, "-ttl", ttl.String())
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &proc{addr: addr, cmd: cmd, done: make(chan struct{})}
-	go func() { cmd.Wait(); logf.Close(); close(p.done) }()
-	t.Cleanup(func() { p.signal(syscall.SIGCONT); p.signal(syscall.SIGKILL); <-p.done })
+	go func() { p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		p.signal(syscall.SIGCONT)
+		p.signal(syscall.SIGKILL)
+		<-p.done
+		if t.Failed() {
+			p.mu.Lock()
+			t.Logf("seqd %s log (tail):\n%s", p.addr, tail(p.log.String(), 3000))
+			p.mu.Unlock()
+		}
+	})
 	return p
 }
 
-func (p *proc) signal(s syscall.Signal) { p.cmd.Process.Signal(s) }
-
-func joinComma(s []string) string {
-	out := ""
-	for i, e := range s {
-		if i > 0 {
-			out += ","
-		}
-		out += e
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "..." + s[len(s)-n:]
 	}
-	return out
+	return s
 }
 
-// procLeader waits until etcd names a leader among ps (and not skip).
-func procLeader(t *testing.T, cli *clientv3.Client, prefix string, ps []*proc, skip *proc, within time.Duration) *proc {
+func (p *seqdProc) signal(s syscall.Signal) { p.cmd.Process.Signal(s) }
+
+// status asks the instance's admin plane for its status, briefly.
+func (p *seqdProc) status() (*adminpb.StatusResponse, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	cc, err := admin.Dial(ctx, p.addr)
+	if err != nil {
+		return nil, err
+	}
+	defer cc.Close()
+	return adminpb.NewAdminClient(cc).Status(ctx, &adminpb.StatusRequest{})
+}
+
+// seqdLeader waits until one instance among ps (other than skip) reports
+// itself the leader on its admin plane.
+func seqdLeader(t *testing.T, ps []*seqdProc, skip *seqdProc, within time.Duration) *seqdProc {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for time.Now().Before(deadline) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		resp, err := cli.Get(ctx, prefix+"/election/", clientv3.WithFirstCreate()...)
-		cancel()
-		if err == nil && len(resp.Kvs) == 1 {
-			for _, p := range ps {
-				if p != skip && p.addr == string(resp.Kvs[0].Value) {
-					return p
-				}
+		for _, p := range ps {
+			if p == skip {
+				continue
+			}
+			if st, err := p.status(); err == nil && st.GetRole() == admin.RoleLeader {
+				return p
 			}
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	t.Fatalf("no leader among the instances within %v", within)
+	t.Fatalf("no instance reports itself leader within %v", within)
 	return nil
 }
 
-// procLoad drives callers through the client library. A caller whose
-// client fails dials the instances in turn until one admits it: standbys
-// refuse (redirect), the leader admits.
-type procLoad struct {
-	addrs []string
-	v     e2e.Verifier
-	base  time.Time
-	stop  chan struct{}
-	wg    sync.WaitGroup
-	mu    sync.Mutex
-	succ  []time.Duration
-	errs  int
+// leaders counts the instances that report themselves leader now.
+func leaders(ps []*seqdProc) int {
+	n := 0
+	for _, p := range ps {
+		if st, err := p.status(); err == nil && st.GetRole() == admin.RoleLeader {
+			n++
+		}
+	}
+	return n
 }
 
-func startProcLoad(addrs []string, callers int) *procLoad {
-	l := &procLoad{addrs: addrs, base: time.Now(), stop: make(chan struct{})}
+// clientLoad drives callers, each with one client dialed once with every
+// instance's admin address: the client finds the leader and follows
+// failovers itself. A failed call is counted and retried on the same
+// client.
+type clientLoad struct {
+	v       e2e.Verifier
+	base    time.Time
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	succ    []time.Duration
+	errs    int
+	clients []*client.Client
+}
+
+func startClientLoad(t *testing.T, addrs []string, callers int) *clientLoad {
+	t.Helper()
+	l := &clientLoad{base: time.Now(), stop: make(chan struct{})}
 	for id := range callers {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		c, err := client.Dial(ctx, strings.Join(addrs, ","), client.WithDevice("soft", "127.0.0.1:0", ""),
+			client.WithLogger(quiet()), client.WithWindow(8), client.WithTimeout(300*time.Millisecond))
+		cancel()
+		if err != nil {
+			t.Fatalf("client %d: dial %v: %v", id, addrs, err)
+		}
+		l.clients = append(l.clients, c)
 		l.wg.Add(1)
-		go l.caller(id)
+		go l.caller(id, c)
 	}
+	t.Cleanup(func() {
+		l.halt()
+		for _, c := range l.clients {
+			c.Close()
+		}
+	})
 	return l
 }
 
-func (l *procLoad) now() time.Duration { return time.Since(l.base) }
+func (l *clientLoad) now() time.Duration { return time.Since(l.base) }
 
-func (l *procLoad) dial(next *int) *client.Client {
-	for {
-		select {
-		case <-l.stop:
-			return nil
-		default:
-		}
-		addr := l.addrs[*next%len(l.addrs)]
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		c, err := client.Dial(ctx, addr, client.WithDevice("soft", "127.0.0.1:0", ""), client.WithLogger(quiet()),
-			client.WithWindow(8), client.WithTimeout(300*time.Millisecond))
-		cancel()
-		if err == nil {
-			return c
-		}
-		*next++
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-func (l *procLoad) caller(id int) {
+func (l *clientLoad) caller(id int, c *client.Client) {
 	defer l.wg.Done()
-	next := id
-	var c *client.Client
-	defer func() {
-		if c != nil {
-			c.Close()
-		}
-	}()
 	for {
-		start := l.now()
-		for {
-			if c == nil {
-				if c = l.dial(&next); c == nil {
-					return
-				}
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-			ts, err := c.GetTimestamp(ctx)
-			cancel()
-			if err == nil {
-				end := l.now()
-				l.v.Record(e2e.Call{Caller: id, Start: start, End: end, Value: uint64(ts)})
-				l.mu.Lock()
-				l.succ = append(l.succ, end)
-				l.mu.Unlock()
-				break
-			}
-			l.mu.Lock()
-			l.errs++
-			l.mu.Unlock()
-			c.Close()
-			c = nil
-			select {
-			case <-l.stop:
-				return
-			default:
-			}
-		}
 		select {
 		case <-l.stop:
 			return
-		case <-time.After(500 * time.Microsecond):
+		default:
+		}
+		start := l.now()
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		ts, err := c.GetTimestamp(ctx)
+		cancel()
+		end := l.now()
+		l.mu.Lock()
+		if err == nil {
+			l.v.Record(e2e.Call{Caller: id, Start: start, End: end, Value: uint64(ts)})
+			l.succ = append(l.succ, end)
+		} else {
+			l.errs++
+		}
+		l.mu.Unlock()
+		if err == nil {
+			select {
+			case <-l.stop:
+				return
+			case <-time.After(500 * time.Microsecond):
+			}
 		}
 	}
 }
 
-func (l *procLoad) successes() int {
+func (l *clientLoad) successes() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.succ)
 }
 
-func (l *procLoad) waitCalls(t *testing.T, n int, within time.Duration) {
+func (l *clientLoad) successesBetween(from, to time.Duration) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, e := range l.succ {
+		if e > from && e < to {
+			n++
+		}
+	}
+	return n
+}
+
+func (l *clientLoad) waitCalls(t *testing.T, n int, within time.Duration) {
 	t.Helper()
 	want := l.successes() + n
 	deadline := time.Now().Add(within)
@@ -203,7 +260,9 @@ func (l *procLoad) waitCalls(t *testing.T, n int, within time.Duration) {
 	}
 }
 
-func (l *procLoad) gap(after time.Duration) time.Duration {
+// gap is the longest stretch without a successful call after at: the
+// service's unavailability.
+func (l *clientLoad) gap(after time.Duration) time.Duration {
 	l.mu.Lock()
 	s := slices.Clone(l.succ)
 	l.mu.Unlock()
@@ -219,67 +278,153 @@ func (l *procLoad) gap(after time.Duration) time.Duration {
 	return g
 }
 
-func (l *procLoad) finish(t *testing.T) {
-	t.Helper()
-	close(l.stop)
+func (l *clientLoad) halt() {
+	select {
+	case <-l.stop:
+	default:
+		close(l.stop)
+	}
 	l.wg.Wait()
+}
+
+// finish stops the load and runs the verifier.
+func (l *clientLoad) finish(t *testing.T) {
+	t.Helper()
+	l.halt()
 	if err := l.v.Check(); err != nil {
 		t.Fatalf("verifier: %v", err)
 	}
-	t.Logf("verified %d calls across processes (%d failed attempts, retried): unique, per-caller monotonic, real-time ordered", l.v.Len(), l.errs)
+	var reconnects, regressions uint64
+	for _, c := range l.clients {
+		s := c.Stats()
+		reconnects += s.Reconnects
+		regressions += s.Regressions
+	}
+	if regressions != 0 {
+		t.Errorf("clients refused %d answers that would have gone backwards", regressions)
+	}
+	t.Logf("verified %d calls from %d clients across seqd processes (%d failed attempts, retried; %d reconnects): unique, per-caller monotonic, real-time ordered",
+		l.v.Len(), len(l.clients), l.errs, reconnects)
 }
 
-// TestProcessFaults runs three HA instances as processes against a real
-// 3-member etcd, under load through the client library over the soft
-// RoCEv2 provider, and kills (-9) or pauses (SIGSTOP past its lease) the
-// leader.
-func TestProcessFaults(t *testing.T) {
+// unavailable prints a fault case's unavailability in the fixed form the
+// closing notes quote.
+func unavailable(t *testing.T, name string, d time.Duration) {
+	t.Logf("UNAVAILABLE case=%s dur=%v ttl=%v", name, d.Round(time.Millisecond), ttl)
+}
+
+// TestSeqdProcessFaults runs three seqd processes (the real binary, HA on
+// a real 3-member etcd) under client-library load and kills (-9) or
+// pauses (SIGSTOP past its lease) the leader, kills an etcd member, and
+// takes etcd's majority away and back.
+func TestSeqdProcessFaults(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs processes and waits out lease TTLs; skipped in -short")
+		t.Skip("runs seqd and etcd processes and waits out lease TTLs; skipped in -short")
 	}
 	c := hatest.Start(t, 3)
-	bin := buildNode(t)
-	cli := c.Client()
-	setup := func(t *testing.T) (string, []*proc, *procLoad, *proc) {
+	bin := buildSeqd(t)
+	setup := func(t *testing.T) ([]*seqdProc, *clientLoad, *seqdProc) {
 		prefix := "/" + t.Name()
-		var ps []*proc
+		var ps []*seqdProc
 		var addrs []string
 		for range 3 {
-			p := startProc(t, bin, c.Endpoints(), prefix)
+			p := startSeqd(t, bin, c.Endpoints(), prefix)
 			ps = append(ps, p)
 			addrs = append(addrs, p.addr)
 		}
-		lead := procLeader(t, cli, prefix, ps, nil, 15*time.Second)
-		l := startProcLoad(addrs, 4)
-		l.waitCalls(t, 300, 15*time.Second)
-		return prefix, ps, l, lead
+		lead := seqdLeader(t, ps, nil, 15*time.Second)
+		l := startClientLoad(t, addrs, 4)
+		l.waitCalls(t, 300, 10*time.Second)
+		return ps, l, lead
 	}
 
 	t.Run("leader-kill-9", func(t *testing.T) {
-		prefix, ps, l, lead := setup(t)
+		ps, l, lead := setup(t)
 		at := l.now()
 		lead.signal(syscall.SIGKILL)
-		procLeader(t, cli, prefix, ps, lead, 2*ttl)
+		seqdLeader(t, ps, lead, 2*ttl)
 		l.waitCalls(t, 300, 2*ttl)
 		l.finish(t)
 		g := l.gap(at)
-		report(t, "leader process killed with -9", g)
+		unavailable(t, "leader-kill-9", g)
 		if g > 2*ttl {
 			t.Errorf("failover took %v, want within 2×TTL = %v", g, 2*ttl)
 		}
 	})
 
 	t.Run("leader-sigstop", func(t *testing.T) {
-		prefix, ps, l, lead := setup(t)
+		ps, l, lead := setup(t)
 		at := l.now()
 		lead.signal(syscall.SIGSTOP)
-		procLeader(t, cli, prefix, ps, lead, 3*ttl)
+		seqdLeader(t, ps, lead, 3*ttl)
 		l.waitCalls(t, 300, 2*ttl)
 		// The deposed leader wakes up believing it leads: its gate must
 		// refuse at once, and its late save must be refused by etcd.
 		lead.signal(syscall.SIGCONT)
 		l.waitCalls(t, 1000, 10*time.Second)
+		if st, err := lead.status(); err == nil && st.GetRole() == admin.RoleLeader && leaders(ps) > 1 {
+			t.Errorf("two instances report themselves leader after the deposed one resumed")
+		}
 		l.finish(t)
-		report(t, "leader SIGSTOPped past its lease, then resumed", l.gap(at))
+		unavailable(t, "leader-sigstop", l.gap(at))
+	})
+
+	t.Run("etcd-member-killed", func(t *testing.T) {
+		_, l, _ := setup(t)
+		victim := etcdLeader(t, c)
+		at := l.now()
+		c.Kill(victim)
+		l.waitCalls(t, 500, 3*ttl)
+		l.finish(t)
+		unavailable(t, "etcd-member-killed", l.gap(at))
+		if err := c.Restart(victim); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := c.WaitReady(ctx, c.Endpoints()...); err != nil {
+			t.Fatalf("member did not rejoin: %v", err)
+		}
+	})
+
+	t.Run("etcd-majority-lost", func(t *testing.T) {
+		ps, l, _ := setup(t)
+		at := l.now()
+		c.Kill(1)
+		c.Kill(2)
+		// Fail closed: within 2×TTL of the loss no instance leads.
+		deadline := time.Now().Add(2 * ttl)
+		for leaders(ps) > 0 {
+			if time.Now().After(deadline) {
+				t.Fatal("an instance still leads 2×TTL after etcd lost its majority")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		closed := l.now()
+		// Keep etcd down for one more TTL (the length of the outage
+		// under test, not a wait for a condition): nothing may be served.
+		time.Sleep(ttl)
+		restored := l.now()
+		// Calls that started before the gate closed may end just after.
+		if n := l.successesBetween(closed+300*time.Millisecond, restored); n != 0 {
+			t.Fatalf("%d calls succeeded while etcd had no majority", n)
+		}
+		for _, i := range []int{1, 2} {
+			if err := c.Restart(i); err != nil {
+				t.Fatal(err)
+			}
+		}
+		l.waitCalls(t, 300, 20*time.Second)
+		back := l.now()
+		l.finish(t)
+		t.Logf("majority lost at %v; service closed %v later; etcd restored %v after the loss; serving again %v after the restore",
+			at.Round(time.Millisecond), (closed - at).Round(time.Millisecond), (restored - at).Round(time.Millisecond),
+			(back - restored).Round(time.Millisecond))
+		unavailable(t, "etcd-majority-lost", l.gap(at))
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := c.WaitReady(ctx, c.Endpoints()...); err != nil {
+			t.Fatalf("cluster did not recover: %v", err)
+		}
 	})
 }
