@@ -156,3 +156,51 @@ func TestGSOFallback(t *testing.T) {
 		t.Errorf("gso_fallback = %d, want 1", fallbacks)
 	}
 }
+
+// TestParseCmsgs reads GRO and IP_PKTINFO control messages in either
+// order, and ignores truncated or unknown ones.
+func TestParseCmsgs(t *testing.T) {
+	gro := func(seg uint16) []byte {
+		b := make([]byte, unix.CmsgSpace(4))
+		cm := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
+		cm.Level, cm.Type = unix.SOL_UDP, unix.UDP_GRO
+		cm.SetLen(unix.CmsgLen(4))
+		*(*uint16)(unsafe.Pointer(&b[unix.CmsgLen(0)])) = seg
+		return b
+	}
+	pktinfo := func(a [4]byte) []byte {
+		b := make([]byte, unix.CmsgSpace(unix.SizeofInet4Pktinfo))
+		cm := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
+		cm.Level, cm.Type = unix.IPPROTO_IP, unix.IP_PKTINFO
+		cm.SetLen(unix.CmsgLen(unix.SizeofInet4Pktinfo))
+		(*unix.Inet4Pktinfo)(unsafe.Pointer(&b[unix.CmsgLen(0)])).Addr = a
+		return b
+	}
+	ip := [4]byte{10, 1, 2, 3}
+	cat := func(bs ...[]byte) (out []byte) {
+		for _, b := range bs {
+			out = append(out, b...)
+		}
+		return out
+	}
+	tests := []struct {
+		name    string
+		b       []byte
+		gso     int
+		haveDst bool
+	}{
+		{"none", nil, 0, false},
+		{"gro", gro(28), 28, false},
+		{"pktinfo", pktinfo(ip), 0, true},
+		{"both", cat(gro(28), pktinfo(ip)), 28, true},
+		{"both reversed", cat(pktinfo(ip), gro(40)), 40, true},
+		{"truncated", gro(28)[:10], 0, false},
+		{"bad length", func() []byte { b := gro(28); b[0] = 200; return b }(), 0, false},
+	}
+	for _, tt := range tests {
+		gso, dst, have := parseCmsgs(tt.b)
+		if gso != tt.gso || have != tt.haveDst || (have && dst != ip) {
+			t.Errorf("%s: gso %d dst %v %v, want %d %v", tt.name, gso, dst, have, tt.gso, tt.haveDst)
+		}
+	}
+}

@@ -54,3 +54,27 @@ func TestConformanceRCLoss(t *testing.T) {
 func TestConformanceRCDupReorder(t *testing.T) {
 	verbstest.RunRC(t, opener("dup=0.05,reorder=0.05,seed=3", "dup=0.05,reorder=0.05,seed=4"))
 }
+
+// A device listening on every address (as in a container), advertising
+// its loopback address: the ICRC uses each datagram's destination from
+// IP_PKTINFO.
+func TestConformanceWildcard(t *testing.T) {
+	verbstest.Run(t, func(t *testing.T) (a, b verbs.Device) {
+		return openSoft(t, "0.0.0.0:0", "advertise=127.0.0.1"), openSoft(t, "127.0.0.1:0", "")
+	})
+}
+
+func TestWildcardNeedsAdvertise(t *testing.T) {
+	for _, tc := range []struct{ device, opts string }{
+		{"0.0.0.0:0", ""},
+		{"0.0.0.0:0", "advertise=0.0.0.0"},
+		{"127.0.0.1:0", "advertise=127.0.0.2"},
+		{"[::1]:0", ""},
+	} {
+		o, _ := verbs.ParseOptions(tc.opts)
+		if d, err := soft.Open(tc.device, o); err == nil {
+			d.Close()
+			t.Errorf("Open(%q, %q) succeeded", tc.device, tc.opts)
+		}
+	}
+}

@@ -40,6 +40,8 @@ type config struct {
 	rcvbuf  int
 	sndbuf  int
 	maxQP   int
+	// advertise is the address peers reach a device bound to 0.0.0.0 at.
+	advertise netip.Addr
 }
 
 func parseConfig(device string, opts verbs.Options) (config, error) {
@@ -51,7 +53,7 @@ func parseConfig(device string, opts verbs.Options) (config, error) {
 	if err != nil {
 		return c, fmt.Errorf("%w: soft device %q is not IP:port: %v", verbs.ErrInvalidArgument, device, err)
 	}
-	if !ap.Addr().Unmap().Is4() || ap.Addr().IsUnspecified() {
+	if !ap.Addr().Unmap().Is4() {
 		return c, fmt.Errorf("%w: soft device %q: need a specific IPv4 address", verbs.ErrInvalidArgument, device)
 	}
 	c.addr = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
@@ -79,17 +81,29 @@ func parseConfig(device string, opts verbs.Options) (config, error) {
 			c.rcvbuf, err = strconv.Atoi(v)
 		case "sndbuf":
 			c.sndbuf, err = strconv.Atoi(v)
+		case "advertise":
+			c.advertise, err = netip.ParseAddr(v)
+			if err == nil && (!c.advertise.Unmap().Is4() || c.advertise.IsUnspecified()) {
+				err = fmt.Errorf("want a specific IPv4 address")
+			}
+			c.advertise = c.advertise.Unmap()
 		case "max_qp":
 			c.maxQP, err = strconv.Atoi(v)
 			if err == nil && (c.maxQP < 1 || c.maxQP > 1<<20) {
 				err = fmt.Errorf("want 1..%d", 1<<20)
 			}
 		default:
-			err = fmt.Errorf("unknown option (have queues, loss, dup, reorder, seed, gso, gro, rcvbuf, sndbuf, max_qp)")
+			err = fmt.Errorf("unknown option (have queues, loss, dup, reorder, seed, gso, gro, rcvbuf, sndbuf, max_qp, advertise)")
 		}
 		if err != nil {
 			return c, fmt.Errorf("%w: soft option %s=%q: %v", verbs.ErrInvalidArgument, k, v, err)
 		}
+	}
+	if c.addr.Addr().IsUnspecified() && !c.advertise.IsValid() {
+		return c, fmt.Errorf("%w: soft device %q listens on every address: set advertise=IP, the address peers reach it at", verbs.ErrInvalidArgument, device)
+	}
+	if !c.addr.Addr().IsUnspecified() && c.advertise.IsValid() && c.advertise != c.addr.Addr() {
+		return c, fmt.Errorf("%w: advertise=%v differs from the device address %v", verbs.ErrInvalidArgument, c.advertise, c.addr.Addr())
 	}
 	if c.addr.Port() != 0 && int(c.addr.Port())+c.queues-1 > 65535 {
 		return c, fmt.Errorf("%w: soft device ports %d+%d overflow", verbs.ErrInvalidArgument, c.addr.Port(), c.queues)

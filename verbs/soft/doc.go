@@ -12,7 +12,7 @@
 // segments it cuts 0, 1, 2…; on loopback and veth no segment is ever cut,
 // so what is covered is what is on the wire.)
 //
-// A device is an IP address and one UDP socket per queue (option
+// A device is an IPv4 address and one UDP socket per queue (option
 // "queues"): queue i listens on port+i, or on an ephemeral port when the
 // device's port is 0. Each QP is bound to one queue, round-robin. A QP's
 // Address is its queue's IP and port.
@@ -63,4 +63,8 @@
 //	gro=on|off    UDP GRO on receive (default on)
 //	rcvbuf=BYTES sndbuf=BYTES  socket buffer sizes (default 4 MiB)
 //	max_qp=N      queue pairs per device (default 4096)
+//	advertise=IP  with device 0.0.0.0:port (listen on every address, as in
+//	              a container): the address peers reach the device at. It
+//	              is the source address in every ICRC; each received
+//	              datagram's destination comes from IP_PKTINFO.
 package soft

@@ -28,6 +28,7 @@ const (
 	gsoMaxSegs  = 64       // UDP_MAX_SEGMENTS on older kernels
 	gsoMaxBytes = 65000    // stay under the 64 KiB UDP datagram limit
 	cmsgSpace   = 24       // CMSG_SPACE(sizeof(int)) on 64-bit Linux
+	rxCtrlLen   = 64       // UDP_GRO and IP_PKTINFO control messages
 	tickPeriod  = time.Millisecond
 )
 
@@ -48,7 +49,7 @@ func (q *queue) newPeer(a verbs.Address) (*peer, error) {
 	}
 	pe := &peer{sa: unix.RawSockaddrInet4{Family: unix.AF_INET, Addr: ip.As4()}}
 	pe.sa.Port = htons(a.Port)
-	pe.flow = rocev2.Flow{Src: q.local.Addr().As4(), Dst: ip.As4(), SrcPort: q.local.Port(), DstPort: a.Port, FlagsFrag: 0x4000}
+	pe.flow = rocev2.Flow{Src: q.ip, Dst: ip.As4(), SrcPort: q.local.Port(), DstPort: a.Port, FlagsFrag: 0x4000}
 	pe.preLen = -1
 	return pe, nil
 }
@@ -72,10 +73,14 @@ type txPkt struct {
 type queue struct {
 	d     *device
 	idx   int
-	local netip.AddrPort
-	conn  *net.UDPConn
-	rc    syscall.RawConn
-	fd    int
+	local netip.AddrPort // the advertised address: what peers send to
+	ip    [4]byte        // local.Addr(), for the ICRC
+	// wildcard: the socket is bound to 0.0.0.0; each datagram's
+	// destination address comes from IP_PKTINFO.
+	wildcard bool
+	conn     *net.UDPConn
+	rc       syscall.RawConn
+	fd       int
 
 	// Transmit state, under txMu.
 	txMu    sync.Mutex
@@ -101,10 +106,12 @@ type queue struct {
 	rhdrs   [rxMsgs]unix.Mmsghdr
 	riovs   [rxMsgs]unix.Iovec
 	rnames  [rxMsgs]unix.RawSockaddrInet4
-	rctrl   [rxMsgs][cmsgSpace]byte
+	rctrl   [rxMsgs][rxCtrlLen]byte
 	rxErrno syscall.Errno
+	rxDst   [4]byte // destination address of the datagram being processed
 	rxPre   struct {
 		src  [4]byte
+		dst  [4]byte
 		port uint16
 		n    int
 		pre  uint32
@@ -133,8 +140,13 @@ func newQueue(d *device, idx int, local netip.AddrPort) (*queue, error) {
 	}
 	q := &queue{d: d, idx: idx, conn: conn, gso: d.cfg.gso, done: make(chan struct{}), kick: make(chan struct{}, 1),
 		rng: rand.New(rand.NewPCG(d.cfg.seed, uint64(idx)))}
-	q.local = conn.LocalAddr().(*net.UDPAddr).AddrPort()
-	q.local = netip.AddrPortFrom(q.local.Addr().Unmap(), q.local.Port())
+	bound := conn.LocalAddr().(*net.UDPAddr).AddrPort()
+	q.local = netip.AddrPortFrom(bound.Addr().Unmap(), bound.Port())
+	if q.local.Addr().IsUnspecified() {
+		q.wildcard = true
+		q.local = netip.AddrPortFrom(d.cfg.advertise, bound.Port())
+	}
+	q.ip = q.local.Addr().As4()
 	if q.rc, err = conn.SyscallConn(); err != nil {
 		conn.Close()
 		return nil, err
@@ -147,6 +159,9 @@ func newQueue(d *device, idx int, local netip.AddrPort) (*queue, error) {
 			unix.SetsockoptInt(q.fd, unix.SOL_SOCKET, unix.SO_RCVBUF, d.cfg.rcvbuf),
 			unix.SetsockoptInt(q.fd, unix.SOL_SOCKET, unix.SO_SNDBUF, d.cfg.sndbuf),
 		)
+		if q.wildcard {
+			serr = errors.Join(serr, unix.SetsockoptInt(q.fd, unix.IPPROTO_IP, unix.IP_PKTINFO, 1))
+		}
 		if d.cfg.gro {
 			if e := unix.SetsockoptInt(q.fd, unix.IPPROTO_UDP, unix.UDP_GRO, 1); e != nil {
 				d.log.Warn("UDP_GRO refused; receiving one datagram per packet", "queue", idx, "err", e)
@@ -390,7 +405,7 @@ func (q *queue) burst() bool {
 	for i := range q.rhdrs {
 		h := &q.rhdrs[i].Hdr
 		h.Namelen = unix.SizeofSockaddrInet4
-		h.SetControllen(cmsgSpace)
+		h.SetControllen(rxCtrlLen)
 		h.Flags = 0
 	}
 	n, _, errno := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(q.fd), uintptr(unsafe.Pointer(&q.rhdrs[0])), rxMsgs, unix.MSG_DONTWAIT, 0, 0)
@@ -405,13 +420,17 @@ func (q *queue) burst() bool {
 		h := &q.rhdrs[i]
 		total := int(h.Len)
 		seg := total
-		if h.Hdr.Controllen >= uint64(unix.CmsgLen(2)) {
-			cm := (*unix.Cmsghdr)(unsafe.Pointer(&q.rctrl[i][0]))
-			if cm.Level == unix.SOL_UDP && cm.Type == unix.UDP_GRO {
-				if s := int(*(*uint16)(unsafe.Pointer(&q.rctrl[i][unix.CmsgLen(0)]))); s > 0 {
-					seg = s
-				}
+		gso, dst, haveDst := parseCmsgs(q.rctrl[i][:min(int(h.Hdr.Controllen), rxCtrlLen)])
+		if gso > 0 {
+			seg = gso
+		}
+		q.rxDst = q.ip
+		if q.wildcard {
+			if !haveDst {
+				q.d.ctr.dropMalformed.Add(1)
+				continue
 			}
+			q.rxDst = dst
 		}
 		if h.Hdr.Flags&unix.MSG_TRUNC != 0 {
 			q.d.ctr.dropMalformed.Add(1)
@@ -544,6 +563,33 @@ func (q *queue) tick(now time.Time) {
 	q.releaseHeld()
 	q.flush()
 	q.txMu.Unlock()
+}
+
+// parseCmsgs reads the control messages of a received datagram: the UDP
+// GRO segment size and the IP_PKTINFO destination address.
+func parseCmsgs(b []byte) (gso int, dst [4]byte, haveDst bool) {
+	const hdr = unix.SizeofCmsghdr
+	for len(b) >= hdr {
+		cm := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
+		l := int(cm.Len)
+		if l < hdr || l > len(b) {
+			return
+		}
+		data := b[hdr:l]
+		switch {
+		case cm.Level == unix.SOL_UDP && cm.Type == unix.UDP_GRO && len(data) >= 2:
+			gso = int(*(*uint16)(unsafe.Pointer(&data[0])))
+		case cm.Level == unix.IPPROTO_IP && cm.Type == unix.IP_PKTINFO && len(data) >= unix.SizeofInet4Pktinfo:
+			pi := (*unix.Inet4Pktinfo)(unsafe.Pointer(&data[0]))
+			dst, haveDst = pi.Addr, true
+		}
+		next := unix.CmsgSpace(l - hdr)
+		if next >= len(b) {
+			return
+		}
+		b = b[next:]
+	}
+	return
 }
 
 func binaryLE32(b []byte, v uint32) {

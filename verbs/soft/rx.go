@@ -27,9 +27,9 @@ func (q *queue) input(b []byte, src [4]byte, sport uint16) {
 	}
 	// ICRC, with the prefix cached for the last source and size.
 	c := &q.rxPre
-	if c.n != len(b) || c.src != src || c.port != sport {
-		f := rocev2.Flow{Src: src, Dst: q.local.Addr().As4(), SrcPort: sport, DstPort: q.local.Port(), FlagsFrag: 0x4000}
-		c.src, c.port, c.n, c.pre = src, sport, len(b), f.Prefix(len(b))
+	if c.n != len(b) || c.src != src || c.port != sport || c.dst != q.rxDst {
+		f := rocev2.Flow{Src: src, Dst: q.rxDst, SrcPort: sport, DstPort: q.local.Port(), FlagsFrag: 0x4000}
+		c.src, c.dst, c.port, c.n, c.pre = src, q.rxDst, sport, len(b), f.Prefix(len(b))
 	}
 	if rocev2.ICRCFrom(c.pre, b) != le32(b[len(b)-rocev2.ICRCLen:]) {
 		d.ctr.dropICRC.Add(1)
@@ -159,7 +159,7 @@ func (x *qp) recvUD(pk *rocev2.Packet, n int, src [4]byte, sport uint16) {
 	need := verbs.GRHLen + len(pk.Payload)
 	wc.ByteLen = uint32(need)
 	var g [verbs.GRHLen]byte
-	grh(&g, src, x.q.local.Addr().As4(), n)
+	grh(&g, src, x.q.rxDst, n)
 	x.q.lockRQ(x)
 	if x.rqN == 0 {
 		d.ctr.dropNoRecv.Add(1)
