@@ -16,10 +16,12 @@
 #
 # The admin (gRPC) and metrics listeners bind 0.0.0.0 here; seqd's own
 # defaults are loopback, which is useless inside a container. The soft
-# provider's device is its RoCEv2 GID and must be a specific IPv4 address
-# (0.0.0.0 is refused), so CMD defaults it to 127.0.0.1:4791 (reachable
-# only from inside the container, e.g. `docker exec seqd loadgen`) and
-# operators pass the address clients reach, or use --network host.
+# provider's address is its RoCEv2 GID, which peers must reach: CMD
+# defaults it to 127.0.0.1:4791 (reachable only from inside the
+# container, e.g. `docker exec seqd loadgen`); operators pass the address
+# clients reach, either directly (-device 192.0.2.10:4791 with host
+# networking) or by listening on every address and advertising one:
+#   -device 0.0.0.0:4791 -provider-opts advertise=<pod or host IPv4>
 FROM scratch
 
 ARG VERSION=dev
