@@ -1,12 +1,22 @@
 // Command seqctl is a thin command-line client of the seqd admin plane.
 //
-//	seqctl [-admin 127.0.0.1:7070] [-timeout 5s] <command> [flags]
+//	seqctl [-admin 127.0.0.1:7070] [-timeout 5s] [-token-file F]
+//	       [-tls-ca F] [-tls-cert F] [-tls-key F] <command> [flags]
 //
 // Commands:
 //
-//	status [-json]       print the server's status
-//	health [-service S]  exit 0 if the server reports SERVING
-//	version              print seqctl's version
+//	status [-o text|json]           print the server's status (-json: -o json)
+//	health [-service S]             exit 0 if the server reports SERVING
+//	set-mode MODE                   switch the data-path mode (mutating)
+//	advance VALUE                   move the counter forward to VALUE (mutating)
+//	transfer-leader                 hand HA leadership to a standby (mutating)
+//	version                         print seqctl's version
+//
+// Mutating commands need authorisation when the server has it on: a
+// bearer token (-token-file, the first token of a file like the server's
+// -admin-token-file) or a client certificate (-tls-cert, -tls-key). -tls-ca
+// (or a client certificate) turns TLS on; without it seqctl speaks
+// plaintext, which only loopback addresses accept.
 //
 // Exit status: 0 on success, 1 when the command fails (including a server
 // that is not SERVING), 2 on a usage error.
@@ -25,6 +35,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/adminpb"
 )
 
 func main() {
@@ -53,6 +64,8 @@ var commands = []command{
 	{"status", "[-json]", "print the server's status", runStatus},
 	{"health", "[-service name]", "exit 0 if the server reports SERVING", runHealth},
 	{"set-mode", "spec-s0|herd|atomics", "switch the data-path mode at run time", runSetMode},
+	{"advance", "VALUE", "move the counter forward: every later value is above VALUE", runAdvance},
+	{"transfer-leader", "", "hand HA leadership to a standby and print the new leader", runTransferLeader},
 	{"version", "", "print seqctl's version (stamped at build time)", runVersion},
 }
 
@@ -61,11 +74,59 @@ var commands = []command{
 type env struct {
 	stdout, stderr io.Writer
 	addr           string
+	opts           []grpc.DialOption
 }
 
 // dial connects to the admin server; ctx bounds the wait.
 func (e *env) dial(ctx context.Context) (*grpc.ClientConn, error) {
-	return admin.Dial(ctx, e.addr)
+	return admin.Dial(ctx, e.addr, e.opts...)
+}
+
+// onLeader calls f with a client of the admin server and, when that
+// server is a standby of an HA group that names its leader (a NOT_LEADER
+// redirect), with a client of the leader instead: mutating commands act
+// on the leader. It follows at most three redirects.
+func (e *env) onLeader(ctx context.Context, f func(adminpb.AdminClient) error) error {
+	addr := e.addr
+	for hops := 0; ; hops++ {
+		cc, err := admin.Dial(ctx, addr, e.opts...)
+		if err != nil {
+			return err
+		}
+		err = f(adminpb.NewAdminClient(cc))
+		cc.Close()
+		leader, redirected := admin.LeaderFromError(err)
+		if !redirected || leader == "" || leader == addr || hops >= 3 {
+			return err
+		}
+		fmt.Fprintf(e.stderr, "seqctl: %s is a standby; the leader is %s\n", addr, leader)
+		addr = leader
+	}
+}
+
+// security turns the TLS and token flags into dial options.
+func security(tokenFile, ca, cert, key string) ([]grpc.DialOption, error) {
+	var opts []grpc.DialOption
+	tlsOn := ca != "" || cert != "" || key != ""
+	if tlsOn {
+		if (cert == "") != (key == "") {
+			return nil, usageError{"-tls-cert and -tls-key go together"}
+		}
+		creds, err := admin.ClientTLS(admin.TLSConfig{CAFile: ca, CertFile: cert, KeyFile: key})
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, grpc.WithTransportCredentials(creds))
+	}
+	if tokenFile != "" {
+		tok, err := admin.ReadTokenFile(tokenFile)
+		if err != nil {
+			return nil, err
+		}
+		// Over plaintext only on loopback, where admin.Dial allows it.
+		opts = append(opts, grpc.WithPerRPCCredentials(admin.BearerToken(tok, !tlsOn)))
+	}
+	return opts, nil
 }
 
 // usageError is a bad command line: run prints it with the usage and exits 2.
@@ -80,6 +141,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	addr := fs.String("admin", admin.DefaultAddr, "admin server `address` (host:port)")
 	timeout := fs.Duration("timeout", 5*time.Second, "bound on the whole command")
+	tokenFile := fs.String("token-file", "", "`file` whose first token authorises mutating commands (bearer token)")
+	tlsCA := fs.String("tls-ca", "", "CA `file` (PEM) that verifies the server; turns TLS on")
+	tlsCert := fs.String("tls-cert", "", "client certificate `file` (PEM) for mTLS; turns TLS on")
+	tlsKey := fs.String("tls-key", "", "client key `file` (PEM) for mTLS")
 	fs.Usage = func() { usage(fs, stderr) }
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -113,7 +178,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	err := cmd.run(ctx, &env{stdout: stdout, stderr: stderr, addr: *addr}, fs.Args()[1:])
+	opts, err := security(*tokenFile, *tlsCA, *tlsCert, *tlsKey)
+	if err == nil {
+		err = cmd.run(ctx, &env{stdout: stdout, stderr: stderr, addr: *addr, opts: opts}, fs.Args()[1:])
+	}
 	var uerr usageError
 	switch {
 	case err == nil:
@@ -152,10 +220,26 @@ func parseFlags(fs *flag.FlagSet, e *env, args []string) error {
 	return nil
 }
 
+// parseArgs parses a command's flags and wants exactly n positional
+// arguments after them, which it returns.
+func parseArgs(fs *flag.FlagSet, e *env, args []string, n int, what string) ([]string, error) {
+	fs.SetOutput(e.stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, usageError{"help requested"}
+		}
+		return nil, usageError{err.Error()}
+	}
+	if fs.NArg() != n {
+		return nil, usageError{fmt.Sprintf("want %s, got %q", what, fs.Args())}
+	}
+	return fs.Args(), nil
+}
+
 func usage(fs *flag.FlagSet, w io.Writer) {
 	fmt.Fprintf(w, "usage: seqctl [flags] <command> [command flags]\n\ncommands:\n")
 	for _, c := range commands {
-		fmt.Fprintf(w, "  %-8s %-16s %s\n", c.name, c.args, c.summary)
+		fmt.Fprintf(w, "  %-15s %-20s %s\n", c.name, c.args, c.summary)
 	}
 	fmt.Fprintf(w, "\nflags:\n")
 	out := fs.Output()

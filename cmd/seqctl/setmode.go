@@ -11,18 +11,15 @@ import (
 // runSetMode switches the server's data-path mode (Admin.SetMode).
 func runSetMode(ctx context.Context, e *env, args []string) error {
 	fs := flag.NewFlagSet("set-mode", flag.ContinueOnError)
-	if err := parseFlags(fs, e, args); err != nil {
-		return err
-	}
-	if fs.NArg() != 1 {
-		return usageError{"want exactly one mode"}
-	}
-	cc, err := e.dial(ctx)
+	pos, err := parseArgs(fs, e, args, 1, "exactly one mode")
 	if err != nil {
 		return err
 	}
-	defer cc.Close()
-	resp, err := adminpb.NewAdminClient(cc).SetMode(ctx, &adminpb.SetModeRequest{Mode: fs.Arg(0)})
+	var resp *adminpb.SetModeResponse
+	err = e.onLeader(ctx, func(c adminpb.AdminClient) (err error) {
+		resp, err = c.SetMode(ctx, &adminpb.SetModeRequest{Mode: pos[0]})
+		return err
+	})
 	if err != nil {
 		return err
 	}

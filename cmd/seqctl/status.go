@@ -15,9 +15,17 @@ import (
 
 func runStatus(ctx context.Context, e *env, args []string) error {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
-	asJSON := fs.Bool("json", false, "print the StatusResponse as JSON (protojson)")
+	output := fs.String("o", "text", "output `format`: text (a table) or json (the StatusResponse as protojson)")
+	asJSON := fs.Bool("json", false, "the same as -o json")
 	if err := parseFlags(fs, e, args); err != nil {
 		return err
+	}
+	switch *output {
+	case "text":
+	case "json":
+		*asJSON = true
+	default:
+		return usageError{fmt.Sprintf("-o %q: want text or json", *output)}
 	}
 	cc, err := e.dial(ctx)
 	if err != nil {
@@ -47,8 +55,14 @@ func printStatus(w io.Writer, st *adminpb.StatusResponse) error {
 	if st.GetPersistedMark() >= st.GetCurrent() {
 		headroom = fmt.Sprint(st.GetPersistedMark() - st.GetCurrent())
 	}
+	leader := st.GetLeader()
+	if leader == "" {
+		leader = "-"
+	}
 	for _, row := range [][2]any{
 		{"version", st.GetVersion()},
+		{"role", st.GetRole()},
+		{"leader", leader},
 		{"mode", st.GetMode()},
 		{"format", st.GetFormat()},
 		{"epoch", st.GetEpoch()},
