@@ -28,6 +28,7 @@ const (
 	DefaultMaxWindow   = 256
 	DefaultMaxClients  = 256
 	DefaultMaxRecv     = 8192
+	DefaultRecvSlack   = 1024
 	DefaultBatch       = 64
 	DefaultSignalEvery = 32
 	DefaultSendDepth   = 1024
@@ -63,6 +64,14 @@ type Config struct {
 	// MaxRecv is the largest receive queue of one worker: the sum of the
 	// windows of its client QPs may not exceed it. Default 8192.
 	MaxRecv int
+	// RecvSlack is how many receive buffers a worker keeps posted beyond
+	// the sum of its clients' windows (up to MaxRecv), so that a client
+	// sending beyond its window, or a burst of packets that are not
+	// requests at all, does not use up the receives that well-behaved
+	// clients' requests need. The buffers exist anyway (MaxRecv of them
+	// are registered per worker); posting them costs nothing. Default
+	// 1024; negative posts only the windows.
+	RecvSlack int
 	// Batch is the most completions one poll takes. Default 64.
 	Batch int
 	// SignalEvery: one send work request in SignalEvery is signaled.
@@ -110,6 +119,12 @@ func (c Config) validate() (Config, error) {
 		if err := def(f.p, f.d, f.name); err != nil {
 			return c, err
 		}
+	}
+	switch {
+	case c.RecvSlack == 0:
+		c.RecvSlack = DefaultRecvSlack
+	case c.RecvSlack < 0:
+		c.RecvSlack = 0
 	}
 	if c.Format == 0 {
 		c.Format = spec.FormatHybrid

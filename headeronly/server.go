@@ -182,7 +182,7 @@ func (s *Server) Connect(ctx context.Context, req *adminpb.ConnectRequest) (*adm
 	}
 	for wi, e := range extra {
 		if e > 0 {
-			s.workers[wi].want.Store(int64(s.workers[wi].budget))
+			s.workers[wi].want.Store(s.recvTarget(s.workers[wi].budget))
 			s.workers[wi].wake()
 		}
 	}
@@ -205,6 +205,12 @@ func (s *Server) Connect(ctx context.Context, req *adminpb.ConnectRequest) (*adm
 		resp.High = c.Current()
 	}
 	return resp, nil
+}
+
+// recvTarget is how many receives a worker whose clients' windows sum to
+// budget keeps posted: the windows plus RecvSlack, at most MaxRecv.
+func (s *Server) recvTarget(budget int) int64 {
+	return int64(min(s.cfg.MaxRecv, budget+s.cfg.RecvSlack))
 }
 
 // awaitRecvs waits, bounded, until w has posted the RECVs its budget
@@ -258,7 +264,7 @@ func (s *Server) Disconnect(ctx context.Context, req *adminpb.DisconnectRequest)
 	for i, p := range sess.peers {
 		w := s.workers[sess.worker[i]]
 		w.budget -= sess.window
-		w.want.Store(int64(w.budget))
+		w.want.Store(s.recvTarget(w.budget))
 		w.setPeers(func(t peerTable) { delete(t, p.key) })
 	}
 	s.log.Info("client disconnected", "session", sess.id, "name", sess.name)

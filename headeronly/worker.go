@@ -174,6 +174,7 @@ func newWorker(s *Server, id int) (w *worker, err error) {
 	w.pend = make([]pending, c.Batch)
 	empty := peerTable{}
 	w.peers.Store(&empty)
+	w.want.Store(s.recvTarget(0))
 	w.newKick()
 	return w, nil
 }
