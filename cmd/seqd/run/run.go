@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/seqd/seqd/admin"
 	"github.com/seqd/seqd/admin/adminpb"
@@ -162,7 +163,10 @@ func Run(ctx context.Context, c Config, log *slog.Logger, ready func(Addrs)) err
 	defer dp.Close()
 
 	reg := prometheus.NewRegistry()
-	for _, col := range append([]prometheus.Collector{dp.Collector()}, orc.Collectors()...) {
+	// Besides the data path and the oracle: the Go runtime's and the
+	// process's own (go_goroutines, process_resident_memory_bytes, ...).
+	cols := []prometheus.Collector{dp.Collector(), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})}
+	for _, col := range append(cols, orc.Collectors()...) {
 		if err := reg.Register(col); err != nil {
 			return fmt.Errorf("seqd: metrics: %w", err)
 		}
