@@ -4,7 +4,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/seqd/seqd/internal/version.Version=$(VERSION)
 BIN     := bin
 
-.PHONY: all build build-ibverbs test test-short lint run bench bench-verbs bench-client fuzz-short clean docker docker-ibverbs docker-smoke check-guide check-deploy lossy
+.PHONY: all build build-ibverbs test test-short lint run bench bench-verbs bench-client fuzz-short clean docker docker-ibverbs docker-smoke check-guide check-deploy lossy soak
 
 all: build
 
@@ -52,6 +52,13 @@ bench-client:
 # (scripts/lossy.sh); fails on any violation. LOSSY_DURATION per point.
 lossy:
 	./scripts/lossy.sh $(LOSSY_DURATION)
+
+# The soak: the seqd binary under paced mixed-mode load for DURATION with
+# mode switches, loss bursts and kill -9 restarts, all verified; reports
+# violations, calls served, seqd's RSS and goroutines (e2e/soak_test.go).
+DURATION ?= 10m
+soak:
+	SEQD_SOAK=$(DURATION) $(GO) test -count=1 -run '^TestSoak$$' -v -timeout 0 ./e2e/
 
 # Each fuzz target for a short time (CI).
 fuzz-short:
