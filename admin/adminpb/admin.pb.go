@@ -25,6 +25,104 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type KeepAliveRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionIds    []uint64               `protobuf:"varint,1,rep,packed,name=session_ids,json=sessionIds,proto3" json:"session_ids,omitempty"`
+	Epoch         uint64                 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"` // the epoch the sessions were granted in
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeepAliveRequest) Reset() {
+	*x = KeepAliveRequest{}
+	mi := &file_admin_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeepAliveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeepAliveRequest) ProtoMessage() {}
+
+func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeepAliveRequest.ProtoReflect.Descriptor instead.
+func (*KeepAliveRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *KeepAliveRequest) GetSessionIds() []uint64 {
+	if x != nil {
+		return x.SessionIds
+	}
+	return nil
+}
+
+func (x *KeepAliveRequest) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+type KeepAliveResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Sessions the server does not hold (expired, disconnected, or of
+	// another epoch): their owner must Connect again.
+	Unknown       []uint64 `protobuf:"varint,1,rep,packed,name=unknown,proto3" json:"unknown,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeepAliveResponse) Reset() {
+	*x = KeepAliveResponse{}
+	mi := &file_admin_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeepAliveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeepAliveResponse) ProtoMessage() {}
+
+func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeepAliveResponse.ProtoReflect.Descriptor instead.
+func (*KeepAliveResponse) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *KeepAliveResponse) GetUnknown() []uint64 {
+	if x != nil {
+		return x.Unknown
+	}
+	return nil
+}
+
 type AdvanceRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Every value handed out after the call is above min.
@@ -35,7 +133,7 @@ type AdvanceRequest struct {
 
 func (x *AdvanceRequest) Reset() {
 	*x = AdvanceRequest{}
-	mi := &file_admin_proto_msgTypes[0]
+	mi := &file_admin_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -47,7 +145,7 @@ func (x *AdvanceRequest) String() string {
 func (*AdvanceRequest) ProtoMessage() {}
 
 func (x *AdvanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[0]
+	mi := &file_admin_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -60,7 +158,7 @@ func (x *AdvanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdvanceRequest.ProtoReflect.Descriptor instead.
 func (*AdvanceRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{0}
+	return file_admin_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *AdvanceRequest) GetMin() uint64 {
@@ -80,7 +178,7 @@ type AdvanceResponse struct {
 
 func (x *AdvanceResponse) Reset() {
 	*x = AdvanceResponse{}
-	mi := &file_admin_proto_msgTypes[1]
+	mi := &file_admin_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -92,7 +190,7 @@ func (x *AdvanceResponse) String() string {
 func (*AdvanceResponse) ProtoMessage() {}
 
 func (x *AdvanceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[1]
+	mi := &file_admin_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -105,7 +203,7 @@ func (x *AdvanceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdvanceResponse.ProtoReflect.Descriptor instead.
 func (*AdvanceResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{1}
+	return file_admin_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *AdvanceResponse) GetPrevious() uint64 {
@@ -130,7 +228,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_admin_proto_msgTypes[2]
+	mi := &file_admin_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -142,7 +240,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[2]
+	mi := &file_admin_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -155,7 +253,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{2}
+	return file_admin_proto_rawDescGZIP(), []int{4}
 }
 
 type TransferLeaderResponse struct {
@@ -168,7 +266,7 @@ type TransferLeaderResponse struct {
 
 func (x *TransferLeaderResponse) Reset() {
 	*x = TransferLeaderResponse{}
-	mi := &file_admin_proto_msgTypes[3]
+	mi := &file_admin_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -180,7 +278,7 @@ func (x *TransferLeaderResponse) String() string {
 func (*TransferLeaderResponse) ProtoMessage() {}
 
 func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[3]
+	mi := &file_admin_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -193,7 +291,7 @@ func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{3}
+	return file_admin_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *TransferLeaderResponse) GetPreviousLeader() string {
@@ -222,7 +320,7 @@ type Endpoint struct {
 
 func (x *Endpoint) Reset() {
 	*x = Endpoint{}
-	mi := &file_admin_proto_msgTypes[4]
+	mi := &file_admin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -234,7 +332,7 @@ func (x *Endpoint) String() string {
 func (*Endpoint) ProtoMessage() {}
 
 func (x *Endpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[4]
+	mi := &file_admin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -247,7 +345,7 @@ func (x *Endpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Endpoint.ProtoReflect.Descriptor instead.
 func (*Endpoint) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{4}
+	return file_admin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Endpoint) GetAddress() []byte {
@@ -286,7 +384,7 @@ type ConnectRequest struct {
 
 func (x *ConnectRequest) Reset() {
 	*x = ConnectRequest{}
-	mi := &file_admin_proto_msgTypes[5]
+	mi := &file_admin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -298,7 +396,7 @@ func (x *ConnectRequest) String() string {
 func (*ConnectRequest) ProtoMessage() {}
 
 func (x *ConnectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[5]
+	mi := &file_admin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -311,7 +409,7 @@ func (x *ConnectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectRequest.ProtoReflect.Descriptor instead.
 func (*ConnectRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{5}
+	return file_admin_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ConnectRequest) GetQps() []*Endpoint {
@@ -377,14 +475,17 @@ type ConnectResponse struct {
 	// `window` slots. Atomics: one entry, the counter's address.
 	RemoteAddr []uint64 `protobuf:"varint,12,rep,packed,name=remote_addr,json=remoteAddr,proto3" json:"remote_addr,omitempty"`
 	// R_Key of the request region (herd, one per client QP) or the counter.
-	Rkey          []uint32 `protobuf:"varint,13,rep,packed,name=rkey,proto3" json:"rkey,omitempty"`
+	Rkey []uint32 `protobuf:"varint,13,rep,packed,name=rkey,proto3" json:"rkey,omitempty"`
+	// The session's lease: renew it with KeepAlive within this many
+	// milliseconds, or it is disconnected. 0: no lease.
+	LeaseMs       uint32 `protobuf:"varint,14,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ConnectResponse) Reset() {
 	*x = ConnectResponse{}
-	mi := &file_admin_proto_msgTypes[6]
+	mi := &file_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -396,7 +497,7 @@ func (x *ConnectResponse) String() string {
 func (*ConnectResponse) ProtoMessage() {}
 
 func (x *ConnectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[6]
+	mi := &file_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -409,7 +510,7 @@ func (x *ConnectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectResponse.ProtoReflect.Descriptor instead.
 func (*ConnectResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{6}
+	return file_admin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ConnectResponse) GetSessionId() uint64 {
@@ -503,6 +604,13 @@ func (x *ConnectResponse) GetRkey() []uint32 {
 	return nil
 }
 
+func (x *ConnectResponse) GetLeaseMs() uint32 {
+	if x != nil {
+		return x.LeaseMs
+	}
+	return 0
+}
+
 type SetModeRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Mode          string                 `protobuf:"bytes,1,opt,name=mode,proto3" json:"mode,omitempty"` // "spec-s0", "herd" or "atomics"
@@ -512,7 +620,7 @@ type SetModeRequest struct {
 
 func (x *SetModeRequest) Reset() {
 	*x = SetModeRequest{}
-	mi := &file_admin_proto_msgTypes[7]
+	mi := &file_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -524,7 +632,7 @@ func (x *SetModeRequest) String() string {
 func (*SetModeRequest) ProtoMessage() {}
 
 func (x *SetModeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[7]
+	mi := &file_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -537,7 +645,7 @@ func (x *SetModeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetModeRequest.ProtoReflect.Descriptor instead.
 func (*SetModeRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{7}
+	return file_admin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SetModeRequest) GetMode() string {
@@ -561,7 +669,7 @@ type SetModeResponse struct {
 
 func (x *SetModeResponse) Reset() {
 	*x = SetModeResponse{}
-	mi := &file_admin_proto_msgTypes[8]
+	mi := &file_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -573,7 +681,7 @@ func (x *SetModeResponse) String() string {
 func (*SetModeResponse) ProtoMessage() {}
 
 func (x *SetModeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[8]
+	mi := &file_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -586,7 +694,7 @@ func (x *SetModeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetModeResponse.ProtoReflect.Descriptor instead.
 func (*SetModeResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{8}
+	return file_admin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SetModeResponse) GetPrevious() string {
@@ -626,7 +734,7 @@ type DisconnectRequest struct {
 
 func (x *DisconnectRequest) Reset() {
 	*x = DisconnectRequest{}
-	mi := &file_admin_proto_msgTypes[9]
+	mi := &file_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -638,7 +746,7 @@ func (x *DisconnectRequest) String() string {
 func (*DisconnectRequest) ProtoMessage() {}
 
 func (x *DisconnectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[9]
+	mi := &file_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -651,7 +759,7 @@ func (x *DisconnectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisconnectRequest.ProtoReflect.Descriptor instead.
 func (*DisconnectRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{9}
+	return file_admin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *DisconnectRequest) GetSessionId() uint64 {
@@ -669,7 +777,7 @@ type DisconnectResponse struct {
 
 func (x *DisconnectResponse) Reset() {
 	*x = DisconnectResponse{}
-	mi := &file_admin_proto_msgTypes[10]
+	mi := &file_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -681,7 +789,7 @@ func (x *DisconnectResponse) String() string {
 func (*DisconnectResponse) ProtoMessage() {}
 
 func (x *DisconnectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[10]
+	mi := &file_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -694,7 +802,7 @@ func (x *DisconnectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisconnectResponse.ProtoReflect.Descriptor instead.
 func (*DisconnectResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{10}
+	return file_admin_proto_rawDescGZIP(), []int{12}
 }
 
 type StatusRequest struct {
@@ -705,7 +813,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_admin_proto_msgTypes[11]
+	mi := &file_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -717,7 +825,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[11]
+	mi := &file_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -730,7 +838,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{11}
+	return file_admin_proto_rawDescGZIP(), []int{13}
 }
 
 type WorkerStatus struct {
@@ -749,7 +857,7 @@ type WorkerStatus struct {
 
 func (x *WorkerStatus) Reset() {
 	*x = WorkerStatus{}
-	mi := &file_admin_proto_msgTypes[12]
+	mi := &file_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -761,7 +869,7 @@ func (x *WorkerStatus) String() string {
 func (*WorkerStatus) ProtoMessage() {}
 
 func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[12]
+	mi := &file_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -774,7 +882,7 @@ func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStatus.ProtoReflect.Descriptor instead.
 func (*WorkerStatus) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{12}
+	return file_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *WorkerStatus) GetId() uint32 {
@@ -860,7 +968,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_admin_proto_msgTypes[13]
+	mi := &file_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -872,7 +980,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[13]
+	mi := &file_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -885,7 +993,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{13}
+	return file_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *StatusResponse) GetVersion() string {
@@ -1004,7 +1112,13 @@ var File_admin_proto protoreflect.FileDescriptor
 
 const file_admin_proto_rawDesc = "" +
 	"\n" +
-	"\vadmin.proto\x12\rseqd.admin.v1\"\"\n" +
+	"\vadmin.proto\x12\rseqd.admin.v1\"I\n" +
+	"\x10KeepAliveRequest\x12\x1f\n" +
+	"\vsession_ids\x18\x01 \x03(\x04R\n" +
+	"sessionIds\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"-\n" +
+	"\x11KeepAliveResponse\x12\x18\n" +
+	"\aunknown\x18\x01 \x03(\x04R\aunknown\"\"\n" +
 	"\x0eAdvanceRequest\x12\x10\n" +
 	"\x03min\x18\x01 \x01(\x04R\x03min\"G\n" +
 	"\x0fAdvanceResponse\x12\x1a\n" +
@@ -1024,7 +1138,7 @@ const file_admin_proto_rawDesc = "" +
 	"\vclient_name\x18\x04 \x01(\tR\n" +
 	"clientName\x12)\n" +
 	"\x10protocol_version\x18\x05 \x01(\rR\x0fprotocolVersion\x122\n" +
-	"\bconn_qps\x18\x06 \x03(\v2\x17.seqd.admin.v1.EndpointR\aconnQps\"\xab\x03\n" +
+	"\bconn_qps\x18\x06 \x03(\v2\x17.seqd.admin.v1.EndpointR\aconnQps\"\xc6\x03\n" +
 	"\x0fConnectResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x04R\tsessionId\x12\x12\n" +
@@ -1044,7 +1158,8 @@ const file_admin_proto_rawDesc = "" +
 	"\x0fserver_conn_qps\x18\v \x03(\v2\x17.seqd.admin.v1.EndpointR\rserverConnQps\x12\x1f\n" +
 	"\vremote_addr\x18\f \x03(\x04R\n" +
 	"remoteAddr\x12\x12\n" +
-	"\x04rkey\x18\r \x03(\rR\x04rkey\"$\n" +
+	"\x04rkey\x18\r \x03(\rR\x04rkey\x12\x19\n" +
+	"\blease_ms\x18\x0e \x01(\rR\aleaseMs\"$\n" +
 	"\x0eSetModeRequest\x12\x12\n" +
 	"\x04mode\x18\x01 \x01(\tR\x04mode\"k\n" +
 	"\x0fSetModeResponse\x12\x1a\n" +
@@ -1088,7 +1203,7 @@ const file_admin_proto_rawDesc = "" +
 	"\x06leader\x18\x10 \x01(\tR\x06leader\x1aC\n" +
 	"\x15ProviderCountersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x012\xde\x03\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x012\xae\x04\n" +
 	"\x05Admin\x12H\n" +
 	"\aConnect\x12\x1d.seqd.admin.v1.ConnectRequest\x1a\x1e.seqd.admin.v1.ConnectResponse\x12Q\n" +
 	"\n" +
@@ -1096,7 +1211,8 @@ const file_admin_proto_rawDesc = "" +
 	"\x06Status\x12\x1c.seqd.admin.v1.StatusRequest\x1a\x1d.seqd.admin.v1.StatusResponse\x12H\n" +
 	"\aSetMode\x12\x1d.seqd.admin.v1.SetModeRequest\x1a\x1e.seqd.admin.v1.SetModeResponse\x12H\n" +
 	"\aAdvance\x12\x1d.seqd.admin.v1.AdvanceRequest\x1a\x1e.seqd.admin.v1.AdvanceResponse\x12]\n" +
-	"\x0eTransferLeader\x12$.seqd.admin.v1.TransferLeaderRequest\x1a%.seqd.admin.v1.TransferLeaderResponseB$Z\"github.com/seqd/seqd/admin/adminpbb\x06proto3"
+	"\x0eTransferLeader\x12$.seqd.admin.v1.TransferLeaderRequest\x1a%.seqd.admin.v1.TransferLeaderResponse\x12N\n" +
+	"\tKeepAlive\x12\x1f.seqd.admin.v1.KeepAliveRequest\x1a .seqd.admin.v1.KeepAliveResponseB$Z\"github.com/seqd/seqd/admin/adminpbb\x06proto3"
 
 var (
 	file_admin_proto_rawDescOnce sync.Once
@@ -1110,45 +1226,49 @@ func file_admin_proto_rawDescGZIP() []byte {
 	return file_admin_proto_rawDescData
 }
 
-var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_admin_proto_goTypes = []any{
-	(*AdvanceRequest)(nil),         // 0: seqd.admin.v1.AdvanceRequest
-	(*AdvanceResponse)(nil),        // 1: seqd.admin.v1.AdvanceResponse
-	(*TransferLeaderRequest)(nil),  // 2: seqd.admin.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil), // 3: seqd.admin.v1.TransferLeaderResponse
-	(*Endpoint)(nil),               // 4: seqd.admin.v1.Endpoint
-	(*ConnectRequest)(nil),         // 5: seqd.admin.v1.ConnectRequest
-	(*ConnectResponse)(nil),        // 6: seqd.admin.v1.ConnectResponse
-	(*SetModeRequest)(nil),         // 7: seqd.admin.v1.SetModeRequest
-	(*SetModeResponse)(nil),        // 8: seqd.admin.v1.SetModeResponse
-	(*DisconnectRequest)(nil),      // 9: seqd.admin.v1.DisconnectRequest
-	(*DisconnectResponse)(nil),     // 10: seqd.admin.v1.DisconnectResponse
-	(*StatusRequest)(nil),          // 11: seqd.admin.v1.StatusRequest
-	(*WorkerStatus)(nil),           // 12: seqd.admin.v1.WorkerStatus
-	(*StatusResponse)(nil),         // 13: seqd.admin.v1.StatusResponse
-	nil,                            // 14: seqd.admin.v1.StatusResponse.ProviderCountersEntry
+	(*KeepAliveRequest)(nil),       // 0: seqd.admin.v1.KeepAliveRequest
+	(*KeepAliveResponse)(nil),      // 1: seqd.admin.v1.KeepAliveResponse
+	(*AdvanceRequest)(nil),         // 2: seqd.admin.v1.AdvanceRequest
+	(*AdvanceResponse)(nil),        // 3: seqd.admin.v1.AdvanceResponse
+	(*TransferLeaderRequest)(nil),  // 4: seqd.admin.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil), // 5: seqd.admin.v1.TransferLeaderResponse
+	(*Endpoint)(nil),               // 6: seqd.admin.v1.Endpoint
+	(*ConnectRequest)(nil),         // 7: seqd.admin.v1.ConnectRequest
+	(*ConnectResponse)(nil),        // 8: seqd.admin.v1.ConnectResponse
+	(*SetModeRequest)(nil),         // 9: seqd.admin.v1.SetModeRequest
+	(*SetModeResponse)(nil),        // 10: seqd.admin.v1.SetModeResponse
+	(*DisconnectRequest)(nil),      // 11: seqd.admin.v1.DisconnectRequest
+	(*DisconnectResponse)(nil),     // 12: seqd.admin.v1.DisconnectResponse
+	(*StatusRequest)(nil),          // 13: seqd.admin.v1.StatusRequest
+	(*WorkerStatus)(nil),           // 14: seqd.admin.v1.WorkerStatus
+	(*StatusResponse)(nil),         // 15: seqd.admin.v1.StatusResponse
+	nil,                            // 16: seqd.admin.v1.StatusResponse.ProviderCountersEntry
 }
 var file_admin_proto_depIdxs = []int32{
-	4,  // 0: seqd.admin.v1.ConnectRequest.qps:type_name -> seqd.admin.v1.Endpoint
-	4,  // 1: seqd.admin.v1.ConnectRequest.conn_qps:type_name -> seqd.admin.v1.Endpoint
-	4,  // 2: seqd.admin.v1.ConnectResponse.server_qps:type_name -> seqd.admin.v1.Endpoint
-	4,  // 3: seqd.admin.v1.ConnectResponse.server_conn_qps:type_name -> seqd.admin.v1.Endpoint
-	12, // 4: seqd.admin.v1.StatusResponse.workers:type_name -> seqd.admin.v1.WorkerStatus
-	14, // 5: seqd.admin.v1.StatusResponse.provider_counters:type_name -> seqd.admin.v1.StatusResponse.ProviderCountersEntry
-	5,  // 6: seqd.admin.v1.Admin.Connect:input_type -> seqd.admin.v1.ConnectRequest
-	9,  // 7: seqd.admin.v1.Admin.Disconnect:input_type -> seqd.admin.v1.DisconnectRequest
-	11, // 8: seqd.admin.v1.Admin.Status:input_type -> seqd.admin.v1.StatusRequest
-	7,  // 9: seqd.admin.v1.Admin.SetMode:input_type -> seqd.admin.v1.SetModeRequest
-	0,  // 10: seqd.admin.v1.Admin.Advance:input_type -> seqd.admin.v1.AdvanceRequest
-	2,  // 11: seqd.admin.v1.Admin.TransferLeader:input_type -> seqd.admin.v1.TransferLeaderRequest
-	6,  // 12: seqd.admin.v1.Admin.Connect:output_type -> seqd.admin.v1.ConnectResponse
-	10, // 13: seqd.admin.v1.Admin.Disconnect:output_type -> seqd.admin.v1.DisconnectResponse
-	13, // 14: seqd.admin.v1.Admin.Status:output_type -> seqd.admin.v1.StatusResponse
-	8,  // 15: seqd.admin.v1.Admin.SetMode:output_type -> seqd.admin.v1.SetModeResponse
-	1,  // 16: seqd.admin.v1.Admin.Advance:output_type -> seqd.admin.v1.AdvanceResponse
-	3,  // 17: seqd.admin.v1.Admin.TransferLeader:output_type -> seqd.admin.v1.TransferLeaderResponse
-	12, // [12:18] is the sub-list for method output_type
-	6,  // [6:12] is the sub-list for method input_type
+	6,  // 0: seqd.admin.v1.ConnectRequest.qps:type_name -> seqd.admin.v1.Endpoint
+	6,  // 1: seqd.admin.v1.ConnectRequest.conn_qps:type_name -> seqd.admin.v1.Endpoint
+	6,  // 2: seqd.admin.v1.ConnectResponse.server_qps:type_name -> seqd.admin.v1.Endpoint
+	6,  // 3: seqd.admin.v1.ConnectResponse.server_conn_qps:type_name -> seqd.admin.v1.Endpoint
+	14, // 4: seqd.admin.v1.StatusResponse.workers:type_name -> seqd.admin.v1.WorkerStatus
+	16, // 5: seqd.admin.v1.StatusResponse.provider_counters:type_name -> seqd.admin.v1.StatusResponse.ProviderCountersEntry
+	7,  // 6: seqd.admin.v1.Admin.Connect:input_type -> seqd.admin.v1.ConnectRequest
+	11, // 7: seqd.admin.v1.Admin.Disconnect:input_type -> seqd.admin.v1.DisconnectRequest
+	13, // 8: seqd.admin.v1.Admin.Status:input_type -> seqd.admin.v1.StatusRequest
+	9,  // 9: seqd.admin.v1.Admin.SetMode:input_type -> seqd.admin.v1.SetModeRequest
+	2,  // 10: seqd.admin.v1.Admin.Advance:input_type -> seqd.admin.v1.AdvanceRequest
+	4,  // 11: seqd.admin.v1.Admin.TransferLeader:input_type -> seqd.admin.v1.TransferLeaderRequest
+	0,  // 12: seqd.admin.v1.Admin.KeepAlive:input_type -> seqd.admin.v1.KeepAliveRequest
+	8,  // 13: seqd.admin.v1.Admin.Connect:output_type -> seqd.admin.v1.ConnectResponse
+	12, // 14: seqd.admin.v1.Admin.Disconnect:output_type -> seqd.admin.v1.DisconnectResponse
+	15, // 15: seqd.admin.v1.Admin.Status:output_type -> seqd.admin.v1.StatusResponse
+	10, // 16: seqd.admin.v1.Admin.SetMode:output_type -> seqd.admin.v1.SetModeResponse
+	3,  // 17: seqd.admin.v1.Admin.Advance:output_type -> seqd.admin.v1.AdvanceResponse
+	5,  // 18: seqd.admin.v1.Admin.TransferLeader:output_type -> seqd.admin.v1.TransferLeaderResponse
+	1,  // 19: seqd.admin.v1.Admin.KeepAlive:output_type -> seqd.admin.v1.KeepAliveResponse
+	13, // [13:20] is the sub-list for method output_type
+	6,  // [6:13] is the sub-list for method input_type
 	6,  // [6:6] is the sub-list for extension type_name
 	6,  // [6:6] is the sub-list for extension extendee
 	0,  // [0:6] is the sub-list for field type_name
@@ -1165,7 +1285,7 @@ func file_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_admin_proto_rawDesc), len(file_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

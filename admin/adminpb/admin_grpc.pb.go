@@ -29,6 +29,7 @@ const (
 	Admin_SetMode_FullMethodName        = "/seqd.admin.v1.Admin/SetMode"
 	Admin_Advance_FullMethodName        = "/seqd.admin.v1.Admin/Advance"
 	Admin_TransferLeader_FullMethodName = "/seqd.admin.v1.Admin/TransferLeader"
+	Admin_KeepAlive_FullMethodName      = "/seqd.admin.v1.Admin/KeepAlive"
 )
 
 // AdminClient is the client API for Admin service.
@@ -56,6 +57,12 @@ type AdminClient interface {
 	// group takes over, and returns the new leader's admin address.
 	// Mutating: needs authorisation.
 	TransferLeader(ctx context.Context, in *TransferLeaderRequest, opts ...grpc.CallOption) (*TransferLeaderResponse, error)
+	// KeepAlive renews the leases of the caller's sessions. When the server
+	// grants leases (ConnectResponse.lease_ms > 0), a session not renewed
+	// within its lease is disconnected, so that dead clients' receive
+	// capacity and memory are reclaimed. The client library renews every
+	// third of the lease.
+	KeepAlive(ctx context.Context, in *KeepAliveRequest, opts ...grpc.CallOption) (*KeepAliveResponse, error)
 }
 
 type adminClient struct {
@@ -126,6 +133,16 @@ func (c *adminClient) TransferLeader(ctx context.Context, in *TransferLeaderRequ
 	return out, nil
 }
 
+func (c *adminClient) KeepAlive(ctx context.Context, in *KeepAliveRequest, opts ...grpc.CallOption) (*KeepAliveResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(KeepAliveResponse)
+	err := c.cc.Invoke(ctx, Admin_KeepAlive_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -151,6 +168,12 @@ type AdminServer interface {
 	// group takes over, and returns the new leader's admin address.
 	// Mutating: needs authorisation.
 	TransferLeader(context.Context, *TransferLeaderRequest) (*TransferLeaderResponse, error)
+	// KeepAlive renews the leases of the caller's sessions. When the server
+	// grants leases (ConnectResponse.lease_ms > 0), a session not renewed
+	// within its lease is disconnected, so that dead clients' receive
+	// capacity and memory are reclaimed. The client library renews every
+	// third of the lease.
+	KeepAlive(context.Context, *KeepAliveRequest) (*KeepAliveResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -178,6 +201,9 @@ func (UnimplementedAdminServer) Advance(context.Context, *AdvanceRequest) (*Adva
 }
 func (UnimplementedAdminServer) TransferLeader(context.Context, *TransferLeaderRequest) (*TransferLeaderResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method TransferLeader not implemented")
+}
+func (UnimplementedAdminServer) KeepAlive(context.Context, *KeepAliveRequest) (*KeepAliveResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method KeepAlive not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -308,6 +334,24 @@ func _Admin_TransferLeader_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_KeepAlive_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(KeepAliveRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).KeepAlive(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_KeepAlive_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).KeepAlive(ctx, req.(*KeepAliveRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -338,6 +382,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "TransferLeader",
 			Handler:    _Admin_TransferLeader_Handler,
+		},
+		{
+			MethodName: "KeepAlive",
+			Handler:    _Admin_KeepAlive_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
