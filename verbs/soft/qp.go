@@ -208,7 +208,10 @@ func (x *qp) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 	}
 	if x.typ == verbs.RC && next == verbs.StateRTR && cur == verbs.StateInit {
 		x.q.rxMu.Lock()
-		x.q.rcPeers[x] = struct{}{}
+		if _, ok := x.q.rcPeers[x]; !ok {
+			x.q.rcPeers[x] = struct{}{}
+			x.q.nrc.Add(1)
+		}
 		x.q.rxMu.Unlock()
 	}
 	return nil
@@ -298,7 +301,10 @@ func (x *qp) Close() error {
 	}
 	x.state.Store(uint32(verbs.StateErr))
 	x.q.rxMu.Lock()
-	delete(x.q.rcPeers, x)
+	if _, ok := x.q.rcPeers[x]; ok {
+		delete(x.q.rcPeers, x)
+		x.q.nrc.Add(-1)
+	}
 	x.q.rxMu.Unlock()
 	x.sqMu.Lock()
 	if x.req.inflight() {

@@ -123,6 +123,8 @@ type queue struct {
 	npend   int
 	acks    []*qp // RC QPs with an ACK to send after this burst
 	rcPeers map[*qp]struct{}
+	nrc     atomic.Int32 // len(rcPeers), readable without rxMu
+	nheld   atomic.Int32 // len(heldPkt), readable without txMu
 
 	active  atomic.Int32  // RC QPs with work in flight (need ticks)
 	polls   atomic.Uint64 // inline receive bursts run by CQ pollers
@@ -234,10 +236,13 @@ func (q *queue) commit(pe *peer, b []byte) {
 	}
 	if cfg.reorder > 0 && q.rng.Float64() < cfg.reorder && len(q.held)+n <= cap(q.held) {
 		q.d.ctr.faultReorder.Add(1)
-		if len(q.heldPkt) == 0 {
+		q.heldPkt = append(q.heldPkt, txPkt{pe: pe, off: int32(len(q.held)), n: int32(n)})
+		// Publish the work before the kick: the progress goroutine
+		// re-checks needTicks after clearing its deadline.
+		q.nheld.Store(int32(len(q.heldPkt)))
+		if len(q.heldPkt) == 1 {
 			q.kickRead()
 		}
-		q.heldPkt = append(q.heldPkt, txPkt{pe: pe, off: int32(len(q.held)), n: int32(n)})
 		q.held = append(q.held, b...)
 		return
 	}
@@ -266,6 +271,7 @@ func (q *queue) releaseHeld() {
 		q.used += int(h.n)
 	}
 	q.held, q.heldPkt = q.held[:0], q.heldPkt[:0]
+	q.nheld.Store(0)
 }
 
 // doorbell is PostSend's flush: deferred while a HoldDoorbell is open
@@ -545,24 +551,26 @@ func (q *queue) needTicks() bool { return q.active.Load() > 0 || q.hasHeld() }
 // flight, reorder injection holds a packet).
 func (q *queue) kickRead() { q.conn.SetReadDeadline(time.Now()) }
 
-func (q *queue) hasHeld() bool {
-	q.txMu.Lock()
-	h := len(q.heldPkt) > 0
-	q.txMu.Unlock()
-	return h
-}
+func (q *queue) hasHeld() bool { return q.nheld.Load() > 0 }
 
-// tick runs timers: RC retransmission and held packets.
+// tick runs timers: RC retransmission and held packets. It takes the
+// queue's locks only when it has work: a progress goroutine that the OS
+// deschedules while holding the receive lock would stall a busy-polling
+// worker for a whole time slice.
 func (q *queue) tick(now time.Time) {
-	q.rxMu.Lock()
-	for p := range q.rcPeers {
-		p.rcTimer(now)
+	if q.nrc.Load() > 0 {
+		q.rxMu.Lock()
+		for p := range q.rcPeers {
+			p.rcTimer(now)
+		}
+		q.rxMu.Unlock()
 	}
-	q.rxMu.Unlock()
-	q.txMu.Lock()
-	q.releaseHeld()
-	q.flush()
-	q.txMu.Unlock()
+	if q.nheld.Load() > 0 {
+		q.txMu.Lock()
+		q.releaseHeld()
+		q.flush()
+		q.txMu.Unlock()
+	}
 }
 
 // parseCmsgs reads the control messages of a received datagram: the UDP
