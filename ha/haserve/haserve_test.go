@@ -95,10 +95,19 @@ func TestRedirectAndFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cc.Close()
-	_, err = adminpb.NewAdminClient(cc).Connect(ctx, &adminpb.ConnectRequest{
-		Qps: []*adminpb.Endpoint{{Address: make([]byte, 20), Qpn: 5}}, Window: 4, ProtocolVersion: 1})
-	if l, ok := admin.LeaderFromError(err); !ok || l != lead.addr {
-		t.Fatalf("standby Connect = %v; want a redirect to %s", err, lead.addr)
+	// The standby learns the leader from etcd a moment after the leader
+	// wins; until then it answers "leader unknown, retry".
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		_, err = adminpb.NewAdminClient(cc).Connect(ctx, &adminpb.ConnectRequest{
+			Qps: []*adminpb.Endpoint{{Address: make([]byte, 20), Qpn: 5}}, Window: 4, ProtocolVersion: 1})
+		l, ok := admin.LeaderFromError(err)
+		if ok && l == lead.addr {
+			break
+		}
+		if ok || time.Now().After(deadline) {
+			t.Fatalf("standby Connect = %v; want a redirect to %s", err, lead.addr)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 
 	get := func(addr string) uint64 {
