@@ -167,7 +167,12 @@ func TestSwitchModes(t *testing.T) {
 		}
 		lastHigh = resp.GetHigh()
 	}
-	time.Sleep(50 * time.Millisecond)
+	// The last mode serves calls too before the load stops.
+	for before, deadline := v.Len(), time.Now().Add(10*time.Second); v.Len() < before+200; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("after the last switch: no progress (%d calls)", v.Len())
+		}
+	}
 	close(stop)
 	if err := <-errc; err != nil {
 		t.Fatalf("GetTimestamp: %v", err)
