@@ -1,0 +1,349 @@
+package main
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"log/slog"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/adminpb"
+	"github.com/seqd/seqd/client"
+	seqd "github.com/seqd/seqd/cmd/seqd/run"
+	"github.com/seqd/seqd/ha/hatest"
+	_ "github.com/seqd/seqd/verbs/soft"
+)
+
+// These tests run seqctl against a real seqd wired in-process by
+// cmd/seqd/run, the library seqd's main calls with its flags.
+
+// runSeqd starts seqd with c (listeners on free loopback ports) and
+// returns its admin address. It stops at the end of the test.
+func runSeqd(t *testing.T, c seqd.Config) string {
+	t.Helper()
+	c.Device, c.Admin, c.Metrics = "127.0.0.1:0", "127.0.0.1:0", "off"
+	if c.Data == "" {
+		c.Data = t.TempDir()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan seqd.Addrs, 1)
+	done := make(chan struct{})
+	var err error
+	go func() {
+		defer close(done)
+		err = seqd.Run(ctx, c, slog.New(slog.DiscardHandler), func(a seqd.Addrs) { ready <- a })
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	select {
+	case a := <-ready:
+		return a.Admin
+	case <-done:
+		t.Fatalf("seqd: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("seqd did not come up within 30s")
+	}
+	return ""
+}
+
+// statusOf runs seqctl status -o json and decodes it.
+func statusOf(t *testing.T, addr string, flags ...string) *adminpb.StatusResponse {
+	t.Helper()
+	code, out, errs := seqctl(append(append([]string{"-admin", addr}, flags...), "status", "-o", "json")...)
+	if code != exitOK {
+		t.Fatalf("status: exit %d: %s", code, errs)
+	}
+	var st adminpb.StatusResponse
+	if err := protojson.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatalf("status -o json: %v\n%s", err, out)
+	}
+	return &st
+}
+
+// timestamp gets one value through the client library.
+func timestamp(t *testing.T, addr string) uint64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := client.Dial(ctx, addr, client.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatalf("client: %v", err)
+	}
+	defer c.Close()
+	ts, err := c.GetTimestamp(ctx)
+	if err != nil {
+		t.Fatalf("client: %v", err)
+	}
+	return uint64(ts)
+}
+
+func writeToken(t *testing.T, tok string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(p, []byte("# operators\n"+tok+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestSeqdCommands(t *testing.T) {
+	addr := runSeqd(t, seqd.Config{})
+	code, out, errs := seqctl("-admin", addr, "status")
+	if code != exitOK || !matches(`role +single\n`, out) || !matches(`leader +-\n`, out) || !matches(`mode +spec-s0\n`, out) {
+		t.Fatalf("status = %d\n%s%s", code, out, errs)
+	}
+	if st := statusOf(t, addr); st.GetRole() != admin.RoleSingle {
+		t.Errorf("status -o json role = %q, want single", st.GetRole())
+	}
+	if code, out, _ := seqctl("-admin", addr, "status", "-json"); code != exitOK || !matches(`"role":\s*"single"`, out) {
+		t.Errorf("status -json = %d %s", code, out)
+	}
+	if code, _, errs := seqctl("-admin", addr, "status", "-o", "yaml"); code != exitUsage || !strings.Contains(errs, "want text or json") {
+		t.Errorf("status -o yaml = %d %q, want a usage error", code, errs)
+	}
+	if code, out, errs := seqctl("-admin", addr, "health"); code != exitOK || out != "SERVING\n" {
+		t.Errorf("health = %d %q %q", code, out, errs)
+	}
+
+	t.Run("advance", func(t *testing.T) {
+		before := timestamp(t, addr)
+		target := before + 1<<30
+		code, out, errs := seqctl("-admin", addr, "advance", strconv.FormatUint(target, 10))
+		if code != exitOK || !strings.Contains(out, "advanced ") {
+			t.Fatalf("advance = %d %q %q", code, out, errs)
+		}
+		if got := timestamp(t, addr); got <= target {
+			t.Fatalf("after advance %d the next value is %d", target, got)
+		}
+		if st := statusOf(t, addr); st.GetCurrent() <= target || st.GetPersistedMark() <= target {
+			t.Errorf("after advance %d: current %d, mark %d", target, st.GetCurrent(), st.GetPersistedMark())
+		}
+		// Never backward; bounded forward; bad input is a usage error.
+		if code, _, errs := seqctl("-admin", addr, "advance", strconv.FormatUint(target, 10)); code != exitFail || !strings.Contains(errs, "FailedPrecondition") {
+			t.Errorf("advance backward = %d %q, want FailedPrecondition", code, errs)
+		}
+		far := target + 2*admin.DefaultMaxAdvance
+		if code, _, errs := seqctl("-admin", addr, "advance", strconv.FormatUint(far, 10)); code != exitFail || !strings.Contains(errs, "InvalidArgument") {
+			t.Errorf("advance beyond the bound = %d %q, want InvalidArgument", code, errs)
+		}
+		if got := timestamp(t, addr); got >= far {
+			t.Errorf("a refused advance moved the counter to %d", got)
+		}
+		for _, bad := range [][]string{{"advance"}, {"advance", "x"}, {"advance", "0"}, {"advance", "1", "2"}} {
+			if code, _, _ := seqctl(append([]string{"-admin", addr}, bad...)...); code != exitUsage {
+				t.Errorf("%q = %d, want usage error", bad, code)
+			}
+		}
+	})
+
+	t.Run("set-mode", func(t *testing.T) {
+		if code, out, errs := seqctl("-admin", addr, "set-mode", "herd"); code != exitOK || !strings.Contains(out, "mode spec-s0 -> herd") {
+			t.Fatalf("set-mode herd = %d %q %q", code, out, errs)
+		}
+		if m := statusOf(t, addr).GetMode(); m != "herd" {
+			t.Fatalf("mode after set-mode herd = %q", m)
+		}
+		if code, _, errs := seqctl("-admin", addr, "set-mode", "nonsense"); code != exitFail || !strings.Contains(errs, "InvalidArgument") {
+			t.Errorf("set-mode nonsense = %d %q", code, errs)
+		}
+		if code, _, errs := seqctl("-admin", addr, "set-mode", "spec-s0"); code != exitOK {
+			t.Fatalf("set-mode spec-s0 = %d %q", code, errs)
+		}
+	})
+
+	t.Run("transfer-leader", func(t *testing.T) {
+		if code, _, errs := seqctl("-admin", addr, "transfer-leader"); code != exitFail || !strings.Contains(errs, "FailedPrecondition") {
+			t.Errorf("transfer-leader without HA = %d %q, want FailedPrecondition", code, errs)
+		}
+	})
+}
+
+// TestSeqdAuthorisation: with -admin-token-file, mutating commands without
+// credentials or with a token not in the file fail with Unauthenticated
+// and change nothing; with the token they work.
+func TestSeqdAuthorisation(t *testing.T) {
+	tokens := writeToken(t, "s3cret-operator-token")
+	addr := runSeqd(t, seqd.Config{Security: seqd.SecurityConfig{TokenFile: tokens}})
+	wrong := writeToken(t, "not-the-operator-token")
+	before := timestamp(t, addr)
+	target := strconv.FormatUint(before+1<<40, 10)
+	for _, tc := range []struct {
+		name  string
+		creds []string
+		code  string
+	}{
+		{"no credentials", nil, "Unauthenticated"},
+		{"wrong token", []string{"-token-file", wrong}, "Unauthenticated"}, // an unknown token authenticates nobody
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, cmd := range [][]string{{"advance", target}, {"set-mode", "herd"}, {"transfer-leader"}} {
+				args := append(append([]string{"-admin", addr}, tc.creds...), cmd...)
+				if code, _, errs := seqctl(args...); code != exitFail || !strings.Contains(errs, tc.code) {
+					t.Errorf("%q = %d %q, want %s", cmd, code, errs, tc.code)
+				}
+			}
+			// Nothing changed: same mode, and the counter did not jump.
+			if m := statusOf(t, addr).GetMode(); m != "spec-s0" {
+				t.Errorf("mode is %q after refused set-mode", m)
+			}
+			if got := timestamp(t, addr); got >= before+1<<40 {
+				t.Errorf("refused advance moved the counter: %d", got)
+			}
+		})
+	}
+	// Status and health need no credentials; the token authorises.
+	if code, _, errs := seqctl("-admin", addr, "health"); code != exitOK {
+		t.Errorf("health = %d %q", code, errs)
+	}
+	if code, _, errs := seqctl("-admin", addr, "-token-file", tokens, "advance", target); code != exitOK {
+		t.Fatalf("advance with the token = %d %q", code, errs)
+	}
+	if got := timestamp(t, addr); got <= before+1<<40 {
+		t.Fatalf("advance with the token: next value %d not above %s", got, target)
+	}
+}
+
+// TestSeqdTLS: an admin plane on TLS answers seqctl with -tls-ca, and
+// mutating calls with a token over TLS.
+func TestSeqdTLS(t *testing.T) {
+	p := newPKI(t)
+	cert, key := p.issue(t, "seqd-server", true)
+	tokens := writeToken(t, "tls-operator-token-0123")
+	addr := runSeqd(t, seqd.Config{Security: seqd.SecurityConfig{TLSCert: cert, TLSKey: key, TokenFile: tokens}})
+	tlsFlags := []string{"-tls-ca", p.caFile()}
+	if st := statusOf(t, addr, tlsFlags...); st.GetRole() != admin.RoleSingle {
+		t.Errorf("status over TLS: role %q", st.GetRole())
+	}
+	if code, _, errs := seqctl("-admin", addr, "status"); code != exitFail {
+		t.Errorf("plaintext status against TLS = %d %q, want failure", code, errs)
+	}
+	cur := statusOf(t, addr, tlsFlags...).GetCurrent()
+	args := append([]string{"-admin", addr, "-token-file", tokens}, tlsFlags...)
+	if code, out, errs := seqctl(append(args, "advance", fmt.Sprint(cur+1000))...); code != exitOK {
+		t.Fatalf("advance over TLS = %d %q %q", code, out, errs)
+	}
+	if code, _, errs := seqctl("-admin", addr, "-tls-cert", cert, "status"); code != exitUsage || !strings.Contains(errs, "-tls-key") {
+		t.Errorf("-tls-cert without -tls-key = %d %q", code, errs)
+	}
+}
+
+// TestSeqdHA: two seqd instances of an HA group on a real etcd. status
+// reports the roles and the leader; transfer-leader and advance sent to
+// the standby follow its redirect to the leader.
+func TestSeqdHA(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd and an HA group; skipped in -short")
+	}
+	c := hatest.Start(t, 1)
+	ha := seqd.HAConfig{EtcdEndpoints: strings.Join(c.Endpoints(), ","), EtcdPrefix: "/seqctl-test", LeaseTTL: time.Second}
+	a := runSeqd(t, seqd.Config{HA: ha})
+	b := runSeqd(t, seqd.Config{HA: ha})
+	roles := func() (leader, standby string) {
+		deadline := time.Now().Add(20 * time.Second)
+		for time.Now().Before(deadline) {
+			sa, sb := statusOf(t, a), statusOf(t, b)
+			switch {
+			case sa.GetRole() == admin.RoleLeader && sb.GetRole() == admin.RoleStandby && sb.GetLeader() == a:
+				return a, b
+			case sb.GetRole() == admin.RoleLeader && sa.GetRole() == admin.RoleStandby && sa.GetLeader() == b:
+				return b, a
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Fatal("no leader and standby that names it within 20s")
+		return "", ""
+	}
+	lead, standby := roles()
+	if code, out, _ := seqctl("-admin", standby, "status"); code != exitOK || !matches(`role +standby\n`, out) || !strings.Contains(out, lead) {
+		t.Errorf("standby status = %d\n%s", code, out)
+	}
+	code, out, errs := seqctl("-admin", standby, "-timeout", "20s", "transfer-leader")
+	if code != exitOK || !strings.Contains(out, "leader "+lead+" -> "+standby) {
+		t.Fatalf("transfer-leader via the standby = %d %q %q", code, out, errs)
+	}
+	newLead, _ := roles()
+	if newLead != standby {
+		t.Fatalf("after transfer the leader is %s, want %s", newLead, standby)
+	}
+	v := timestamp(t, lead+","+standby) // the client finds the leader
+	if code, _, errs := seqctl("-admin", lead, "advance", fmt.Sprint(v+1<<30)); code != exitOK {
+		t.Fatalf("advance via the (new) standby = %d %q", code, errs)
+	}
+	if got := timestamp(t, newLead); got <= v+1<<30 {
+		t.Fatalf("after advance to %d the leader answered %d", v+1<<30, got)
+	}
+}
+
+// pki is a throwaway CA issuing server and client certificates.
+type pki struct {
+	dir    string
+	ca     *x509.Certificate
+	caKey  *ecdsa.PrivateKey
+	serial int64
+}
+
+func newPKI(t *testing.T) *pki {
+	t.Helper()
+	p := &pki{dir: t.TempDir(), serial: 1}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "seqctl test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.ca, _ = x509.ParseCertificate(der)
+	p.caKey = key
+	if err := os.WriteFile(p.caFile(), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func (p *pki) caFile() string { return filepath.Join(p.dir, "ca.pem") }
+
+func (p *pki) issue(t *testing.T, cn string, server bool) (cert, key string) {
+	t.Helper()
+	p.serial++
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(p.serial), Subject: pkix.Name{CommonName: cn},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	if server {
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+		tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, &k.PublicKey, p.caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kd, err := x509.MarshalECPrivateKey(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, key = filepath.Join(p.dir, cn+".pem"), filepath.Join(p.dir, cn+"-key.pem")
+	os.WriteFile(cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
+	os.WriteFile(key, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kd}), 0o600)
+	return cert, key
+}
