@@ -143,3 +143,57 @@ func TestRedirectAndFailover(t *testing.T) {
 		t.Fatalf("after failover got %d, not above %d", v2, v1)
 	}
 }
+
+// TestClientFollowsTransfer: a client connected to the leader, knowing
+// both instances, keeps getting increasing values across a leader
+// transfer without being dialed again: it notices the old leader is a
+// standby now, follows the redirect and resends its calls.
+func TestClientFollowsTransfer(t *testing.T) {
+	c := hatest.Start(t, 1)
+	a, b := start(t, c.Endpoints()), start(t, c.Endpoints())
+	lead := waitLeader(t, a, b)
+	standby := a
+	if lead == a {
+		standby = b
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := client.Dial(ctx, lead.addr, client.WithEndpoints(standby.addr), client.WithDevice("soft", "127.0.0.1:0", ""),
+		client.WithLogger(quiet), client.WithTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if cl.Endpoint() != lead.addr {
+		t.Fatalf("client connected to %s, want the leader %s", cl.Endpoint(), lead.addr)
+	}
+	var last uint64
+	get := func(n int) {
+		for range n {
+			ts, err := cl.GetTimestamp(ctx)
+			if err != nil {
+				t.Fatalf("GetTimestamp: %v", err)
+			}
+			if uint64(ts) <= last {
+				t.Fatalf("%d after %d", ts, last)
+			}
+			last = uint64(ts)
+		}
+	}
+	get(100)
+	resp, err := lead.srv.TransferLeader(ctx)
+	if err != nil {
+		t.Fatalf("TransferLeader: %v", err)
+	}
+	if resp.GetLeader() != standby.addr || resp.GetPreviousLeader() != lead.addr {
+		t.Fatalf("TransferLeader = %v, want %s -> %s", resp, lead.addr, standby.addr)
+	}
+	get(100)
+	if cl.Endpoint() != standby.addr || cl.Stats().Reconnects == 0 {
+		t.Fatalf("after the transfer the client uses %s (%d reconnects), want the new leader %s",
+			cl.Endpoint(), cl.Stats().Reconnects, standby.addr)
+	}
+	if cl.Stats().Regressions != 0 {
+		t.Fatalf("%d regressions", cl.Stats().Regressions)
+	}
+}
