@@ -190,7 +190,13 @@ func Dial(ctx context.Context, adminAddr string, opts ...Option) (_ *Client, err
 	if err = c.setup(); err != nil {
 		return nil, err
 	}
-	if err = c.connectAny(ctx, dialAttempt); err != nil {
+	// A first connect may take its time (a loaded server); a paused one
+	// must not eat the whole budget when others are known.
+	perTry := 5 * time.Second
+	if dl, ok := ctx.Deadline(); ok {
+		perTry = max(time.Until(dl)/time.Duration(len(c.addrs)), dialAttempt)
+	}
+	if err = c.connectAny(ctx, perTry, false); err != nil {
 		return nil, err
 	}
 	c.ctx, c.stop = context.WithCancel(context.Background())
@@ -215,15 +221,16 @@ func (c *Client) Endpoint() string {
 	return *p
 }
 
-// connectAny (re-)connects: through the current admin connection first,
+// connectAny (re-)connects: through the current admin connection first
+// (unless skipCurrent: it just failed to answer),
 // then at the address a standby redirected to, then at every known admin
 // address in turn (following redirects as they come), each attempt
 // bounded by perTry so a paused server costs no more than that. On success
 // the admin connection is the one that admitted the client.
-func (c *Client) connectAny(ctx context.Context, perTry time.Duration) error {
+func (c *Client) connectAny(ctx context.Context, perTry time.Duration, skipCurrent bool) error {
 	var lastErr error
 	var cands []string
-	if c.cc != nil {
+	if c.cc != nil && !skipCurrent {
 		tctx, cancel := context.WithTimeout(ctx, perTry)
 		err := c.connect(tctx)
 		cancel()
@@ -245,7 +252,7 @@ func (c *Client) connectAny(ctx context.Context, perTry time.Duration) error {
 	for len(cands) > 0 && ctx.Err() == nil {
 		addr := cands[0]
 		cands = cands[1:]
-		if tried[addr] || (addr == c.Endpoint() && c.cc != nil) {
+		if tried[addr] || (addr == c.Endpoint() && c.cc != nil && !skipCurrent) {
 			continue
 		}
 		tried[addr] = true
@@ -271,7 +278,9 @@ func (c *Client) connectAny(ctx context.Context, perTry time.Duration) error {
 		cc.Close()
 		c.cc, c.adm = oldCC, oldAdm
 		lastErr = err
-		if l := redirectTo(err); l != "" && !tried[l] && hops < maxRedirects*len(c.addrs) {
+		// A redirect to the server that just failed to answer (etcd
+		// still names a paused leader) is not followed: it stays last.
+		if l := redirectTo(err); l != "" && !tried[l] && !(skipCurrent && l == c.Endpoint()) && hops < maxRedirects*len(c.addrs) {
 			hops++
 			c.log.Debug("following redirect", "from", addr, "to", l)
 			cands = append([]string{l}, cands...)
@@ -633,7 +642,7 @@ const dialAttempt = 500 * time.Millisecond
 
 // reconnectBudget bounds one reconnect round of the engine (it sends
 // nothing meanwhile); a failed round is retried.
-const reconnectBudget = 2 * time.Second
+const reconnectBudget = 3 * time.Second
 
 // redirect is a standby's answer to Connect: the leader's admin address.
 type redirect struct {

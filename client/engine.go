@@ -384,10 +384,12 @@ func (c *Client) reconnect(now time.Duration, force bool) {
 	// Only a server that restarted or switched (new epoch) or stopped
 	// leading has lost our session; a live one is merely slow or losing
 	// packets, and retransmission copes.
+	unreachable := false
 	if !force {
 		sctx, scancel := context.WithTimeout(ctx, dialAttempt)
 		st, err := c.adm.Status(sctx, &adminpb.StatusRequest{})
 		scancel()
+		unreachable = err != nil
 		if err == nil && st.GetEpoch() == c.epoch && st.GetRole() != admin.RoleStandby {
 			return
 		}
@@ -399,7 +401,7 @@ func (c *Client) reconnect(now time.Duration, force bool) {
 		c.log.Info("server lost our session; reconnecting", "admin", c.Endpoint(), "status_err", err)
 	}
 	c.requeueS0(c.now()) // resent under fresh tags once connected
-	if err := c.connectAny(ctx, dialAttempt); err != nil {
+	if err := c.connectAny(ctx, dialAttempt, unreachable); err != nil {
 		c.log.Debug("reconnect failed; retrying", "err", err)
 		c.connFailed = true
 		c.retryAfter = min(2*max(c.retryAfter, retryConnectAfter), maxRetryConnect)
