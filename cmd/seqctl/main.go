@@ -61,7 +61,7 @@ type command struct {
 }
 
 var commands = []command{
-	{"status", "[-json]", "print the server's status", runStatus},
+	{"status", "[-o text|json]", "print the server's status (-json: the same as -o json)", runStatus},
 	{"health", "[-service name]", "exit 0 if the server reports SERVING", runHealth},
 	{"set-mode", "spec-s0|herd|atomics", "switch the data-path mode at run time", runSetMode},
 	{"advance", "VALUE", "move the counter forward: every later value is above VALUE", runAdvance},

@@ -165,7 +165,7 @@ func TestUsage(t *testing.T) {
 		{[]string{"frobnicate"}, exitUsage, `unknown command "frobnicate"`},
 		{[]string{"-nosuchflag", "status"}, exitUsage, "nosuchflag"},
 		{[]string{"-timeout", "0s", "status"}, exitUsage, "-timeout"},
-		{[]string{"status", "-nosuchflag"}, exitUsage, "usage: seqctl [flags] status [-json]"},
+		{[]string{"status", "-nosuchflag"}, exitUsage, "usage: seqctl [flags] status [-o text|json]"},
 		{[]string{"status", "extra"}, exitUsage, "unexpected arguments"},
 		{[]string{"health", "-h"}, exitUsage, "-service"},
 	} {
