@@ -55,6 +55,10 @@ type Config struct {
 	// above its current value (like PD's reset-ts bound). Default
 	// DefaultMaxAdvance.
 	MaxAdvance uint64
+	// SessionLease, when positive, is the lease every session gets: it
+	// is disconnected unless renewed (KeepAlive) or ended (Disconnect)
+	// within it, so that dead clients are reclaimed. Zero: no leases.
+	SessionLease time.Duration
 	// Modes are the mode names a ConnectRequest may name. An empty mode in a
 	// request is always accepted. Default ModeSpecS0, ModeHERD, ModeAtomics.
 	Modes []string

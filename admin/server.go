@@ -7,6 +7,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -80,6 +81,10 @@ type Server struct {
 
 	mu   sync.Mutex
 	addr net.Addr // set once a listener is known
+
+	leases   *leases // nil without Config.SessionLease
+	stopReap chan struct{}
+	stopOnce sync.Once
 }
 
 // New returns a Server over backend. It validates cfg, filling defaults.
@@ -108,6 +113,11 @@ func New(cfg Config, backend Backend) (*Server, error) {
 	}
 	if cfg.Creds != nil {
 		opts = append(opts, grpc.Creds(cfg.Creds))
+	}
+	if cfg.SessionLease > 0 {
+		s.leases = &leases{ttl: cfg.SessionLease, m: map[uint64]lease{}}
+		s.stopReap = make(chan struct{})
+		go s.reap(s.stopReap)
 	}
 	s.grpc = grpc.NewServer(opts...)
 	adminpb.RegisterAdminServer(s.grpc, &service{s: s})
@@ -168,6 +178,7 @@ func (s *Server) Addr() string {
 // for pending RPCs to finish. Open health Watch streams keep it waiting;
 // Shutdown bounds the wait.
 func (s *Server) GracefulStop() {
+	s.stopLeases()
 	s.health.Shutdown()
 	s.grpc.GracefulStop()
 }
@@ -175,6 +186,7 @@ func (s *Server) GracefulStop() {
 // Shutdown stops the server gracefully, as GracefulStop, but stops it hard
 // when ctx is done first, and then returns ctx's error.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.stopLeases()
 	s.health.Shutdown()
 	done := make(chan struct{})
 	go func() {
@@ -194,8 +206,17 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // Stop closes every connection and listener at once, cancelling pending
 // RPCs.
 func (s *Server) Stop() {
+	s.stopLeases()
 	s.health.Shutdown()
 	s.grpc.Stop()
+}
+
+func (s *Server) stopLeases() {
+	s.stopOnce.Do(func() {
+		if s.stopReap != nil {
+			close(s.stopReap)
+		}
+	})
 }
 
 // observe is the unary interceptor that counts Admin requests by method
@@ -226,6 +247,10 @@ func (v *service) Connect(ctx context.Context, req *adminpb.ConnectRequest) (*ad
 		v.s.log.Warn("connect failed", "client", req.GetClientName(), "qps", len(req.GetQps()), "code", status.Code(err).String(), "err", err)
 		return nil, err
 	}
+	if l := v.s.leases; l != nil {
+		l.grant(resp.GetSessionId(), resp.GetEpoch(), time.Now())
+		resp.LeaseMs = uint32(l.ttl / time.Millisecond)
+	}
 	v.s.log.Info("client connected", "client", req.GetClientName(), "session", resp.GetSessionId(),
 		"qps", len(req.GetQps()), "window", resp.GetWindow(), "mode", resp.GetMode())
 	return resp, nil
@@ -235,6 +260,9 @@ func (v *service) Disconnect(ctx context.Context, req *adminpb.DisconnectRequest
 	if err := validateDisconnect(req); err != nil {
 		return nil, statusError(err)
 	}
+	if l := v.s.leases; l != nil {
+		l.drop(req.GetSessionId())
+	}
 	if err := v.s.backend.Disconnect(ctx, req); err != nil {
 		err = statusError(err)
 		v.s.log.Warn("disconnect failed", "session", req.GetSessionId(), "code", status.Code(err).String(), "err", err)
@@ -242,6 +270,18 @@ func (v *service) Disconnect(ctx context.Context, req *adminpb.DisconnectRequest
 	}
 	v.s.log.Info("client disconnected", "session", req.GetSessionId())
 	return &adminpb.DisconnectResponse{}, nil
+}
+
+// KeepAlive renews session leases; see Config.SessionLease.
+func (v *service) KeepAlive(ctx context.Context, req *adminpb.KeepAliveRequest) (*adminpb.KeepAliveResponse, error) {
+	if n := len(req.GetSessionIds()); n == 0 || n > MaxKeepAliveSessions {
+		return nil, statusError(fmt.Errorf("%w: keep-alive: %d session IDs, want 1..%d", ErrInvalidArgument, n, MaxKeepAliveSessions))
+	}
+	l := v.s.leases
+	if l == nil {
+		return &adminpb.KeepAliveResponse{}, nil // no leases: sessions last until Disconnect
+	}
+	return &adminpb.KeepAliveResponse{Unknown: l.renew(req.GetSessionIds(), req.GetEpoch(), time.Now())}, nil
 }
 
 func (v *service) Status(ctx context.Context, _ *adminpb.StatusRequest) (*adminpb.StatusResponse, error) {

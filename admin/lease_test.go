@@ -1,0 +1,85 @@
+package admin_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/adminpb"
+	"github.com/seqd/seqd/admin/admintest"
+)
+
+// TestSessionLease: a session that is not renewed is disconnected once
+// its lease runs out; one renewed by KeepAlive stays; KeepAlive reports
+// the expired one (and one of another epoch) as unknown.
+func TestSessionLease(t *testing.T) {
+	be := admintest.NewBackend(nil)
+	const ttl = 150 * time.Millisecond
+	_, addr := admintest.Start(t, admin.Config{SessionLease: ttl}, be)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cc, err := admin.Dial(ctx, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	adm := adminpb.NewAdminClient(cc)
+	kept, err := adm.Connect(ctx, admin.ValidConnect())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kept.GetLeaseMs() != uint32(ttl/time.Millisecond) {
+		t.Fatalf("lease_ms %d, want %d", kept.GetLeaseMs(), ttl/time.Millisecond)
+	}
+	req := admin.ValidConnect()
+	req.Qps[0].Qpn++
+	dead, err := adm.Connect(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if be.Sessions() != 2 {
+		t.Fatalf("%d sessions", be.Sessions())
+	}
+	// Renew one every third of the lease until the other is reclaimed.
+	deadline := time.Now().Add(10 * time.Second)
+	for be.Sessions() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("dead session not reclaimed: %d sessions", be.Sessions())
+		}
+		resp, err := adm.KeepAlive(ctx, &adminpb.KeepAliveRequest{SessionIds: []uint64{kept.GetSessionId()}, Epoch: kept.GetEpoch()})
+		if err != nil || len(resp.GetUnknown()) != 0 {
+			t.Fatalf("keep-alive: %v %v", resp, err)
+		}
+		time.Sleep(ttl / 3)
+	}
+	// Kept a few more leases long.
+	for range 6 {
+		resp, err := adm.KeepAlive(ctx, &adminpb.KeepAliveRequest{SessionIds: []uint64{kept.GetSessionId()}, Epoch: kept.GetEpoch()})
+		if err != nil || len(resp.GetUnknown()) != 0 {
+			t.Fatalf("keep-alive: %v %v", resp, err)
+		}
+		time.Sleep(ttl / 3)
+	}
+	if be.Sessions() != 1 {
+		t.Fatalf("renewed session reclaimed: %d sessions", be.Sessions())
+	}
+	resp, err := adm.KeepAlive(ctx, &adminpb.KeepAliveRequest{SessionIds: []uint64{dead.GetSessionId(), kept.GetSessionId()}, Epoch: kept.GetEpoch()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := resp.GetUnknown(); len(u) != 1 || u[0] != dead.GetSessionId() {
+		t.Fatalf("unknown %v, want [%d]", u, dead.GetSessionId())
+	}
+	resp, err = adm.KeepAlive(ctx, &adminpb.KeepAliveRequest{SessionIds: []uint64{kept.GetSessionId()}, Epoch: kept.GetEpoch() + 1})
+	if err != nil || len(resp.GetUnknown()) != 1 {
+		t.Fatalf("other epoch: %v %v", resp, err)
+	}
+	if _, err := adm.KeepAlive(ctx, &adminpb.KeepAliveRequest{}); err == nil {
+		t.Fatal("empty keep-alive accepted")
+	}
+	// Disconnect ends the lease too.
+	if _, err := adm.Disconnect(ctx, &adminpb.DisconnectRequest{SessionId: kept.GetSessionId()}); err != nil {
+		t.Fatal(err)
+	}
+}
