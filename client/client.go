@@ -119,6 +119,9 @@ type Client struct {
 	timer         *time.Timer
 	backlog, tail *Request
 
+	lease       atomic.Pointer[leaseState] // the session the renewer keeps alive
+	sessionLost atomic.Bool                // the server said it no longer holds it
+
 	maxRet atomic.Uint64 // largest value returned
 	st     stats
 	pool   sync.Pool
@@ -202,6 +205,7 @@ func Dial(ctx context.Context, adminAddr string, opts ...Option) (_ *Client, err
 	c.ctx, c.stop = context.WithCancel(context.Background())
 	c.newKick()
 	go c.engine()
+	go c.renew(c.ctx)
 	return c, nil
 }
 
@@ -455,6 +459,7 @@ func (c *Client) connectS0(ctx context.Context) error {
 		c.spec.Forget()
 	}
 	c.session, c.epoch, c.qkey = resp.GetSessionId(), resp.GetEpoch(), resp.GetQkey()
+	c.publishLease(resp)
 	if h := resp.GetHigh(); h != 0 && h > c.maxRet.Load() {
 		c.spec.Learn(c.now(), h)
 	}

@@ -381,8 +381,8 @@ func (c *Client) reconnect(now time.Duration, force bool) {
 	c.reconnAt = now
 	ctx, cancel := context.WithTimeout(c.ctx, reconnectBudget)
 	defer cancel()
-	// Only a server that restarted or switched (new epoch) or stopped
-	// leading has lost our session; a live one is merely slow or losing
+	// Only a server that restarted or switched (new epoch), stopped
+	// leading, or let our lease lapse (sessionLost) has lost our session; a live one is merely slow or losing
 	// packets, and retransmission copes.
 	unreachable := false
 	if !force {
@@ -390,7 +390,7 @@ func (c *Client) reconnect(now time.Duration, force bool) {
 		st, err := c.adm.Status(sctx, &adminpb.StatusRequest{})
 		scancel()
 		unreachable = err != nil
-		if err == nil && st.GetEpoch() == c.epoch && st.GetRole() != admin.RoleStandby {
+		if err == nil && st.GetEpoch() == c.epoch && st.GetRole() != admin.RoleStandby && !c.sessionLost.Load() {
 			return
 		}
 		if err == nil && c.session != 0 {

@@ -238,3 +238,68 @@ func TestManyClientsMemory(t *testing.T) {
 		t.Errorf("disconnecting gave nothing back: %.0f bytes per client kept, %.0f when connected", kept, per)
 	}
 }
+
+// TestLeaseReclaimsDeadClients: with a short session lease, a session
+// whose client never renews (a synthetic Connect: a client that died
+// right after connecting) is disconnected and its receive capacity given
+// back, while a real client that idles for several leases keeps its
+// session (the library renews it) and is served without reconnecting.
+func TestLeaseReclaimsDeadClients(t *testing.T) {
+	const lease = 300 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	// Room for one window-256 session beside the real client only.
+	addr := startConfig(t, run.Config{Workers: 1, MaxWindow: 256, MaxClients: 64, SessionLease: lease})
+	adm := adminClient(ctx, t, addr)
+	cs := dialN(t, ctx, addr, "", 1)
+	var dead []uint64
+	for i := range 31 {
+		resp, err := adm.Connect(ctx, syntheticConnect(uint16(22000+i), 9, 256))
+		if err != nil {
+			t.Fatalf("connect %d: %v", i, err)
+		}
+		if resp.GetLeaseMs() != uint32(lease/time.Millisecond) {
+			t.Fatalf("lease_ms %d", resp.GetLeaseMs())
+		}
+		dead = append(dead, resp.GetSessionId())
+	}
+	if _, err := adm.Connect(ctx, syntheticConnect(23000, 9, 256)); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("full server: %v, want ResourceExhausted", err)
+	}
+	sessions := func() uint64 {
+		st, err := adm.Status(ctx, &adminpb.StatusRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.GetSessions()
+	}
+	waitFor(t, 20*lease, func() bool { return sessions() == 1 }, "dead sessions reclaimed")
+	// Their capacity is back.
+	if _, err := adm.Connect(ctx, syntheticConnect(23000, 9, 256)); err != nil {
+		t.Fatalf("connect after reclaim: %v", err)
+	}
+	// The real client idles through five more leases (the idle period is
+	// what is under test) and still holds its session.
+	before := cs[0].Stats().Reconnects
+	time.Sleep(5 * lease)
+	// The synthetic session connected after the reclaim lapsed too; the
+	// real client's is the one left.
+	if n := sessions(); n != 1 {
+		t.Fatalf("%d sessions after the real client idled, want 1", n)
+	}
+	var v Verifier
+	if err := load(ctx, cs, 2, 200, &v, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Check(); err != nil {
+		t.Fatal(err)
+	}
+	if r := cs[0].Stats().Reconnects; r != before {
+		t.Errorf("the renewing client reconnected %d times", r-before)
+	}
+	for _, id := range dead {
+		if _, err := adm.Disconnect(ctx, &adminpb.DisconnectRequest{SessionId: id}); status.Code(err) != codes.NotFound {
+			t.Errorf("disconnect of reclaimed session %d: %v, want NotFound", id, err)
+		}
+	}
+}

@@ -53,6 +53,7 @@ func realMain(args []string, stderr io.Writer) int {
 	fs.StringVar(&c.Mode, "mode", "spec-s0", "data-path mode: spec-s0, herd or atomics (switch at run time with seqctl set-mode)")
 	fs.IntVar(&c.MaxWindow, "max-window", 256, "largest window granted per client QP")
 	fs.IntVar(&c.MaxClients, "max-clients", 256, "most concurrent client sessions")
+	fs.DurationVar(&c.SessionLease, "session-lease", 30*time.Second, "a client session not renewed within this lease (the client library renews every third of it) is disconnected; negative: no leases")
 	fs.StringVar(&c.HA.EtcdEndpoints, "etcd-endpoints", "", "etcd client URLs, comma-separated: run as one instance of an HA group (the mark lives in etcd, not -data)")
 	fs.StringVar(&c.HA.EtcdPrefix, "etcd-prefix", "/seqd", "etcd key prefix of the HA group")
 	fs.DurationVar(&c.HA.LeaseTTL, "lease-ttl", 3*time.Second, "leadership lease TTL (whole seconds); failover takes about this long")

@@ -47,6 +47,9 @@ type Config struct {
 	Mode         string // "spec-s0" (default), "herd" or "atomics"; switchable at run time (SetMode)
 	MaxWindow    int    // default 256
 	MaxClients   int    // default 256
+	// SessionLease: a client session not renewed (KeepAlive) within it
+	// is disconnected. Default admin.DefaultSessionLease; negative: none.
+	SessionLease time.Duration
 	Version      string
 	HA           HAConfig       // -etcd-endpoints etc.: run as one instance of an HA group
 	Security     SecurityConfig // admin plane TLS and authorisation
@@ -90,6 +93,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Workers == 0 {
 		c.Workers = 1
+	}
+	switch {
+	case c.SessionLease == 0:
+		c.SessionLease = admin.DefaultSessionLease
+	case c.SessionLease > 0 && c.SessionLease < 100*time.Millisecond:
+		return fmt.Errorf("%w: -session-lease %v is below 100ms", ErrConfig, c.SessionLease)
 	}
 	c.cores = nil
 	if c.Cores != "" && c.Cores != "none" {
@@ -179,6 +188,7 @@ func Run(ctx context.Context, c Config, log *slog.Logger, ready func(Addrs)) err
 		}
 	}
 	adm, err := admin.New(admin.Config{Addr: c.Admin, Logger: log, Modes: modes.All, MaxWindow: max(c.MaxWindow, headeronly.DefaultMaxWindow),
+		SessionLease: max(c.SessionLease, 0),
 		Creds: creds, Auth: auth},
 		oracleStatus{dp, orc})
 	if err != nil {
