@@ -188,8 +188,7 @@ func Run(ctx context.Context, c Config, log *slog.Logger, ready func(Addrs)) err
 		}
 	}
 	adm, err := admin.New(admin.Config{Addr: c.Admin, Logger: log, Modes: modes.All, MaxWindow: max(c.MaxWindow, headeronly.DefaultMaxWindow),
-		SessionLease: max(c.SessionLease, 0),
-		Creds: creds, Auth: auth},
+		Creds: creds, Auth: auth, SessionLease: max(c.SessionLease, 0)},
 		oracleStatus{dp, orc})
 	if err != nil {
 		return fmt.Errorf("seqd: admin: %w", err)
