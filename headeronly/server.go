@@ -31,7 +31,8 @@ type Server struct {
 	sessions  map[uint64]*session
 	nextID    uint64
 	rr        int
-	ahs       map[verbs.Address]verbs.AH
+	ahs       map[verbs.Address]*ahRef
+	idleAHs   int // entries of ahs with no references
 	closeOnce sync.Once
 }
 
@@ -51,7 +52,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, start: time.Now(), sessions: map[uint64]*session{}, ahs: map[verbs.Address]verbs.AH{}}
+	s := &Server{cfg: cfg, log: cfg.Logger, start: time.Now(), sessions: map[uint64]*session{}, ahs: map[verbs.Address]*ahRef{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if s.pd, err = cfg.Device.AllocPD(); err != nil {
 		return nil, fmt.Errorf("headeronly: protection domain: %w", err)
@@ -98,8 +99,8 @@ func (s *Server) Close() error {
 		for _, w := range s.workers {
 			w.close()
 		}
-		for _, ah := range s.ahs {
-			ah.Close()
+		for _, r := range s.ahs {
+			r.ah.Close()
 		}
 		if s.pd != nil {
 			s.pd.Close()
@@ -169,6 +170,9 @@ func (s *Server) Connect(ctx context.Context, req *adminpb.ConnectRequest) (*adm
 	for i, k := range keys {
 		ah, err := s.ah(k.addr)
 		if err != nil {
+			for _, p := range sess.peers {
+				s.unrefAH(p.key.addr, time.Now())
+			}
 			return nil, fmt.Errorf("%w: address handle for %v: %v", admin.ErrInvalidArgument, k.addr, err)
 		}
 		sess.peers = append(sess.peers, &peer{key: k, ah: ah, session: sess.id})
@@ -228,16 +232,63 @@ func (s *Server) awaitRecvs(ctx context.Context, w *worker) {
 	}
 }
 
+// ahRef is a cached address handle and the number of admitted client QPs
+// at its address. One no longer used is closed only after ahGrace, since a
+// worker may still hold it in a batch it is answering.
+type ahRef struct {
+	ah     verbs.AH
+	refs   int
+	unused time.Time // when refs dropped to zero
+}
+
+// ahGrace is how long an address handle outlives its last client QP: far
+// longer than a worker takes to answer a batch (spec.MaxResidence).
+const ahGrace = time.Second
+
+// ah returns the address handle for a, taking a reference. Called with
+// s.mu held.
 func (s *Server) ah(a verbs.Address) (verbs.AH, error) {
-	if ah, ok := s.ahs[a]; ok {
-		return ah, nil
+	s.reapAHs(time.Now())
+	if r, ok := s.ahs[a]; ok {
+		if r.refs == 0 {
+			s.idleAHs--
+		}
+		r.refs++
+		return r.ah, nil
 	}
 	ah, err := s.pd.CreateAH(verbs.AHAttr{Dest: a, PortNum: 1})
 	if err != nil {
 		return nil, err
 	}
-	s.ahs[a] = ah // kept until Close: a worker may still hold it in a batch
+	s.ahs[a] = &ahRef{ah: ah, refs: 1}
 	return ah, nil
+}
+
+// unrefAH drops a reference to a's address handle. Called with s.mu held.
+func (s *Server) unrefAH(a verbs.Address, now time.Time) {
+	if r, ok := s.ahs[a]; ok && r.refs > 0 {
+		if r.refs--; r.refs == 0 {
+			r.unused = now
+			s.idleAHs++
+		}
+	}
+}
+
+// reapAHs closes the address handles unused for ahGrace, so that the
+// cache is bounded by the addresses of connected clients (and those that
+// left in the last ahGrace), not by every address ever seen. Called with
+// s.mu held.
+func (s *Server) reapAHs(now time.Time) {
+	if s.idleAHs == 0 {
+		return
+	}
+	for a, r := range s.ahs {
+		if r.refs == 0 && now.Sub(r.unused) > ahGrace {
+			r.ah.Close()
+			delete(s.ahs, a)
+			s.idleAHs--
+		}
+	}
 }
 
 // setPeers replaces w's peer table by a modified copy (copy-on-write: the
@@ -261,7 +312,9 @@ func (s *Server) Disconnect(ctx context.Context, req *adminpb.DisconnectRequest)
 		return fmt.Errorf("%w: %d", admin.ErrUnknownSession, req.GetSessionId())
 	}
 	delete(s.sessions, sess.id)
+	now := time.Now()
 	for i, p := range sess.peers {
+		s.unrefAH(p.key.addr, now)
 		w := s.workers[sess.worker[i]]
 		w.budget -= sess.window
 		w.want.Store(s.recvTarget(w.budget))
