@@ -16,5 +16,21 @@
 // it never claims ahead. A request held longer than spec.MaxResidence is
 // dropped (reason "expired") rather than answered late.
 //
-// Admission (Connect, Disconnect, Status) implements admin.Backend.
+// Admission (Connect, Disconnect, Status) implements admin.Backend. A
+// Connect whose windows would exceed a worker's MaxRecv receive buffers,
+// or MaxClients sessions, is refused (admin.ErrNoCapacity, gRPC
+// ResourceExhausted); nothing is overcommitted. Each worker keeps
+// RecvSlack receives posted beyond its clients' windows, so that a client
+// sending beyond its window, or a burst of packets that are not requests,
+// does not use up the receives well-behaved clients need.
+//
+// Memory per client: a session, a peer per QP, an entry in its worker's
+// copy-on-write peer table and a reference to a cached address handle,
+// about 600-700 bytes of heap per one-QP client (e2e
+// TestManyClientsMemory, 10,000 clients). Receive buffers do not grow
+// with clients: MaxRecv of them per worker are registered at start. An
+// address handle is closed a second after its last client QP left, so
+// memory is bounded by the clients connected, not by every address ever
+// seen. Clients that die without disconnecting are reclaimed by the admin
+// plane's session lease (admin.Config.SessionLease, seqd -session-lease).
 package headeronly
