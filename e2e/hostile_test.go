@@ -585,15 +585,8 @@ func dropReasons(t testing.TB, metrics string) map[string]uint64 {
 }
 
 // TestZeroLengthDatagram: an empty UDP datagram at the data port is bad
-// input like any other and must be counted. Known provider bug (the lead
-// owns verbs/): verbs/soft/queue_linux.go, queue.burst, hands a datagram
-// to input() once per GRO segment in `for off := 0; off < total; ...`, so
-// a zero-length datagram is dropped without any rx_drop_* counter. Skipped
-// unless SEQD_KNOWN_BUGS=1, so that CI stays green until it is fixed.
+// input like any other and must be counted (rx_drop_malformed).
 func TestZeroLengthDatagram(t *testing.T) {
-	if os.Getenv("SEQD_KNOWN_BUGS") != "1" {
-		t.Skip("known provider bug: verbs/soft queue.burst does not count zero-length datagrams (SEQD_KNOWN_BUGS=1 runs it)")
-	}
 	addrs := startWithMetrics(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -438,7 +438,8 @@ func (q *queue) burst() bool {
 			}
 			q.rxDst = dst
 		}
-		if h.Hdr.Flags&unix.MSG_TRUNC != 0 {
+		if h.Hdr.Flags&unix.MSG_TRUNC != 0 || total == 0 {
+			// Truncated, or an empty datagram: no transport packet at all.
 			q.d.ctr.dropMalformed.Add(1)
 			continue
 		}
