@@ -31,6 +31,7 @@ func BenchmarkRxUD(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i += 64 {
 		q.rxMu.Lock()
+		q.rxDst = q.ip // what burst sets per datagram
 		for j := 0; j < 64; j++ {
 			q.input(buf, from.Addr().As4(), from.Port())
 		}

@@ -31,7 +31,7 @@ func (q *queue) input(b []byte, src [4]byte, sport uint16) {
 		f := rocev2.Flow{Src: src, Dst: q.rxDst, SrcPort: sport, DstPort: q.local.Port(), FlagsFrag: 0x4000}
 		c.src, c.dst, c.port, c.n, c.pre = src, q.rxDst, sport, len(b), f.Prefix(len(b))
 	}
-	if rocev2.ICRCFrom(c.pre, b) != le32(b[len(b)-rocev2.ICRCLen:]) {
+	if c.icrc.ICRC(c.pre, b) != le32(b[len(b)-rocev2.ICRCLen:]) {
 		d.ctr.dropICRC.Add(1)
 		return
 	}
