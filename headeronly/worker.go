@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/seqd/seqd/internal/respq"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 )
@@ -73,13 +74,6 @@ type pending struct {
 	imm spec.Imm
 }
 
-type respQP struct {
-	qp        verbs.QP
-	mr        verbs.MR // SendDepth 8-byte payload slots
-	posted    uint64
-	completed uint64
-}
-
 type worker struct {
 	id   int
 	core int
@@ -88,8 +82,7 @@ type worker struct {
 	reqCQ, sendCQ verbs.CQ
 	reqQP         verbs.QP
 	recvMR        verbs.MR
-	resp          []respQP
-	next          int // response QP of the next batch
+	resp          *respq.Set // the Q response QPs
 
 	free   []uint32 // receive slots not posted
 	posted int
@@ -101,7 +94,6 @@ type worker struct {
 	kick atomic.Pointer[kicker]
 
 	wcs     []verbs.WC
-	swcs    []verbs.WC
 	recvWRs []verbs.RecvWR
 	recvSGE []verbs.SGE
 	sendWRs []verbs.SendWR
@@ -142,28 +134,15 @@ func newWorker(s *Server, id int) (w *worker, err error) {
 	if w.recvMR, err = s.pd.RegMR(c.MaxRecv*recvSlot, verbs.AccessLocalWrite); err != nil {
 		return nil, fmt.Errorf("headeronly: worker %d: receive buffers: %w", id, err)
 	}
-	for r := range c.RespQPs {
-		qp, err := s.pd.CreateQP(verbs.QPInitAttr{Type: verbs.UD, SendCQ: w.sendCQ, RecvCQ: w.sendCQ,
-			Cap: verbs.QPCap{MaxSendWR: c.SendDepth, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: spec.FullLen}})
-		if err != nil {
-			return nil, fmt.Errorf("headeronly: worker %d: response QP %d: %w", id, r, err)
-		}
-		w.resp = append(w.resp, respQP{qp: qp})
-		if err := verbs.BringUpUD(qp, c.QKey, 0); err != nil {
-			return nil, fmt.Errorf("headeronly: worker %d: response QP %d bring-up: %w", id, r, err)
-		}
-		mr, err := s.pd.RegMR(c.SendDepth*spec.FullLen, 0)
-		if err != nil {
-			return nil, fmt.Errorf("headeronly: worker %d: response buffers: %w", id, err)
-		}
-		w.resp[r].mr = mr
+	if w.resp, err = respq.New(respq.Config{PD: s.pd, CQ: w.sendCQ, QPs: c.RespQPs, Depth: c.SendDepth,
+		SignalEvery: c.SignalEvery, SlotLen: spec.FullLen, QKey: c.QKey, Batch: c.Batch}); err != nil {
+		return nil, fmt.Errorf("headeronly: worker %d: %w", id, err)
 	}
 	w.free = make([]uint32, c.MaxRecv)
 	for i := range w.free {
 		w.free[i] = uint32(c.MaxRecv - 1 - i)
 	}
 	w.wcs = make([]verbs.WC, c.Batch)
-	w.swcs = make([]verbs.WC, c.Batch)
 	w.recvWRs = make([]verbs.RecvWR, max(c.Batch, c.MaxRecv))
 	w.recvSGE = make([]verbs.SGE, len(w.recvWRs))
 	for i := range w.recvWRs {
@@ -192,13 +171,8 @@ func (w *worker) wake() {
 }
 
 func (w *worker) close() {
-	for _, r := range w.resp {
-		if r.qp != nil {
-			r.qp.Close()
-		}
-		if r.mr != nil {
-			r.mr.Close()
-		}
+	if w.resp != nil {
+		w.resp.Close()
 	}
 	for _, c := range []interface{ Close() error }{w.reqQP, w.recvMR, w.reqCQ, w.sendCQ} {
 		if c != nil && !isNilIface(c) {
@@ -395,29 +369,20 @@ func (w *worker) claim(received time.Duration, n int) (uint64, bool) {
 // answer builds one answer per request and posts them as one chain on the
 // next response QP.
 func (w *worker) answer(reqs []pending, first uint64, confirm bool) {
-	ri := w.next
-	r := &w.resp[ri]
-	w.next = (w.next + 1) % len(w.resp)
-	if !w.room(r, len(reqs)) {
+	b, ok := w.resp.Next(len(reqs))
+	if !ok {
+		w.s.log.Error("send queue never drained", "worker", w.id)
 		w.stats.drops[dropSendError].Add(uint64(len(reqs)))
 		return
 	}
-	depth := uint64(w.s.cfg.SendDepth)
-	k := uint64(w.s.cfg.SignalEvery)
 	qkey := w.s.cfg.QKey
-	base := r.mr.Addr()
-	buf := r.mr.Bytes()
 	for i := range reqs {
 		v := first + uint64(i)
 		tag, guess := spec.DecodeRequest(reqs[i].imm)
-		seq := r.posted + uint64(i)
 		wr := &w.sendWRs[i]
-		wr.ID = seq<<8 | uint64(ri)
 		wr.Opcode = verbs.OpSendWithImm
 		wr.Flags = 0
-		if seq%k == k-1 {
-			wr.Flags = verbs.Signaled
-		}
+		b.Prepare(wr, i)
 		wr.Imm = uint32(spec.AnswerImm(tag, v))
 		wr.AH = reqs[i].p.ah
 		wr.RemoteQPN = reqs[i].p.key.qpn
@@ -430,13 +395,12 @@ func (w *worker) answer(reqs []pending, first uint64, confirm bool) {
 		if guess == spec.NoGuess {
 			w.stats.noGuess.Add(1)
 		}
-		off := (seq % depth) * spec.FullLen
-		spec.PutFull(buf[off:off+spec.FullLen], v)
-		w.sendSGE[i] = verbs.SGE{Addr: base + off, Length: spec.FullLen, LKey: r.mr.LKey()}
+		buf, sge := b.Slot(i)
+		spec.PutFull(buf, v)
+		w.sendSGE[i] = sge
 		wr.SG = w.sendSGE[i : i+1]
 	}
-	n, err := r.qp.PostSend(w.sendWRs[:len(reqs)])
-	r.posted += uint64(n)
+	n, err := b.Post(w.sendWRs[:len(reqs)])
 	if err != nil {
 		w.stats.drops[dropSendError].Add(uint64(len(reqs) - n))
 		w.s.log.Error("post answers", "worker", w.id, "posted", n, "of", len(reqs), "err", err)
@@ -446,44 +410,9 @@ func (w *worker) answer(reqs []pending, first uint64, confirm bool) {
 	}
 }
 
-// room makes sure r's send queue can take n more work requests, reaping
-// send completions as needed; it gives up after a second.
-func (w *worker) room(r *respQP, n int) bool {
-	depth := uint64(w.s.cfg.SendDepth)
-	var deadline time.Time
-	for r.posted-r.completed+uint64(n) > depth-1 {
-		if w.reapSends() == 0 {
-			if deadline.IsZero() {
-				deadline = time.Now().Add(time.Second)
-			} else if time.Now().After(deadline) {
-				w.s.log.Error("send queue never drained", "worker", w.id)
-				return false
-			}
-			runtime.Gosched()
-		}
+// reapSends frees send queue slots and counts answers that failed.
+func (w *worker) reapSends() {
+	if _, failed := w.resp.Reap(); failed > 0 {
+		w.stats.drops[dropSendError].Add(uint64(failed))
 	}
-	return true
-}
-
-// reapSends polls the send CQ once; a signaled completion frees its send
-// queue slot and every slot before it.
-func (w *worker) reapSends() int {
-	n, err := w.sendCQ.Poll(w.swcs)
-	if err != nil {
-		return 0
-	}
-	for i := range w.swcs[:n] {
-		wc := &w.swcs[i]
-		ri := int(wc.ID & 0xff)
-		if ri >= len(w.resp) {
-			continue
-		}
-		if wc.Status != verbs.WCSuccess {
-			w.stats.drops[dropSendError].Add(1)
-		}
-		if seq := wc.ID >> 8; seq+1 > w.resp[ri].completed {
-			w.resp[ri].completed = seq + 1
-		}
-	}
-	return n
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/seqd/seqd/internal/respq"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 )
@@ -59,13 +60,6 @@ type pending struct {
 	seq spec.Seq
 }
 
-type respQP struct {
-	qp        verbs.QP
-	mr        verbs.MR
-	posted    uint64
-	completed uint64
-}
-
 type limbo struct {
 	c     *hclient
 	sweep uint64
@@ -80,8 +74,7 @@ type worker struct {
 	words  []uint64 // the region as 8-byte slots
 	ucCQ   verbs.CQ
 	sendCQ verbs.CQ
-	resp   []respQP
-	next   int
+	resp   *respq.Set // the Q response QPs
 
 	clients atomic.Pointer[[]*hclient] // published copy; read once per sweep
 	sweeps  atomic.Uint64
@@ -94,7 +87,6 @@ type worker struct {
 
 	cur   int // client the next sweep starts at
 	wcs   []verbs.WC
-	swcs  []verbs.WC
 	wrs   []verbs.SendWR
 	sges  []verbs.SGE
 	pend  []pending
@@ -125,27 +117,14 @@ func newWorker(s *Server, id int) (w *worker, err error) {
 	if w.sendCQ, err = dev.CreateCQ(c.RespQPs * c.SendDepth); err != nil {
 		return nil, fmt.Errorf("herd: worker %d: send CQ: %w", id, err)
 	}
-	for r := range c.RespQPs {
-		qp, err := s.pd.CreateQP(verbs.QPInitAttr{Type: verbs.UD, SendCQ: w.sendCQ, RecvCQ: w.sendCQ,
-			Cap: verbs.QPCap{MaxSendWR: c.SendDepth, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: spec.HERDAnswerLen}})
-		if err != nil {
-			return nil, fmt.Errorf("herd: worker %d: response QP %d: %w", id, r, err)
-		}
-		w.resp = append(w.resp, respQP{qp: qp})
-		if err := verbs.BringUpUD(qp, c.QKey, 0); err != nil {
-			return nil, fmt.Errorf("herd: worker %d: response QP %d bring-up: %w", id, r, err)
-		}
-		mr, err := s.pd.RegMR(c.SendDepth*spec.HERDAnswerLen, 0)
-		if err != nil {
-			return nil, fmt.Errorf("herd: worker %d: response buffers: %w", id, err)
-		}
-		w.resp[r].mr = mr
+	if w.resp, err = respq.New(respq.Config{PD: s.pd, CQ: w.sendCQ, QPs: c.RespQPs, Depth: c.SendDepth,
+		SignalEvery: c.SignalEvery, SlotLen: spec.HERDAnswerLen, QKey: c.QKey, Batch: c.Batch}); err != nil {
+		return nil, fmt.Errorf("herd: worker %d: %w", id, err)
 	}
 	for i := c.MaxQPs - 1; i >= 0; i-- {
 		w.free = append(w.free, i)
 	}
 	w.wcs = make([]verbs.WC, 16)
-	w.swcs = make([]verbs.WC, c.Batch)
 	w.wrs = make([]verbs.SendWR, c.Batch)
 	w.sges = make([]verbs.SGE, c.Batch)
 	w.pend = make([]pending, 0, c.Batch)
@@ -226,10 +205,8 @@ func (w *worker) toErr() {
 	for _, c := range w.all {
 		c.uc.Modify(e, verbs.AttrState)
 	}
-	for _, r := range w.resp {
-		if r.qp != nil {
-			r.qp.Modify(e, verbs.AttrState)
-		}
+	if w.resp != nil {
+		w.resp.ToErr()
 	}
 }
 
@@ -241,13 +218,8 @@ func (w *worker) close() {
 		l.c.uc.Close()
 	}
 	w.all, w.limbo = nil, nil
-	for _, r := range w.resp {
-		if r.qp != nil {
-			r.qp.Close()
-		}
-		if r.mr != nil {
-			r.mr.Close()
-		}
+	if w.resp != nil {
+		w.resp.Close()
 	}
 	if w.region != nil {
 		w.region.Close()
@@ -402,77 +374,35 @@ func (w *worker) claim(received time.Duration, n int) (uint64, bool) {
 // answer posts one UD SEND per pending request, values first.., as one
 // chain on the next response QP.
 func (w *worker) answer(first uint64) {
-	ri := w.next
-	r := &w.resp[ri]
-	w.next = (w.next + 1) % len(w.resp)
 	n := len(w.pend)
-	if !w.room(r, n) {
+	b, ok := w.resp.Next(n)
+	if !ok {
+		w.s.log.Error("send queue never drained", "worker", w.id)
 		w.stats.drops[dropSendError].Add(uint64(n))
 		return
 	}
 	cfg := &w.s.cfg
-	depth, k := uint64(cfg.SendDepth), uint64(cfg.SignalEvery)
-	base, buf := r.mr.Addr(), r.mr.Bytes()
 	for i := range w.pend {
 		p := &w.pend[i]
-		seq := r.posted + uint64(i)
-		off := (seq % depth) * spec.HERDAnswerLen
-		binary.BigEndian.PutUint64(buf[off:], first+uint64(i))
+		buf, sge := b.Slot(i)
+		binary.BigEndian.PutUint64(buf, first+uint64(i))
 		imm, _ := spec.HERDAnswerImm(p.pos, p.seq) // pos < MaxWindow, seq valid: checked
-		w.sges[i] = verbs.SGE{Addr: base + off, Length: spec.HERDAnswerLen, LKey: r.mr.LKey()}
+		w.sges[i] = sge
 		wr := &w.wrs[i]
-		*wr = verbs.SendWR{ID: seq<<8 | uint64(ri), Opcode: verbs.OpSendWithImm, Flags: verbs.Inline,
+		*wr = verbs.SendWR{Opcode: verbs.OpSendWithImm, Flags: verbs.Inline,
 			SG: w.sges[i : i+1], Imm: uint32(imm), AH: p.c.ah, RemoteQPN: p.c.qpn, RemoteQKey: cfg.QKey}
-		if seq%k == k-1 {
-			wr.Flags |= verbs.Signaled
-		}
+		b.Prepare(wr, i)
 	}
-	posted, err := r.qp.PostSend(w.wrs[:n])
-	r.posted += uint64(posted)
+	posted, err := b.Post(w.wrs[:n])
 	if err != nil {
 		w.stats.drops[dropSendError].Add(uint64(n - posted))
 		w.s.log.Error("post answers", "worker", w.id, "posted", posted, "of", n, "err", err)
 	}
 }
 
-// room makes sure r's send queue can take n more work requests; it gives
-// up after a second.
-func (w *worker) room(r *respQP, n int) bool {
-	depth := uint64(w.s.cfg.SendDepth)
-	var deadline time.Time
-	for r.posted-r.completed+uint64(n) > depth-1 {
-		if w.reapSends() == 0 {
-			if deadline.IsZero() {
-				deadline = time.Now().Add(time.Second)
-			} else if time.Now().After(deadline) {
-				w.s.log.Error("send queue never drained", "worker", w.id)
-				return false
-			}
-			runtime.Gosched()
-		}
+// reapSends frees send queue slots and counts answers that failed.
+func (w *worker) reapSends() {
+	if _, failed := w.resp.Reap(); failed > 0 {
+		w.stats.drops[dropSendError].Add(uint64(failed))
 	}
-	return true
-}
-
-// reapSends polls the send CQ once; a signaled completion frees its slot
-// and every slot before it.
-func (w *worker) reapSends() int {
-	n, err := w.sendCQ.Poll(w.swcs)
-	if err != nil {
-		return 0
-	}
-	for i := range w.swcs[:n] {
-		wc := &w.swcs[i]
-		ri := int(wc.ID & 0xff)
-		if ri >= len(w.resp) {
-			continue
-		}
-		if wc.Status != verbs.WCSuccess {
-			w.stats.drops[dropSendError].Add(1)
-		}
-		if seq := wc.ID >> 8; seq+1 > w.resp[ri].completed {
-			w.resp[ri].completed = seq + 1
-		}
-	}
-	return n
 }
