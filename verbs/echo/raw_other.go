@@ -1,9 +1,10 @@
 //go:build !linux
 
-package loadgen
+package echo
 
 import "fmt"
 
-func newRawEchoPair() (echoSide, echoSide, error) {
+// RawPair needs Linux (UDP GSO and GRO).
+func RawPair() (cli, srv Side, err error) {
 	return nil, nil, fmt.Errorf("%w: raw UDP GSO/GRO echo needs Linux", ErrEcho)
 }

@@ -1,4 +1,4 @@
-package loadgen
+package echo
 
 import (
 	"fmt"
@@ -34,7 +34,7 @@ func newRawEnd() (*rawEnd, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: raw UDP: %v", ErrEcho, err)
 	}
-	r := &rawEnd{conn: c, out: make([]byte, rawMsgLen*echoBatch), ctrl: make([]byte, cmsgSpace)}
+	r := &rawEnd{conn: c, out: make([]byte, rawMsgLen*Batch), ctrl: make([]byte, cmsgSpace)}
 	rc, err := c.SyscallConn()
 	if err != nil {
 		c.Close()
@@ -65,14 +65,15 @@ func newRawEnd() (*rawEnd, error) {
 	return r, nil
 }
 
-func newRawEchoPair() (echoSide, echoSide, error) {
+// RawPair opens two loopback UDP sockets, each sending to the other.
+func RawPair() (cli, srv Side, err error) {
 	a, err := newRawEnd()
 	if err != nil {
 		return nil, nil, err
 	}
 	b, err := newRawEnd()
 	if err != nil {
-		a.close()
+		a.Close()
 		return nil, nil, err
 	}
 	a.connect(b)
@@ -86,8 +87,8 @@ func (r *rawEnd) connect(o *rawEnd) {
 	r.peer = unix.RawSockaddrInet4{Family: unix.AF_INET, Port: port<<8 | port>>8, Addr: [4]byte{127, 0, 0, 1}}
 }
 
-// send sends n datagrams as one GSO message.
-func (r *rawEnd) send(n int) error {
+// Send implements Side: n datagrams as one GSO message.
+func (r *rawEnd) Send(n int) error {
 	iov := unix.Iovec{Base: &r.out[0]}
 	iov.SetLen(rawMsgLen * n)
 	h := unix.Msghdr{Name: (*byte)(unsafe.Pointer(&r.peer)), Namelen: unix.SizeofSockaddrInet4, Iov: &iov}
@@ -109,8 +110,8 @@ func (r *rawEnd) send(n int) error {
 	}
 }
 
-// poll receives without blocking and returns the number of datagrams.
-func (r *rawEnd) poll() (int, error) {
+// Poll implements Side: it receives without blocking and returns the number of datagrams.
+func (r *rawEnd) Poll() (int, error) {
 	for i := range r.hdrs {
 		r.hdrs[i].Hdr.SetControllen(cmsgSpace)
 	}
@@ -134,4 +135,4 @@ func (r *rawEnd) poll() (int, error) {
 	return k, nil
 }
 
-func (r *rawEnd) close() { r.conn.Close() }
+func (r *rawEnd) Close() { r.conn.Close() }
