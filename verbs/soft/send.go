@@ -114,12 +114,17 @@ func (x *qp) postUD(wrs []verbs.SendWR) (int, error) {
 		if qkey&0x80000000 != 0 {
 			qkey = x.qkey // a "controlled" Q_Key means: use the QP's own
 		}
-		pk := rocev2.Packet{Opcode: op, PKey: rocev2.DefaultPKey, DestQP: uint32(wr.RemoteQPN), PSN: x.spsn,
-			QKey: qkey, SrcQP: x.qpn, Imm: wr.Imm, SE: wr.Flags&verbs.Solicited != 0}
 		hl := op.HeaderLen()
 		pad := (4 - total&3) & 3
 		b := q.reserve(hl + total + pad + rocev2.ICRCLen)
-		pk.EncodeHeaders(b, pad)
+		if total == 0 && op == rocev2.UDSendOnlyWithImm && wr.Flags&verbs.Solicited == 0 {
+			// The sequencer's packet, written directly.
+			encodeUDHeaderOnly(b, uint32(wr.RemoteQPN), x.spsn, qkey, x.qpn, wr.Imm)
+		} else {
+			pk := rocev2.Packet{Opcode: op, PKey: rocev2.DefaultPKey, DestQP: uint32(wr.RemoteQPN), PSN: x.spsn,
+				QKey: qkey, SrcQP: x.qpn, Imm: wr.Imm, SE: wr.Flags&verbs.Solicited != 0}
+			pk.EncodeHeaders(b, pad)
+		}
 		x.gather(wr.SG, 0, b[hl:hl+total])
 		clear(b[hl+total:])
 		q.commit(a.peers[q.idx], b)
@@ -130,6 +135,23 @@ func (x *qp) postUD(wrs []verbs.SendWR) (int, error) {
 	q.txMu.Unlock()
 	x.completeSends(wrs[:n])
 	return n, err
+}
+
+// encodeUDHeaderOnly writes the BTH, DETH and ImmDt of a header-only UD
+// SEND_WITH_IMM (the inverse of decodeUDHeaderOnly; TestEncodeUDHeaderOnly
+// checks it against the general encoder).
+func encodeUDHeaderOnly(b []byte, destQP, psn, qkey, srcQP, imm uint32) {
+	_ = b[23]
+	b[0] = byte(rocev2.UDSendOnlyWithImm)
+	b[1] = 0
+	b[2], b[3] = 0xff, 0xff // the default P_Key
+	b[4] = 0
+	b[5], b[6], b[7] = byte(destQP>>16), byte(destQP>>8), byte(destQP)
+	b[8] = 0
+	b[9], b[10], b[11] = byte(psn>>16), byte(psn>>8), byte(psn)
+	b[12], b[13], b[14], b[15] = byte(qkey>>24), byte(qkey>>16), byte(qkey>>8), byte(qkey)
+	b[16], b[17], b[18], b[19] = 0, byte(srcQP>>16), byte(srcQP>>8), byte(srcQP)
+	b[20], b[21], b[22], b[23] = byte(imm>>24), byte(imm>>16), byte(imm>>8), byte(imm)
 }
 
 // completeSends reports the signaled WRs of a chain that has left.
