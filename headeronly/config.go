@@ -6,16 +6,13 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/seqd/seqd/internal/claim"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 )
 
-// Claimer is the oracle as the data path uses it: Claim(n) returns the
-// first of n consecutive values above every value handed out before, or
-// an error; it never blocks.
-type Claimer interface {
-	Claim(n int) (first uint64, err error)
-}
+// Claimer is the oracle as the data path uses it (package internal/claim).
+type Claimer = claim.Claimer
 
 // Currenter is an optional Claimer capability: the last value handed out,
 // used as the initial speculation in Connect and in Status.

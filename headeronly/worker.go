@@ -2,12 +2,12 @@ package headeronly
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"runtime"
 	"sync/atomic"
 	"time"
 
+	"github.com/seqd/seqd/internal/claim"
 	"github.com/seqd/seqd/internal/respq"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
@@ -338,32 +338,24 @@ func (w *worker) batch(now time.Duration, wcs []verbs.WC) {
 	st.requests.Add(uint64(valid))
 }
 
-// claim claims n values, retrying while the oracle is behind. It gives up
-// (dropping the batch) once the batch is older than spec.MaxResidence.
+// claim claims n values for a batch received at received (time since
+// the server started), through claim.Batch: retrying while the oracle is
+// behind, giving up once the batch is older than spec.MaxResidence.
 func (w *worker) claim(received time.Duration, n int) (uint64, bool) {
-	for spins := 0; ; spins++ {
-		first, err := w.s.cfg.Oracle.Claim(n)
-		if err == nil {
-			return first, true
-		}
-		if w.s.cfg.Behind == nil || !errors.Is(err, w.s.cfg.Behind) {
-			w.stats.drops[dropOracle].Add(uint64(n))
-			if spins == 0 {
-				w.s.log.Error("claim", "worker", w.id, "n", n, "err", err)
-			}
-			return 0, false
-		}
-		w.stats.stalls.Add(1)
-		if time.Since(w.s.start)-received > spec.MaxResidence || w.s.closed.Load() {
-			w.stats.drops[dropExpired].Add(uint64(n))
-			return 0, false
-		}
-		if spins < 64 {
-			runtime.Gosched()
-		} else {
-			time.Sleep(50 * time.Microsecond)
-		}
+	first, stalls, out, err := claim.Batch(w.s.cfg.Oracle, w.s.cfg.Behind, n, func() bool {
+		return time.Since(w.s.start)-received > spec.MaxResidence || w.s.closed.Load()
+	})
+	w.stats.stalls.Add(uint64(stalls))
+	switch out {
+	case claim.Failed:
+		w.stats.drops[dropOracle].Add(uint64(n))
+		w.s.log.Error("claim", "worker", w.id, "n", n, "err", err)
+		return 0, false
+	case claim.Expired:
+		w.stats.drops[dropExpired].Add(uint64(n))
+		return 0, false
 	}
+	return first, true
 }
 
 // answer builds one answer per request and posts them as one chain on the

@@ -2,13 +2,13 @@ package herd
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"runtime"
 	"sync/atomic"
 	"time"
 	"unsafe"
 
+	"github.com/seqd/seqd/internal/claim"
 	"github.com/seqd/seqd/internal/respq"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
@@ -343,32 +343,24 @@ func (w *worker) batch(received time.Duration) {
 	w.pend = w.pend[:0]
 }
 
-// claim claims n values, retrying while the oracle is behind; it gives up
-// (dropping the batch) once the batch is older than spec.MaxResidence.
+// claim claims n values for a batch received at received (time since
+// the server started), through claim.Batch: retrying while the oracle is
+// behind, giving up once the batch is older than spec.MaxResidence.
 func (w *worker) claim(received time.Duration, n int) (uint64, bool) {
-	for spins := 0; ; spins++ {
-		first, err := w.s.cfg.Oracle.Claim(n)
-		if err == nil {
-			return first, true
-		}
-		if w.s.cfg.Behind == nil || !errors.Is(err, w.s.cfg.Behind) {
-			w.stats.drops[dropOracle].Add(uint64(n))
-			if spins == 0 {
-				w.s.log.Error("claim", "worker", w.id, "n", n, "err", err)
-			}
-			return 0, false
-		}
-		w.stats.stalls.Add(1)
-		if time.Since(w.s.start)-received > spec.MaxResidence || w.s.stopped.Load() {
-			w.stats.drops[dropExpired].Add(uint64(n))
-			return 0, false
-		}
-		if spins < 64 {
-			runtime.Gosched()
-		} else {
-			time.Sleep(50 * time.Microsecond)
-		}
+	first, stalls, out, err := claim.Batch(w.s.cfg.Oracle, w.s.cfg.Behind, n, func() bool {
+		return time.Since(w.s.start)-received > spec.MaxResidence || w.s.stopped.Load()
+	})
+	w.stats.stalls.Add(uint64(stalls))
+	switch out {
+	case claim.Failed:
+		w.stats.drops[dropOracle].Add(uint64(n))
+		w.s.log.Error("claim", "worker", w.id, "n", n, "err", err)
+		return 0, false
+	case claim.Expired:
+		w.stats.drops[dropExpired].Add(uint64(n))
+		return 0, false
 	}
+	return first, true
 }
 
 // answer posts one UD SEND per pending request, values first.., as one

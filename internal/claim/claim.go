@@ -1,0 +1,55 @@
+// Package claim is how a CPU mode's worker claims values for a batch it
+// has received: once, from the oracle, retrying while persistence lags,
+// and giving the batch up rather than answering it late (spec.MaxResidence:
+// a late answer could match a tag or sequence number the client has
+// reused). headeronly and herd share it.
+package claim
+
+import (
+	"errors"
+	"runtime"
+	"time"
+)
+
+// Claimer is the oracle as the data path uses it: Claim(n) returns the
+// first of n consecutive values above every value handed out before, or
+// an error; it never blocks.
+type Claimer interface {
+	Claim(n int) (first uint64, err error)
+}
+
+// Outcome says how a batch claim ended.
+type Outcome uint8
+
+// Outcomes.
+const (
+	Claimed Outcome = iota // first holds the batch's values
+	Failed                 // the oracle refused with an error other than behind
+	Expired                // the batch grew too old (or the worker stopped) while the oracle was behind
+)
+
+// Batch claims n values from o for a batch, retrying while o returns
+// behind (persistence lags): it spins a while, then sleeps briefly,
+// until expired reports that the batch may no longer be answered. It
+// returns the first value, how often o was behind (stalls), the outcome,
+// and, for Failed, the oracle's error.
+func Batch(o Claimer, behind error, n int, expired func() bool) (first uint64, stalls int, out Outcome, err error) {
+	for spins := 0; ; spins++ {
+		first, err := o.Claim(n)
+		if err == nil {
+			return first, stalls, Claimed, nil
+		}
+		if behind == nil || !errors.Is(err, behind) {
+			return 0, stalls, Failed, err
+		}
+		stalls++
+		if expired() {
+			return 0, stalls, Expired, nil
+		}
+		if spins < 64 {
+			runtime.Gosched()
+		} else {
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
+}
