@@ -48,7 +48,7 @@ done
 if [ "$variant" = default ]; then
   # The scratch image has no libc: refuse dynamically linked binaries.
   for b in seqd seqctl loadgen; do
-    if command -v file >/dev/null && ! file "$bindir/$b" | grep -q 'statically linked'; then
+    if command -v file >/dev/null && [[ "$(file "$bindir/$b")" != *'statically linked'* ]]; then
       echo "docker-build: $bindir/$b is not statically linked (build with CGO_ENABLED=0)" >&2
       exit 1
     fi

@@ -30,7 +30,10 @@ if docker info >/dev/null 2>&1; then
   done
   [ "$st" = healthy ] || { docker logs "$name" >&2; fail "health $st"; }
   port=$(docker port "$name" 9464/tcp | head -1)
-  curl -fsS "http://$port/metrics" | grep -q '^seqd_oracle_persisted_mark' || fail "no seqd_oracle_persisted_mark on /metrics"
+  # Read the whole body before matching: grep -q stops at the first match,
+  # and under pipefail curl's write error (exit 23) would fail the pipeline.
+  body=$(curl -fsS "http://$port/metrics") || fail "GET /metrics"
+  grep -q '^seqd_oracle_persisted_mark' <<<"$body" || fail "no seqd_oracle_persisted_mark on /metrics"
   docker exec "$name" /usr/local/bin/seqctl version
   echo "docker-smoke: ok ($img, docker)"
   exit 0
@@ -46,7 +49,7 @@ user=$(inspect '{{.Config.User}}')
 [ ${#entry[@]} -gt 0 ] || fail "image has no ENTRYPOINT"
 [ "${health[0]:-}" = CMD ] || fail "image has no exec-form HEALTHCHECK (got '${health[*]:-}'; podman needs --format docker)"
 case $user in ""|0|0:*|root|root:*) fail "image runs as root (User '$user')" ;; esac
-printf '%s\n' "${entry[@]}" "${cmd[@]}" | grep -qx '0.0.0.0:7070' || fail "entrypoint does not bind the admin port on 0.0.0.0"
+[[ " ${entry[*]} ${cmd[*]} " == *' 0.0.0.0:7070 '* ]] || fail "entrypoint does not bind the admin port on 0.0.0.0"
 
 root=$(mktemp -d)
 mnt=$("${P[@]}" image mount "$img")
@@ -77,7 +80,8 @@ done
 if [ -z "$ok" ]; then cat "$root/seqd.log" >&2; kill "$pid" 2>/dev/null; echo "docker-smoke: FAIL: healthcheck never passed" >&2; exit 1; fi
 echo "docker-smoke: healthcheck passed: ${hc[*]}"
 if command -v curl >/dev/null; then
-  curl -fsS http://127.0.0.1:9464/metrics | grep -q '^seqd_oracle_persisted_mark' || { echo "docker-smoke: FAIL: /metrics" >&2; exit 1; }
+  body=$(curl -fsS http://127.0.0.1:9464/metrics) || { echo "docker-smoke: FAIL: GET /metrics" >&2; exit 1; }
+  grep -q '^seqd_oracle_persisted_mark' <<<"$body" || { echo "docker-smoke: FAIL: no seqd_oracle_persisted_mark on /metrics" >&2; exit 1; }
   echo "docker-smoke: /metrics on 9464 ok"
 fi
 chroot --userspec="$user" "$root" /usr/local/bin/seqctl status >/dev/null
