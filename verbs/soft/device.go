@@ -44,6 +44,9 @@ type config struct {
 	advertise netip.Addr
 }
 
+// faults reports whether any fault injection is on.
+func (c *config) faults() bool { return c.loss > 0 || c.dup > 0 || c.reorder > 0 }
+
 func parseConfig(device string, opts verbs.Options) (config, error) {
 	c := config{queues: 1, gso: true, gro: true, rcvbuf: 4 << 20, sndbuf: 4 << 20, maxQP: defaultMaxQP, seed: 1}
 	if device == "" {

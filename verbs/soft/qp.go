@@ -12,6 +12,9 @@ type recvSlot struct {
 	id uint64
 	n  int
 	sg [maxSGE]verbs.SGE
+	// mrs are the regions of sg, looked up when the RECV was posted (nil:
+	// look up at use). A region closed since is seen by its closed flag.
+	mrs [maxSGE]*mr
 }
 
 // qp is a queue pair.
@@ -258,10 +261,13 @@ func (x *qp) PostRecv(wrs []verbs.RecvWR) (int, error) {
 		if len(wr.SG) > x.cap.MaxRecvSGE {
 			return i, fmt.Errorf("%w: recv WR %d has %d SGEs, QP takes %d", verbs.ErrInvalidArgument, i, len(wr.SG), x.cap.MaxRecvSGE)
 		}
+		var mrs [maxSGE]*mr
 		for j := range wr.SG {
-			if err := x.checkSGE(&wr.SG[j], verbs.AccessLocalWrite); err != nil {
+			m, err := x.checkSGE(&wr.SG[j], verbs.AccessLocalWrite)
+			if err != nil {
 				return i, fmt.Errorf("recv WR %d SGE %d: %w", i, j, err)
 			}
+			mrs[j] = m
 		}
 		if x.rqN == len(x.rq) || x.cap.MaxRecvWR == 0 {
 			return i, fmt.Errorf("%w: receive queue holds %d", verbs.ErrQueueFull, x.cap.MaxRecvWR)
@@ -274,25 +280,26 @@ func (x *qp) PostRecv(wrs []verbs.RecvWR) (int, error) {
 		s := &x.rq[t]
 		s.id = wr.ID
 		s.n = copy(s.sg[:], wr.SG)
+		s.mrs = mrs
 		x.rqN++
 	}
 	return len(wrs), nil
 }
 
 // checkSGE checks that sge names memory of a live region of this QP's PD
-// with the given access.
-func (x *qp) checkSGE(sge *verbs.SGE, need verbs.Access) error {
+// with the given access, and returns the region.
+func (x *qp) checkSGE(sge *verbs.SGE, need verbs.Access) (*mr, error) {
 	m := x.d.lookupMR(sge.LKey, false)
 	if m == nil || m.pd != x.pd {
-		return fmt.Errorf("%w: bad lkey 0x%x", verbs.ErrInvalidArgument, sge.LKey)
+		return nil, fmt.Errorf("%w: bad lkey 0x%x", verbs.ErrInvalidArgument, sge.LKey)
 	}
 	if m.access&need != need {
-		return fmt.Errorf("%w: lkey 0x%x lacks access 0x%x", verbs.ErrInvalidArgument, sge.LKey, uint32(need))
+		return nil, fmt.Errorf("%w: lkey 0x%x lacks access 0x%x", verbs.ErrInvalidArgument, sge.LKey, uint32(need))
 	}
 	if _, ok := m.slice(sge.Addr, sge.Length); !ok {
-		return fmt.Errorf("%w: SGE [0x%x,+%d) outside its region", verbs.ErrInvalidArgument, sge.Addr, sge.Length)
+		return nil, fmt.Errorf("%w: SGE [0x%x,+%d) outside its region", verbs.ErrInvalidArgument, sge.Addr, sge.Length)
 	}
-	return nil
+	return m, nil
 }
 
 func (x *qp) Close() error {
@@ -345,7 +352,12 @@ func (x *qp) scatter(s *recvSlot, off int, a, b []byte) bool {
 			off -= int(sge.Length)
 			continue
 		}
-		m := x.d.lookupMR(sge.LKey, false)
+		m := s.mrs[i]
+		if m == nil {
+			m = x.d.lookupMR(sge.LKey, false)
+		} else if m.closed.Load() {
+			m = nil
+		}
 		if m == nil {
 			return false
 		}

@@ -41,6 +41,7 @@ type peer struct {
 	preLen int
 	pre    uint32
 	icrc   rocev2.Patcher // consecutive packets differ in a few bytes
+	udimm  rocev2.UDImmICRC
 }
 
 func (q *queue) newPeer(a verbs.Address) (*peer, error) {
@@ -110,14 +111,7 @@ type queue struct {
 	rctrl   [rxMsgs][rxCtrlLen]byte
 	rxErrno syscall.Errno
 	rxDst   [4]byte // destination address of the datagram being processed
-	rxPre   struct {
-		src  [4]byte
-		dst  [4]byte
-		port uint16
-		n    int
-		pre  uint32
-		icrc rocev2.Patcher
-	}
+	rxPre   rxFlow
 	readFn  func(uintptr) bool
 	rqHeld  *qp // the QP whose receive queue the burst holds locked
 	pendCQ  *cq // receive completions batched for one CQ
@@ -216,8 +210,8 @@ func (q *queue) close() {
 
 // ---- transmit ----
 
-// reserve returns n bytes of arena for a packet to pe, flushing first if
-// the arena is full. Callers hold txMu and then call commit.
+// reserve returns n bytes of arena for a packet, flushing first if the
+// arena is full. Callers hold txMu and then call record.
 func (q *queue) reserve(n int) []byte {
 	if q.used+n > len(q.arena) || len(q.pkts) == cap(q.pkts) {
 		q.flush()
@@ -225,12 +219,16 @@ func (q *queue) reserve(n int) []byte {
 	return q.arena[q.used : q.used+n : q.used+n]
 }
 
-// commit finishes the packet just encoded in the reserved bytes b: it
-// writes the ICRC and records it for the next doorbell, or applies
-// injected faults.
-func (q *queue) commit(pe *peer, b []byte) {
+// putICRC writes the ICRC of the packet encoded in b, for pe.
+func (q *queue) putICRC(pe *peer, b []byte) {
 	n := len(b)
 	binaryLE32(b[n-rocev2.ICRCLen:], pe.icrc.ICRC(pe.prefix(n), b))
+}
+
+// record queues the packet just encoded in the reserved bytes b (ICRC
+// included) for the next doorbell, or applies injected faults.
+func (q *queue) record(pe *peer, b []byte) {
+	n := len(b)
 	cfg := &q.d.cfg
 	if cfg.loss > 0 && q.rng.Float64() < cfg.loss {
 		q.d.ctr.faultLoss.Add(1)
@@ -390,13 +388,18 @@ func (q *queue) write(fd uintptr) bool {
 
 // deliver queues a receive completion for c; the burst hands them to the
 // CQ in batches (one lock per batch, not per packet). Callers hold rxMu.
-func (q *queue) deliver(c *cq, wc *verbs.WC) {
+func (q *queue) deliver(c *cq, wc *verbs.WC) { *q.pendWC(c) = *wc }
+
+// pendWC returns the next batched completion for c, to be filled in.
+// Callers hold rxMu.
+func (q *queue) pendWC(c *cq) *verbs.WC {
 	if c != q.pendCQ || q.npend == len(q.pend) {
 		q.flushPend()
 		q.pendCQ = c
 	}
-	q.pend[q.npend] = *wc
+	w := &q.pend[q.npend]
 	q.npend++
+	return w
 }
 
 // flushPend hands batched completions to their CQ. Callers hold rxMu.

@@ -101,7 +101,7 @@ func (x *qp) postRC(wrs []verbs.SendWR) (int, error) {
 			total, err = x.checkGather(wr)
 			if err == nil {
 				for j := range wr.SG {
-					if err = x.checkSGE(&wr.SG[j], verbs.AccessLocalWrite); err != nil {
+					if _, err = x.checkSGE(&wr.SG[j], verbs.AccessLocalWrite); err != nil {
 						break
 					}
 				}
@@ -109,7 +109,7 @@ func (x *qp) postRC(wrs []verbs.SendWR) (int, error) {
 		case verbs.OpAtomicFetchAdd, verbs.OpAtomicCmpSwap:
 			if len(wr.SG) != 1 || wr.SG[0].Length != 8 {
 				err = fmt.Errorf("%w: an atomic needs one 8-byte SGE", verbs.ErrInvalidArgument)
-			} else if err = x.checkSGE(&wr.SG[0], verbs.AccessLocalWrite); err == nil && wr.RemoteAddr%8 != 0 {
+			} else if _, err = x.checkSGE(&wr.SG[0], verbs.AccessLocalWrite); err == nil && wr.RemoteAddr%8 != 0 {
 				err = fmt.Errorf("%w: atomic remote address 0x%x not 8-byte aligned", verbs.ErrInvalidArgument, wr.RemoteAddr)
 			}
 			total = 8
@@ -180,7 +180,8 @@ func (x *qp) emitHeaderOnly(pk *rocev2.Packet) {
 	b := q.reserve(pk.Opcode.HeaderLen() + rocev2.ICRCLen)
 	pk.EncodeHeaders(b, 0)
 	clear(b[len(b)-rocev2.ICRCLen:])
-	q.commit(x.peer, b)
+	q.putICRC(x.peer, b)
+	q.record(x.peer, b)
 }
 
 // retransmitFrom resends everything in flight from PSN psn on.
@@ -580,7 +581,8 @@ func (x *qp) rcRead(pk *rocev2.Packet, fresh bool) {
 		out.EncodeHeaders(b, pad)
 		copy(b[hl:], chunk)
 		clear(b[hl+len(chunk):])
-		q.commit(x.peer, b)
+		q.putICRC(x.peer, b)
+		q.record(x.peer, b)
 	}
 	q.txMu.Unlock()
 }

@@ -5,13 +5,38 @@ import (
 	"github.com/seqd/seqd/verbs/rocev2"
 )
 
+// rxFlow is what a queue's receive path keeps about the source and size
+// of the last packet: the ICRC prefix, and for UD receives the GRH and
+// the sender's GID. A burst's packets mostly share them (a GRO
+// super-packet is one sender's run of equal-size packets).
+type rxFlow struct {
+	src   [4]byte
+	dst   [4]byte
+	port  uint16
+	n     int
+	pre   uint32
+	gid   verbs.GID
+	grh   [verbs.GRHLen]byte
+	icrc  rocev2.Patcher
+	udimm rocev2.UDImmICRC
+}
+
+func (c *rxFlow) set(src, dst [4]byte, sport, dport uint16, n int) {
+	c.src, c.dst, c.port, c.n = src, dst, sport, n
+	f := rocev2.Flow{Src: src, Dst: dst, SrcPort: sport, DstPort: dport, FlagsFrag: 0x4000}
+	c.pre = f.Prefix(n)
+	c.gid = verbs.GID{10: 0xff, 11: 0xff, 12: src[0], 13: src[1], 14: src[2], 15: src[3]}
+	grh(&c.grh, src, dst, n)
+}
+
 // input processes one received transport packet (BTH through ICRC) from
 // src:sport. Callers hold rxMu. Everything that is not a well-formed packet
 // for a live QP in a receiving state is dropped and counted.
 func (q *queue) input(b []byte, src [4]byte, sport uint16) {
 	d := q.d
 	var pk rocev2.Packet
-	if !decodeUDHeaderOnly(b, &pk) {
+	udImm := decodeUDHeaderOnly(b, &pk)
+	if !udImm {
 		// Everything but a header-only UD SEND_WITH_IMM (the sequencer's
 		// packet) goes through the general decoder; connected QPs take
 		// their own locks.
@@ -25,13 +50,17 @@ func (q *queue) input(b []byte, src [4]byte, sport uint16) {
 			return
 		}
 	}
-	// ICRC, with the prefix cached for the last source and size.
 	c := &q.rxPre
 	if c.n != len(b) || c.src != src || c.port != sport || c.dst != q.rxDst {
-		f := rocev2.Flow{Src: src, Dst: q.rxDst, SrcPort: sport, DstPort: q.local.Port(), FlagsFrag: 0x4000}
-		c.src, c.dst, c.port, c.n, c.pre = src, q.rxDst, sport, len(b), f.Prefix(len(b))
+		c.set(src, q.rxDst, sport, q.local.Port(), len(b))
 	}
-	if c.icrc.ICRC(c.pre, b) != le32(b[len(b)-rocev2.ICRCLen:]) {
+	var sum uint32
+	if udImm {
+		sum = c.udimm.ICRC(c.pre, b)
+	} else {
+		sum = c.icrc.ICRC(c.pre, b)
+	}
+	if sum != le32(b[len(b)-rocev2.ICRCLen:]) {
 		d.ctr.dropICRC.Add(1)
 		return
 	}
@@ -51,7 +80,7 @@ func (q *queue) input(b []byte, src [4]byte, sport uint16) {
 	}
 	switch {
 	case x.typ == verbs.UD && pk.Opcode.Transport() == rocev2.TransportUD:
-		x.recvUD(&pk, len(b), src, sport)
+		x.recvUD(&pk, c)
 	case x.typ == verbs.UC && pk.Opcode.Transport() == rocev2.TransportUC:
 		q.unlockRQ()
 		x.recvUC(&pk)
@@ -142,40 +171,37 @@ func grh(g *[verbs.GRHLen]byte, src, dst [4]byte, n int) {
 	copy(ip[16:], dst[:])
 }
 
-// recvUD delivers a UD SEND into the next posted RECV.
-func (x *qp) recvUD(pk *rocev2.Packet, n int, src [4]byte, sport uint16) {
+// recvUD delivers a UD SEND from the flow c into the next posted RECV:
+// the GRH, then the payload.
+func (x *qp) recvUD(pk *rocev2.Packet, c *rxFlow) {
 	d := x.d
 	if pk.QKey != x.qkey {
 		d.ctr.dropQKey.Add(1)
 		return
 	}
-	wc := verbs.WC{Opcode: verbs.WCRecv, Flags: verbs.WCGRH, QPN: verbs.QPN(x.qpn), SrcQP: verbs.QPN(pk.SrcQP)}
-	wc.Src.GID = verbs.GID{10: 0xff, 11: 0xff, 12: src[0], 13: src[1], 14: src[2], 15: src[3]}
-	wc.Src.Port = sport
-	if pk.Opcode == rocev2.UDSendOnlyWithImm {
-		wc.Flags |= verbs.WCWithImm
-		wc.Imm = pk.Imm
-	}
-	need := verbs.GRHLen + len(pk.Payload)
-	wc.ByteLen = uint32(need)
-	var g [verbs.GRHLen]byte
-	grh(&g, src, x.q.rxDst, n)
-	x.q.lockRQ(x)
+	q := x.q
+	q.lockRQ(x)
 	if x.rqN == 0 {
 		d.ctr.dropNoRecv.Add(1)
 		return
 	}
 	s := &x.rq[x.rqHead]
-	wc.ID = s.id
-	if slotLen(s) < need || !x.scatter(s, 0, g[:], pk.Payload) {
-		d.ctr.dropLength.Add(1)
-		wc.Status = verbs.WCLocLenErr
-	}
 	if x.rqHead++; x.rqHead == len(x.rq) {
 		x.rqHead = 0
 	}
 	x.rqN--
-	x.q.deliver(x.recvCQ, &wc)
+	need := verbs.GRHLen + len(pk.Payload)
+	wc := q.pendWC(x.recvCQ)
+	*wc = verbs.WC{ID: s.id, Opcode: verbs.WCRecv, Flags: verbs.WCGRH, ByteLen: uint32(need),
+		QPN: verbs.QPN(x.qpn), SrcQP: verbs.QPN(pk.SrcQP), Src: verbs.Address{GID: c.gid, Port: c.port}}
+	if pk.Opcode == rocev2.UDSendOnlyWithImm {
+		wc.Flags |= verbs.WCWithImm
+		wc.Imm = pk.Imm
+	}
+	if slotLen(s) < need || !x.scatter(s, 0, c.grh[:], pk.Payload) {
+		d.ctr.dropLength.Add(1)
+		wc.Status = verbs.WCLocLenErr
+	}
 }
 
 // responder is the receive side of a connected QP (UC and RC).

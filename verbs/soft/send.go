@@ -31,7 +31,7 @@ func (x *qp) checkGather(wr *verbs.SendWR) (int, error) {
 	}
 	total := 0
 	for j := range wr.SG {
-		if err := x.checkSGE(&wr.SG[j], 0); err != nil {
+		if _, err := x.checkSGE(&wr.SG[j], 0); err != nil {
 			return 0, fmt.Errorf("SGE %d: %w", j, err)
 		}
 		total += int(wr.SG[j].Length)
@@ -70,16 +70,43 @@ func (x *qp) gather(sg []verbs.SGE, off int, dst []byte) {
 func (x *qp) signaled(wr *verbs.SendWR) bool { return x.sigAll || wr.Flags&verbs.Signaled != 0 }
 
 // postUD sends each WR as one UD packet and rings one doorbell.
+//
+// The sequencer's packet, a header-only SEND_WITH_IMM, takes a fast path
+// once the chain's first WR to an AH has been validated in full: further
+// WRs to the same AH only need their opcode, length and QPN checked, and
+// their ICRC is patched from the peer's last one (rocev2.UDImmICRC).
 func (x *qp) postUD(wrs []verbs.SendWR) (int, error) {
 	q := x.q
 	var err error
 	n := 0
+	var fastAH verbs.AH // validated for this chain
+	var fastPeer *peer
 	q.txMu.Lock()
+	faults := q.d.cfg.faults()
 	for i := range wrs {
 		wr := &wrs[i]
 		if i >= x.cap.MaxSendWR {
 			err = fmt.Errorf("%w: chain of %d exceeds the send queue (%d)", verbs.ErrQueueFull, len(wrs), x.cap.MaxSendWR)
 			break
+		}
+		if wr.AH == fastAH && fastAH != nil && wr.Opcode == verbs.OpSendWithImm && len(wr.SG) == 0 &&
+			wr.Flags&verbs.Solicited == 0 && wr.RemoteQPN <= verbs.MaxQPN {
+			qkey := wr.RemoteQKey
+			if qkey&0x80000000 != 0 {
+				qkey = x.qkey
+			}
+			b := q.reserve(rocev2.UDImmLen)
+			encodeUDHeaderOnly(b, uint32(wr.RemoteQPN), x.spsn, qkey, x.qpn, wr.Imm)
+			binaryLE32(b[rocev2.UDImmLen-rocev2.ICRCLen:], fastPeer.udimm.ICRC(fastPeer.prefix(rocev2.UDImmLen), b))
+			if faults {
+				q.record(fastPeer, b)
+			} else {
+				q.pkts = append(q.pkts, txPkt{pe: fastPeer, off: int32(q.used), n: rocev2.UDImmLen})
+				q.used += rocev2.UDImmLen
+			}
+			x.spsn = (x.spsn + 1) & verbs.PSNMask
+			n++
+			continue
 		}
 		var op rocev2.Opcode
 		switch wr.Opcode {
@@ -114,20 +141,24 @@ func (x *qp) postUD(wrs []verbs.SendWR) (int, error) {
 		if qkey&0x80000000 != 0 {
 			qkey = x.qkey // a "controlled" Q_Key means: use the QP's own
 		}
+		pe := a.peers[q.idx]
 		hl := op.HeaderLen()
 		pad := (4 - total&3) & 3
 		b := q.reserve(hl + total + pad + rocev2.ICRCLen)
 		if total == 0 && op == rocev2.UDSendOnlyWithImm && wr.Flags&verbs.Solicited == 0 {
-			// The sequencer's packet, written directly.
+			// The sequencer's packet: later ones to this AH take the fast path.
 			encodeUDHeaderOnly(b, uint32(wr.RemoteQPN), x.spsn, qkey, x.qpn, wr.Imm)
+			binaryLE32(b[rocev2.UDImmLen-rocev2.ICRCLen:], pe.udimm.ICRC(pe.prefix(rocev2.UDImmLen), b))
+			fastAH, fastPeer = wr.AH, pe
 		} else {
 			pk := rocev2.Packet{Opcode: op, PKey: rocev2.DefaultPKey, DestQP: uint32(wr.RemoteQPN), PSN: x.spsn,
 				QKey: qkey, SrcQP: x.qpn, Imm: wr.Imm, SE: wr.Flags&verbs.Solicited != 0}
 			pk.EncodeHeaders(b, pad)
+			x.gather(wr.SG, 0, b[hl:hl+total])
+			clear(b[hl+total:])
+			q.putICRC(pe, b)
 		}
-		x.gather(wr.SG, 0, b[hl:hl+total])
-		clear(b[hl+total:])
-		q.commit(a.peers[q.idx], b)
+		q.record(pe, b)
 		x.spsn = (x.spsn + 1) & verbs.PSNMask
 		n++
 	}
@@ -236,7 +267,8 @@ func (x *qp) emitMsgPacket(t rocev2.Opcode, op verbs.Opcode, sg []verbs.SGE, tot
 	pk.EncodeHeaders(b, pad)
 	x.gather(sg, off, b[hl:hl+plen])
 	clear(b[hl+plen:])
-	q.commit(x.peer, b)
+	q.putICRC(x.peer, b)
+	q.record(x.peer, b)
 }
 
 // postUC sends SENDs and WRITEs on a UC QP, segmented by the path MTU.

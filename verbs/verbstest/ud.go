@@ -30,6 +30,7 @@ func udTests() []test {
 		test{"UD/BadQKey", testUDBadQKey},
 		test{"UD/ChainUnsignaled", testUDChainUnsignaled},
 		test{"UD/ChainSigAll", testUDChainSigAll},
+		test{"UD/ChainMixed", testUDChainMixed},
 	)
 }
 
@@ -308,5 +309,84 @@ func testUDChainSigAll(t *testing.T, a, b verbs.Device) {
 		checkUDRecv(t, wc, uint64(1000+i), x, y, 16, false, 0)
 		off := i*128 + verbs.GRHLen
 		checkBytes(t, "chained payload", y.MR.Bytes()[off:off+16], Pattern(16, byte(i)))
+	}
+}
+
+// testUDChainMixed posts one chain to two receivers that interleaves
+// header-only SEND_WITH_IMMs with SENDs that carry a payload, no
+// immediate or the solicited flag, and receives some of them into RECVs
+// whose first SGE is shorter than the GRH. Every message must arrive
+// whole, in order, at the QP it was sent to, with its own immediate and a
+// GRH, whatever path the provider takes for each.
+func testUDChainMixed(t *testing.T, a, b verbs.Device) {
+	needWRs(t, a, chainLen)
+	needWRs(t, b, chainLen)
+	x := NewEnd(t, a, verbs.UD)
+	y, z := NewEnd(t, b, verbs.UD), NewEnd(t, b, verbs.UD)
+	for _, e := range []*End{x, y, z} {
+		BringUp(t, e)
+	}
+	ahs := []verbs.AH{AH(t, x, y.QP.Address()), AH(t, x, z.QP.Address())}
+	to := []*End{y, z}
+	const slot = 128
+	type msg struct {
+		n       int
+		withImm bool
+		imm     uint32
+	}
+	var want [2][]msg
+	wrs := make([]verbs.SendWR, chainLen)
+	for i := range wrs {
+		d := i / 3 % 2 // runs of three to one receiver, then the other
+		m := msg{n: 0, withImm: true, imm: uint32(0x5000 + i)}
+		switch i % 7 {
+		case 2:
+			m.n = 8 + i // a payload
+		case 4:
+			m.withImm = false
+		}
+		op := verbs.OpSend
+		if m.withImm {
+			op = verbs.OpSendWithImm
+		}
+		copy(x.MR.Bytes()[i*64:], Pattern(m.n, byte(i)))
+		wrs[i] = verbs.SendWR{ID: uint64(i), Opcode: op, SG: SG(x.MR, i*64, m.n), Imm: m.imm,
+			AH: ahs[d], RemoteQPN: to[d].QP.QPN(), RemoteQKey: verbs.DefaultQKey}
+		if i%11 == 5 {
+			wrs[i].Flags |= verbs.Solicited
+		}
+		if !m.withImm {
+			m.imm = 0
+		}
+		want[d] = append(want[d], m)
+	}
+	wrs[chainLen-1].Flags |= verbs.Signaled
+	for d, e := range to {
+		recvs := make([]verbs.RecvWR, len(want[d]))
+		for i := range recvs {
+			recvs[i] = verbs.RecvWR{ID: uint64(i), SG: SG(e.MR, i*slot, slot)}
+			if i%4 == 1 {
+				// The GRH straddles two SGEs.
+				recvs[i].SG = []verbs.SGE{SGE(e.MR, i*slot, 16), SGE(e.MR, i*slot+16, slot-16)}
+			}
+		}
+		Fill(e.MR.Bytes()[:len(recvs)*slot], 0xee)
+		PostRecv(t, e.QP, recvs...)
+	}
+	PostSend(t, x.QP, wrs...)
+	ExpectWC(t, PollOne(t, x.SendCQ, DefaultTimeout), chainLen-1, verbs.WCSend)
+	for d, e := range to {
+		wcs, _ := PollBatched(t, e.RecvCQ, len(want[d]), 16, DefaultTimeout)
+		for i, wc := range wcs {
+			m := want[d][i]
+			checkUDRecv(t, wc, uint64(i), x, e, m.n, m.withImm, m.imm)
+			buf := e.MR.Bytes()[i*slot : (i+1)*slot]
+			checkGRH(t, buf, x.QP.Address(), e.QP.Address())
+			if m.n > 0 {
+				checkBytes(t, "payload after the GRH", buf[verbs.GRHLen:verbs.GRHLen+m.n], Pattern(m.n, byte(wcs[i].Imm-0x5000)))
+			}
+			checkUntouched(t, "receive buffer after the message", buf[verbs.GRHLen+m.n:], 0xee)
+		}
+		ExpectEmpty(t, e.RecvCQ, "after the mixed chain")
 	}
 }
