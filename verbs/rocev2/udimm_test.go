@@ -1,8 +1,10 @@
 package rocev2
 
 import (
+	"bytes"
 	"encoding/binary"
 	"math/rand/v2"
+	"reflect"
 	"testing"
 )
 
@@ -65,17 +67,94 @@ func TestUDImmICRC(t *testing.T) {
 	}
 }
 
-func BenchmarkUDImmICRC(b *testing.B) {
-	pk := Packet{Opcode: UDSendOnlyWithImm, PKey: 0xffff, DestQP: 0x123, QKey: 1, SrcQP: 2}
-	buf := make([]byte, pk.Len())
+// TestUDImmPut checks the direct encoder of the sequencer's packet (and
+// its ICRC computed from the fields) against the general encoder and
+// ICRCFrom, and that ParseUDImm reads it back.
+func TestUDImmPut(t *testing.T) {
+	f := Flow{Src: [4]byte{10, 0, 0, 1}, Dst: [4]byte{10, 0, 0, 2}, SrcPort: 49152, DstPort: 4791, FlagsFrag: 0x4000}
+	pre := f.Prefix(UDImmLen)
+	var u UDImmICRC
+	r := rand.New(rand.NewPCG(5, 6))
+	cases := []struct{ dqp, psn, qkey, sqp, imm uint32 }{
+		{0x123, 7, 0x11111111, 0xabc, 0xdeadbeef},
+		{0xffffff, 0xffffff, 0xffffffff, 0xffffff, 0xffffffff},
+		{0, 0, 0, 0, 0},
+	}
+	for i := 0; i < 20000; i++ {
+		c := cases[len(cases)-1]
+		c.psn, c.imm = r.Uint32N(1<<24), r.Uint32()
+		if i%50 == 0 {
+			c.dqp, c.qkey, c.sqp = r.Uint32N(1<<24), r.Uint32(), r.Uint32N(1<<24)
+		}
+		cases = append(cases, c)
+	}
+	for _, c := range cases {
+		want := make([]byte, UDImmLen)
+		pk := Packet{Opcode: UDSendOnlyWithImm, PKey: DefaultPKey, DestQP: c.dqp, PSN: c.psn,
+			QKey: c.qkey, SrcQP: c.sqp, Imm: c.imm}
+		pk.EncodeHeaders(want, 0)
+		binary.LittleEndian.PutUint32(want[udImmBody:], ICRCFrom(pre, want))
+		got := make([]byte, UDImmLen)
+		u.Put(got, pre, c.dqp, c.psn, c.qkey, c.sqp, c.imm)
+		if string(got) != string(want) {
+			t.Fatalf("%+v:\n got %x\nwant %x", c, got, want)
+		}
+		var back Packet
+		if !ParseUDImm(got, &back) || !reflect.DeepEqual(back, pk) {
+			t.Fatalf("%+v: parsed %+v", c, back)
+		}
+	}
+	// Not the sequencer's packet: another length, opcode, pad or version.
+	var p Packet
+	b := make([]byte, UDImmLen)
+	u.Put(b, pre, 1, 2, 3, 4, 5)
+	for _, bad := range [][]byte{b[:UDImmLen-1], append(bytes.Clone(b), 0, 0, 0, 0),
+		append([]byte{byte(UDSendOnly)}, b[1:]...), append([]byte{b[0], 0x10}, b[2:]...), append([]byte{b[0], 0x01}, b[2:]...)} {
+		if ParseUDImm(bad, &p) {
+			t.Errorf("ParseUDImm accepted % x", bad)
+		}
+	}
+}
+
+// BenchmarkUDImmPut is the transmit side: encode and ICRC from the
+// fields.
+func BenchmarkUDImmPut(b *testing.B) {
 	f := Flow{Src: [4]byte{127, 0, 0, 1}, Dst: [4]byte{127, 0, 0, 1}, SrcPort: 1, DstPort: 2, FlagsFrag: 0x4000}
-	pre := f.Prefix(len(buf))
+	pre := f.Prefix(UDImmLen)
+	buf := make([]byte, 64*UDImmLen)
 	var u UDImmICRC
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
-		pk.PSN = uint32(i) & 0xffffff
-		pk.Imm = uint32(i * 7)
-		pk.EncodeHeaders(buf, 0)
-		_ = u.ICRC(pre, buf)
+		u.Put(buf[i%64*UDImmLen:], pre, 0x123, uint32(i)&0xffffff, 1, 2, uint32(i*7))
 	}
+}
+
+// BenchmarkUDImmICRC is the receive side: the ICRC of packets already in
+// memory (a GRO batch), next to the Patcher and the full computation.
+func BenchmarkUDImmICRC(b *testing.B) {
+	f := Flow{Src: [4]byte{127, 0, 0, 1}, Dst: [4]byte{127, 0, 0, 1}, SrcPort: 1, DstPort: 2, FlagsFrag: 0x4000}
+	pre := f.Prefix(UDImmLen)
+	pkts := make([][]byte, 64)
+	var u UDImmICRC
+	for i := range pkts {
+		pkts[i] = make([]byte, UDImmLen)
+		u.Put(pkts[i], pre, 0x123, uint32(i), 1, 2, uint32(i*0x9e3779b9))
+	}
+	b.Run("UDImm", func(b *testing.B) {
+		var u UDImmICRC
+		for i := 0; i < b.N; i++ {
+			_ = u.ICRC(pre, pkts[i%64])
+		}
+	})
+	b.Run("Patcher", func(b *testing.B) {
+		var p Patcher
+		for i := 0; i < b.N; i++ {
+			_ = p.ICRC(pre, pkts[i%64])
+		}
+	})
+	b.Run("Full", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			_ = ICRCFrom(pre, pkts[i%64])
+		}
+	})
 }

@@ -9,7 +9,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/seqd/seqd/verbs"
-	"github.com/seqd/seqd/verbs/rocev2"
 )
 
 // TestBuildGSO table-tests how a doorbell's packets become sendmmsg
@@ -202,32 +201,6 @@ func TestParseCmsgs(t *testing.T) {
 		gso, dst, have := parseCmsgs(tt.b)
 		if gso != tt.gso || have != tt.haveDst || (have && dst != ip) {
 			t.Errorf("%s: gso %d dst %v %v, want %d %v", tt.name, gso, dst, have, tt.gso, tt.haveDst)
-		}
-	}
-}
-
-// TestEncodeUDHeaderOnly checks the direct encoder of the sequencer's
-// packet against the general one, and that the direct decoder reads it
-// back.
-func TestEncodeUDHeaderOnly(t *testing.T) {
-	for _, c := range []struct{ dqp, psn, qkey, sqp, imm uint32 }{
-		{0x123, 7, 0x11111111, 0xabc, 0xdeadbeef},
-		{0xffffff, 0xffffff, 0xffffffff, 0xffffff, 0xffffffff},
-		{0, 0, 0, 0, 0},
-	} {
-		want := make([]byte, 28)
-		pk := rocev2.Packet{Opcode: rocev2.UDSendOnlyWithImm, PKey: rocev2.DefaultPKey, DestQP: c.dqp, PSN: c.psn,
-			QKey: c.qkey, SrcQP: c.sqp, Imm: c.imm}
-		pk.EncodeHeaders(want, 0)
-		got := make([]byte, 28)
-		encodeUDHeaderOnly(got, c.dqp, c.psn, c.qkey, c.sqp, c.imm)
-		if string(got[:24]) != string(want[:24]) {
-			t.Fatalf("%+v:\n got %x\nwant %x", c, got[:24], want[:24])
-		}
-		var back rocev2.Packet
-		if !decodeUDHeaderOnly(got, &back) || back.DestQP != c.dqp || back.PSN != c.psn || back.QKey != c.qkey ||
-			back.SrcQP != c.sqp || back.Imm != c.imm {
-			t.Fatalf("%+v: decoded %+v", c, back)
 		}
 	}
 }

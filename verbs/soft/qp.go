@@ -261,26 +261,34 @@ func (x *qp) PostRecv(wrs []verbs.RecvWR) (int, error) {
 		if len(wr.SG) > x.cap.MaxRecvSGE {
 			return i, fmt.Errorf("%w: recv WR %d has %d SGEs, QP takes %d", verbs.ErrInvalidArgument, i, len(wr.SG), x.cap.MaxRecvSGE)
 		}
-		var mrs [maxSGE]*mr
-		for j := range wr.SG {
-			m, err := x.checkSGE(&wr.SG[j], verbs.AccessLocalWrite)
-			if err != nil {
-				return i, fmt.Errorf("recv WR %d SGE %d: %w", i, j, err)
-			}
-			mrs[j] = m
-		}
 		if x.rqN == len(x.rq) || x.cap.MaxRecvWR == 0 {
 			return i, fmt.Errorf("%w: receive queue holds %d", verbs.ErrQueueFull, x.cap.MaxRecvWR)
+		}
+		t := x.rqHead + x.rqN
+		if t >= len(x.rq) {
+			t -= len(x.rq)
+		}
+		s := &x.rq[t]
+		// Applications re-post the same buffers: a one-SGE RECV naming what
+		// the slot named last time, in a region still registered, was
+		// checked then.
+		if !(len(wr.SG) == 1 && s.n == 1 && s.sg[0] == wr.SG[0] && s.mrs[0] != nil && !s.mrs[0].closed.Load()) {
+			var mrs [maxSGE]*mr
+			for j := range wr.SG {
+				m, err := x.checkSGE(&wr.SG[j], verbs.AccessLocalWrite)
+				if err != nil {
+					return i, fmt.Errorf("recv WR %d SGE %d: %w", i, j, err)
+				}
+				mrs[j] = m
+			}
+			s.n = copy(s.sg[:], wr.SG)
+			s.mrs = mrs
 		}
 		if st == verbs.StateErr {
 			x.recvCQ.push(&verbs.WC{ID: wr.ID, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPN: verbs.QPN(x.qpn)})
 			continue
 		}
-		t := (x.rqHead + x.rqN) % len(x.rq)
-		s := &x.rq[t]
 		s.id = wr.ID
-		s.n = copy(s.sg[:], wr.SG)
-		s.mrs = mrs
 		x.rqN++
 	}
 	return len(wrs), nil

@@ -35,7 +35,7 @@ func (c *rxFlow) set(src, dst [4]byte, sport, dport uint16, n int) {
 func (q *queue) input(b []byte, src [4]byte, sport uint16) {
 	d := q.d
 	var pk rocev2.Packet
-	udImm := decodeUDHeaderOnly(b, &pk)
+	udImm := rocev2.ParseUDImm(b, &pk)
 	if !udImm {
 		// Everything but a header-only UD SEND_WITH_IMM (the sequencer's
 		// packet) goes through the general decoder; connected QPs take
@@ -94,28 +94,6 @@ func (q *queue) input(b []byte, src [4]byte, sport uint16) {
 	default:
 		d.ctr.dropOpcode.Add(1)
 	}
-}
-
-// decodeUDHeaderOnly decodes a header-only UD SEND_WITH_IMM (BTH, DETH,
-// ImmDt, ICRC: 28 bytes) without the general decoder, or reports false.
-func decodeUDHeaderOnly(b []byte, p *rocev2.Packet) bool {
-	if len(b) != 28 || b[0] != byte(rocev2.UDSendOnlyWithImm) || b[1]&0x3f != 0 {
-		return false // other opcode, or a pad count or version
-	}
-	p.Opcode = rocev2.UDSendOnlyWithImm
-	p.SE = b[1]&0x80 != 0
-	p.PKey = uint16(b[2])<<8 | uint16(b[3])
-	p.DestQP = uint32(b[5])<<16 | uint32(b[6])<<8 | uint32(b[7])
-	p.PSN = uint32(b[9])<<16 | uint32(b[10])<<8 | uint32(b[11])
-	p.QKey = be32(b[12:])
-	p.SrcQP = be32(b[16:]) & 0xffffff
-	p.Imm = be32(b[20:])
-	return true
-}
-
-func be32(b []byte) uint32 {
-	_ = b[3]
-	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
 }
 
 // lockRQ makes x's receive queue the one the burst holds: consecutive UD
@@ -191,12 +169,24 @@ func (x *qp) recvUD(pk *rocev2.Packet, c *rxFlow) {
 	}
 	x.rqN--
 	need := verbs.GRHLen + len(pk.Payload)
-	wc := q.pendWC(x.recvCQ)
-	*wc = verbs.WC{ID: s.id, Opcode: verbs.WCRecv, Flags: verbs.WCGRH, ByteLen: uint32(need),
-		QPN: verbs.QPN(x.qpn), SrcQP: verbs.QPN(pk.SrcQP), Src: verbs.Address{GID: c.gid, Port: c.port}}
+	// Zero the slot, then store the fields: a composite literal would be
+	// built on the stack field by field and copied in wide loads, which
+	// stall on store forwarding.
+	flags, imm := verbs.WCGRH, uint32(0)
 	if pk.Opcode == rocev2.UDSendOnlyWithImm {
-		wc.Flags |= verbs.WCWithImm
-		wc.Imm = pk.Imm
+		flags, imm = verbs.WCGRH|verbs.WCWithImm, pk.Imm
+	}
+	wc := q.pendWC(x.recvCQ)
+	*wc = verbs.WC{}
+	wc.ID, wc.Opcode, wc.Flags, wc.ByteLen, wc.Imm = s.id, verbs.WCRecv, flags, uint32(need), imm
+	wc.QPN, wc.SrcQP = verbs.QPN(x.qpn), verbs.QPN(pk.SrcQP)
+	wc.Src.GID, wc.Src.Port = c.gid, c.port
+	if len(pk.Payload) == 0 && s.n == 1 && s.mrs[0] != nil && !s.mrs[0].closed.Load() {
+		// A header-only message into a one-SGE RECV: just the GRH.
+		if dst, ok := s.mrs[0].slice(s.sg[0].Addr, s.sg[0].Length); ok && len(dst) >= verbs.GRHLen {
+			*(*[verbs.GRHLen]byte)(dst) = c.grh
+			return
+		}
 	}
 	if slotLen(s) < need || !x.scatter(s, 0, c.grh[:], pk.Payload) {
 		d.ctr.dropLength.Add(1)

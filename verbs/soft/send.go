@@ -79,7 +79,7 @@ func (x *qp) postUD(wrs []verbs.SendWR) (int, error) {
 	q := x.q
 	var err error
 	n := 0
-	var fastAH verbs.AH // validated for this chain
+	var fastAH *ah // validated for this chain
 	var fastPeer *peer
 	q.txMu.Lock()
 	faults := q.d.cfg.faults()
@@ -89,15 +89,14 @@ func (x *qp) postUD(wrs []verbs.SendWR) (int, error) {
 			err = fmt.Errorf("%w: chain of %d exceeds the send queue (%d)", verbs.ErrQueueFull, len(wrs), x.cap.MaxSendWR)
 			break
 		}
-		if wr.AH == fastAH && fastAH != nil && wr.Opcode == verbs.OpSendWithImm && len(wr.SG) == 0 &&
+		if a, _ := wr.AH.(*ah); a == fastAH && a != nil && wr.Opcode == verbs.OpSendWithImm && len(wr.SG) == 0 &&
 			wr.Flags&verbs.Solicited == 0 && wr.RemoteQPN <= verbs.MaxQPN {
 			qkey := wr.RemoteQKey
 			if qkey&0x80000000 != 0 {
 				qkey = x.qkey
 			}
 			b := q.reserve(rocev2.UDImmLen)
-			encodeUDHeaderOnly(b, uint32(wr.RemoteQPN), x.spsn, qkey, x.qpn, wr.Imm)
-			binaryLE32(b[rocev2.UDImmLen-rocev2.ICRCLen:], fastPeer.udimm.ICRC(fastPeer.prefix(rocev2.UDImmLen), b))
+			fastPeer.udimm.Put(b, fastPeer.prefix(rocev2.UDImmLen), uint32(wr.RemoteQPN), x.spsn, qkey, x.qpn, wr.Imm)
 			if faults {
 				q.record(fastPeer, b)
 			} else {
@@ -147,9 +146,8 @@ func (x *qp) postUD(wrs []verbs.SendWR) (int, error) {
 		b := q.reserve(hl + total + pad + rocev2.ICRCLen)
 		if total == 0 && op == rocev2.UDSendOnlyWithImm && wr.Flags&verbs.Solicited == 0 {
 			// The sequencer's packet: later ones to this AH take the fast path.
-			encodeUDHeaderOnly(b, uint32(wr.RemoteQPN), x.spsn, qkey, x.qpn, wr.Imm)
-			binaryLE32(b[rocev2.UDImmLen-rocev2.ICRCLen:], pe.udimm.ICRC(pe.prefix(rocev2.UDImmLen), b))
-			fastAH, fastPeer = wr.AH, pe
+			pe.udimm.Put(b, pe.prefix(rocev2.UDImmLen), uint32(wr.RemoteQPN), x.spsn, qkey, x.qpn, wr.Imm)
+			fastAH, fastPeer = a, pe
 		} else {
 			pk := rocev2.Packet{Opcode: op, PKey: rocev2.DefaultPKey, DestQP: uint32(wr.RemoteQPN), PSN: x.spsn,
 				QKey: qkey, SrcQP: x.qpn, Imm: wr.Imm, SE: wr.Flags&verbs.Solicited != 0}
@@ -166,23 +164,6 @@ func (x *qp) postUD(wrs []verbs.SendWR) (int, error) {
 	q.txMu.Unlock()
 	x.completeSends(wrs[:n])
 	return n, err
-}
-
-// encodeUDHeaderOnly writes the BTH, DETH and ImmDt of a header-only UD
-// SEND_WITH_IMM (the inverse of decodeUDHeaderOnly; TestEncodeUDHeaderOnly
-// checks it against the general encoder).
-func encodeUDHeaderOnly(b []byte, destQP, psn, qkey, srcQP, imm uint32) {
-	_ = b[23]
-	b[0] = byte(rocev2.UDSendOnlyWithImm)
-	b[1] = 0
-	b[2], b[3] = 0xff, 0xff // the default P_Key
-	b[4] = 0
-	b[5], b[6], b[7] = byte(destQP>>16), byte(destQP>>8), byte(destQP)
-	b[8] = 0
-	b[9], b[10], b[11] = byte(psn>>16), byte(psn>>8), byte(psn)
-	b[12], b[13], b[14], b[15] = byte(qkey>>24), byte(qkey>>16), byte(qkey>>8), byte(qkey)
-	b[16], b[17], b[18], b[19] = 0, byte(srcQP>>16), byte(srcQP>>8), byte(srcQP)
-	b[20], b[21], b[22], b[23] = byte(imm>>24), byte(imm>>16), byte(imm>>8), byte(imm)
 }
 
 // completeSends reports the signaled WRs of a chain that has left.
