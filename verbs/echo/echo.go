@@ -243,16 +243,23 @@ func VerbsPair(provider, device string, opts verbs.Options) (cli, srv Side, err 
 	return c, s, nil
 }
 
-// postRecvs posts n receives, continuing round the slots.
+// postRecvs posts n receives, continuing round the slots. The WRs are
+// built once (slot i's WR names slot i's buffer), as a tuned verbs
+// application keeps them; a run that wraps round is two posts.
 func (e *verbsEnd) postRecvs(n int) error {
-	for i := range n {
-		s := (e.next + i) % len(e.sges)
-		e.sges[s] = verbs.SGE{Addr: e.mr.Addr() + uint64(s*slot), Length: slot, LKey: e.mr.LKey()}
-		e.rwr[i] = verbs.RecvWR{ID: uint64(s), SG: e.sges[s : s+1]}
+	if e.rwr[0].SG == nil {
+		for i := range e.sges {
+			e.sges[i] = verbs.SGE{Addr: e.mr.Addr() + uint64(i*slot), Length: slot, LKey: e.mr.LKey()}
+			e.rwr[i] = verbs.RecvWR{ID: uint64(i), SG: e.sges[i : i+1]}
+		}
 	}
-	e.next = (e.next + n) % len(e.sges)
-	if _, err := e.qp.PostRecv(e.rwr[:n]); err != nil {
-		return fmt.Errorf("post receives: %w", err)
+	for n > 0 {
+		k := min(n, len(e.rwr)-e.next)
+		if _, err := e.qp.PostRecv(e.rwr[e.next : e.next+k]); err != nil {
+			return fmt.Errorf("post receives: %w", err)
+		}
+		n -= k
+		e.next = (e.next + k) % len(e.rwr)
 	}
 	return nil
 }
