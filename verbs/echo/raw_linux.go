@@ -98,7 +98,8 @@ func (r *rawEnd) Send(n int) error {
 		h.SetControllen(unix.CmsgSpace(2))
 	}
 	for {
-		_, _, errno := unix.Syscall(unix.SYS_SENDMSG, uintptr(r.fd), uintptr(unsafe.Pointer(&h)), 0)
+		// Raw system calls on a non-blocking socket, as verbs/soft makes.
+		_, _, errno := unix.RawSyscall(unix.SYS_SENDMSG, uintptr(r.fd), uintptr(unsafe.Pointer(&h)), 0)
 		switch errno {
 		case 0:
 			return nil
@@ -115,7 +116,7 @@ func (r *rawEnd) Poll() (int, error) {
 	for i := range r.hdrs {
 		r.hdrs[i].Hdr.SetControllen(cmsgSpace)
 	}
-	n, _, errno := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(r.fd), uintptr(unsafe.Pointer(&r.hdrs[0])), rawRxMsgs, unix.MSG_DONTWAIT, 0, 0)
+	n, _, errno := unix.RawSyscall6(unix.SYS_RECVMMSG, uintptr(r.fd), uintptr(unsafe.Pointer(&r.hdrs[0])), rawRxMsgs, unix.MSG_DONTWAIT, 0, 0)
 	if errno != 0 {
 		return 0, nil
 	}
