@@ -72,9 +72,10 @@ func (x *qp) signaled(wr *verbs.SendWR) bool { return x.sigAll || wr.Flags&verbs
 // postUD sends each WR as one UD packet and rings one doorbell.
 //
 // The sequencer's packet, a header-only SEND_WITH_IMM, takes a fast path
-// once the chain's first WR to an AH has been validated in full: further
-// WRs to the same AH only need their opcode, length and QPN checked, and
-// their ICRC is patched from the peer's last one (rocev2.UDImmICRC).
+// once the chain's first WR to an AH has been validated in full (by
+// postUDOne): further WRs to the same AH only need their opcode, length
+// and QPN checked, and their ICRC comes from the peer's
+// rocev2.UDImmICRC.
 func (x *qp) postUD(wrs []verbs.SendWR) (int, error) {
 	q := x.q
 	var err error
@@ -89,74 +90,22 @@ func (x *qp) postUD(wrs []verbs.SendWR) (int, error) {
 			err = fmt.Errorf("%w: chain of %d exceeds the send queue (%d)", verbs.ErrQueueFull, len(wrs), x.cap.MaxSendWR)
 			break
 		}
-		if a, _ := wr.AH.(*ah); a == fastAH && a != nil && wr.Opcode == verbs.OpSendWithImm && len(wr.SG) == 0 &&
-			wr.Flags&verbs.Solicited == 0 && wr.RemoteQPN <= verbs.MaxQPN {
-			qkey := wr.RemoteQKey
-			if qkey&0x80000000 != 0 {
-				qkey = x.qkey
+		if a, _ := wr.AH.(*ah); a != fastAH || a == nil || wr.Opcode != verbs.OpSendWithImm || len(wr.SG) != 0 ||
+			wr.Flags&verbs.Solicited != 0 || wr.RemoteQPN > verbs.MaxQPN || faults {
+			if fastAH, fastPeer, err = x.postUDOne(wr); err != nil {
+				break
 			}
-			b := q.reserve(rocev2.UDImmLen)
-			fastPeer.udimm.Put(b, fastPeer.prefix(rocev2.UDImmLen), uint32(wr.RemoteQPN), x.spsn, qkey, x.qpn, wr.Imm)
-			if faults {
-				q.record(fastPeer, b)
-			} else {
-				q.pkts = append(q.pkts, txPkt{pe: fastPeer, off: int32(q.used), n: rocev2.UDImmLen})
-				q.used += rocev2.UDImmLen
-			}
-			x.spsn = (x.spsn + 1) & verbs.PSNMask
 			n++
 			continue
 		}
-		var op rocev2.Opcode
-		switch wr.Opcode {
-		case verbs.OpSend:
-			op = rocev2.UDSendOnly
-		case verbs.OpSendWithImm:
-			op = rocev2.UDSendOnlyWithImm
-		default:
-			err = fmt.Errorf("%w: %v on a UD QP", verbs.ErrInvalidArgument, wr.Opcode)
-		}
-		if err != nil {
-			break
-		}
-		a, ok := wr.AH.(*ah)
-		if !ok || a == nil || a.pd != x.pd || a.closed.Load() {
-			err = fmt.Errorf("%w: UD send needs a live AH of this PD", verbs.ErrInvalidArgument)
-			break
-		}
-		if wr.RemoteQPN > verbs.MaxQPN {
-			err = fmt.Errorf("%w: remote %v", verbs.ErrInvalidArgument, wr.RemoteQPN)
-			break
-		}
-		var total int
-		if total, err = x.checkGather(wr); err != nil {
-			break
-		}
-		if total > x.mtu || total > maxMsgUD {
-			err = fmt.Errorf("%w: UD message of %d bytes exceeds the MTU %d", verbs.ErrInvalidArgument, total, x.mtu)
-			break
-		}
 		qkey := wr.RemoteQKey
 		if qkey&0x80000000 != 0 {
-			qkey = x.qkey // a "controlled" Q_Key means: use the QP's own
+			qkey = x.qkey
 		}
-		pe := a.peers[q.idx]
-		hl := op.HeaderLen()
-		pad := (4 - total&3) & 3
-		b := q.reserve(hl + total + pad + rocev2.ICRCLen)
-		if total == 0 && op == rocev2.UDSendOnlyWithImm && wr.Flags&verbs.Solicited == 0 {
-			// The sequencer's packet: later ones to this AH take the fast path.
-			pe.udimm.Put(b, pe.prefix(rocev2.UDImmLen), uint32(wr.RemoteQPN), x.spsn, qkey, x.qpn, wr.Imm)
-			fastAH, fastPeer = a, pe
-		} else {
-			pk := rocev2.Packet{Opcode: op, PKey: rocev2.DefaultPKey, DestQP: uint32(wr.RemoteQPN), PSN: x.spsn,
-				QKey: qkey, SrcQP: x.qpn, Imm: wr.Imm, SE: wr.Flags&verbs.Solicited != 0}
-			pk.EncodeHeaders(b, pad)
-			x.gather(wr.SG, 0, b[hl:hl+total])
-			clear(b[hl+total:])
-			q.putICRC(pe, b)
-		}
-		q.record(pe, b)
+		b := q.reserve(rocev2.UDImmLen)
+		fastPeer.udimm.Put(b, fastPeer.prefix(rocev2.UDImmLen), uint32(wr.RemoteQPN), x.spsn, qkey, x.qpn, wr.Imm)
+		q.pkts = append(q.pkts, txPkt{pe: fastPeer, off: int32(q.used), n: rocev2.UDImmLen})
+		q.used += rocev2.UDImmLen
 		x.spsn = (x.spsn + 1) & verbs.PSNMask
 		n++
 	}
@@ -164,6 +113,63 @@ func (x *qp) postUD(wrs []verbs.SendWR) (int, error) {
 	q.txMu.Unlock()
 	x.completeSends(wrs[:n])
 	return n, err
+}
+
+// postUDOne validates and encodes one UD send. For a header-only
+// SEND_WITH_IMM it returns its AH and peer, which the rest of the chain
+// may then take the fast path to. Callers hold txMu.
+func (x *qp) postUDOne(wr *verbs.SendWR) (*ah, *peer, error) {
+	q := x.q
+	var op rocev2.Opcode
+	switch wr.Opcode {
+	case verbs.OpSend:
+		op = rocev2.UDSendOnly
+	case verbs.OpSendWithImm:
+		op = rocev2.UDSendOnlyWithImm
+	default:
+		return nil, nil, fmt.Errorf("%w: %v on a UD QP", verbs.ErrInvalidArgument, wr.Opcode)
+	}
+	a, ok := wr.AH.(*ah)
+	if !ok || a == nil || a.pd != x.pd || a.closed.Load() {
+		return nil, nil, fmt.Errorf("%w: UD send needs a live AH of this PD", verbs.ErrInvalidArgument)
+	}
+	if wr.RemoteQPN > verbs.MaxQPN {
+		return nil, nil, fmt.Errorf("%w: remote %v", verbs.ErrInvalidArgument, wr.RemoteQPN)
+	}
+	total, err := x.checkGather(wr)
+	if err != nil {
+		return nil, nil, err
+	}
+	if total > x.mtu || total > maxMsgUD {
+		return nil, nil, fmt.Errorf("%w: UD message of %d bytes exceeds the MTU %d", verbs.ErrInvalidArgument, total, x.mtu)
+	}
+	qkey := wr.RemoteQKey
+	if qkey&0x80000000 != 0 {
+		qkey = x.qkey // a "controlled" Q_Key means: use the QP's own
+	}
+	pe := a.peers[q.idx]
+	hl := op.HeaderLen()
+	pad := (4 - total&3) & 3
+	b := q.reserve(hl + total + pad + rocev2.ICRCLen)
+	var fast *ah
+	if total == 0 && op == rocev2.UDSendOnlyWithImm && wr.Flags&verbs.Solicited == 0 {
+		// The sequencer's packet: later ones to this AH take the fast path.
+		pe.udimm.Put(b, pe.prefix(rocev2.UDImmLen), uint32(wr.RemoteQPN), x.spsn, qkey, x.qpn, wr.Imm)
+		fast = a
+	} else {
+		pk := rocev2.Packet{Opcode: op, PKey: rocev2.DefaultPKey, DestQP: uint32(wr.RemoteQPN), PSN: x.spsn,
+			QKey: qkey, SrcQP: x.qpn, Imm: wr.Imm, SE: wr.Flags&verbs.Solicited != 0}
+		pk.EncodeHeaders(b, pad)
+		x.gather(wr.SG, 0, b[hl:hl+total])
+		clear(b[hl+total:])
+		q.putICRC(pe, b)
+	}
+	q.record(pe, b)
+	x.spsn = (x.spsn + 1) & verbs.PSNMask
+	if fast == nil {
+		return nil, nil, nil
+	}
+	return fast, pe, nil
 }
 
 // completeSends reports the signaled WRs of a chain that has left.
