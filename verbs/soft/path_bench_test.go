@@ -9,10 +9,11 @@ import (
 	"github.com/seqd/seqd/verbs/rocev2"
 )
 
-// BenchmarkRxUD measures the receive path of one header-only UD
-// SEND_WITH_IMM without the socket: ICRC check, decode, QP lookup, RECV
-// consumption, GRH write and completion, plus the poll and re-post that
-// a server does per packet.
+// BenchmarkRxUD measures the receive path of header-only UD
+// SEND_WITH_IMMs without the socket, per packet, as a burst meets them: a
+// GRO super-packet of 64 from one sender (ICRC check, decode, QP lookup,
+// RECV consumption, GRH write and completion), plus the poll and re-post
+// that a server does per packet.
 func BenchmarkRxUD(b *testing.B) {
 	srv := newUDEnd(b, nil, 256)
 	src := newUDEnd(b, nil, 1)
@@ -22,11 +23,12 @@ func BenchmarkRxUD(b *testing.B) {
 	x := srv.qp.(*qp)
 	q := x.q
 	from := src.qp.(*qp).q.local
-	pk := rocev2.Packet{Opcode: rocev2.UDSendOnlyWithImm, PKey: 0xffff, DestQP: x.qpn, QKey: verbs.DefaultQKey, SrcQP: 0x999, Imm: 7}
-	buf := make([]byte, pk.Len())
-	pk.Encode(buf)
 	f := rocev2.Flow{Src: from.Addr().As4(), Dst: q.local.Addr().As4(), SrcPort: from.Port(), DstPort: q.local.Port(), FlagsFrag: 0x4000}
-	rocev2.PutICRC(&f, buf)
+	var u rocev2.UDImmICRC
+	buf := make([]byte, 64*rocev2.UDImmLen)
+	for i := 0; i < 64; i++ {
+		u.Put(buf[i*rocev2.UDImmLen:], f.Prefix(rocev2.UDImmLen), x.qpn, uint32(i), verbs.DefaultQKey, 0x999, uint32(i*7))
+	}
 	wc := make([]verbs.WC, 64)
 	next := 0
 	b.ReportAllocs()
@@ -34,8 +36,8 @@ func BenchmarkRxUD(b *testing.B) {
 	for i := 0; i < b.N; i += 64 {
 		q.rxMu.Lock()
 		q.rxDst = q.ip // what burst sets per datagram
-		for j := 0; j < 64; j++ {
-			q.input(buf, from.Addr().As4(), from.Port())
+		if n := q.inputUDImmRun(buf, from.Addr().As4(), from.Port()); n != 64 {
+			b.Fatalf("%d packets", n)
 		}
 		q.unlockRQ()
 		q.flushPend()

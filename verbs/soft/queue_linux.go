@@ -458,6 +458,11 @@ func (q *queue) burst() bool {
 		}
 		sa := &q.rnames[i]
 		buf := q.rbufs[i][:total]
+		if seg == rocev2.UDImmLen {
+			// A run of the sequencer's packets (a GRO super-packet, or one).
+			pkts += q.inputUDImmRun(buf, sa.Addr, htons(sa.Port))
+			continue
+		}
 		for off := 0; off < total; off += seg {
 			end := off + seg
 			if end > total {

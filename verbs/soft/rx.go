@@ -96,6 +96,52 @@ func (q *queue) input(b []byte, src [4]byte, sport uint16) {
 	}
 }
 
+// inputUDImmRun processes the UDImmLen-byte segments of one datagram from
+// src:sport, as input does each, with what they share looked up once: the
+// flow's ICRC prefix, GRH and GID, and the destination QP while it stays
+// the same. A segment that is not a header-only UD SEND_WITH_IMM (or a
+// short tail) goes through input. It returns the number of segments.
+func (q *queue) inputUDImmRun(buf []byte, src [4]byte, sport uint16) int {
+	d := q.d
+	c := &q.rxPre
+	if c.n != rocev2.UDImmLen || c.src != src || c.port != sport || c.dst != q.rxDst {
+		c.set(src, q.rxDst, sport, q.local.Port(), rocev2.UDImmLen)
+	}
+	var x *qp
+	var pk rocev2.Packet
+	n := 0
+	for ; len(buf) > 0; n++ {
+		b := buf[:min(len(buf), rocev2.UDImmLen)]
+		buf = buf[len(b):]
+		if !rocev2.ParseUDImm(b, &pk) {
+			q.input(b, src, sport)
+			x = nil
+			continue
+		}
+		if c.udimm.ICRC(c.pre, b) != le32(b[rocev2.UDImmLen-rocev2.ICRCLen:]) {
+			d.ctr.dropICRC.Add(1)
+			continue
+		}
+		if pk.PKey&0x7fff != 0x7fff {
+			d.ctr.dropPKey.Add(1)
+			continue
+		}
+		if x == nil || x.qpn != pk.DestQP {
+			if x = d.lookupQP(pk.DestQP); x == nil || x.q != q {
+				d.ctr.dropQPN.Add(1)
+				x = nil
+				continue
+			}
+		}
+		if st := x.State(); x.typ != verbs.UD || st != verbs.StateRTR && st != verbs.StateRTS {
+			d.ctr.dropOpcode.Add(1)
+			continue
+		}
+		x.recvUD(&pk, c)
+	}
+	return n
+}
+
 // lockRQ makes x's receive queue the one the burst holds: consecutive UD
 // packets to one QP (the common case: a batch from one client) take its
 // lock once. Callers hold rxMu.
