@@ -82,21 +82,23 @@ func (c *cq) push(wc *verbs.WC) {
 	}
 }
 
-// pushN adds completions in one critical section (see queue.deliver).
+// pushN adds completions in one critical section (see queue.deliver),
+// copied in at most two runs round the ring.
 func (c *cq) pushN(wcs []verbs.WC) {
 	c.mu.Lock()
-	for i := range wcs {
-		if c.n == len(c.ring) {
-			c.overrun = true
-			c.d.ctr.cqOverrun.Add(uint64(len(wcs) - i))
-			break
-		}
+	if room := len(c.ring) - c.n; len(wcs) > room {
+		c.overrun = true
+		c.d.ctr.cqOverrun.Add(uint64(len(wcs) - room))
+		wcs = wcs[:room]
+	}
+	for len(wcs) > 0 {
 		j := c.head + c.n
 		if j >= len(c.ring) {
 			j -= len(c.ring)
 		}
-		c.ring[j] = wcs[i]
-		c.n++
+		k := copy(c.ring[j:], wcs)
+		wcs = wcs[k:]
+		c.n += k
 	}
 	c.mu.Unlock()
 	if c.waiting.Load() != 0 {
@@ -107,17 +109,18 @@ func (c *cq) pushN(wcs []verbs.WC) {
 	}
 }
 
+// take moves up to len(wc) completions out, in at most two runs.
 func (c *cq) take(wc []verbs.WC) int {
 	c.mu.Lock()
 	k := 0
 	for k < len(wc) && c.n > 0 {
-		wc[k] = c.ring[c.head]
-		c.head++
+		m := copy(wc[k:], c.ring[c.head:min(len(c.ring), c.head+c.n)])
+		c.head += m
 		if c.head == len(c.ring) {
 			c.head = 0
 		}
-		c.n--
-		k++
+		c.n -= m
+		k += m
 	}
 	c.mu.Unlock()
 	return k
