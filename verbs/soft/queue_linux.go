@@ -457,24 +457,28 @@ func (q *queue) burst() bool {
 			continue
 		}
 		sa := &q.rnames[i]
-		buf := q.rbufs[i][:total]
-		if seg == rocev2.UDImmLen {
-			// A run of the sequencer's packets (a GRO super-packet, or one).
-			pkts += q.inputUDImmRun(buf, sa.Addr, htons(sa.Port))
-			continue
-		}
-		for off := 0; off < total; off += seg {
-			end := off + seg
-			if end > total {
-				end = total
-			}
-			q.input(buf[off:end], sa.Addr, htons(sa.Port))
-			pkts++
-		}
+		pkts += q.datagram(q.rbufs[i][:total], seg, sa.Addr, htons(sa.Port))
 	}
 	q.d.ctr.rxPackets.Add(uint64(pkts))
 	q.afterBurst()
 	return int(n) == rxMsgs
+}
+
+// datagram processes one received datagram from src:sport: a GRO
+// super-packet of seg-byte segments (the last may be shorter), or one
+// packet when seg is its length. It returns the number of packets.
+// Callers hold rxMu and set rxDst.
+func (q *queue) datagram(buf []byte, seg int, src [4]byte, sport uint16) int {
+	if seg == rocev2.UDImmLen {
+		// A run of the sequencer's packets (a GRO super-packet, or one).
+		return q.inputUDImmRun(buf, src, sport)
+	}
+	n := 0
+	for off := 0; off < len(buf); off += seg {
+		q.input(buf[off:min(off+seg, len(buf))], src, sport)
+		n++
+	}
+	return n
 }
 
 // drain runs bursts until the socket is empty (or a bounded number, so
