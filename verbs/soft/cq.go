@@ -122,6 +122,11 @@ func (c *cq) take(wc []verbs.WC) int {
 		c.n -= m
 		k += m
 	}
+	if c.n == 0 {
+		// An emptied ring starts again at its first entry: a CQ drained
+		// batch by batch then reuses the same few cache lines.
+		c.head = 0
+	}
 	c.mu.Unlock()
 	return k
 }

@@ -8,13 +8,23 @@ import (
 	"github.com/seqd/seqd/verbs"
 )
 
+// recvSlot is a posted RECV. Its first SGE is kept in the slot, so that a
+// one-SGE RECV (the common kind) is one small entry of the ring; further
+// SGEs are in the QP's rqMore at the same index.
 type recvSlot struct {
-	id uint64
-	n  int
-	sg [maxSGE]verbs.SGE
-	// mrs are the regions of sg, looked up when the RECV was posted (nil:
-	// look up at use). A region closed since is seen by its closed flag.
-	mrs [maxSGE]*mr
+	id  uint64
+	sge verbs.SGE
+	// mr is sge's region, looked up when the RECV was posted (nil: look
+	// up at use). A region closed since is seen by its closed flag.
+	mr  *mr
+	n   int32  // SGEs
+	len uint32 // bytes, all SGEs together
+}
+
+// recvMore holds the SGEs of a RECV after its first, with their regions.
+type recvMore struct {
+	sg  [maxSGE - 1]verbs.SGE
+	mrs [maxSGE - 1]*mr
 }
 
 // qp is a queue pair.
@@ -48,6 +58,7 @@ type qp struct {
 	// Receive queue and responder state, under rqMu.
 	rqMu   sync.Mutex
 	rq     []recvSlot
+	rqMore []recvMore // with rq, when RECVs may have several SGEs
 	rqHead int
 	rqN    int
 	resp   responder
@@ -99,6 +110,9 @@ func (p *pd) CreateQP(attr verbs.QPInitAttr) (verbs.QP, error) {
 	q := d.queues[int(d.rr.Add(1)-1)%len(d.queues)]
 	x := &qp{d: d, pd: p, q: q, typ: attr.Type, sendCQ: scq, recvCQ: rcq, cap: c, sigAll: attr.SigAll,
 		rq: make([]recvSlot, max(c.MaxRecvWR, 1))}
+	if c.MaxRecvSGE > 1 {
+		x.rqMore = make([]recvMore, len(x.rq))
+	}
 	if attr.Type == verbs.RC {
 		x.req.init(c.MaxSendWR)
 		x.resp.init()
@@ -272,17 +286,29 @@ func (x *qp) PostRecv(wrs []verbs.RecvWR) (int, error) {
 		// Applications re-post the same buffers: a one-SGE RECV naming what
 		// the slot named last time, in a region still registered, was
 		// checked then.
-		if !(len(wr.SG) == 1 && s.n == 1 && s.sg[0] == wr.SG[0] && s.mrs[0] != nil && !s.mrs[0].closed.Load()) {
+		if !(len(wr.SG) == 1 && s.n == 1 && s.sge == wr.SG[0] && s.mr != nil && !s.mr.closed.Load()) {
 			var mrs [maxSGE]*mr
+			total := uint64(0)
 			for j := range wr.SG {
 				m, err := x.checkSGE(&wr.SG[j], verbs.AccessLocalWrite)
 				if err != nil {
 					return i, fmt.Errorf("recv WR %d SGE %d: %w", i, j, err)
 				}
 				mrs[j] = m
+				total += uint64(wr.SG[j].Length)
 			}
-			s.n = copy(s.sg[:], wr.SG)
-			s.mrs = mrs
+			if total > 1<<31 {
+				return i, fmt.Errorf("%w: recv WR %d of %d bytes", verbs.ErrInvalidArgument, i, total)
+			}
+			s.n, s.len, s.sge, s.mr = int32(len(wr.SG)), uint32(total), verbs.SGE{}, nil
+			if len(wr.SG) > 0 {
+				s.sge, s.mr = wr.SG[0], mrs[0]
+			}
+			if len(wr.SG) > 1 {
+				mo := &x.rqMore[t]
+				copy(mo.sg[:], wr.SG[1:])
+				copy(mo.mrs[:], mrs[1:len(wr.SG)])
+			}
 		}
 		if st == verbs.StateErr {
 			x.recvCQ.push(&verbs.WC{ID: wr.ID, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPN: verbs.QPN(x.qpn)})
@@ -351,45 +377,52 @@ func (x *qp) popRecv() (recvSlot, bool) {
 	return s, true
 }
 
-// scatter writes a then b into the slot's buffers starting at byte off of
-// the slot. It reports false if they do not fit or a buffer is gone.
-func (x *qp) scatter(s *recvSlot, off int, a, b []byte) bool {
-	for i := 0; i < s.n && (len(a) > 0 || len(b) > 0); i++ {
-		sge := &s.sg[i]
-		if off >= int(sge.Length) {
-			off -= int(sge.Length)
-			continue
+// scatter writes a then b into the buffers of the RECV at rq[t], starting
+// at byte off of it. It reports false if they do not fit or a buffer is
+// gone.
+func (x *qp) scatter(t int, off int, a, b []byte) bool {
+	s := &x.rq[t]
+	for i := 0; i < int(s.n) && (len(a) > 0 || len(b) > 0); i++ {
+		sge, m := &s.sge, s.mr
+		if i > 0 {
+			mo := &x.rqMore[t]
+			sge, m = &mo.sg[i-1], mo.mrs[i-1]
 		}
-		m := s.mrs[i]
-		if m == nil {
-			m = x.d.lookupMR(sge.LKey, false)
-		} else if m.closed.Load() {
-			m = nil
-		}
-		if m == nil {
+		if !x.scatterSGE(sge, m, &off, &a, &b) {
 			return false
-		}
-		dst, ok := m.slice(sge.Addr, sge.Length)
-		if !ok {
-			return false
-		}
-		dst = dst[off:]
-		off = 0
-		n := copy(dst, a)
-		a = a[n:]
-		dst = dst[n:]
-		if len(a) == 0 {
-			n = copy(dst, b)
-			b = b[n:]
 		}
 	}
 	return len(a) == 0 && len(b) == 0
 }
 
-func slotLen(s *recvSlot) int {
-	n := 0
-	for i := 0; i < s.n; i++ {
-		n += int(s.sg[i].Length)
+// scatterSGE writes what it can of a then b into one SGE (of region m, or
+// nil: look it up), from byte *off of it, and advances them. It reports
+// false if the buffer is gone.
+func (x *qp) scatterSGE(sge *verbs.SGE, m *mr, off *int, a, b *[]byte) bool {
+	if *off >= int(sge.Length) {
+		*off -= int(sge.Length)
+		return true
 	}
-	return n
+	if m == nil {
+		m = x.d.lookupMR(sge.LKey, false)
+	} else if m.closed.Load() {
+		m = nil
+	}
+	if m == nil {
+		return false
+	}
+	dst, ok := m.slice(sge.Addr, sge.Length)
+	if !ok {
+		return false
+	}
+	dst = dst[*off:]
+	*off = 0
+	n := copy(dst, *a)
+	*a = (*a)[n:]
+	dst = dst[n:]
+	if len(*a) == 0 {
+		n = copy(dst, *b)
+		*b = (*b)[n:]
+	}
+	return true
 }

@@ -394,8 +394,12 @@ func (x *qp) recvRCResponse(pk *rocev2.Packet) {
 // scatterSend writes a READ response or atomic result into the WR's local
 // buffers at offset off.
 func (x *qp) scatterSend(s *sendSlot, off int, data []byte) {
-	rs := recvSlot{n: s.nsg, sg: s.sg}
-	x.scatter(&rs, off, data, nil)
+	var none []byte
+	for i := 0; i < s.nsg && len(data) > 0; i++ {
+		if !x.scatterSGE(&s.sg[i], nil, &off, &data, &none) {
+			return
+		}
+	}
 }
 
 // ---- responder ----
@@ -475,8 +479,7 @@ func (x *qp) rcSend(pk *rocev2.Packet) {
 		x.nak(rocev2.AETHNakInvReq)
 		return
 	}
-	s := &x.rq[x.rqHead]
-	if !x.scatter(s, r.off, pk.Payload, nil) {
+	if !x.scatter(x.rqHead, r.off, pk.Payload, nil) {
 		r.inMsg = false
 		s, _ := x.popRecv()
 		x.recvCQ.push(&verbs.WC{ID: s.id, Status: verbs.WCLocLenErr, Opcode: verbs.WCRecv, QPN: verbs.QPN(x.qpn)})

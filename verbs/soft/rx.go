@@ -209,7 +209,8 @@ func (x *qp) recvUD(pk *rocev2.Packet, c *rxFlow) {
 		d.ctr.dropNoRecv.Add(1)
 		return
 	}
-	s := &x.rq[x.rqHead]
+	t := x.rqHead
+	s := &x.rq[t]
 	if x.rqHead++; x.rqHead == len(x.rq) {
 		x.rqHead = 0
 	}
@@ -227,14 +228,14 @@ func (x *qp) recvUD(pk *rocev2.Packet, c *rxFlow) {
 	wc.ID, wc.Opcode, wc.Flags, wc.ByteLen, wc.Imm = s.id, verbs.WCRecv, flags, uint32(need), imm
 	wc.QPN, wc.SrcQP = verbs.QPN(x.qpn), verbs.QPN(pk.SrcQP)
 	wc.Src.GID, wc.Src.Port = c.gid, c.port
-	if len(pk.Payload) == 0 && s.n == 1 && s.mrs[0] != nil && !s.mrs[0].closed.Load() {
+	if len(pk.Payload) == 0 && s.n == 1 && s.mr != nil && !s.mr.closed.Load() {
 		// A header-only message into a one-SGE RECV: just the GRH.
-		if dst, ok := s.mrs[0].slice(s.sg[0].Addr, s.sg[0].Length); ok && len(dst) >= verbs.GRHLen {
+		if dst, ok := s.mr.slice(s.sge.Addr, s.sge.Length); ok && len(dst) >= verbs.GRHLen {
 			*(*[verbs.GRHLen]byte)(dst) = c.grh
 			return
 		}
 	}
-	if slotLen(s) < need || !x.scatter(s, 0, c.grh[:], pk.Payload) {
+	if int(s.len) < need || !x.scatter(t, 0, c.grh[:], pk.Payload) {
 		d.ctr.dropLength.Add(1)
 		wc.Status = verbs.WCLocLenErr
 	}
@@ -317,8 +318,7 @@ func (x *qp) recvUC(pk *rocev2.Packet) {
 		}
 		r.inMsg, r.write, r.off = true, false, 0
 	}
-	s := &x.rq[x.rqHead]
-	if !x.scatter(s, r.off, pk.Payload, nil) {
+	if !x.scatter(x.rqHead, r.off, pk.Payload, nil) {
 		r.inMsg = false
 		d.ctr.dropLength.Add(1)
 		s, _ := x.popRecv()
