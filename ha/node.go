@@ -30,8 +30,9 @@ type Node struct {
 	running  atomic.Bool
 	leaderCh chan struct{} // closed and replaced when leader changes
 
-	mu sync.Mutex     // guards leaderCh
-	wg sync.WaitGroup // background revocations
+	mu     sync.Mutex     // guards leaderCh and closed
+	closed bool           // Close has begun: no new background work
+	wg     sync.WaitGroup // background revocations
 }
 
 // New connects to etcd (lazily: it does not wait for etcd to answer).
@@ -60,6 +61,12 @@ func New(cfg Config) (*Node, error) {
 // it after Run has returned.
 func (n *Node) Close() error {
 	err := n.cli.Close()
+	// A revocation starting now would only fail on the closed client (its
+	// lease expires in etcd instead); taking mu orders wg.Add before
+	// wg.Wait.
+	n.mu.Lock()
+	n.closed = true
+	n.mu.Unlock()
 	n.wg.Wait()
 	return err
 }
@@ -277,6 +284,11 @@ func (n *Node) keepAlive(ctx context.Context, l *lease) {
 // stale key goes as soon as etcd is back, instead of a TTL later.
 func (n *Node) revoke(id clientv3.LeaseID) {
 	if n.tryRevoke(id) {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
 		return
 	}
 	n.wg.Add(1)
