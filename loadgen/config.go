@@ -109,16 +109,17 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: -clients %d (1..256)", ErrConfig, c.Clients)
 	case c.QPs < 1 || c.QPs > 64:
 		return fmt.Errorf("%w: -qps %d (1..64)", ErrConfig, c.QPs)
-	case c.Window < c.QPs || c.Window > c.QPs*spec.MaxWindow:
-		return fmt.Errorf("%w: -window %d (at least one per QP, at most %d per QP)", ErrConfig, c.Window, spec.MaxWindow)
+	case c.Window < 1 || c.Window > c.QPs*spec.MaxWindow:
+		// A window below the QP count uses as many QPs as the window.
+		return fmt.Errorf("%w: -window %d (1..%d per QP)", ErrConfig, c.Window, spec.MaxWindow)
 	case c.Duration < 0 || c.Warmup < 0:
 		return fmt.Errorf("%w: negative -duration or -warmup", ErrConfig)
 	case c.VerifyMax < 0:
 		return fmt.Errorf("%w: negative verify bound", ErrConfig)
 	}
 	for _, w := range c.SweepWindow {
-		if w < c.QPs || w > c.QPs*spec.MaxWindow {
-			return fmt.Errorf("%w: -sweep-window %d (at least one per QP, at most %d per QP)", ErrConfig, w, spec.MaxWindow)
+		if w < 1 || w > c.QPs*spec.MaxWindow {
+			return fmt.Errorf("%w: -sweep-window %d (1..%d per QP)", ErrConfig, w, spec.MaxWindow)
 		}
 	}
 	for _, n := range c.SweepClients {

@@ -35,7 +35,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.ProviderOpts, "provider-opts", "", "verbs provider options for the clients and a spawned seqd, e.g. loss=0.01,dup=0.01,reorder=0.01 (fault injection)")
 	modes := fs.String("modes", "spec-s0", "modes to compare, in order, comma-separated (may repeat)")
 	fs.IntVar(&c.Clients, "clients", 1, "client threads, each with its own client and engine")
-	fs.IntVar(&c.QPs, "qps", 4, "queue pairs per client (Spec-S0: each QP sustains about 500k requests/s, bounded by its tag space)")
+	fs.IntVar(&c.QPs, "qps", 16, "queue pairs per client (Spec-S0: each QP sustains about 500k requests/s, bounded by its tag space)")
 	fs.IntVar(&c.Window, "window", 64, "outstanding requests per client")
 	sweepW := fs.String("sweep-window", "", "windows to sweep, e.g. 1,4,16,64 (replaces -window)")
 	sweepC := fs.String("sweep-clients", "", "client counts to sweep, e.g. 1,2,4 (replaces -clients)")

@@ -60,7 +60,7 @@ func New(c Config) (s *Set, err error) {
 	}()
 	for r := range c.QPs {
 		qp, err := c.PD.CreateQP(verbs.QPInitAttr{Type: verbs.UD, SendCQ: c.CQ, RecvCQ: c.CQ,
-			Cap: verbs.QPCap{MaxSendWR: c.Depth, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: c.SlotLen}})
+			Cap: verbs.QPCap{MaxSendWR: c.Depth, MaxRecvWR: 0, MaxSendSGE: 1, MaxRecvSGE: 0, MaxInlineData: c.SlotLen}})
 		if err != nil {
 			return nil, fmt.Errorf("respq: response QP %d: %w", r, err)
 		}

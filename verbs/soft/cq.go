@@ -41,12 +41,18 @@ func (d *device) CreateCQ(cqe int) (verbs.CQ, error) {
 	return c, nil
 }
 
-// attach records that a QP on queue q reports to this CQ, so that Poll
-// knows which sockets to drive.
-func (c *cq) attach(q *queue) {
+// attach records that a QP on queue q reports to this CQ. When what
+// arrives on q can complete work here (drive: the QP's receives, or the
+// sends of an RC QP, which complete on ACKs), Poll drives q's socket. The
+// send completions of UD and UC QPs are made when the WRs leave, so a CQ
+// that only takes those is polled without a system call.
+func (c *cq) attach(q *queue, drive bool) {
 	c.qMu.Lock()
 	defer c.qMu.Unlock()
 	c.nqp.Add(1)
+	if !drive {
+		return
+	}
 	old := *c.queues.Load()
 	for _, x := range old {
 		if x == q {

@@ -135,8 +135,8 @@ func (p *pd) CreateQP(attr verbs.QPInitAttr) (verbs.QP, error) {
 	x.qpn = uint32(qpnBase + idx)
 	d.qps[idx].Store(x)
 	d.qpMu.Unlock()
-	scq.attach(q)
-	rcq.attach(q)
+	scq.attach(q, attr.Type == verbs.RC)
+	rcq.attach(q, c.MaxRecvWR > 0) // a QP that takes no RECVs completes no receives
 	p.nres.Add(1)
 	return x, nil
 }
