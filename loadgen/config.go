@@ -30,7 +30,7 @@ type Config struct {
 
 	Modes   []string // run in this order; may repeat
 	Clients int      // client threads (each a client.Client with its own engine)
-	QPs     int      // queue pairs per client
+	QPs     int      // queue pairs per client; 0: per mode (QPsFor)
 	Window  int      // outstanding requests per client, over its QPs
 
 	// SweepWindow and SweepClients, when set, replace Window and Clients
@@ -75,9 +75,6 @@ func (c *Config) Validate() error {
 	if c.Clients == 0 {
 		c.Clients = 1
 	}
-	if c.QPs == 0 {
-		c.QPs = 1
-	}
 	if c.Window == 0 {
 		c.Window = 64
 	}
@@ -107,9 +104,9 @@ func (c *Config) Validate() error {
 	switch {
 	case c.Clients < 1 || c.Clients > 256:
 		return fmt.Errorf("%w: -clients %d (1..256)", ErrConfig, c.Clients)
-	case c.QPs < 1 || c.QPs > 64:
-		return fmt.Errorf("%w: -qps %d (1..64)", ErrConfig, c.QPs)
-	case c.Window < 1 || c.Window > c.QPs*spec.MaxWindow:
+	case c.QPs < 0 || c.QPs > maxQPs:
+		return fmt.Errorf("%w: -qps %d (1..%d, or 0 for the mode's default)", ErrConfig, c.QPs, maxQPs)
+	case c.Window < 1 || c.Window > c.qpsCap()*spec.MaxWindow:
 		// A window below the QP count uses as many QPs as the window.
 		return fmt.Errorf("%w: -window %d (1..%d per QP)", ErrConfig, c.Window, spec.MaxWindow)
 	case c.Duration < 0 || c.Warmup < 0:
@@ -118,7 +115,7 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: negative verify bound", ErrConfig)
 	}
 	for _, w := range c.SweepWindow {
-		if w < 1 || w > c.QPs*spec.MaxWindow {
+		if w < 1 || w > c.qpsCap()*spec.MaxWindow {
 			return fmt.Errorf("%w: -sweep-window %d (1..%d per QP)", ErrConfig, w, spec.MaxWindow)
 		}
 	}
@@ -136,6 +133,31 @@ func (c *Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+const maxQPs = 64
+
+// qpsCap is the most QPs a client may use.
+func (c *Config) qpsCap() int {
+	if c.QPs == 0 {
+		return maxQPs
+	}
+	return c.QPs
+}
+
+// QPsFor is the number of QPs a client uses for mode at window: -qps, or
+// by default 4, and for Spec-S0 one per 16 outstanding requests (a QP's
+// 12-bit tag space, quarantined for spec.DefaultQuarantine after each use,
+// allows about 500k requests/s); never more than the window.
+func (c *Config) QPsFor(mode string, window int) int {
+	n := c.QPs
+	if n == 0 {
+		n = 4
+		if mode == spec.ModeSpecS0 {
+			n = min(maxQPs, max(n, window/16))
+		}
+	}
+	return max(1, min(n, window))
 }
 
 // Points lists the (clients, window) combinations to run per mode.

@@ -15,6 +15,26 @@ import (
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
+// TestQPsFor: -qps wins; by default Spec-S0 gets one QP per 16
+// outstanding requests (at least 4, at most 64) and other modes 4; never
+// more QPs than the window.
+func TestQPsFor(t *testing.T) {
+	for _, tc := range []struct {
+		qps    int
+		mode   string
+		window int
+		want   int
+	}{
+		{0, "spec-s0", 64, 4}, {0, "spec-s0", 256, 16}, {0, "spec-s0", 1 << 16, 64}, {0, "spec-s0", 2, 2},
+		{0, "herd", 256, 4}, {0, "atomics", 1, 1}, {8, "spec-s0", 1024, 8}, {8, "herd", 3, 3},
+	} {
+		c := Config{QPs: tc.qps}
+		if got := c.QPsFor(tc.mode, tc.window); got != tc.want {
+			t.Errorf("QPs %d, %s, window %d: %d QPs, want %d", tc.qps, tc.mode, tc.window, got, tc.want)
+		}
+	}
+}
+
 func TestValidate(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -26,6 +46,7 @@ func TestValidate(t *testing.T) {
 		{"bad admin", Config{Admin: "x"}, false},
 		{"clients", Config{Clients: -1}, false},
 		{"qps", Config{QPs: 65}, false},
+		{"negative qps", Config{QPs: -1}, false},
 		{"window below qps: uses fewer QPs", Config{QPs: 4, Window: 3}, true},
 		{"negative window", Config{Window: -1}, false},
 		{"window too large", Config{Window: 1 << 20}, false},

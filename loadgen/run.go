@@ -232,7 +232,7 @@ func (r *runner) reserve(rate float64, d time.Duration, clients int) {
 func (r *runner) runPoint(ctx context.Context, mode string, p Point) (Result, error) {
 	c := r.c
 	res := Result{Mode: mode, Clients: p.Clients, Window: p.Window}
-	qps := min(c.QPs, p.Window)
+	qps := c.QPsFor(mode, p.Window)
 	perQP := (p.Window + qps - 1) / qps
 	quiet := slog.New(slog.NewTextHandler(logWriter{r.log}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	cls := make([]*client.Client, 0, p.Clients)

@@ -35,7 +35,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.ProviderOpts, "provider-opts", "", "verbs provider options for the clients and a spawned seqd, e.g. loss=0.01,dup=0.01,reorder=0.01 (fault injection)")
 	modes := fs.String("modes", "spec-s0", "modes to compare, in order, comma-separated (may repeat)")
 	fs.IntVar(&c.Clients, "clients", 1, "client threads, each with its own client and engine")
-	fs.IntVar(&c.QPs, "qps", 16, "queue pairs per client (Spec-S0: each QP sustains about 500k requests/s, bounded by its tag space)")
+	fs.IntVar(&c.QPs, "qps", 0, "queue pairs per client; 0: per mode (Spec-S0 one per 16 outstanding requests, at least 4, as a QP's tag space allows about 500k requests/s; other modes 4)")
 	fs.IntVar(&c.Window, "window", 64, "outstanding requests per client")
 	sweepW := fs.String("sweep-window", "", "windows to sweep, e.g. 1,4,16,64 (replaces -window)")
 	sweepC := fs.String("sweep-clients", "", "client counts to sweep, e.g. 1,2,4 (replaces -clients)")
@@ -68,10 +68,13 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	for _, f := range []struct {
 		name string
 		v    int
-	}{{"clients", c.Clients}, {"qps", c.QPs}, {"window", c.Window}} {
+	}{{"clients", c.Clients}, {"window", c.Window}} {
 		if err == nil && f.v < 1 {
 			err = fmt.Errorf("%w: -%s %d (at least 1)", loadgen.ErrConfig, f.name, f.v)
 		}
+	}
+	if err == nil && c.QPs < 0 {
+		err = fmt.Errorf("%w: -qps %d (0: the mode's default)", loadgen.ErrConfig, c.QPs)
 	}
 	if err == nil {
 		err = c.Validate()

@@ -15,6 +15,7 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"-clients", "many"}, "invalid value"},
 		{[]string{"-window", "0"}, "-window 0"},
 		{[]string{"-qps", "1", "-window", "100000"}, "-window 100000"},
+		{[]string{"-qps", "-1"}, "-qps -1"},
 		{[]string{"-sweep-window", "1,x"}, `"x" is not an integer`},
 		{[]string{"-sweep-clients", "0"}, "-sweep-clients 0"},
 		{[]string{"-cores", "-1"}, "-cores -1"},
