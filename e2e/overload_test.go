@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/seqd/seqd/admin"
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/cmd/seqd/run"
+	"github.com/seqd/seqd/ha/hatest"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 )
@@ -334,5 +336,47 @@ func TestLeaseReclaimsDeadClients(t *testing.T) {
 		if _, err := adm.Disconnect(ctx, &adminpb.DisconnectRequest{SessionId: id}); status.Code(err) != codes.NotFound {
 			t.Errorf("disconnect of reclaimed session %d: %v, want NotFound", id, err)
 		}
+	}
+}
+
+// TestLeaseReclaimsDeadClientsHA: the leader of an HA group (one seqd on
+// a real etcd) reclaims the sessions of clients that stopped renewing, as
+// a single seqd does. Skipped without etcd.
+func TestLeaseReclaimsDeadClientsHA(t *testing.T) {
+	const lease = 300 * time.Millisecond
+	etcd := hatest.Start(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	addr := startConfig(t, run.Config{Workers: 1, MaxWindow: 256, MaxClients: 8, SessionLease: lease,
+		HA: run.HAConfig{EtcdEndpoints: strings.Join(etcd.Endpoints(), ","), LeaseTTL: time.Second}})
+	adm := adminClient(ctx, t, addr)
+	// Until this instance has won its term, Connect redirects.
+	var first *adminpb.ConnectResponse
+	waitFor(t, 20*time.Second, func() bool {
+		resp, err := adm.Connect(ctx, syntheticConnect(24000, 9, 256))
+		first = resp
+		return err == nil
+	}, "leadership")
+	if first.GetLeaseMs() != uint32(lease/time.Millisecond) {
+		t.Fatalf("lease_ms %d, want %d", first.GetLeaseMs(), lease/time.Millisecond)
+	}
+	for i := range 3 {
+		if _, err := adm.Connect(ctx, syntheticConnect(uint16(24001+i), 9, 256)); err != nil {
+			t.Fatalf("connect %d: %v", i, err)
+		}
+	}
+	sessions := func() uint64 {
+		st, err := adm.Status(ctx, &adminpb.StatusRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.GetSessions()
+	}
+	if n := sessions(); n != 4 {
+		t.Fatalf("%d sessions, want 4", n)
+	}
+	waitFor(t, 20*lease, func() bool { return sessions() == 0 }, "dead sessions reclaimed by the leader")
+	if _, err := adm.Disconnect(ctx, &adminpb.DisconnectRequest{SessionId: first.GetSessionId()}); status.Code(err) != codes.NotFound {
+		t.Errorf("disconnect of a reclaimed session: %v, want NotFound", err)
 	}
 }

@@ -116,7 +116,8 @@ func runHA(ctx context.Context, c Config, log *slog.Logger, ready func(Addrs), c
 		}
 	}
 	adm, err := admin.New(admin.Config{Addr: c.Admin, Logger: log, Modes: []string{modes.SpecS0, modes.HERD},
-		MaxWindow: max(c.MaxWindow, headeronly.DefaultMaxWindow), Creds: creds, Auth: auth}, srv)
+		MaxWindow: max(c.MaxWindow, headeronly.DefaultMaxWindow), Creds: creds, Auth: auth,
+		SessionLease: max(c.SessionLease, 0)}, srv)
 	if err != nil {
 		lis.Close()
 		return fmt.Errorf("seqd: admin: %w", err)
