@@ -32,6 +32,18 @@
 //     for the socket to become readable, so that RC responders, ACKs and
 //     blocked CQ.Wait callers make progress when nobody polls. A burst
 //     holds the queue's receive lock; there are no per-packet goroutines.
+//     Only CQs that arrivals can fill drive a socket: one that takes just
+//     the send completions of UD and UC QPs, or the receive completions of
+//     QPs created without RECVs, is polled without a system call.
+//   - The data path's two system calls (sendmmsg, recvmmsg) are raw: the
+//     socket is non-blocking, so neither can block, and skipping the
+//     scheduler's hooks keeps a busy-polling thread's P from being handed
+//     off mid-batch.
+//   - The sequencer's packet, a header-only UD SEND_WITH_IMM, has a fast
+//     path both ways: a chain to one AH is validated once and each packet
+//     is written with its ICRC computed from its fields
+//     (rocev2.UDImmICRC); a GRO run of them is received with its flow and
+//     destination QP looked up once.
 //   - The progress goroutine also runs RC retransmission timers and
 //     releases packets held back by reorder injection.
 //
