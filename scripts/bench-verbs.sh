@@ -10,7 +10,7 @@
 # where mpps is millions of request/response round trips per second.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROUNDS=${ROUNDS:-5}
+ROUNDS=${ROUNDS:-7}
 BENCHTIME=${BENCHTIME:-2s}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

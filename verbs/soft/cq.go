@@ -16,7 +16,7 @@ type cq struct {
 	mu      sync.Mutex
 	ring    []verbs.WC
 	head, n int
-	overrun bool
+	overrun atomic.Bool // set under mu
 
 	queues  atomic.Pointer[[]*queue] // queues of the QPs that use this CQ
 	qMu     sync.Mutex
@@ -68,7 +68,7 @@ func (c *cq) attach(q *queue, drive bool) {
 func (c *cq) push(wc *verbs.WC) {
 	c.mu.Lock()
 	if c.n == len(c.ring) {
-		c.overrun = true
+		c.overrun.Store(true)
 		c.mu.Unlock()
 		c.d.ctr.cqOverrun.Add(1)
 		return
@@ -93,7 +93,7 @@ func (c *cq) push(wc *verbs.WC) {
 func (c *cq) pushN(wcs []verbs.WC) {
 	c.mu.Lock()
 	if room := len(c.ring) - c.n; len(wcs) > room {
-		c.overrun = true
+		c.overrun.Store(true)
 		c.d.ctr.cqOverrun.Add(uint64(len(wcs) - room))
 		wcs = wcs[:room]
 	}
@@ -154,10 +154,7 @@ func (c *cq) Poll(wc []verbs.WC) (int, error) {
 		n = c.take(wc)
 	}
 	if n == 0 {
-		c.mu.Lock()
-		o := c.overrun
-		c.mu.Unlock()
-		if o {
+		if c.overrun.Load() {
 			return 0, verbs.ErrCQOverrun
 		}
 	}

@@ -110,6 +110,7 @@ type queue struct {
 	rnames  [rxMsgs]unix.RawSockaddrInet4
 	rctrl   [rxMsgs][rxCtrlLen]byte
 	rxErrno syscall.Errno
+	rxDirty int     // headers the last recvmmsg filled
 	rxDst   [4]byte // destination address of the datagram being processed
 	rxPre   rxFlow
 	readFn  func(uintptr) bool
@@ -187,6 +188,7 @@ func newQueue(d *device, idx int, local netip.AddrPort) (*queue, error) {
 		h.Name = (*byte)(unsafe.Pointer(&q.rnames[i]))
 		h.Control = &q.rctrl[i][0]
 	}
+	q.rxDirty = rxMsgs // the first burst sets every header
 	q.writeFn = q.write
 	q.readFn = q.readReady
 	q.rcPeers = map[*qp]struct{}{}
@@ -421,18 +423,22 @@ func (q *queue) flushPend() {
 // burst receives and processes one recvmmsg batch without blocking. It
 // returns false once the socket is drained. Callers hold rxMu.
 func (q *queue) burst() bool {
-	for i := range q.rhdrs {
+	// The kernel writes back name and control lengths and flags only for
+	// the messages it fills: reset those (an empty poll resets nothing).
+	for i := range q.rxDirty {
 		h := &q.rhdrs[i].Hdr
 		h.Namelen = unix.SizeofSockaddrInet4
 		h.SetControllen(rxCtrlLen)
 		h.Flags = 0
 	}
+	q.rxDirty = 0
 	n, _, errno := unix.RawSyscall6(unix.SYS_RECVMMSG, uintptr(q.fd), uintptr(unsafe.Pointer(&q.rhdrs[0])), rxMsgs, unix.MSG_DONTWAIT, 0, 0)
 	q.d.ctr.rxSyscalls.Add(1)
 	if errno != 0 {
 		q.rxErrno = errno
 		return errno == unix.EINTR
 	}
+	q.rxDirty = int(n)
 	q.d.ctr.rxDatagrams.Add(uint64(n))
 	pkts := 0
 	for i := 0; i < int(n); i++ {
