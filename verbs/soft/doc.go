@@ -30,7 +30,11 @@
 //     QPs, so a busy-polling worker moves its own packets with no thread
 //     hand-off; and one progress goroutine per queue waits in Go's netpoller
 //     for the socket to become readable, so that RC responders, ACKs and
-//     blocked CQ.Wait callers make progress when nobody polls. A burst
+//     blocked CQ.Wait callers make progress when nobody polls. The socket
+//     is in the netpoller only through a duplicate the progress goroutine
+//     registers while it waits, and closes once pollers have been busy for
+//     a few ticks: the netpoller's edge-triggered registration would
+//     otherwise wake a parked thread on every datagram. A burst
 //     holds the queue's receive lock; there are no per-packet goroutines.
 //     Only CQs that arrivals can fill drive a socket: one that takes just
 //     the send completions of UD and UC QPs, or the receive completions of

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -80,9 +81,14 @@ type queue struct {
 	// wildcard: the socket is bound to 0.0.0.0; each datagram's
 	// destination address comes from IP_PKTINFO.
 	wildcard bool
-	conn     *net.UDPConn
-	rc       syscall.RawConn
-	fd       int
+	// fd is the socket, non-blocking, kept out of Go's netpoller: the
+	// netpoller registers descriptors edge-triggered, so every datagram
+	// would wake a thread parked in epoll_wait even while CQ pollers move
+	// the packets themselves (measured in a loaded seqd: ~26k context
+	// switches a second). The progress goroutine registers a duplicate
+	// (idle) only while it waits for the socket itself.
+	fd   int
+	idle atomic.Pointer[os.File]
 
 	// Transmit state, under txMu.
 	txMu    sync.Mutex
@@ -100,7 +106,6 @@ type queue struct {
 	rng     *rand.Rand
 	held    []byte
 	heldPkt []txPkt
-	writeFn func(uintptr) bool
 
 	// Receive state, under rxMu.
 	rxMu    sync.Mutex
@@ -129,6 +134,7 @@ type queue struct {
 	waiters atomic.Int32  // CQ.Wait callers on CQs of this queue
 	kick    chan struct{}
 	closed  atomic.Bool
+	started bool // start ran (before any close)
 	done    chan struct{}
 }
 
@@ -137,39 +143,46 @@ func newQueue(d *device, idx int, local netip.AddrPort) (*queue, error) {
 	if err != nil {
 		return nil, fmt.Errorf("soft: queue %d: %w", idx, err)
 	}
-	q := &queue{d: d, idx: idx, conn: conn, gso: d.cfg.gso, done: make(chan struct{}), kick: make(chan struct{}, 1),
+	// Keep a duplicate of the socket and close the net.UDPConn: closing
+	// it removes the socket from the netpoller, the duplicate keeps it
+	// open (non-blocking, as ListenUDP made it).
+	q := &queue{d: d, idx: idx, fd: -1, gso: d.cfg.gso, done: make(chan struct{}), kick: make(chan struct{}, 1),
 		rng: rand.New(rand.NewPCG(d.cfg.seed, uint64(idx)))}
 	bound := conn.LocalAddr().(*net.UDPAddr).AddrPort()
+	rc, err := conn.SyscallConn()
+	if err == nil {
+		cerr := rc.Control(func(fd uintptr) { q.fd, err = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0) })
+		err = errors.Join(err, cerr)
+	}
+	conn.Close()
+	if err != nil {
+		if q.fd >= 0 {
+			unix.Close(q.fd)
+		}
+		return nil, fmt.Errorf("soft: queue %d: %w", idx, err)
+	}
 	q.local = netip.AddrPortFrom(bound.Addr().Unmap(), bound.Port())
 	if q.local.Addr().IsUnspecified() {
 		q.wildcard = true
 		q.local = netip.AddrPortFrom(d.cfg.advertise, bound.Port())
 	}
 	q.ip = q.local.Addr().As4()
-	if q.rc, err = conn.SyscallConn(); err != nil {
-		conn.Close()
-		return nil, err
+	serr := errors.Join(
+		unix.SetsockoptInt(q.fd, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO),
+		unix.SetsockoptInt(q.fd, unix.SOL_SOCKET, unix.SO_RCVBUF, d.cfg.rcvbuf),
+		unix.SetsockoptInt(q.fd, unix.SOL_SOCKET, unix.SO_SNDBUF, d.cfg.sndbuf),
+	)
+	if q.wildcard {
+		serr = errors.Join(serr, unix.SetsockoptInt(q.fd, unix.IPPROTO_IP, unix.IP_PKTINFO, 1))
 	}
-	var serr error
-	err = q.rc.Control(func(fd uintptr) {
-		q.fd = int(fd)
-		serr = errors.Join(
-			unix.SetsockoptInt(q.fd, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO),
-			unix.SetsockoptInt(q.fd, unix.SOL_SOCKET, unix.SO_RCVBUF, d.cfg.rcvbuf),
-			unix.SetsockoptInt(q.fd, unix.SOL_SOCKET, unix.SO_SNDBUF, d.cfg.sndbuf),
-		)
-		if q.wildcard {
-			serr = errors.Join(serr, unix.SetsockoptInt(q.fd, unix.IPPROTO_IP, unix.IP_PKTINFO, 1))
+	if d.cfg.gro {
+		if e := unix.SetsockoptInt(q.fd, unix.IPPROTO_UDP, unix.UDP_GRO, 1); e != nil {
+			d.log.Warn("UDP_GRO refused; receiving one datagram per packet", "queue", idx, "err", e)
 		}
-		if d.cfg.gro {
-			if e := unix.SetsockoptInt(q.fd, unix.IPPROTO_UDP, unix.UDP_GRO, 1); e != nil {
-				d.log.Warn("UDP_GRO refused; receiving one datagram per packet", "queue", idx, "err", e)
-			}
-		}
-	})
-	if err = errors.Join(err, serr); err != nil {
-		conn.Close()
-		return nil, fmt.Errorf("soft: queue %d socket options: %w", idx, err)
+	}
+	if serr != nil {
+		unix.Close(q.fd)
+		return nil, fmt.Errorf("soft: queue %d socket options: %w", idx, serr)
 	}
 	q.arena = make([]byte, txArenaLen)
 	q.pkts = make([]txPkt, 0, txMaxPkts)
@@ -189,25 +202,39 @@ func newQueue(d *device, idx int, local netip.AddrPort) (*queue, error) {
 		h.Control = &q.rctrl[i][0]
 	}
 	q.rxDirty = rxMsgs // the first burst sets every header
-	q.writeFn = q.write
 	q.readFn = q.readReady
 	q.rcPeers = map[*qp]struct{}{}
 	return q, nil
 }
 
-func (q *queue) start() { go q.run() }
+func (q *queue) start() {
+	q.started = true
+	go q.run()
+}
 
+// close stops the progress goroutine, then closes the socket once no
+// burst or doorbell can be using it (both run under the queue's locks and
+// look at closed first).
 func (q *queue) close() {
 	if q.closed.Swap(true) {
 		return
 	}
-	q.conn.Close()
-	if q.readFn != nil {
+	q.kickRead()
+	if q.started {
 		select {
 		case <-q.done:
-		case <-time.After(time.Second):
+		case <-time.After(5 * time.Second):
+			// Never close a descriptor a live goroutine may still use:
+			// its number could be reused. Leak it instead.
+			q.d.log.Error("soft: progress goroutine did not stop; leaving its socket open", "queue", q.idx)
+			return
 		}
 	}
+	q.rxMu.Lock()
+	q.txMu.Lock()
+	unix.Close(q.fd)
+	q.txMu.Unlock()
+	q.rxMu.Unlock()
 }
 
 // ---- transmit ----
@@ -291,12 +318,23 @@ func (q *queue) flush() {
 	if len(q.pkts) == 0 {
 		return
 	}
+	if q.closed.Load() {
+		q.pkts = q.pkts[:0]
+		q.used = 0
+		return
+	}
 	q.build(0)
 	q.sent = 0
 	for q.sent < q.nhdr {
 		q.txErrno = 0
-		if err := q.rc.Write(q.writeFn); err != nil {
-			break // closed
+		if !q.write() {
+			// The socket buffer is full: wait until it drains, as a full
+			// send queue holds up a NIC's doorbell.
+			if q.closed.Load() {
+				break
+			}
+			q.waitWritable()
+			continue
 		}
 		if q.txErrno == unix.EIO && q.gso {
 			// The kernel refused GSO: fall back to one datagram per packet.
@@ -374,7 +412,29 @@ var sendmmsg = func(fd uintptr, hdrs []unix.Mmsghdr) (int, unix.Errno) {
 	return int(n), errno
 }
 
-func (q *queue) write(fd uintptr) bool {
+// waitWritable waits up to a millisecond for room in the socket buffer.
+// It yields first: the buffer drains as the kernel delivers, which takes
+// microseconds on loopback.
+func (q *queue) waitWritable() {
+	for range 64 {
+		runtime.Gosched()
+		if q.writable(0) {
+			return
+		}
+	}
+	q.writable(1)
+}
+
+func (q *queue) writable(ms int) bool {
+	fds := [1]unix.PollFd{{Fd: int32(q.fd), Events: unix.POLLOUT}}
+	n, _ := unix.Poll(fds[:], ms)
+	return n > 0
+}
+
+// write sends hdrs[sent:nhdr]; it reports false when the socket buffer is
+// full (EAGAIN). Callers hold txMu.
+func (q *queue) write() bool {
+	fd := uintptr(q.fd)
 	for q.sent < q.nhdr {
 		n, errno := sendmmsg(fd, q.hdrs[q.sent:q.nhdr])
 		q.d.ctr.txSyscalls.Add(1)
@@ -432,6 +492,9 @@ func (q *queue) burst() bool {
 		h.Flags = 0
 	}
 	q.rxDirty = 0
+	if q.closed.Load() {
+		return false
+	}
 	n, _, errno := unix.RawSyscall6(unix.SYS_RECVMMSG, uintptr(q.fd), uintptr(unsafe.Pointer(&q.rhdrs[0])), rxMsgs, unix.MSG_DONTWAIT, 0, 0)
 	q.d.ctr.rxSyscalls.Add(1)
 	if errno != 0 {
@@ -535,13 +598,20 @@ func (q *queue) wake() {
 // run is the queue's progress goroutine. While CQ pollers are active it
 // sleeps a tick at a time (running timers), and takes over receiving
 // within a tick of their stopping, or at once when a CQ.Wait caller kicks
-// it. Otherwise it waits in the netpoller for the socket.
+// it. Otherwise it waits in the netpoller for the socket, through a
+// duplicate registered for the purpose, which it closes (leaving the
+// netpoller) once pollers have been active for idleKeep.
 func (q *queue) run() {
 	defer close(q.done)
+	defer q.unregister()
 	sleep := time.NewTimer(tickPeriod)
+	active := 0 // consecutive ticks with pollers active
 	for !q.closed.Load() {
 		if q.pollersActive() {
 			q.seen = q.polls.Load()
+			if active++; active == idleKeep {
+				q.unregister()
+			}
 			sleep.Reset(tickPeriod)
 			select {
 			case <-sleep.C:
@@ -551,13 +621,21 @@ func (q *queue) run() {
 			q.tick(time.Now())
 			continue
 		}
+		active = 0
+		f, err := q.register()
+		if err != nil {
+			q.d.log.Error("soft: progress: registering the socket", "queue", q.idx, "err", err)
+			time.Sleep(tickPeriod)
+			q.tick(time.Now())
+			continue
+		}
 		// Set the deadline on every pass: a kickRead may have left one in
 		// the past, and a past deadline makes Read return at once without
 		// reading.
 		if q.needTicks() {
-			q.conn.SetReadDeadline(time.Now().Add(tickPeriod))
+			f.SetReadDeadline(time.Now().Add(tickPeriod))
 		} else {
-			q.conn.SetReadDeadline(time.Time{})
+			f.SetReadDeadline(time.Time{})
 			// Timer work that appeared before the deadline was cleared
 			// would otherwise wait for the next packet; kickRead covers
 			// what appears after.
@@ -565,11 +643,45 @@ func (q *queue) run() {
 				continue
 			}
 		}
-		err := q.rc.Read(q.readFn)
-		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
-			return // closed
+		if q.closed.Load() {
+			return // a kick before the registration found nothing to wake
+		}
+		rc, err := f.SyscallConn()
+		if err == nil {
+			err = rc.Read(q.readFn)
+		}
+		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) && !q.closed.Load() {
+			q.d.log.Error("soft: progress: waiting for the socket", "queue", q.idx, "err", err)
+			time.Sleep(tickPeriod)
 		}
 		q.tick(time.Now())
+	}
+}
+
+// idleKeep is how many consecutive ticks of active pollers it takes for
+// the progress goroutine to take the socket out of the netpoller.
+const idleKeep = 8
+
+// register returns the netpoller-registered duplicate of the socket,
+// making it if there is none. Only the progress goroutine calls it.
+func (q *queue) register() (*os.File, error) {
+	if f := q.idle.Load(); f != nil {
+		return f, nil
+	}
+	fd, err := unix.FcntlInt(uintptr(q.fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), "soft-queue") // non-blocking: it joins the netpoller
+	q.idle.Store(f)
+	return f, nil
+}
+
+// unregister closes the duplicate, taking the socket out of the
+// netpoller. Only the progress goroutine calls it.
+func (q *queue) unregister() {
+	if f := q.idle.Swap(nil); f != nil {
+		f.Close()
 	}
 }
 
@@ -578,7 +690,12 @@ func (q *queue) needTicks() bool { return q.active.Load() > 0 || q.hasHeld() }
 // kickRead makes the progress goroutine leave the netpoller and look at
 // its timers: called when timer work appears (an RC QP gets work in
 // flight, reorder injection holds a packet).
-func (q *queue) kickRead() { q.conn.SetReadDeadline(time.Now()) }
+func (q *queue) kickRead() {
+	if f := q.idle.Load(); f != nil {
+		f.SetReadDeadline(time.Now()) // an error means closed: nobody waits
+	}
+	q.wake()
+}
 
 func (q *queue) hasHeld() bool { return q.nheld.Load() > 0 }
 
