@@ -74,6 +74,13 @@ func (c *Config) adminSecurity(log *slog.Logger) (credentials.TransportCredentia
 
 // runHA serves as one instance of an HA group on etcd: the data path runs
 // only while this instance leads (see package haserve).
+// adminConfig is the admin server's configuration, the same for a
+// single seqd and an HA instance but for the modes it offers.
+func (c *Config) adminConfig(log *slog.Logger, creds credentials.TransportCredentials, auth *admin.Authorizer, modes []string) admin.Config {
+	return admin.Config{Addr: c.Admin, Logger: log, Modes: modes, MaxWindow: max(c.MaxWindow, headeronly.DefaultMaxWindow),
+		Creds: creds, Auth: auth, SessionLease: max(c.SessionLease, 0)}
+}
+
 func runHA(ctx context.Context, c Config, log *slog.Logger, ready func(Addrs), creds credentials.TransportCredentials, auth *admin.Authorizer) error {
 	lis, err := net.Listen("tcp", c.Admin)
 	if err != nil {
@@ -115,9 +122,7 @@ func runHA(ctx context.Context, c Config, log *slog.Logger, ready func(Addrs), c
 			return fmt.Errorf("seqd: metrics: %w", err)
 		}
 	}
-	adm, err := admin.New(admin.Config{Addr: c.Admin, Logger: log, Modes: []string{modes.SpecS0, modes.HERD},
-		MaxWindow: max(c.MaxWindow, headeronly.DefaultMaxWindow), Creds: creds, Auth: auth,
-		SessionLease: max(c.SessionLease, 0)}, srv)
+	adm, err := admin.New(c.adminConfig(log, creds, auth, []string{modes.SpecS0, modes.HERD}), srv)
 	if err != nil {
 		lis.Close()
 		return fmt.Errorf("seqd: admin: %w", err)

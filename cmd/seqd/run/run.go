@@ -21,7 +21,6 @@ import (
 
 	"github.com/seqd/seqd/admin"
 	"github.com/seqd/seqd/admin/adminpb"
-	"github.com/seqd/seqd/headeronly"
 	"github.com/seqd/seqd/modes"
 	"github.com/seqd/seqd/oracle"
 	"github.com/seqd/seqd/spec"
@@ -187,9 +186,7 @@ func Run(ctx context.Context, c Config, log *slog.Logger, ready func(Addrs)) err
 			}
 		}
 	}
-	adm, err := admin.New(admin.Config{Addr: c.Admin, Logger: log, Modes: modes.All, MaxWindow: max(c.MaxWindow, headeronly.DefaultMaxWindow),
-		Creds: creds, Auth: auth, SessionLease: max(c.SessionLease, 0)},
-		oracleStatus{dp, orc})
+	adm, err := admin.New(c.adminConfig(log, creds, auth, modes.All), oracleStatus{dp, orc})
 	if err != nil {
 		return fmt.Errorf("seqd: admin: %w", err)
 	}
