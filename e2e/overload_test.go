@@ -301,13 +301,7 @@ func TestLeaseReclaimsDeadClients(t *testing.T) {
 	if _, err := adm.Connect(ctx, syntheticConnect(23000, 9, 256)); status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("full server: %v, want ResourceExhausted", err)
 	}
-	sessions := func() uint64 {
-		st, err := adm.Status(ctx, &adminpb.StatusRequest{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st.GetSessions()
-	}
+	sessions := func() uint64 { return sessionCount(ctx, t, adm) }
 	waitFor(t, 20*lease, func() bool { return sessions() == 1 }, "dead sessions reclaimed")
 	// Their capacity is back.
 	if _, err := adm.Connect(ctx, syntheticConnect(23000, 9, 256)); err != nil {
@@ -365,13 +359,7 @@ func TestLeaseReclaimsDeadClientsHA(t *testing.T) {
 			t.Fatalf("connect %d: %v", i, err)
 		}
 	}
-	sessions := func() uint64 {
-		st, err := adm.Status(ctx, &adminpb.StatusRequest{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st.GetSessions()
-	}
+	sessions := func() uint64 { return sessionCount(ctx, t, adm) }
 	if n := sessions(); n != 4 {
 		t.Fatalf("%d sessions, want 4", n)
 	}
@@ -379,4 +367,14 @@ func TestLeaseReclaimsDeadClientsHA(t *testing.T) {
 	if _, err := adm.Disconnect(ctx, &adminpb.DisconnectRequest{SessionId: first.GetSessionId()}); status.Code(err) != codes.NotFound {
 		t.Errorf("disconnect of a reclaimed session: %v, want NotFound", err)
 	}
+}
+
+// sessionCount is the number of sessions the server's Status reports.
+func sessionCount(ctx context.Context, t *testing.T, adm adminpb.AdminClient) uint64 {
+	t.Helper()
+	st, err := adm.Status(ctx, &adminpb.StatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.GetSessions()
 }

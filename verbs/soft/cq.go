@@ -88,7 +88,7 @@ func (c *cq) push(wc *verbs.WC) {
 	}
 }
 
-// pushN adds completions in one critical section (see queue.deliver),
+// pushN adds completions in one critical section (see queue.pendWC),
 // copied in at most two runs round the ring.
 func (c *cq) pushN(wcs []verbs.WC) {
 	c.mu.Lock()

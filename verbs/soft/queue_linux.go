@@ -456,12 +456,9 @@ func (q *queue) write() bool {
 
 // ---- receive ----
 
-// deliver queues a receive completion for c; the burst hands them to the
-// CQ in batches (one lock per batch, not per packet). Callers hold rxMu.
-func (q *queue) deliver(c *cq, wc *verbs.WC) { *q.pendWC(c) = *wc }
-
-// pendWC returns the next batched completion for c, to be filled in.
-// Callers hold rxMu.
+// pendWC returns the next receive completion for c, to be filled in; the
+// burst hands them to the CQ in batches (one lock per batch, not per
+// packet). Callers hold rxMu.
 func (q *queue) pendWC(c *cq) *verbs.WC {
 	if c != q.pendCQ || q.npend == len(q.pend) {
 		q.flushPend()
