@@ -525,28 +525,7 @@ func (h *hostile) run(pools [][][]byte, flood [][]byte, sent []uint64, stop <-ch
 // endpoint on an ephemeral port.
 func startWithMetrics(t testing.TB) run.Addrs {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	addrs := make(chan run.Addrs, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- run.Run(ctx, run.Config{Device: "127.0.0.1:0", Data: t.TempDir(), Admin: "127.0.0.1:0",
-			Metrics: "127.0.0.1:0", Workers: 2, MaxWindow: 64}, quietLogger(), func(a run.Addrs) { addrs <- a })
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("seqd: %v", err)
-		}
-	})
-	select {
-	case a := <-addrs:
-		return a
-	case err := <-done:
-		t.Fatalf("seqd did not start: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("seqd not ready after 10s")
-	}
-	return run.Addrs{}
+	return startAddrs(t, run.Config{Metrics: "127.0.0.1:0", Workers: 2, MaxWindow: 64})
 }
 
 // dropReasons scrapes seqd_headeronly_drops_total by reason.

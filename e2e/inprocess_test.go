@@ -21,28 +21,7 @@ func quietLogger() *slog.Logger {
 // admin address. It stops when the test ends.
 func startServer(t testing.TB, provOpts string) string {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	addrs := make(chan run.Addrs, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- run.Run(ctx, run.Config{Device: "127.0.0.1:0", ProviderOpts: provOpts, Data: t.TempDir(),
-			Admin: "127.0.0.1:0", Metrics: "off", Workers: 2, MaxWindow: 512}, quietLogger(), func(a run.Addrs) { addrs <- a })
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("seqd: %v", err)
-		}
-	})
-	select {
-	case a := <-addrs:
-		return a.Admin
-	case err := <-done:
-		t.Fatalf("seqd did not start: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("seqd not ready after 10s")
-	}
-	return ""
+	return startConfig(t, run.Config{ProviderOpts: provOpts, Workers: 2, MaxWindow: 512})
 }
 
 func runLoad(t *testing.T, provOpts string, callers, perCaller int) {

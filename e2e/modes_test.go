@@ -17,28 +17,7 @@ import (
 // startMode runs seqd in-process in mode and returns its admin address.
 func startMode(t testing.TB, provOpts, mode string) string {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	addrs := make(chan run.Addrs, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- run.Run(ctx, run.Config{Device: "127.0.0.1:0", ProviderOpts: provOpts, Data: t.TempDir(), Mode: mode,
-			Admin: "127.0.0.1:0", Metrics: "off", Workers: 2, MaxWindow: 64}, quietLogger(), func(a run.Addrs) { addrs <- a })
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("seqd: %v", err)
-		}
-	})
-	select {
-	case a := <-addrs:
-		return a.Admin
-	case err := <-done:
-		t.Fatalf("seqd did not start: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("seqd not ready after 10s")
-	}
-	return ""
+	return startConfig(t, run.Config{ProviderOpts: provOpts, Mode: mode, Workers: 2, MaxWindow: 64})
 }
 
 func dialN(t testing.TB, ctx context.Context, addr, provOpts string, n int) []*client.Client {

@@ -26,6 +26,14 @@ import (
 // data directory) and returns its admin address.
 func startConfig(t testing.TB, c run.Config) string {
 	t.Helper()
+	return startAddrs(t, c).Admin
+}
+
+// startAddrs is startConfig returning every listener's address. The data
+// directory is made before the cleanup that stops seqd is registered, so
+// that cleanups (run last-first) stop seqd before they remove it.
+func startAddrs(t testing.TB, c run.Config) run.Addrs {
+	t.Helper()
 	c.Device, c.Admin, c.Data = "127.0.0.1:0", "127.0.0.1:0", t.TempDir()
 	if c.Metrics == "" {
 		c.Metrics = "off"
@@ -42,13 +50,13 @@ func startConfig(t testing.TB, c run.Config) string {
 	})
 	select {
 	case a := <-addrs:
-		return a.Admin
+		return a
 	case err := <-done:
 		t.Fatalf("seqd did not start: %v", err)
 	case <-time.After(10 * time.Second):
 		t.Fatal("seqd not ready after 10s")
 	}
-	return ""
+	return run.Addrs{}
 }
 
 // syntheticConnect is a Connect for a client that exists only on paper:
