@@ -21,7 +21,12 @@ type WindowConfig struct {
 	Timeout time.Duration
 	// Quarantine: a released tag is not handed out again for this long.
 	// Default DefaultQuarantine. It must not be shorter than
-	// MaxAnswerDelay-Timeout, or a late answer could match a reused tag.
+	// MaxAnswerDelay: a tag released by the first answer to its request
+	// (a duplicate, or the answer of a retransmitted copy, can follow it)
+	// may see answers up to MaxAnswerDelay after the send, and the send
+	// can be as little as zero before the release. Only a tag released by
+	// timeout has Timeout of that delay already behind it; Validate holds
+	// every tag to the bound of the worst one.
 	Quarantine time.Duration
 }
 
@@ -42,8 +47,8 @@ func (c WindowConfig) Validate() (WindowConfig, error) {
 		return c, fmt.Errorf("spec: window size %d outside 1..%d", c.Size, MaxWindow)
 	case c.Timeout < 0:
 		return c, fmt.Errorf("spec: negative timeout %v", c.Timeout)
-	case c.Quarantine < MaxAnswerDelay-c.Timeout || c.Quarantine < 0:
-		return c, fmt.Errorf("spec: quarantine %v shorter than max answer delay %v minus timeout %v", c.Quarantine, MaxAnswerDelay, c.Timeout)
+	case c.Quarantine < MaxAnswerDelay:
+		return c, fmt.Errorf("spec: quarantine %v shorter than the max answer delay %v (a tag released by its first answer needs all of it)", c.Quarantine, MaxAnswerDelay)
 	}
 	return c, nil
 }

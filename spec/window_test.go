@@ -179,10 +179,61 @@ func TestWindowConfigErrors(t *testing.T) {
 		{Size: 0},
 		{Size: MaxWindow + 1},
 		{Size: 1, Timeout: time.Microsecond, Quarantine: time.Microsecond},
+		{Size: 1, Timeout: -time.Millisecond},
+		{Size: 1, Quarantine: -time.Millisecond},
 	} {
 		if _, err := NewWindow(c); err == nil {
 			t.Errorf("NewWindow(%+v) accepted", c)
 		}
+	}
+}
+
+// TestWindowQuarantineBound is defect 5 of issue 12: a quarantine shorter
+// than MaxAnswerDelay is refused whatever the timeout, because a tag
+// released by its first answer (not by timeout) can still see a late
+// duplicate answer up to MaxAnswerDelay after its send. The scenario
+// below is the one the bound protects: with such a quarantine a late
+// answer to the first use would be accepted as the answer to the reuse.
+func TestWindowQuarantineBound(t *testing.T) {
+	for _, c := range []WindowConfig{
+		{Size: 1, Timeout: DefaultTimeout, Quarantine: MaxAnswerDelay - DefaultTimeout/4},
+		{Size: 1, Timeout: MaxAnswerDelay, Quarantine: time.Nanosecond},
+		{Size: 1, Timeout: 2 * MaxAnswerDelay, Quarantine: MaxAnswerDelay - time.Nanosecond},
+	} {
+		if c.Quarantine <= 0 || c.Quarantine >= MaxAnswerDelay {
+			t.Fatalf("bad case %+v", c)
+		}
+		if _, err := NewWindow(c); err == nil {
+			t.Errorf("NewWindow(%+v) accepted a quarantine shorter than MaxAnswerDelay %v", c, MaxAnswerDelay)
+		}
+	}
+	ok := WindowConfig{Size: 1, Timeout: 2 * MaxAnswerDelay, Quarantine: MaxAnswerDelay}
+	w, err := NewWindow(ok)
+	if err != nil {
+		t.Fatalf("NewWindow(%+v): %v", ok, err)
+	}
+	// Send at 0, answered at once: the tag may still see a duplicate
+	// answer until MaxAnswerDelay. Size 1 cycles through every tag, so
+	// reuse of tag 0 comes NumTags sends later; run the clock so that
+	// the reuse is attempted before MaxAnswerDelay has passed.
+	first, _, err := w.Send(0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Answer(0, first)
+	step := MaxAnswerDelay / (2 * NumTags)
+	now := time.Duration(0)
+	for i := 1; i < NumTags; i++ {
+		now += step
+		tag, _, err := w.Send(now, uint64(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Answer(now, tag)
+	}
+	now += step
+	if tag, _, err := w.Send(now, 1); err == nil && tag == first && now < MaxAnswerDelay {
+		t.Fatalf("tag %v reused %v after a send whose answers can arrive until %v", tag, now, MaxAnswerDelay)
 	}
 }
 
