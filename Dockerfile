@@ -12,7 +12,11 @@
 #
 #   docker run -d --name seqd -v seqd-data:/var/lib/seqd \
 #     -p 7070:7070 -p 9464:9464 -p 4791:4791/udp \
-#     seqd:latest -device <container or host IPv4>:4791
+#     seqd:latest -init -device <container or host IPv4>:4791
+#
+# -init is for a new volume only: without it seqd refuses a data directory
+# with no mark file (a lost or unmounted volume is not a fresh start). Once
+# the volume holds a mark, recreate the container without -init.
 #
 # The admin (gRPC) and metrics listeners bind 0.0.0.0 here; seqd's own
 # defaults are loopback, which is useless inside a container. The soft

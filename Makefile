@@ -30,9 +30,11 @@ lint:
 	$(GO) vet ./...
 
 # Starts seqd with its defaults: loopback, userspace provider, Spec-S0,
-# hybrid timestamps, data in ./seqd-data.
+# hybrid timestamps, data in ./seqd-data. -init: on a fresh checkout
+# ./seqd-data does not exist yet, and seqd takes a missing data directory
+# for a new deployment only when told; an existing mark is always loaded.
 run: build
-	./$(BIN)/seqd
+	./$(BIN)/seqd -init
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...

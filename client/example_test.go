@@ -19,7 +19,7 @@ func startSeqd(dir string) (adminAddr string, stop func()) {
 	done := make(chan error, 1)
 	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	go func() {
-		done <- run.Run(ctx, run.Config{Device: "127.0.0.1:0", Admin: "127.0.0.1:0", Metrics: "off", Data: dir},
+		done <- run.Run(ctx, run.Config{Device: "127.0.0.1:0", Admin: "127.0.0.1:0", Metrics: "off", Data: dir, Init: true},
 			quiet, func(a run.Addrs) { ready <- a })
 	}()
 	select {

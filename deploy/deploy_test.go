@@ -243,7 +243,7 @@ func TestExampleConfigStarts(t *testing.T) {
 		t.Skip("-short: starts seqd")
 	}
 	active, _ := confLines(t)
-	args := []string{"-config", "seqd.conf", "-data", t.TempDir(),
+	args := []string{"-config", "seqd.conf", "-data", t.TempDir(), "-init",
 		"-admin", "127.0.0.1:0", "-metrics", "127.0.0.1:0", "-device", "127.0.0.1:0"}
 	for _, c := range strings.Split(active["cores"], ",") {
 		if n, err := strconv.Atoi(strings.TrimSpace(c)); err == nil && n >= runtime.NumCPU() {
@@ -390,7 +390,7 @@ func exported(t *testing.T) map[string]bool {
 		ctx, cancel := context.WithCancel(context.Background())
 		ready := make(chan run.Addrs, 1)
 		done := make(chan error, 1)
-		c := run.Config{Data: t.TempDir(), Admin: "127.0.0.1:0", Metrics: "127.0.0.1:0", Device: "127.0.0.1:0", Mode: mode}
+		c := run.Config{Data: t.TempDir(), Init: true, Admin: "127.0.0.1:0", Metrics: "127.0.0.1:0", Device: "127.0.0.1:0", Mode: mode}
 		go func() {
 			done <- run.Run(ctx, c, slog.New(slog.NewTextHandler(io.Discard, nil)), func(a run.Addrs) { ready <- a })
 		}()

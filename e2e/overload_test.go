@@ -35,6 +35,7 @@ func startConfig(t testing.TB, c run.Config) string {
 func startAddrs(t testing.TB, c run.Config) run.Addrs {
 	t.Helper()
 	c.Device, c.Admin, c.Data = "127.0.0.1:0", "127.0.0.1:0", t.TempDir()
+	c.Init = true // a fresh data directory: a new deployment
 	if c.Metrics == "" {
 		c.Metrics = "off"
 	}

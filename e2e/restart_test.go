@@ -85,8 +85,13 @@ func TestKill9Restart(t *testing.T) {
 	}
 	data := filepath.Join(dir, "data")
 	adminAddr, dev := freePort(t, "tcp"), freePort(t, "udp")
+	starts := 0
 	start := func() *exec.Cmd {
-		cmd := exec.Command(bin, "-data", data, "-admin", adminAddr, "-device", dev, "-metrics", "off")
+		args := []string{"-data", data, "-admin", adminAddr, "-device", dev, "-metrics", "off"}
+		if starts++; starts == 1 {
+			args = append(args, "-init") // only the first start is a new deployment
+		}
+		cmd := exec.Command(bin, args...)
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)

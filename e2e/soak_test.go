@@ -61,6 +61,9 @@ func TestSoak(t *testing.T) {
 	var srv *exec.Cmd
 	start := func(mode, opts string) {
 		args := []string{"-data", data, "-admin", adminAddr, "-device", dev, "-metrics", metrics, "-mode", mode}
+		if len(incs) == 0 {
+			args = append(args, "-init") // only the first start is a new deployment
+		}
 		if opts != "" {
 			args = append(args, "-provider-opts", opts)
 		}

@@ -80,7 +80,7 @@ func spawnInProcess(c *Config, mode, dir string) (*server, error) {
 	done := make(chan error, 1)
 	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	go func() {
-		done <- run.Run(ctx, run.Config{Device: "127.0.0.1:0", Admin: "127.0.0.1:0", Metrics: "off", Data: dir,
+		done <- run.Run(ctx, run.Config{Device: "127.0.0.1:0", Admin: "127.0.0.1:0", Metrics: "off", Data: dir, Init: true,
 			Mode: mode, Cores: c.SeqdCores, ProviderOpts: c.ProviderOpts}, quiet, func(a run.Addrs) { ready <- a })
 	}()
 	select {
@@ -130,7 +130,7 @@ func spawnBinary(ctx context.Context, c *Config, bin, mode, dir string) (*server
 	if err != nil {
 		return nil, fmt.Errorf("loadgen: spawn: free port: %w", err)
 	}
-	args := []string{"-device", "127.0.0.1:0", "-admin", addr, "-metrics", "off", "-data", dir, "-mode", mode}
+	args := []string{"-device", "127.0.0.1:0", "-admin", addr, "-metrics", "off", "-data", dir, "-init", "-mode", mode}
 	if c.SeqdCores != "" {
 		args = append(args, "-cores", c.SeqdCores)
 	}

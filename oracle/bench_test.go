@@ -13,7 +13,7 @@ import (
 // that in well under a millisecond, faster than an fsync, so with the
 // default it would measure the disk (stalls/op shows it), not the claim.
 func benchOracle(b *testing.B, format oracle.Format) *oracle.Oracle {
-	return open(b, oracle.Config{Format: format, Dir: b.TempDir(), CounterWindow: 1 << 36})
+	return open(b, oracle.Config{Format: format, Dir: b.TempDir(), Init: true, CounterWindow: 1 << 36})
 }
 
 func claimLoop(b *testing.B, o *oracle.Oracle, n int) (stalls int) {

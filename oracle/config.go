@@ -35,8 +35,17 @@ type Config struct {
 	// MaxBatch is the largest n a Claim accepts (default 1<<16).
 	MaxBatch int
 	// Floor makes the first value greater than Floor even if the persisted
-	// mark is lower: the recovery path after losing the mark file.
+	// mark is lower, or missing (the store reports ErrNoMark): the
+	// recovery path after losing the mark file. It must be above every
+	// value the oracle ever served.
 	Floor uint64
+	// Init marks a new deployment: a missing Dir is created and a missing
+	// mark file is taken as mark 0. Without it (and without a Floor) both
+	// are errors (ErrDataDir, ErrNoMark) that name the path, because a
+	// missing mark is as likely a lost or unmounted volume as a first
+	// start. A mark file that exists is always loaded, Init or not: an
+	// empty or damaged one is an error (ErrCorrupt).
+	Init bool
 
 	// Clock returns Unix milliseconds (default: the wall clock).
 	Clock func() int64

@@ -156,6 +156,7 @@ func TestCrashHelper(t *testing.T) {
 	o, err := oracle.Open(ctx, oracle.Config{
 		Format:        format,
 		Dir:           dir,
+		Init:          true,             // a kill inside run 0's Open can leave no mark file; Init never overrides one
 		HybridWindow:  time.Millisecond, // 1<<18 values
 		CounterWindow: 256,
 		MaxBatch:      64,

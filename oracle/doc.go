@@ -40,6 +40,13 @@
 // durable. A crash at any moment (kill -9) therefore loses at most unused
 // headroom, never uniqueness.
 //
+// A missing mark is not a fresh start. FileStore cannot tell a new
+// deployment from a lost or unmounted volume, so a missing data directory
+// or mark file fails Open (ErrDataDir, ErrNoMark), naming the path and the
+// recovery, unless the caller says which it is: Config.Init for a new
+// deployment, Config.Floor for a recovery above every value served. An
+// empty or damaged file is always an error (ErrCorrupt).
+//
 // # Gate
 //
 // Config.Gate is asked before every claim. High availability (package ha)

@@ -26,6 +26,11 @@ var (
 	ErrCorrupt = errors.New("oracle: mark file corrupt")
 	// ErrDataDir means the data directory is missing or unusable.
 	ErrDataDir = errors.New("oracle: data directory unusable")
+	// ErrNoMark means the store holds no mark. For a FileStore that can
+	// be a lost or unmounted volume as well as a new deployment, so the
+	// oracle refuses to take it as a fresh start unless told to
+	// (Config.Init, or a Config.Floor above every value ever served).
+	ErrNoMark = errors.New("oracle: no mark file")
 	// ErrMarkBackward means a store was asked to save a smaller mark than
 	// one it saved before.
 	ErrMarkBackward = errors.New("oracle: mark would move backward")

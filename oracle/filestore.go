@@ -23,6 +23,7 @@ const (
 	markFileSize    = 24 // magic 8, version 2, reserved 2, mark 8, crc32c 4
 	markCRCOffset   = markFileSize - 4
 	recoveryAdvice  = "refusing to guess a starting value: restore the file from a backup, or move it aside and restart with Config.Floor above every value this oracle ever served (for hybrid, a mark is at most the window ahead of the clock at the time it was saved)"
+	missingAdvice   = "refusing to take a missing mark for a fresh start (the data volume may be lost or not mounted): restore the file from a backup, or start with Config.Floor above every value this oracle ever served; only a new deployment starts with Config.Init"
 	markFilePerm    = 0o644
 	markDirSyncMode = os.O_RDONLY
 )
@@ -48,6 +49,8 @@ func encodeMarkFile(mark uint64) []byte {
 // decodeMarkFile parses a mark file. Every failure wraps ErrCorrupt.
 func decodeMarkFile(b []byte) (uint64, error) {
 	switch {
+	case len(b) == 0:
+		return 0, fmt.Errorf("%w: empty (0 of %d bytes)", ErrCorrupt, markFileSize)
 	case len(b) < markFileSize:
 		return 0, fmt.Errorf("%w: truncated: %d of %d bytes", ErrCorrupt, len(b), markFileSize)
 	case len(b) > markFileSize:
@@ -82,13 +85,14 @@ type FileStore struct {
 var _ Store = (*FileStore)(nil)
 
 // OpenFileStore opens a FileStore in dir, which must exist: a missing data
-// directory is more likely an unmounted volume than a fresh start. It checks
+// directory is more likely an unmounted volume than a fresh start (InitDir
+// creates it for a new deployment). It checks
 // that the directory is writable (and fsyncable) by writing a probe file,
 // and removes a temp file left by a crash.
 func OpenFileStore(dir string) (*FileStore, error) {
 	fi, err := os.Stat(dir)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %w (create it, or fix the path)", ErrDataDir, dir, err)
+		return nil, fmt.Errorf("%w: %s: %w (fix the path, mount the volume or restore it from a backup; only a new deployment creates it, with Config.Init)", ErrDataDir, dir, err)
 	}
 	if !fi.IsDir() {
 		return nil, fmt.Errorf("%w: %s is not a directory", ErrDataDir, dir)
@@ -110,19 +114,31 @@ func OpenFileStore(dir string) (*FileStore, error) {
 	return s, nil
 }
 
+// InitDir prepares dir for a new deployment: it creates dir, and its
+// parents, when missing. It never touches a mark file; Open with
+// Config.Init calls it and then takes a missing mark file (ErrNoMark) as
+// mark 0.
+func InitDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return fmt.Errorf("%w: creating %s: %w", ErrDataDir, dir, err)
+	}
+	return nil
+}
+
 // Path returns the mark file's path.
 func (s *FileStore) Path() string { return s.path }
 
-// Load reads the mark. A missing file is a fresh start (mark 0); a corrupt
-// or truncated one is an error that wraps ErrCorrupt and says how to
-// recover.
+// Load reads the mark. A missing file is an error wrapping ErrNoMark, never
+// mark 0: it may be a lost volume rather than a fresh start, and only the
+// caller can know (Config.Init). A corrupt, truncated or empty one is an
+// error that wraps ErrCorrupt. Both name the path and say how to recover.
 func (s *FileStore) Load(ctx context.Context) (uint64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
 	b, err := os.ReadFile(s.path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return 0, nil
+		return 0, fmt.Errorf("%w: %s does not exist; %s", ErrNoMark, s.path, missingAdvice)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("oracle: reading mark file %s: %w", s.path, err)

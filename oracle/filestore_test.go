@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -36,7 +38,7 @@ func TestDecodeMarkFileRejects(t *testing.T) {
 		b    []byte
 		msg  string
 	}{
-		{"empty", nil, "truncated"},
+		{"empty", nil, "empty"},
 		{"truncated", good[:13], "truncated"},
 		{"trailing byte", append(bytes.Clone(good), 0), "bytes, want"},
 		{"bad magic", flip(0), "bad magic"},
@@ -80,8 +82,8 @@ func TestFileStoreRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m, err := s.Load(ctx); m != 0 || err != nil {
-		t.Fatalf("fresh Load = %d, %v; want 0, nil", m, err)
+	if m, err := s.Load(ctx); m != 0 || !errors.Is(err, ErrNoMark) || !strings.Contains(err.Error(), s.Path()) {
+		t.Fatalf("fresh Load = %d, %v; want 0, ErrNoMark naming %s", m, err, s.Path())
 	}
 	for _, m := range []uint64{5, 5, 1 << 40} {
 		if err := s.Save(ctx, m); err != nil {
@@ -187,5 +189,95 @@ func TestOpenFileStoreRemovesStaleTemp(t *testing.T) {
 	}
 	if _, err := os.Stat(tmp); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("stale temp file still there: %v", err)
+	}
+}
+
+// TestOpenMissingMark is defect 6 of issue 12 at the oracle: a missing data
+// directory, a missing mark file and an empty mark file are never a fresh
+// start, in either format. Each fails with an error naming the path and the
+// recovery; Init (a new deployment) creates a missing directory and takes a
+// missing file as mark 0, and Floor (a recovery) starts above the floor;
+// an empty file stays an error whatever the flags, because something wrote
+// it and lost its content.
+func TestOpenMissingMark(t *testing.T) {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	const floor = 1 << 45
+	cases := []struct {
+		name  string
+		setup func(t *testing.T) string // returns the data directory
+		want  error
+		init  bool // Init makes it a fresh start
+		hint  string
+	}{
+		{"dir missing", func(t *testing.T) string { return filepath.Join(t.TempDir(), "gone", "data") }, ErrDataDir, true, "Config.Init"},
+		{"file missing", func(t *testing.T) string { return t.TempDir() }, ErrNoMark, true, "Config.Init"},
+		{"file empty", func(t *testing.T) string {
+			dir := t.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, MarkFileName), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			return dir
+		}, ErrCorrupt, false, "Config.Floor"},
+	}
+	for _, format := range []Format{FormatCounter, FormatHybrid} {
+		for _, tc := range cases {
+			t.Run(format.String()+"/"+tc.name, func(t *testing.T) {
+				ctx := context.Background()
+				dir := tc.setup(t)
+				_, err := Open(ctx, Config{Format: format, Dir: dir, Logger: quiet})
+				if !errors.Is(err, tc.want) {
+					t.Fatalf("Open = %v, want %v", err, tc.want)
+				}
+				for _, s := range []string{dir, tc.hint, "backup"} {
+					if !strings.Contains(err.Error(), s) {
+						t.Errorf("error %q does not name %q", err, s)
+					}
+				}
+				if _, serr := os.Stat(dir); tc.want == ErrDataDir && serr == nil {
+					t.Fatalf("Open without Init created %s", dir)
+				}
+				o, err := Open(ctx, Config{Format: format, Dir: dir, Init: true, Logger: quiet})
+				if !tc.init {
+					if err == nil {
+						o.Close()
+						t.Fatal("Init started on an empty mark file")
+					}
+					if !errors.Is(err, ErrCorrupt) {
+						t.Fatalf("Open with Init = %v, want ErrCorrupt", err)
+					}
+					// The recovery: move it aside, start above a floor.
+					if err := os.Remove(filepath.Join(dir, MarkFileName)); err != nil {
+						t.Fatal(err)
+					}
+					o, err = Open(ctx, Config{Format: format, Dir: dir, Floor: floor, Logger: quiet})
+					if err != nil {
+						t.Fatalf("Open with Floor after moving the file aside: %v", err)
+					}
+					defer o.Close()
+					if v, err := o.Claim(1); err != nil || v <= floor {
+						t.Fatalf("first value %d, %v; want above the floor %d", v, err, uint64(floor))
+					}
+					return
+				}
+				if err != nil {
+					t.Fatalf("Open with Init: %v", err)
+				}
+				v, err := o.Claim(1)
+				o.Close()
+				if err != nil {
+					t.Fatal(err)
+				}
+				// The first open wrote a mark: the next open without
+				// Init loads it and starts above v.
+				o, err = Open(ctx, Config{Format: format, Dir: dir, Logger: quiet})
+				if err != nil {
+					t.Fatalf("reopen without Init: %v", err)
+				}
+				defer o.Close()
+				if w, err := o.Claim(1); err != nil || w <= v {
+					t.Fatalf("after reopen %d, %v; want above %d", w, err, v)
+				}
+			})
+		}
 	}
 }

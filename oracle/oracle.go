@@ -2,6 +2,7 @@ package oracle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -73,6 +74,11 @@ func Open(ctx context.Context, cfg Config) (*Oracle, error) {
 	}
 	store := cfg.Store
 	if store == nil {
+		if cfg.Init {
+			if err := InitDir(cfg.Dir); err != nil {
+				return nil, err
+			}
+		}
 		fs, err := OpenFileStore(cfg.Dir)
 		if err != nil {
 			return nil, err
@@ -80,7 +86,11 @@ func Open(ctx context.Context, cfg Config) (*Oracle, error) {
 		store = fs
 	}
 	m, err := store.Load(ctx)
-	if err != nil {
+	switch {
+	case errors.Is(err, ErrNoMark) && (cfg.Init || cfg.Floor > 0):
+		m = 0 // a new deployment, or a recovery above cfg.Floor
+		cfg.Logger.Info("oracle: no mark file: a new deployment (Init) or a recovery above Floor", "init", cfg.Init, "floor", cfg.Floor)
+	case err != nil:
 		return nil, fmt.Errorf("oracle: loading mark: %w", err)
 	}
 	if m >= limit {

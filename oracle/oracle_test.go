@@ -423,7 +423,7 @@ func TestFormatAndTimestamp(t *testing.T) {
 func TestGate(t *testing.T) {
 	errFenced := errors.New("fenced")
 	var fenced atomic.Bool
-	o, err := oracle.Open(context.Background(), oracle.Config{Dir: t.TempDir(), Logger: quiet,
+	o, err := oracle.Open(context.Background(), oracle.Config{Dir: t.TempDir(), Init: true, Logger: quiet,
 		Gate: func() error {
 			if fenced.Load() {
 				return errFenced

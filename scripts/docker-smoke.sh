@@ -21,7 +21,8 @@ fail() { echo "docker-smoke: FAIL: $*" >&2; exit 1; }
 
 if docker info >/dev/null 2>&1; then
   name=seqd-smoke-$$
-  docker run -d --name "$name" -p 127.0.0.1::7070 -p 127.0.0.1::9464 "$img" >/dev/null
+  # A new volume: -init (arguments replace CMD, so repeat its -device).
+  docker run -d --name "$name" -p 127.0.0.1::7070 -p 127.0.0.1::9464 "$img" -init -device 127.0.0.1:4791 >/dev/null
   trap 'docker rm -f "$name" >/dev/null 2>&1 || true' EXIT
   for _ in $(seq 60); do
     st=$(docker inspect --format '{{.State.Health.Status}}' "$name")
@@ -70,7 +71,14 @@ while [ "$1" != -- ]; do argv+=("$1"); shift; done
 shift
 hc=("$@")
 ip link set lo up
-chroot --userspec="$user" "$root" "${argv[@]}" >"$root/seqd.log" 2>&1 &
+# The image's data directory holds no mark: without -init seqd must refuse
+# it (a lost volume is not a fresh start), naming the path and -init.
+if chroot --userspec="$user" "$root" "${argv[@]}" >"$root/seqd.log" 2>&1; then
+  echo "docker-smoke: FAIL: seqd started on an empty data volume without -init" >&2; exit 1
+fi
+grep -q -- '/var/lib/seqd.*-init' "$root/seqd.log" || { cat "$root/seqd.log" >&2; echo "docker-smoke: FAIL: the refusal does not name the path and -init" >&2; exit 1; }
+echo "docker-smoke: refused the empty volume without -init"
+chroot --userspec="$user" "$root" "${argv[@]}" -init >"$root/seqd.log" 2>&1 &
 pid=$!
 ok=
 for _ in $(seq 50); do

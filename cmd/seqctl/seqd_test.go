@@ -39,6 +39,7 @@ func runSeqd(t *testing.T, c seqd.Config) string {
 	c.Device, c.Admin, c.Metrics = "127.0.0.1:0", "127.0.0.1:0", "off"
 	if c.Data == "" {
 		c.Data = t.TempDir()
+		c.Init = true // a fresh data directory: a new deployment
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan seqd.Addrs, 1)

@@ -44,6 +44,8 @@ func realMain(args []string, stderr io.Writer) int {
 	fs.StringVar(&c.Device, "device", "127.0.0.1:4791", "verbs device (soft: IP:port)")
 	fs.StringVar(&c.ProviderOpts, "provider-opts", "", "provider options k=v,k=v (soft: queues, loss, dup, reorder, seed)")
 	fs.StringVar(&c.Data, "data", "./seqd-data", "data directory for the persisted mark")
+	fs.BoolVar(&c.Init, "init", false, "new deployment: create the data directory and start without a mark file if none exists (never overrides an existing mark); without it a missing directory or mark file stops seqd")
+	fs.Uint64Var(&c.Advance, "advance", 0, "serve only values above `VALUE`, and start without a mark file: the recovery after losing it (VALUE above every value ever served)")
 	fs.StringVar(&c.Admin, "admin", "127.0.0.1:7070", "admin gRPC listen address")
 	fs.StringVar(&c.Metrics, "metrics", "127.0.0.1:9464", "metrics HTTP listen address, or off")
 	fs.IntVar(&c.Workers, "workers", 1, "data-path workers")

@@ -16,7 +16,7 @@ import (
 func markedDir(t *testing.T) (dir, mark string) {
 	t.Helper()
 	dir = t.TempDir()
-	o, err := oracle.Open(context.Background(), oracle.Config{Dir: dir})
+	o, err := oracle.Open(context.Background(), oracle.Config{Dir: dir, Init: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,6 +52,16 @@ type Config struct {
 	Version      string
 	HA           HAConfig       // -etcd-endpoints etc.: run as one instance of an HA group
 	Security     SecurityConfig // admin plane TLS and authorisation
+	// Init marks a new deployment (-init): a missing Data directory is
+	// created and a missing mark file taken as a fresh start. The zero
+	// value refuses both, with an error naming the path and the recovery:
+	// a missing mark is as likely a lost or unmounted volume. A mark file
+	// that exists is loaded whatever Init says.
+	Init bool
+	// Advance (-advance VALUE) makes every value served greater than
+	// VALUE, and lets seqd start without a mark file: the recovery after
+	// losing it. VALUE must be above every value ever served.
+	Advance uint64
 
 	cores  []int
 	format oracle.Format
@@ -120,6 +130,9 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("%w: -%s %q: %v", ErrConfig, a.name, a.v, err)
 		}
 	}
+	if c.Advance > 0 && c.HA.EtcdEndpoints != "" {
+		return fmt.Errorf("%w: -advance applies to a single instance's data directory; with HA, the mark is in etcd: use seqctl advance on the leader", ErrConfig)
+	}
 	if st, err := os.Stat(c.Data); err == nil && !st.IsDir() {
 		return fmt.Errorf("%w: -data %q is not a directory", ErrConfig, c.Data)
 	}
@@ -149,12 +162,9 @@ func Run(ctx context.Context, c Config, log *slog.Logger, ready func(Addrs)) err
 	if c.HA.EtcdEndpoints != "" {
 		return runHA(ctx, c, log, ready, creds, auth)
 	}
-	if err := os.MkdirAll(c.Data, 0o755); err != nil {
-		return fmt.Errorf("%w: -data %q: %v", ErrConfig, c.Data, err)
-	}
-	orc, err := oracle.Open(ctx, oracle.Config{Format: c.format, Dir: c.Data, Logger: log})
+	orc, err := oracle.Open(ctx, oracle.Config{Format: c.format, Dir: c.Data, Init: c.Init, Floor: c.Advance, Logger: log})
 	if err != nil {
-		return fmt.Errorf("seqd: oracle in %s: %w", c.Data, err)
+		return fmt.Errorf("seqd: oracle in %s: %w%s", c.Data, err, recovery(err))
 	}
 	defer orc.Close()
 	dev, err := verbs.Open(c.Provider, c.Device, c.popts)
@@ -223,6 +233,23 @@ func Run(ctx context.Context, c Config, log *slog.Logger, ready func(Addrs)) err
 	defer cancel()
 	adm.Shutdown(sctx)
 	return nil
+}
+
+// recovery is what seqd's operator does about an oracle that will not open
+// on its data directory, in seqd's flags (docs/operations.md, "Backup and
+// recovery of the mark").
+func recovery(err error) string {
+	switch {
+	case errors.Is(err, oracle.ErrDataDir), errors.Is(err, oracle.ErrNoMark):
+		return ". seqd never takes a missing data directory or mark file for a fresh start: " +
+			"mount the volume or restore " + oracle.MarkFileName + " from a backup; " +
+			"after losing it, start with -advance VALUE above every value ever served; " +
+			"for a new deployment only, start once with -init"
+	case errors.Is(err, oracle.ErrCorrupt):
+		return ". Restore " + oracle.MarkFileName + " from a backup, or move it aside and " +
+			"start with -advance VALUE above every value ever served"
+	}
+	return ""
 }
 
 // oracleStatus completes a data path's Status with the oracle's view: the
