@@ -26,7 +26,12 @@
 //     one etcd transaction whose guards are: the term's election key still
 //     has the term's create revision, and the new mark is above the stored
 //     one. A deposed leader's save is refused (tikv/pd#9157), and the mark
-//     never moves backward.
+//     never moves backward. A transaction that fails may have committed:
+//     the Store re-reads the election key and the mark, and takes the
+//     save as done only when the mark holds exactly its target while the
+//     term's election key stands (no other term can have written that
+//     target). Otherwise the save failed, and the retry of the same
+//     target is resolved the same way rather than refused for ever.
 //  3. Persist BEFORE serve. A new term opens a fresh oracle over the
 //     term's Store: it loads the mark (a linearizable read made after the
 //     win), starts above it (and, in hybrid format, at or above now<<18),

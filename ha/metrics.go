@@ -8,11 +8,14 @@ type metrics struct {
 		notLeader, notIncreasing prometheus.Counter
 	}
 	saveErrors prometheus.Counter
-	terms      prometheus.Counter
-	termEnds   *prometheus.CounterVec
-	gateDenied prometheus.Counter
-	leader     prometheus.Gauge
-	all        []prometheus.Collector
+	// ambiguousResolved: saves whose transaction returned an error but
+	// had committed, found by re-reading the mark.
+	ambiguousResolved prometheus.Counter
+	terms             prometheus.Counter
+	termEnds          *prometheus.CounterVec
+	gateDenied        prometheus.Counter
+	leader            prometheus.Gauge
+	all               []prometheus.Collector
 }
 
 // Reasons a term ends (seqd_ha_term_ends_total{type}).
@@ -37,6 +40,10 @@ func newMetrics() *metrics {
 		Name: "seqd_ha_save_errors_total",
 		Help: "Mark saves that failed to reach etcd.",
 	})
+	m.ambiguousResolved = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "seqd_ha_save_ambiguous_committed_total",
+		Help: "Mark saves whose etcd transaction returned an error although it had committed; re-reading the mark showed the write under this term, so the save succeeded.",
+	})
 	m.terms = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "seqd_ha_terms_total",
 		Help: "Leadership terms this instance began.",
@@ -56,7 +63,7 @@ func newMetrics() *metrics {
 		Name: "seqd_ha_leader",
 		Help: "1 while this instance leads and its lease is valid.",
 	})
-	m.all = []prometheus.Collector{refused, m.saveErrors, m.terms, m.termEnds, m.gateDenied, m.leader}
+	m.all = []prometheus.Collector{refused, m.saveErrors, m.ambiguousResolved, m.terms, m.termEnds, m.gateDenied, m.leader}
 	return m
 }
 

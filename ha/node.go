@@ -24,6 +24,9 @@ type Node struct {
 	log  *slog.Logger
 	m    *metrics
 	base time.Time
+	// kvWrap, when set (tests only), wraps the KV each term's Store
+	// writes the mark through: fault injection.
+	kvWrap func(clientv3.KV) clientv3.KV
 
 	leader   atomic.Pointer[string] // advertised address of the leader
 	term     atomic.Pointer[Term]   // the current term, nil when standby

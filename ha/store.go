@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/seqd/seqd/oracle"
@@ -96,6 +97,18 @@ func (s *Store) Load(ctx context.Context) (uint64, error) {
 // (the election key's create revision) and by the stored mark being below
 // mark. It returns ErrNotLeader (and calls onLost) when the term is gone,
 // ErrMarkNotIncreasing when the stored mark is not below mark.
+//
+// A transaction that returns an error may still have committed (the
+// request reached etcd, the answer was lost). Save resolves that
+// ambiguity instead of leaving it to a retry, which the guards would
+// refuse as "not increasing" for ever (a counter-format leader whose
+// claims cannot move the target would never serve again): it re-reads the
+// election key and the mark in one revision, and if the mark holds exactly
+// this target while the term's election key still stands, the write
+// succeeded. Nothing else can have put that target there: every mark of an
+// earlier term is at or below the mark this term loaded after its win, and
+// this term's targets are above it. A retry of the target that finds it
+// already stored is resolved the same way.
 func (s *Store) Save(ctx context.Context, mark uint64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -116,14 +129,45 @@ func (s *Store) Save(ctx context.Context, mark uint64) error {
 		Commit()
 	if err != nil {
 		s.m.saveErrors.Inc()
-		return fmt.Errorf("ha: save mark %d: %w", mark, err)
+		return s.resolve(ctx, mark, err)
 	}
 	if resp.Succeeded {
 		s.exists = true
 		s.last = mark
 		return nil
 	}
+	return s.refused(mark, resp.Responses[0].GetResponseRange().GetKvs(), resp.Responses[1].GetResponseRange().GetKvs())
+}
+
+// resolve settles a save of mark whose transaction failed with txnErr and
+// may or may not have committed: one linearizable read of the election key
+// and the mark decides. It returns nil when the mark holds this target
+// under this term, the refusal the transaction's guards would have given
+// when they would have refused it, and txnErr when the read fails too or
+// the target is not stored (the write did not happen: a retry may make
+// it). s.mu is held.
+func (s *Store) resolve(ctx context.Context, mark uint64, txnErr error) error {
+	resp, err := s.kv.Txn(ctx).Then(clientv3.OpGet(s.leaderKey), clientv3.OpGet(s.key)).Commit()
+	if err != nil {
+		return fmt.Errorf("ha: save mark %d: %w (outcome unknown: re-reading the mark failed too: %v)", mark, txnErr, err)
+	}
 	lk := resp.Responses[0].GetResponseRange().GetKvs()
+	mk := resp.Responses[1].GetResponseRange().GetKvs()
+	if len(lk) == 0 || lk[0].CreateRevision != s.leaderRev {
+		return s.refused(mark, lk, mk)
+	}
+	if len(mk) == 1 && string(mk[0].Value) == encodeMark(mark) && mk[0].ModRevision > s.leaderRev {
+		s.m.ambiguousResolved.Inc()
+		s.exists = true
+		s.last = mark
+		return nil
+	}
+	return fmt.Errorf("ha: save mark %d: %w (not stored: the write did not happen)", mark, txnErr)
+}
+
+// refused explains a save of mark that the guards refused, from the
+// election key lk and the mark mk read in the same revision. s.mu is held.
+func (s *Store) refused(mark uint64, lk, mk []*mvccpb.KeyValue) error {
 	if len(lk) == 0 || lk[0].CreateRevision != s.leaderRev {
 		s.m.refused.notLeader.Inc()
 		if s.onLost != nil {
@@ -131,8 +175,15 @@ func (s *Store) Save(ctx context.Context, mark uint64) error {
 		}
 		return fmt.Errorf("%w: save of mark %d refused: election key %s (revision %d) is gone", ErrNotLeader, mark, s.leaderKey, s.leaderRev)
 	}
+	if len(mk) == 1 && string(mk[0].Value) == encodeMark(mark) && mk[0].ModRevision > s.leaderRev {
+		// An earlier save of this very target committed during this term
+		// but returned an error (and its re-read failed): it succeeded.
+		s.m.ambiguousResolved.Inc()
+		s.exists = true
+		s.last = max(s.last, mark)
+		return nil
+	}
 	s.m.refused.notIncreasing.Inc()
-	mk := resp.Responses[1].GetResponseRange().GetKvs()
 	if len(mk) == 0 {
 		// The mark we saw was deleted behind our back: refuse rather
 		// than guess; the next Load starts over.

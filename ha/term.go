@@ -60,7 +60,11 @@ type Term struct {
 func newTerm(n *Node, key string, rev int64, l *lease) *Term {
 	t := &Term{Key: key, Rev: rev, n: n, lease: l, lost: make(chan struct{}), done: make(chan struct{}), begun: time.Now()}
 	var lostOnce sync.Once
-	t.store = NewStore(n.cli.KV, n.cfg.markKey(), key, rev, func() { lostOnce.Do(func() { close(t.lost) }) })
+	kv := n.cli.KV
+	if n.kvWrap != nil {
+		kv = n.kvWrap(kv)
+	}
+	t.store = NewStore(kv, n.cfg.markKey(), key, rev, func() { lostOnce.Do(func() { close(t.lost) }) })
 	t.store.m = n.m
 	return t
 }
