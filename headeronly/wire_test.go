@@ -1,0 +1,224 @@
+package headeronly
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/seqd/seqd/admin/adminpb"
+	"github.com/seqd/seqd/spec"
+	"github.com/seqd/seqd/verbs"
+	"github.com/seqd/seqd/verbs/rocev2"
+)
+
+// rawClient is a Spec-S0 client written from spec/PROTOCOL.md's wire rules
+// alone: a plain UDP socket that builds and parses RoCEv2 packets itself.
+type rawClient struct {
+	t    *testing.T
+	conn *net.UDPConn
+	addr verbs.Address // what it registers: 127.0.0.1 and its UDP port
+	qpn  uint32
+	psn  uint32
+	qkey uint32
+}
+
+func newRawClient(t *testing.T, qpn uint32) *rawClient {
+	t.Helper()
+	conn, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Skipf("udp socket: %v", err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	port := uint16(conn.LocalAddr().(*net.UDPAddr).Port)
+	return &rawClient{t: t, conn: conn, qpn: qpn,
+		addr: verbs.Address{GID: verbs.GIDFromAddr(netip.MustParseAddr("127.0.0.1")), Port: port}}
+}
+
+func (c *rawClient) endpoint() *adminpb.Endpoint {
+	a, _ := c.addr.MarshalBinary()
+	return &adminpb.Endpoint{Address: a, Qpn: c.qpn}
+}
+
+// send sends a header-only request to the server QP at dst: the IPv4 ID
+// the kernel writes for this unconnected socket is 0, which is what the
+// ICRC assumes. pkey and icrcID let a test break the rules.
+func (c *rawClient) send(dst verbs.Address, qpn verbs.QPN, imm spec.Imm, pkey uint16, icrcID uint16) {
+	c.t.Helper()
+	f := rocev2.Flow{Src: c.addr.GID.Addr().As4(), Dst: dst.GID.Addr().As4(), SrcPort: c.addr.Port, DstPort: dst.Port,
+		ID: icrcID, FlagsFrag: 0x4000}
+	pk := rocev2.Packet{Opcode: rocev2.UDSendOnlyWithImm, PKey: pkey, DestQP: uint32(qpn), PSN: c.psn,
+		QKey: c.qkey, SrcQP: c.qpn, Imm: uint32(imm)}
+	b := make([]byte, pk.Len())
+	if _, err := pk.Encode(b); err != nil {
+		c.t.Fatal(err)
+	}
+	rocev2.PutICRC(&f, b)
+	c.psn = (c.psn + 1) & 0xffffff
+	to := &net.UDPAddr{IP: net.IP(dst.GID.Addr().AsSlice()), Port: int(dst.Port)}
+	if _, err := c.conn.WriteToUDP(b, to); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// answer is a received answer and where it came from.
+type answer struct {
+	from  verbs.Address
+	pk    rocev2.Packet
+	value uint64
+}
+
+// recv reads one answer, or reports false after d. It checks every wire
+// rule an answer must meet.
+func (c *rawClient) recv(d time.Duration) (answer, bool) {
+	c.t.Helper()
+	buf := make([]byte, 2048)
+	c.conn.SetReadDeadline(time.Now().Add(d))
+	n, from, err := c.conn.ReadFromUDP(buf)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return answer{}, false
+	}
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	b := buf[:n]
+	var a answer
+	a.from = verbs.Address{GID: verbs.GIDFromAddr(from.AddrPort().Addr().Unmap()), Port: from.AddrPort().Port()}
+	if err := a.pk.Decode(b); err != nil {
+		c.t.Fatalf("answer %x: %v", b, err)
+	}
+	f := rocev2.Flow{Src: a.from.GID.Addr().As4(), Dst: c.addr.GID.Addr().As4(), SrcPort: a.from.Port, DstPort: c.addr.Port, FlagsFrag: 0x4000}
+	switch {
+	case !rocev2.VerifyICRC(&f, b):
+		c.t.Fatalf("answer %x: ICRC does not verify with IPv4 ID 0", b)
+	case a.pk.Opcode != rocev2.UDSendOnlyWithImm:
+		c.t.Fatalf("answer opcode %v, want UD SEND_WITH_IMM", a.pk.Opcode)
+	case a.pk.PKey != rocev2.DefaultPKey || a.pk.SE || a.pk.MigReq || a.pk.TVer != 0 || a.pk.FECN || a.pk.BECN || a.pk.AckReq:
+		c.t.Fatalf("answer BTH %+v: want P_Key 0xffff and no flags", a.pk)
+	case a.pk.QKey != c.qkey || a.pk.DestQP != c.qpn:
+		c.t.Fatalf("answer to QPN 0x%x with Q_Key 0x%x, want 0x%x and 0x%x", a.pk.DestQP, a.pk.QKey, c.qpn, c.qkey)
+	}
+	v, _, err := spec.DecodeAnswer(spec.Imm(a.pk.Imm), a.pk.Payload, 0)
+	if err != nil || len(a.pk.Payload) != spec.FullLen {
+		c.t.Fatalf("answer payload %x: %v (the guard holds after start: full values only)", a.pk.Payload, err)
+	}
+	a.value = v
+	return a, true
+}
+
+// TestWireRules drives a server with a raw-socket client built from
+// PROTOCOL.md's wire rules and checks what the spec says the server does:
+// answers come from the assigned worker's response QPs (never its request
+// QP) with P_Key 0xffff, no BTH flags, the session's Q_Key and an ICRC
+// computed with IPv4 ID 0; a request to a connected but non-assigned
+// server QP, one from another UDP source port, one with another P_Key and
+// one whose ICRC assumed a non-zero IPv4 ID are all dropped and counted.
+func TestWireRules(t *testing.T) {
+	s := newServer(t, &fakeOracle{})
+	dev := s.cfg.Device
+	cli := newRawClient(t, 0x4242)
+	resp, err := s.Connect(context.Background(), &adminpb.ConnectRequest{Qps: []*adminpb.Endpoint{cli.endpoint()},
+		Window: 8, ProtocolVersion: spec.ProtocolVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.GetProtocolVersion() != spec.ProtocolVersion {
+		t.Fatalf("reply protocol_version %d", resp.GetProtocolVersion())
+	}
+	cli.qkey = resp.GetQkey()
+	if len(resp.GetServerQps()) != 2 {
+		t.Fatalf("%d server QPs, want one per worker (2)", len(resp.GetServerQps()))
+	}
+	assigned := int(resp.GetAssignment()[0])
+	other := 1 - assigned
+	var srv [2]verbs.Address
+	var srvQPN [2]verbs.QPN
+	for i, ep := range resp.GetServerQps() {
+		if err := srv[i].UnmarshalBinary(ep.GetAddress()); err != nil {
+			t.Fatal(err)
+		}
+		srvQPN[i] = verbs.QPN(ep.GetQpn())
+	}
+	respQPNs := s.workers[assigned].resp.QPNs()
+
+	// Answers: one per request, from a response QP of the assigned worker
+	// (rotating per batch), at the server's address.
+	seen := map[verbs.QPN]bool{}
+	var last uint64
+	for tag := range spec.Tag(12) {
+		imm, _ := spec.RequestImm(tag, spec.NoGuess)
+		cli.send(srv[assigned], srvQPN[assigned], imm, rocev2.DefaultPKey, 0)
+		a, ok := cli.recv(5 * time.Second)
+		if !ok {
+			t.Fatalf("no answer to tag %d", tag)
+		}
+		src := verbs.QPN(a.pk.SrcQP)
+		switch {
+		case spec.Imm(a.pk.Imm).Tag() != tag:
+			t.Fatalf("answer tag %d, want %d", spec.Imm(a.pk.Imm).Tag(), tag)
+		case src == srvQPN[assigned] || src == srvQPN[other]:
+			t.Fatalf("answer from request QP %v", src)
+		case !slices.Contains(respQPNs, src):
+			t.Fatalf("answer from QPN %v, not one of the worker's response QPs %v", src, respQPNs)
+		case a.from.GID != srv[assigned].GID:
+			t.Fatalf("answer from %v, server at %v", a.from, srv[assigned])
+		case a.value <= last:
+			t.Fatalf("value %d after %d", a.value, last)
+		}
+		seen[src], last = true, a.value
+	}
+	if len(seen) != len(respQPNs) {
+		t.Errorf("answers came from %d of the %d response QPs", len(seen), len(respQPNs))
+	}
+
+	// Dropped: each of these is counted where the spec says, and never
+	// answered.
+	drops := func() (unknown uint64, pkey, icrc uint64) {
+		dev.(verbs.Counters).VisitCounters(func(name string, v uint64) {
+			switch name {
+			case verbs.CounterDropBadPKey:
+				pkey = v
+			case verbs.CounterDropBadICRC:
+				icrc = v
+			}
+		})
+		return s.Stats().Drops["unknown_source"], pkey, icrc
+	}
+	u0, p0, i0 := drops()
+	imm, _ := spec.RequestImm(100, spec.NoGuess)
+	cli.send(srv[other], srvQPN[other], imm, rocev2.DefaultPKey, 0) // connected, not assigned
+	stranger := newRawClient(t, cli.qpn)                            // same QPN, another UDP port
+	stranger.qkey = cli.qkey
+	stranger.send(srv[assigned], srvQPN[assigned], imm, rocev2.DefaultPKey, 0)
+	cli.send(srv[assigned], srvQPN[assigned], imm, 0x1234, 0)              // another partition
+	cli.send(srv[assigned], srvQPN[assigned], imm, rocev2.DefaultPKey, 99) // ICRC over IPv4 ID 99
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		u, p, i := drops()
+		if u-u0 == 2 && p-p0 == 1 && i-i0 == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("drops: unknown_source +%d (want 2), bad P_Key +%d (want 1), bad ICRC +%d (want 1)", u-u0, p-p0, i-i0)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// The P_Key rule is the IBTA one: the low 15 bits must be 0x7fff
+	// (limited membership, 0x7fff, is accepted too).
+	cli.send(srv[assigned], srvQPN[assigned], imm, 0x7fff, 0)
+	if a, ok := cli.recv(5 * time.Second); !ok || spec.Imm(a.pk.Imm).Tag() != 100 {
+		t.Fatalf("request with P_Key 0x7fff: answered %v", ok)
+	}
+	for _, c := range []*rawClient{cli, stranger} {
+		if a, ok := c.recv(50 * time.Millisecond); ok {
+			t.Fatalf("a dropped request was answered: %+v", a.pk)
+		}
+	}
+	if s.Stats().Requests != 13 {
+		t.Fatalf("served %d requests, want 13", s.Stats().Requests)
+	}
+}
