@@ -84,6 +84,9 @@ func (c *Client) connectAlt(ctx context.Context, mode string) error {
 		req.Window = uint32(min(o.window, spec.HERDMaxWindow))
 		resp, err := c.adm.Connect(ctx, req)
 		if err == nil {
+			err = checkVersion(resp)
+		}
+		if err == nil {
 			err = attachHERD(hc, resp)
 		}
 		if err != nil {
@@ -102,6 +105,9 @@ func (c *Client) connectAlt(ctx context.Context, mode string) error {
 		}
 		resp, err := c.adm.Connect(ctx, req)
 		if err == nil {
+			err = checkVersion(resp)
+		}
+		if err == nil {
 			err = attachAtomics(ac, resp)
 		}
 		if err != nil {
@@ -117,6 +123,16 @@ func (c *Client) connectAlt(ctx context.Context, mode string) error {
 	c.alt, c.mode = alt, mode
 	c.modeV.Store(mode)
 	c.altReqs = make([]*Request, o.qps*o.window)
+	return nil
+}
+
+// checkVersion refuses a Connect reply of another protocol version: a
+// server admits a client asking for a higher version than its own, so only
+// the client can tell (PROTOCOL.md, "Control plane").
+func checkVersion(resp *adminpb.ConnectResponse) error {
+	if v := resp.GetProtocolVersion(); v != spec.ProtocolVersion {
+		return fmt.Errorf("%w: connect: the server speaks protocol version %d, this client %d", ErrUnavailable, v, spec.ProtocolVersion)
+	}
 	return nil
 }
 

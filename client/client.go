@@ -408,6 +408,7 @@ func (c *Client) connectS0(ctx context.Context) error {
 		a, _ := q.qp.Address().MarshalBinary()
 		req.Qps = append(req.Qps, &adminpb.Endpoint{Address: a, Qpn: uint32(q.qp.QPN())})
 	}
+	sent := c.now() // Connect's high is at least this fresh (PROTOCOL.md)
 	resp, err := c.adm.Connect(ctx, req)
 	if err != nil {
 		if leader, ok := admin.LeaderFromError(err); ok && leader != "" {
@@ -418,6 +419,9 @@ func (c *Client) connectS0(ctx context.Context) error {
 	if len(resp.GetAssignment()) != len(c.qps) || len(resp.GetServerQps()) == 0 || resp.GetWindow() == 0 {
 		return fmt.Errorf("%w: connect: malformed answer (%d assignments for %d QPs, %d server QPs, window %d)",
 			ErrUnavailable, len(resp.GetAssignment()), len(c.qps), len(resp.GetServerQps()), resp.GetWindow())
+	}
+	if err := checkVersion(resp); err != nil {
+		return err
 	}
 	for _, ah := range c.ahs {
 		ah.Close()
@@ -461,7 +465,7 @@ func (c *Client) connectS0(ctx context.Context) error {
 	c.session, c.epoch, c.qkey = resp.GetSessionId(), resp.GetEpoch(), resp.GetQkey()
 	c.publishLease(resp)
 	if h := resp.GetHigh(); h != 0 && h > c.maxRet.Load() {
-		c.spec.Learn(c.now(), h)
+		c.spec.Learn(sent, h)
 	}
 	c.log.Debug("connected", "session", c.session, "epoch", c.epoch, "window", resp.GetWindow(), "format", resp.GetFormat())
 	return nil

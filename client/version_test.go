@@ -1,0 +1,43 @@
+package client_test
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/admintest"
+	"github.com/seqd/seqd/admin/adminpb"
+	"github.com/seqd/seqd/client"
+)
+
+// otherVersion answers Connect as a server of another protocol version.
+type otherVersion struct{ *admintest.Backend }
+
+func (b otherVersion) Connect(ctx context.Context, req *adminpb.ConnectRequest) (*adminpb.ConnectResponse, error) {
+	resp, err := b.Backend.Connect(ctx, req)
+	if resp != nil {
+		resp.ProtocolVersion = 2
+	}
+	return resp, err
+}
+
+// TestConnectChecksProtocolVersion: the client refuses a Connect reply
+// whose protocol_version is not the one it speaks (PROTOCOL.md, "Control
+// plane"); a server of version 1 admits a client that asks for a higher
+// version and answers 1, so only the client can tell.
+func TestConnectChecksProtocolVersion(t *testing.T) {
+	_, addr := admintest.Start(t, admin.Config{Logger: slog.New(slog.DiscardHandler)}, otherVersion{admintest.NewBackend(nil)})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	c, err := client.Dial(ctx, addr)
+	if err == nil {
+		c.Close()
+		t.Fatal("connected to a server of protocol version 2")
+	}
+	if !strings.Contains(err.Error(), "protocol version 2") {
+		t.Fatalf("Dial = %v, want a protocol version refusal", err)
+	}
+}
