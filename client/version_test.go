@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/seqd/seqd/admin"
-	"github.com/seqd/seqd/admin/admintest"
 	"github.com/seqd/seqd/admin/adminpb"
+	"github.com/seqd/seqd/admin/admintest"
 	"github.com/seqd/seqd/client"
 )
 
