@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"hash/crc32"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -84,7 +85,23 @@ func wirePacket(t *testing.T, src, dst verbs.Address, destQP, psn, srcQP uint32,
 	if err := back.Decode(transport); err != nil {
 		t.Fatal(err)
 	}
+	if got, want := icrcAsWritten(frame), binary.LittleEndian.Uint32(frame[len(frame)-4:]); got != want {
+		t.Fatalf("ICRC by PROTOCOL.md's recipe 0x%08x, encoder 0x%08x", got, want)
+	}
 	return frame, transport
+}
+
+// icrcAsWritten computes a frame's ICRC from PROTOCOL.md's text alone,
+// with hash/crc32: 8 bytes of ones, the IPv4 header with TOS, TTL and
+// checksum as ones, the UDP header with its checksum as ones, the BTH with
+// byte 4 as ones, then the rest up to the ICRC.
+func icrcAsWritten(frame []byte) uint32 {
+	b := append(bytes.Repeat([]byte{0xff}, 8), frame[:len(frame)-4]...)
+	ip, udp, bth := b[8:], b[8+20:], b[8+28:]
+	ip[1], ip[8], ip[10], ip[11] = 0xff, 0xff, 0xff, 0xff
+	udp[6], udp[7] = 0xff, 0xff
+	bth[4] = 0xff
+	return crc32.ChecksumIEEE(b)
 }
 
 // describe prints a transport packet field by field.
