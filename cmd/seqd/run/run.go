@@ -241,12 +241,11 @@ func Run(ctx context.Context, c Config, log *slog.Logger, ready func(Addrs)) err
 func recovery(err error) string {
 	switch {
 	case errors.Is(err, oracle.ErrDataDir), errors.Is(err, oracle.ErrNoMark):
-		return ". seqd never takes a missing data directory or mark file for a fresh start: " +
-			"mount the volume or restore " + oracle.MarkFileName + " from a backup; " +
+		return ". Recovery: mount the volume or restore " + oracle.MarkFileName + " from a backup; " +
 			"after losing it, start with -advance VALUE above every value ever served; " +
 			"for a new deployment only, start once with -init"
 	case errors.Is(err, oracle.ErrCorrupt):
-		return ". Restore " + oracle.MarkFileName + " from a backup, or move it aside and " +
+		return ". Recovery: restore " + oracle.MarkFileName + " from a backup, or move it aside and " +
 			"start with -advance VALUE above every value ever served"
 	}
 	return ""
