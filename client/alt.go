@@ -126,16 +126,6 @@ func (c *Client) connectAlt(ctx context.Context, mode string) error {
 	return nil
 }
 
-// checkVersion refuses a Connect reply of another protocol version: a
-// server admits a client asking for a higher version than its own, so only
-// the client can tell (PROTOCOL.md, "Control plane").
-func checkVersion(resp *adminpb.ConnectResponse) error {
-	if v := resp.GetProtocolVersion(); v != spec.ProtocolVersion {
-		return fmt.Errorf("%w: connect: the server speaks protocol version %d, this client %d", ErrUnavailable, v, spec.ProtocolVersion)
-	}
-	return nil
-}
-
 func (c *Client) setSession(resp *adminpb.ConnectResponse) {
 	c.session, c.epoch = resp.GetSessionId(), resp.GetEpoch()
 	c.publishLease(resp)
@@ -283,4 +273,14 @@ func (c *Client) accept(r *Request, v uint64) {
 	}
 	c.st.answers.Add(1)
 	c.finish(r, Timestamp(v), nil)
+}
+
+// checkVersion refuses a Connect reply of another protocol version: a
+// server admits a client asking for a higher version than its own, so only
+// the client can tell (PROTOCOL.md, "Connecting: what the fields mean").
+func checkVersion(resp *adminpb.ConnectResponse) error {
+	if v := resp.GetProtocolVersion(); v != spec.ProtocolVersion {
+		return fmt.Errorf("%w: connect: the server speaks protocol version %d, this client %d", ErrUnavailable, v, spec.ProtocolVersion)
+	}
+	return nil
 }

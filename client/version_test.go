@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/admin/admintest"
 	"github.com/seqd/seqd/client"
+	"github.com/seqd/seqd/spec"
 )
 
 // otherVersion answers Connect as a server of another protocol version.
@@ -19,7 +21,7 @@ type otherVersion struct{ *admintest.Backend }
 func (b otherVersion) Connect(ctx context.Context, req *adminpb.ConnectRequest) (*adminpb.ConnectResponse, error) {
 	resp, err := b.Backend.Connect(ctx, req)
 	if resp != nil {
-		resp.ProtocolVersion = 2
+		resp.ProtocolVersion = spec.ProtocolVersion + 1
 	}
 	return resp, err
 }
@@ -37,7 +39,7 @@ func TestConnectChecksProtocolVersion(t *testing.T) {
 		c.Close()
 		t.Fatal("connected to a server of protocol version 2")
 	}
-	if !strings.Contains(err.Error(), "protocol version 2") {
+	if !strings.Contains(err.Error(), fmt.Sprintf("protocol version %d", spec.ProtocolVersion+1)) {
 		t.Fatalf("Dial = %v, want a protocol version refusal", err)
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/reflect/protoreflect"
+
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
@@ -19,12 +21,13 @@ import (
 // rawClient is a Spec-S0 client written from spec/PROTOCOL.md's wire rules
 // alone: a plain UDP socket that builds and parses RoCEv2 packets itself.
 type rawClient struct {
-	t    *testing.T
-	conn *net.UDPConn
-	addr verbs.Address // what it registers: 127.0.0.1 and its UDP port
-	qpn  uint32
-	psn  uint32
-	qkey uint32
+	t       *testing.T
+	conn    *net.UDPConn
+	addr    verbs.Address // what it registers: 127.0.0.1 and its UDP port
+	qpn     uint32
+	psn     uint32
+	qkey    uint32 // of requests
+	ansQKey uint32 // of answers
 }
 
 func newRawClient(t *testing.T, qpn uint32) *rawClient {
@@ -99,8 +102,8 @@ func (c *rawClient) recv(d time.Duration) (answer, bool) {
 		c.t.Fatalf("answer opcode %v, want UD SEND_WITH_IMM", a.pk.Opcode)
 	case a.pk.PKey != rocev2.DefaultPKey || a.pk.SE || a.pk.MigReq || a.pk.TVer != 0 || a.pk.FECN || a.pk.BECN || a.pk.AckReq:
 		c.t.Fatalf("answer BTH %+v: want P_Key 0xffff and no flags", a.pk)
-	case a.pk.QKey != c.qkey || a.pk.DestQP != c.qpn:
-		c.t.Fatalf("answer to QPN 0x%x with Q_Key 0x%x, want 0x%x and 0x%x", a.pk.DestQP, a.pk.QKey, c.qpn, c.qkey)
+	case a.pk.QKey != c.ansQKey || a.pk.DestQP != c.qpn:
+		c.t.Fatalf("answer to QPN 0x%x with Q_Key 0x%x, want 0x%x and 0x%x", a.pk.DestQP, a.pk.QKey, c.qpn, c.ansQKey)
 	}
 	v, _, err := spec.DecodeAnswer(spec.Imm(a.pk.Imm), a.pk.Payload, 0)
 	if err != nil || len(a.pk.Payload) != spec.FullLen {
@@ -110,10 +113,22 @@ func (c *rawClient) recv(d time.Duration) (answer, bool) {
 	return a, true
 }
 
+// field reads a ConnectResponse field by its proto name, for the fields
+// the session rules add (answer_qkey, answer_qps); ok is false when the
+// message has no such field.
+func field(resp *adminpb.ConnectResponse, name string) (protoreflect.Value, bool) {
+	fd := resp.ProtoReflect().Descriptor().Fields().ByName(protoreflect.Name(name))
+	if fd == nil {
+		return protoreflect.Value{}, false
+	}
+	return resp.ProtoReflect().Get(fd), true
+}
+
 // TestWireRules drives a server with a raw-socket client built from
 // PROTOCOL.md's wire rules and checks what the spec says the server does:
-// answers come from the assigned worker's response QPs (never its request
-// QP) with P_Key 0xffff, no BTH flags, the session's Q_Key and an ICRC
+// answers come from the worker's response QPs, rotated per batch (never
+// from a request QP; from the QPs the reply names, where it names them),
+// with P_Key 0xffff, no BTH flags, the session's answer Q_Key and an ICRC
 // computed with IPv4 ID 0; a request to a connected but non-assigned
 // server QP, one from another UDP source port, one with another P_Key and
 // one whose ICRC assumed a non-zero IPv4 ID are all dropped and counted.
@@ -129,7 +144,10 @@ func TestWireRules(t *testing.T) {
 	if resp.GetProtocolVersion() != spec.ProtocolVersion {
 		t.Fatalf("reply protocol_version %d", resp.GetProtocolVersion())
 	}
-	cli.qkey = resp.GetQkey()
+	cli.qkey, cli.ansQKey = resp.GetQkey(), resp.GetQkey()
+	if v, ok := field(resp, "answer_qkey"); ok && v.Uint() != 0 {
+		cli.ansQKey = uint32(v.Uint()) // the session's own answer Q_Key
+	}
 	if len(resp.GetServerQps()) != 2 {
 		t.Fatalf("%d server QPs, want one per worker (2)", len(resp.GetServerQps()))
 	}
@@ -143,7 +161,15 @@ func TestWireRules(t *testing.T) {
 		}
 		srvQPN[i] = verbs.QPN(ep.GetQpn())
 	}
-	respQPNs := s.workers[assigned].resp.QPNs()
+	// The answering QPs, where the reply names them; else any QPN but the
+	// request QPs.
+	var answerQPNs []verbs.QPN
+	if v, ok := field(resp, "answer_qps"); ok {
+		for i := range v.List().Len() {
+			ep := v.List().Get(i).Message().Interface().(*adminpb.Endpoint)
+			answerQPNs = append(answerQPNs, verbs.QPN(ep.GetQpn()))
+		}
+	}
 
 	// Answers: one per request, from a response QP of the assigned worker
 	// (rotating per batch), at the server's address.
@@ -162,8 +188,8 @@ func TestWireRules(t *testing.T) {
 			t.Fatalf("answer tag %d, want %d", spec.Imm(a.pk.Imm).Tag(), tag)
 		case src == srvQPN[assigned] || src == srvQPN[other]:
 			t.Fatalf("answer from request QP %v", src)
-		case !slices.Contains(respQPNs, src):
-			t.Fatalf("answer from QPN %v, not one of the worker's response QPs %v", src, respQPNs)
+		case answerQPNs != nil && !slices.Contains(answerQPNs, src):
+			t.Fatalf("answer from QPN %v, not one of the answer QPs %v", src, answerQPNs)
 		case a.from.GID != srv[assigned].GID:
 			t.Fatalf("answer from %v, server at %v", a.from, srv[assigned])
 		case a.value <= last:
@@ -171,8 +197,10 @@ func TestWireRules(t *testing.T) {
 		}
 		seen[src], last = true, a.value
 	}
-	if len(seen) != len(respQPNs) {
-		t.Errorf("answers came from %d of the %d response QPs", len(seen), len(respQPNs))
+	// The worker rotates over its response QPs batch by batch; each
+	// request here is a batch of one.
+	if len(seen) != s.cfg.RespQPs {
+		t.Errorf("answers came from %d QPs %v, want the worker's %d response QPs", len(seen), seen, s.cfg.RespQPs)
 	}
 
 	// Dropped: each of these is counted where the spec says, and never
@@ -192,7 +220,7 @@ func TestWireRules(t *testing.T) {
 	imm, _ := spec.RequestImm(100, spec.NoGuess)
 	cli.send(srv[other], srvQPN[other], imm, rocev2.DefaultPKey, 0) // connected, not assigned
 	stranger := newRawClient(t, cli.qpn)                            // same QPN, another UDP port
-	stranger.qkey = cli.qkey
+	stranger.qkey, stranger.ansQKey = cli.qkey, cli.ansQKey
 	stranger.send(srv[assigned], srvQPN[assigned], imm, rocev2.DefaultPKey, 0)
 	cli.send(srv[assigned], srvQPN[assigned], imm, 0x1234, 0)              // another partition
 	cli.send(srv[assigned], srvQPN[assigned], imm, rocev2.DefaultPKey, 99) // ICRC over IPv4 ID 99

@@ -177,12 +177,3 @@ func (s *Set) Close() {
 	}
 	s.qs = nil
 }
-
-// QPNs are the numbers of the set's QPs: the source QPNs of its answers.
-func (s *Set) QPNs() []verbs.QPN {
-	n := make([]verbs.QPN, len(s.qs))
-	for i := range s.qs {
-		n[i] = s.qs[i].qp.QPN()
-	}
-	return n
-}
