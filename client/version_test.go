@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/reflect/protoreflect"
+
 	"github.com/seqd/seqd/admin"
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/admin/admintest"
@@ -22,6 +24,19 @@ func (b otherVersion) Connect(ctx context.Context, req *adminpb.ConnectRequest) 
 	resp, err := b.Backend.Connect(ctx, req)
 	if resp != nil {
 		resp.ProtocolVersion = spec.ProtocolVersion + 1
+		// Well formed otherwise, also where the session rules add fields
+		// (an answer Q_Key and the answering QPs), so that the version is
+		// what the client refuses.
+		m := resp.ProtoReflect()
+		if fd := m.Descriptor().Fields().ByName("answer_qkey"); fd != nil {
+			m.Set(fd, protoreflect.ValueOfUint32(0x22222222))
+		}
+		if fd := m.Descriptor().Fields().ByName("answer_qps"); fd != nil {
+			l := m.Mutable(fd).List()
+			for _, ep := range resp.GetServerQps() {
+				l.Append(protoreflect.ValueOfMessage(ep.ProtoReflect()))
+			}
+		}
 	}
 	return resp, err
 }
