@@ -10,6 +10,7 @@ import (
 
 	"github.com/seqd/seqd/admin"
 	"github.com/seqd/seqd/admin/adminpb"
+	"github.com/seqd/seqd/internal/ahcache"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 )
@@ -31,8 +32,7 @@ type Server struct {
 	sessions  map[uint64]*session
 	nextID    uint64
 	rr        int
-	ahs       map[verbs.Address]*ahRef
-	idleAHs   int // entries of ahs with no references
+	ahs       *ahcache.Cache // one handle per client address, reaped after the last client left
 	closeOnce sync.Once
 }
 
@@ -52,11 +52,12 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, start: time.Now(), sessions: map[uint64]*session{}, ahs: map[verbs.Address]*ahRef{}}
+	s := &Server{cfg: cfg, log: cfg.Logger, start: time.Now(), sessions: map[uint64]*session{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if s.pd, err = cfg.Device.AllocPD(); err != nil {
 		return nil, fmt.Errorf("headeronly: protection domain: %w", err)
 	}
+	s.ahs = ahcache.New(s.pd, 0)
 	for i := range cfg.Workers {
 		w, err := newWorker(s, i)
 		if err != nil {
@@ -99,8 +100,8 @@ func (s *Server) Close() error {
 		for _, w := range s.workers {
 			w.close()
 		}
-		for _, r := range s.ahs {
-			r.ah.Close()
+		if s.ahs != nil {
+			s.ahs.Close()
 		}
 		if s.pd != nil {
 			s.pd.Close()
@@ -168,10 +169,10 @@ func (s *Server) Connect(ctx context.Context, req *adminpb.ConnectRequest) (*adm
 	s.nextID++
 	sess := &session{id: s.nextID, name: req.GetClientName(), window: window}
 	for i, k := range keys {
-		ah, err := s.ah(k.addr)
+		ah, err := s.ahs.Get(k.addr, time.Now())
 		if err != nil {
 			for _, p := range sess.peers {
-				s.unrefAH(p.key.addr, time.Now())
+				s.ahs.Put(p.key.addr, time.Now())
 			}
 			return nil, fmt.Errorf("%w: address handle for %v: %v", admin.ErrInvalidArgument, k.addr, err)
 		}
@@ -232,63 +233,14 @@ func (s *Server) awaitRecvs(ctx context.Context, w *worker) {
 	}
 }
 
-// ahRef is a cached address handle and the number of admitted client QPs
-// at its address. One no longer used is closed only after ahGrace, since a
-// worker may still hold it in a batch it is answering.
-type ahRef struct {
-	ah     verbs.AH
-	refs   int
-	unused time.Time // when refs dropped to zero
-}
-
-// ahGrace is how long an address handle outlives its last client QP: far
-// longer than a worker takes to answer a batch (spec.MaxResidence).
-const ahGrace = time.Second
-
-// ah returns the address handle for a, taking a reference. Called with
-// s.mu held.
-func (s *Server) ah(a verbs.Address) (verbs.AH, error) {
-	s.reapAHs(time.Now())
-	if r, ok := s.ahs[a]; ok {
-		if r.refs == 0 {
-			s.idleAHs--
-		}
-		r.refs++
-		return r.ah, nil
-	}
-	ah, err := s.pd.CreateAH(verbs.AHAttr{Dest: a, PortNum: 1})
-	if err != nil {
-		return nil, err
-	}
-	s.ahs[a] = &ahRef{ah: ah, refs: 1}
-	return ah, nil
-}
-
-// unrefAH drops a reference to a's address handle. Called with s.mu held.
-func (s *Server) unrefAH(a verbs.Address, now time.Time) {
-	if r, ok := s.ahs[a]; ok && r.refs > 0 {
-		if r.refs--; r.refs == 0 {
-			r.unused = now
-			s.idleAHs++
-		}
-	}
-}
-
-// reapAHs closes the address handles unused for ahGrace, so that the
-// cache is bounded by the addresses of connected clients (and those that
-// left in the last ahGrace), not by every address ever seen. Called with
-// s.mu held.
-func (s *Server) reapAHs(now time.Time) {
-	if s.idleAHs == 0 {
-		return
-	}
-	for a, r := range s.ahs {
-		if r.refs == 0 && now.Sub(r.unused) > ahGrace {
-			r.ah.Close()
-			delete(s.ahs, a)
-			s.idleAHs--
-		}
-	}
+// AddressHandles is the number of open address handles: those of the
+// connected clients' addresses and of addresses left within the grace
+// period (ahcache.Grace).
+func (s *Server) AddressHandles() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ahs.Reap(time.Now())
+	return s.ahs.Len()
 }
 
 // setPeers replaces w's peer table by a modified copy (copy-on-write: the
@@ -314,7 +266,7 @@ func (s *Server) Disconnect(ctx context.Context, req *adminpb.DisconnectRequest)
 	delete(s.sessions, sess.id)
 	now := time.Now()
 	for i, p := range sess.peers {
-		s.unrefAH(p.key.addr, now)
+		s.ahs.Put(p.key.addr, now) // closed ahcache.Grace later: a worker may hold it in a batch
 		w := s.workers[sess.worker[i]]
 		w.budget -= sess.window
 		w.want.Store(s.recvTarget(w.budget))
