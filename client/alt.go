@@ -120,9 +120,16 @@ func (c *Client) connectAlt(ctx context.Context, mode string) error {
 	return nil
 }
 
+// setSession records the session a Connect just granted.
 func (c *Client) setSession(resp *adminpb.ConnectResponse) {
-	c.session, c.epoch = resp.GetSessionId(), resp.GetEpoch()
+	c.session, c.token, c.epoch = resp.GetSessionId(), resp.GetSessionToken(), resp.GetEpoch()
 	c.publishLease(resp)
+}
+
+// disconnectReq releases the current session: by its token, which names
+// only that session.
+func (c *Client) disconnectReq() *adminpb.DisconnectRequest {
+	return &adminpb.DisconnectRequest{SessionId: c.session, SessionToken: c.token, Epoch: c.epoch}
 }
 
 func attachHERD(hc *herd.Conn, resp *adminpb.ConnectResponse) error {

@@ -100,6 +100,7 @@ type Client struct {
 
 	// set by connect, used by the engine
 	session uint64
+	token   []byte // the session's capability: KeepAlive and Disconnect name it
 	epoch   uint64
 	qkey    uint32
 	ahs     []verbs.AH
@@ -458,8 +459,8 @@ func (c *Client) connectS0(ctx context.Context) error {
 	if c.epoch != resp.GetEpoch() {
 		c.spec.Forget()
 	}
-	c.session, c.epoch, c.qkey = resp.GetSessionId(), resp.GetEpoch(), resp.GetQkey()
-	c.publishLease(resp)
+	c.qkey = resp.GetQkey()
+	c.setSession(resp)
 	if h := resp.GetHigh(); h != 0 && h > c.maxRet.Load() {
 		c.spec.Learn(c.now(), h)
 	}
@@ -592,9 +593,9 @@ func (c *Client) Close() error {
 		c.stop()
 		<-c.doneCh
 	}
-	if c.adm != nil && c.session != 0 {
+	if c.adm != nil && len(c.token) != 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		c.adm.Disconnect(ctx, &adminpb.DisconnectRequest{SessionId: c.session})
+		c.adm.Disconnect(ctx, c.disconnectReq())
 		cancel()
 	}
 	c.release()

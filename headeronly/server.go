@@ -255,8 +255,11 @@ func (w *worker) setPeers(f func(peerTable)) {
 	w.peers.Store(&t)
 }
 
-// Disconnect releases a session.
+// Disconnect releases a session of this data path's epoch.
 func (s *Server) Disconnect(ctx context.Context, req *adminpb.DisconnectRequest) error {
+	if err := admin.CheckEpoch(req, s.cfg.Epoch); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sess, ok := s.sessions[req.GetSessionId()]

@@ -73,10 +73,10 @@ func TestConnectRefusals(t *testing.T) {
 		req  *adminpb.ConnectRequest
 		want error
 	}{
-		{"other mode", &adminpb.ConnectRequest{Qps: []*adminpb.Endpoint{ep(1, 1)}, Mode: "herd", ProtocolVersion: 1}, admin.ErrFailedPrecondition},
-		{"old protocol", &adminpb.ConnectRequest{Qps: []*adminpb.Endpoint{ep(1, 1)}}, admin.ErrFailedPrecondition},
-		{"bad address", &adminpb.ConnectRequest{Qps: []*adminpb.Endpoint{{Address: []byte{1}, Qpn: 1}}, ProtocolVersion: 1}, admin.ErrInvalidArgument},
-		{"receive budget", &adminpb.ConnectRequest{Qps: []*adminpb.Endpoint{ep(1, 1), ep(1, 2), ep(1, 3), ep(1, 4), ep(1, 5)}, Window: 64, ProtocolVersion: 1}, admin.ErrNoCapacity},
+		{"other mode", &adminpb.ConnectRequest{Qps: []*adminpb.Endpoint{ep(1, 1)}, Mode: "herd", ProtocolVersion: spec.ProtocolVersion}, admin.ErrFailedPrecondition},
+		{"old protocol", &adminpb.ConnectRequest{Qps: []*adminpb.Endpoint{ep(1, 1)}, ProtocolVersion: spec.ProtocolVersion - 1}, admin.ErrFailedPrecondition},
+		{"bad address", &adminpb.ConnectRequest{Qps: []*adminpb.Endpoint{{Address: []byte{1}, Qpn: 1}}, ProtocolVersion: spec.ProtocolVersion}, admin.ErrInvalidArgument},
+		{"receive budget", &adminpb.ConnectRequest{Qps: []*adminpb.Endpoint{ep(1, 1), ep(1, 2), ep(1, 3), ep(1, 4), ep(1, 5)}, Window: 64, ProtocolVersion: spec.ProtocolVersion}, admin.ErrNoCapacity},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -85,7 +85,7 @@ func TestConnectRefusals(t *testing.T) {
 			}
 		})
 	}
-	resp, err := s.Connect(ctx, &adminpb.ConnectRequest{Qps: []*adminpb.Endpoint{ep(1, 1), ep(1, 2)}, Window: 1000, ProtocolVersion: 1})
+	resp, err := s.Connect(ctx, &adminpb.ConnectRequest{Qps: []*adminpb.Endpoint{ep(1, 1), ep(1, 2)}, Window: 1000, ProtocolVersion: spec.ProtocolVersion})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +115,7 @@ func TestServeAndDropUnknown(t *testing.T) {
 	}
 	a, _ := cli.QP.Address().MarshalBinary()
 	resp, err := s.Connect(context.Background(), &adminpb.ConnectRequest{
-		Qps: []*adminpb.Endpoint{{Address: a, Qpn: uint32(cli.QP.QPN())}}, Window: 8, ProtocolVersion: 1})
+		Qps: []*adminpb.Endpoint{{Address: a, Qpn: uint32(cli.QP.QPN())}}, Window: 8, ProtocolVersion: spec.ProtocolVersion})
 	if err != nil {
 		t.Fatal(err)
 	}

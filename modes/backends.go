@@ -122,6 +122,9 @@ func (h *herdDP) Connect(ctx context.Context, req *adminpb.ConnectRequest) (*adm
 }
 
 func (h *herdDP) Disconnect(ctx context.Context, req *adminpb.DisconnectRequest) error {
+	if err := admin.CheckEpoch(req, h.s.Epoch()); err != nil {
+		return err
+	}
 	return mapErr(h.s.Release(req.GetSessionId()))
 }
 
@@ -211,6 +214,9 @@ func (a *atomicsDP) Connect(ctx context.Context, req *adminpb.ConnectRequest) (*
 }
 
 func (a *atomicsDP) Disconnect(ctx context.Context, req *adminpb.DisconnectRequest) error {
+	if err := admin.CheckEpoch(req, a.s.Epoch()); err != nil {
+		return err
+	}
 	return mapErr(a.s.Release(req.GetSessionId()))
 }
 

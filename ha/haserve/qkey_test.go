@@ -30,7 +30,7 @@ func TestWrongQKeyNoAnswer(t *testing.T) {
 	// The client learns the Q_Key only from Connect: bring the QP up
 	// with it afterwards.
 	resp, err := in.srv.Connect(context.Background(), &adminpb.ConnectRequest{
-		Qps: []*adminpb.Endpoint{{Address: a, Qpn: uint32(cli.QP.QPN())}}, Window: 8, ProtocolVersion: 1})
+		Qps: []*adminpb.Endpoint{{Address: a, Qpn: uint32(cli.QP.QPN())}}, Window: 8, ProtocolVersion: spec.ProtocolVersion})
 	if err != nil {
 		t.Fatal(err)
 	}
