@@ -275,6 +275,10 @@ func (c *Client) poll(now time.Duration) bool {
 				c.st.malformed.Add(1)
 				continue
 			}
+			if !c.srvResp.Match(wc) {
+				c.st.forged.Add(1) // not from the server's response QPs
+				continue
+			}
 			off := slot*recvSlot + verbs.GRHLen
 			c.answer(now, q, spec.Imm(wc.Imm), buf[off:off+uint64(wc.ByteLen)-verbs.GRHLen])
 		}

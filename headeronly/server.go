@@ -26,7 +26,8 @@ type Server struct {
 	closed atomic.Bool
 	wg     sync.WaitGroup
 
-	workers []*worker
+	workers   []*worker
+	answerQPs []*adminpb.Endpoint // every worker's response QPs: answers come only from these
 
 	mu        sync.Mutex
 	sessions  map[uint64]*session
@@ -40,6 +41,7 @@ type session struct {
 	id     uint64
 	name   string
 	window int
+	qkey   uint32 // the Q_Key its answers carry (ConnectResponse.answer_qkey)
 	peers  []*peer
 	worker []int
 }
@@ -65,6 +67,12 @@ func New(cfg Config) (*Server, error) {
 			return nil, err
 		}
 		s.workers = append(s.workers, w)
+	}
+	for _, w := range s.workers {
+		for _, qp := range w.resp.QPs() {
+			a, _ := qp.Address().MarshalBinary()
+			s.answerQPs = append(s.answerQPs, &adminpb.Endpoint{Address: a, Qpn: uint32(qp.QPN())})
+		}
 	}
 	for _, w := range s.workers {
 		s.wg.Add(1)
@@ -167,7 +175,9 @@ func (s *Server) Connect(ctx context.Context, req *adminpb.ConnectRequest) (*adm
 		}
 	}
 	s.nextID++
-	sess := &session{id: s.nextID, name: req.GetClientName(), window: window}
+	// The session's own Q_Key: its answers carry it, so no other client
+	// (which knows only the request Q_Key and its own) can address them.
+	sess := &session{id: s.nextID, name: req.GetClientName(), window: window, qkey: verbs.RandomQKey(s.cfg.QKey)}
 	for i, k := range keys {
 		ah, err := s.ahs.Get(k.addr, time.Now())
 		if err != nil {
@@ -176,7 +186,7 @@ func (s *Server) Connect(ctx context.Context, req *adminpb.ConnectRequest) (*adm
 			}
 			return nil, fmt.Errorf("%w: address handle for %v: %v", admin.ErrInvalidArgument, k.addr, err)
 		}
-		sess.peers = append(sess.peers, &peer{key: k, ah: ah, session: sess.id})
+		sess.peers = append(sess.peers, &peer{key: k, ah: ah, session: sess.id, qkey: sess.qkey})
 		sess.worker = append(sess.worker, int(assign[i]))
 	}
 	s.rr = (s.rr + len(keys)) % len(s.workers)
@@ -205,6 +215,7 @@ func (s *Server) Connect(ctx context.Context, req *adminpb.ConnectRequest) (*adm
 		SessionId: sess.id, Mode: spec.ModeSpecS0, Format: s.cfg.Format.String(), Qkey: s.cfg.QKey,
 		ServerQps: s.Endpoints(), Assignment: assign, Window: uint32(window),
 		ProtocolVersion: spec.ProtocolVersion, Epoch: s.cfg.Epoch,
+		AnswerQkey: sess.qkey, AnswerQps: s.answerQPs,
 	}
 	if c, ok := s.cfg.Oracle.(Currenter); ok {
 		resp.High = c.Current()

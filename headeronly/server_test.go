@@ -119,6 +119,24 @@ func TestServeAndDropUnknown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Answers carry the session's own Q_Key: the admitted QP takes it.
+	if k := resp.GetAnswerQkey(); k == 0 || k == resp.GetQkey() || k&0x80000000 != 0 {
+		t.Fatalf("answer Q_Key %#x (request Q_Key %#x): want a session's own", k, resp.GetQkey())
+	}
+	if err := cli.QP.Modify(&verbs.QPAttr{QKey: resp.GetAnswerQkey()}, verbs.AttrQKey); err != nil {
+		t.Fatal(err)
+	}
+	var from verbs.Senders
+	for _, e := range resp.GetAnswerQps() {
+		var a verbs.Address
+		if err := a.UnmarshalBinary(e.GetAddress()); err != nil {
+			t.Fatal(err)
+		}
+		from = append(from, verbs.SenderOf(a, verbs.QPN(e.GetQpn())))
+	}
+	if len(from) != 2*3 { // Workers × the default RespQPs
+		t.Fatalf("%d answer QPs, want 6", len(from))
+	}
 	srv := resp.GetServerQps()[resp.GetAssignment()[0]]
 	var dst verbs.Address
 	dst.UnmarshalBinary(srv.GetAddress())
@@ -142,6 +160,9 @@ func TestServeAndDropUnknown(t *testing.T) {
 	wcs := verbstest.PollN(t, cli.RecvCQ, 3, 5*time.Second)
 	var prev uint64
 	for _, wc := range wcs {
+		if !from.Match(&wc) {
+			t.Fatalf("answer from QPN %v at %v: not one of the answer QPs named at Connect", wc.SrcQP, wc.Src)
+		}
 		if wc.ByteLen != verbs.GRHLen+spec.FullLen {
 			t.Fatalf("answer of %d bytes during the holdoff, want a full value", wc.ByteLen)
 		}

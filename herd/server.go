@@ -52,6 +52,9 @@ type Grant struct {
 	Window  int
 	Epoch   uint64
 	QPs     []QPGrant
+	// AnswerFrom are the server's response QPs: the client accepts an
+	// answer only from one of them.
+	AnswerFrom verbs.Senders
 }
 
 // Server is a running HERD data path.
@@ -65,13 +68,14 @@ type Server struct {
 	wg      sync.WaitGroup
 	workers []*worker
 
-	mu       sync.Mutex
-	sessions map[uint64]*session
-	nextID   uint64
-	rr       int
-	ahs      *ahcache.Cache // one handle per client address, reaped after the last client left
-	stopOnce sync.Once
-	closed   bool
+	mu         sync.Mutex
+	sessions   map[uint64]*session
+	nextID     uint64
+	rr         int
+	answerFrom verbs.Senders  // every worker's response QPs
+	ahs        *ahcache.Cache // one handle per client address, reaped after the last client left
+	stopOnce   sync.Once
+	closed     bool
 }
 
 type session struct {
@@ -100,6 +104,11 @@ func New(cfg Config) (*Server, error) {
 			return nil, err
 		}
 		s.workers = append(s.workers, w)
+	}
+	for _, w := range s.workers {
+		for _, qp := range w.resp.QPs() {
+			s.answerFrom = append(s.answerFrom, verbs.SenderOf(qp.Address(), qp.QPN()))
+		}
 	}
 	for _, w := range s.workers {
 		s.wg.Add(1)
@@ -139,7 +148,9 @@ func (s *Server) Admit(name string, qps []ClientQP, window int) (Grant, error) {
 		return Grant{}, ErrClosed
 	}
 	sess := &session{name: name, window: window}
-	g := Grant{QKey: s.cfg.QKey, Window: window, Epoch: s.cfg.Epoch}
+	// The session's own answer Q_Key: no other client can address its
+	// answers (spec/PROTOCOL.md, "Sessions").
+	g := Grant{QKey: verbs.RandomQKey(s.cfg.QKey), Window: window, Epoch: s.cfg.Epoch, AnswerFrom: s.answerFrom}
 	now := time.Now()
 	fail := func(err error) (Grant, error) {
 		for _, c := range sess.clients {
@@ -162,6 +173,7 @@ func (s *Server) Admit(name string, qps []ClientQP, window int) (Grant, error) {
 		if err != nil {
 			return fail(err)
 		}
+		c.qkey = g.QKey // before publish: the worker sees c only then
 		sess.clients = append(sess.clients, c)
 		g.QPs = append(g.QPs, QPGrant{Server: Endpoint{c.uc.Address(), c.uc.QPN()},
 			Addr: w.region.Addr() + uint64(c.base)*slotLen, RKey: w.region.RKey(), Worker: wi})

@@ -110,8 +110,12 @@ func (h *herdDP) Connect(ctx context.Context, req *adminpb.ConnectRequest) (*adm
 	if err != nil {
 		return nil, mapErr(err)
 	}
-	resp := &adminpb.ConnectResponse{SessionId: g.Session, Mode: HERD, Format: format(h.o).String(), Qkey: g.QKey,
-		Window: uint32(g.Window), ProtocolVersion: spec.ProtocolVersion, Epoch: g.Epoch, High: h.o.Current()}
+	resp := &adminpb.ConnectResponse{SessionId: g.Session, Mode: HERD, Format: format(h.o).String(), Qkey: h.s.QKey(),
+		Window: uint32(g.Window), ProtocolVersion: spec.ProtocolVersion, Epoch: g.Epoch, High: h.o.Current(),
+		AnswerQkey: g.QKey}
+	for _, a := range g.AnswerFrom {
+		resp.AnswerQps = append(resp.AnswerQps, pbEndpoint(verbs.Address{GID: a.GID, Port: a.Port}, a.QPN))
+	}
 	for i, q := range g.QPs {
 		resp.ServerConnQps = append(resp.ServerConnQps, pbEndpoint(q.Server.Addr, q.Server.QPN))
 		resp.RemoteAddr = append(resp.RemoteAddr, q.Addr)

@@ -38,7 +38,8 @@ func TestWrongQKeyNoAnswer(t *testing.T) {
 	if qkey == verbs.DefaultQKey || qkey == 0 || qkey&0x80000000 != 0 {
 		t.Fatalf("Q_Key %#x: want a random one, not the default", qkey)
 	}
-	if err := verbs.BringUpUD(cli.QP, qkey, 0); err != nil {
+	// Requests carry qkey; answers carry the session's own answer Q_Key.
+	if err := verbs.BringUpUD(cli.QP, resp.GetAnswerQkey(), 0); err != nil {
 		t.Fatal(err)
 	}
 	srv := resp.GetServerQps()[resp.GetAssignment()[0]]
