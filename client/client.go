@@ -68,6 +68,10 @@ type Stats struct {
 	// (Answers without the session's Q_Key never reach the client: the
 	// provider drops them, and counts them as bad-Q_Key drops.)
 	Forged uint64
+	// BadQKey counts packets the client's provider dropped because they
+	// did not carry the QP's Q_Key: answers forged without the session's
+	// answer Q_Key (the provider's drop counter, when it has one).
+	BadQKey uint64
 }
 
 type stats struct {
@@ -589,7 +593,21 @@ func (c *Client) Stats() Stats {
 	return Stats{Requests: s.requests.Load(), Answers: s.answers.Load(), Retransmits: s.retransmits.Load(),
 		StaleAnswers: s.stale.Load(), SpecMisses: s.specMisses.Load(), Malformed: s.malformed.Load(),
 		Regressions: s.regressions.Load(), Timeouts: s.timeouts.Load(), Reconnects: s.reconnects.Load(),
-		Doorbells: s.doorbells.Load(), Forged: s.forged.Load()}
+		Doorbells: s.doorbells.Load(), Forged: s.forged.Load(), BadQKey: c.providerCounter(verbs.CounterDropBadQKey)}
+}
+
+// providerCounter reads one of the client device's counters (0 when the
+// provider keeps none).
+func (c *Client) providerCounter(name string) uint64 {
+	var v uint64
+	if cs, ok := c.dev.(verbs.Counters); ok {
+		cs.VisitCounters(func(n string, x uint64) {
+			if n == name {
+				v = x
+			}
+		})
+	}
+	return v
 }
 
 // Close disconnects and releases the client. Pending requests fail with
