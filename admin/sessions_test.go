@@ -25,7 +25,9 @@ type epochBackend struct {
 	sessions map[uint64]bool
 }
 
-func newEpochBackend() *epochBackend { return &epochBackend{epoch: 1, next: 1, sessions: map[uint64]bool{}} }
+func newEpochBackend() *epochBackend {
+	return &epochBackend{epoch: 1, next: 1, sessions: map[uint64]bool{}}
+}
 
 // newEpoch is a mode switch or restart: the sessions are gone, IDs restart.
 func (b *epochBackend) newEpoch() {
