@@ -182,6 +182,9 @@ func attachAtomics(ac *atomics.Conn, resp *adminpb.ConnectResponse) error {
 		return fmt.Errorf("%w: connect: malformed atomics answer", ErrUnavailable)
 	}
 	g := atomics.Grant{Session: resp.GetSessionId(), Addr: resp.GetRemoteAddr()[0], RKey: resp.GetRkey()[0], Epoch: resp.GetEpoch()}
+	for _, p := range resp.GetConnPsns() {
+		g.PSNs = append(g.PSNs, verbs.PSN(p))
+	}
 	for i, e := range resp.GetServerConnQps() {
 		var a verbs.Address
 		if err := a.UnmarshalBinary(e.GetAddress()); err != nil {

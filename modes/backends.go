@@ -210,6 +210,9 @@ func (a *atomicsDP) Connect(ctx context.Context, req *adminpb.ConnectRequest) (*
 	resp := &adminpb.ConnectResponse{SessionId: g.Session, Mode: Atomics, Format: format(a.o).String(),
 		Window: req.GetWindow(), ProtocolVersion: spec.ProtocolVersion, Epoch: g.Epoch, High: a.s.Next(),
 		RemoteAddr: []uint64{g.Addr}, Rkey: []uint32{g.RKey}}
+	for _, p := range g.PSNs {
+		resp.ConnPsns = append(resp.ConnPsns, uint32(p))
+	}
 	for i, e := range g.Server {
 		resp.ServerConnQps = append(resp.ServerConnQps, pbEndpoint(e.Addr, e.QPN))
 		resp.Assignment = append(resp.Assignment, uint32(i))

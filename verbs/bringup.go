@@ -92,3 +92,12 @@ func RandomQKey(avoid ...uint32) uint32 {
 		}
 	}
 }
+
+// RandomPSN returns a PSN from crypto/rand (24 bits): a connection's
+// first PSN, so that a forged RC response must also guess the window of
+// PSNs in flight.
+func RandomPSN() PSN {
+	var b [4]byte
+	rand.Read(b[:]) // never fails (crypto/rand aborts the program instead)
+	return PSN(binary.LittleEndian.Uint32(b[:])) & PSNMask
+}

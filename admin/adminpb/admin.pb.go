@@ -513,7 +513,12 @@ type ConnectResponse struct {
 	// Spec-S0 and HERD: the server QPs that send answers (the response
 	// QPs of every worker). A client accepts an answer only from one of
 	// these QPNs at one of these addresses.
-	AnswerQps     []*Endpoint `protobuf:"bytes,17,rep,name=answer_qps,json=answerQps,proto3" json:"answer_qps,omitempty"`
+	AnswerQps []*Endpoint `protobuf:"bytes,17,rep,name=answer_qps,json=answerQps,proto3" json:"answer_qps,omitempty"`
+	// Atomics: for each client RC QP, the first PSN it sends (its send
+	// queue PSN), which the server's QP expects. Random per QP (24 bits), so
+	// a forged response must also fall in the PSN window of the requests in
+	// flight.
+	ConnPsns      []uint32 `protobuf:"varint,18,rep,packed,name=conn_psns,json=connPsns,proto3" json:"conn_psns,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -663,6 +668,13 @@ func (x *ConnectResponse) GetAnswerQkey() uint32 {
 func (x *ConnectResponse) GetAnswerQps() []*Endpoint {
 	if x != nil {
 		return x.AnswerQps
+	}
+	return nil
+}
+
+func (x *ConnectResponse) GetConnPsns() []uint32 {
+	if x != nil {
+		return x.ConnPsns
 	}
 	return nil
 }
@@ -1218,7 +1230,7 @@ const file_admin_proto_rawDesc = "" +
 	"\vclient_name\x18\x04 \x01(\tR\n" +
 	"clientName\x12)\n" +
 	"\x10protocol_version\x18\x05 \x01(\rR\x0fprotocolVersion\x122\n" +
-	"\bconn_qps\x18\x06 \x03(\v2\x17.seqd.admin.v1.EndpointR\aconnQps\"\xc4\x04\n" +
+	"\bconn_qps\x18\x06 \x03(\v2\x17.seqd.admin.v1.EndpointR\aconnQps\"\xe1\x04\n" +
 	"\x0fConnectResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x04R\tsessionId\x12\x12\n" +
@@ -1244,7 +1256,8 @@ const file_admin_proto_rawDesc = "" +
 	"\vanswer_qkey\x18\x10 \x01(\rR\n" +
 	"answerQkey\x126\n" +
 	"\n" +
-	"answer_qps\x18\x11 \x03(\v2\x17.seqd.admin.v1.EndpointR\tanswerQps\"$\n" +
+	"answer_qps\x18\x11 \x03(\v2\x17.seqd.admin.v1.EndpointR\tanswerQps\x12\x1b\n" +
+	"\tconn_psns\x18\x12 \x03(\rR\bconnPsns\"$\n" +
 	"\x0eSetModeRequest\x12\x12\n" +
 	"\x04mode\x18\x01 \x01(\tR\x04mode\"k\n" +
 	"\x0fSetModeResponse\x12\x1a\n" +
