@@ -21,9 +21,9 @@ import (
 )
 
 // Full method names of the Admin RPCs that change the server's state. They
-// always need authorisation when an Authorizer is installed. Connect and
-// Disconnect need it when AuthConfig.ProtectConnect is set. Status and
-// health never do.
+// always need authorisation when an Authorizer is installed. Connect,
+// KeepAlive and Disconnect (admission: one rule for the three) need it
+// when AuthConfig.ProtectConnect is set. Status and health never do.
 var (
 	MutatingMethods = []string{
 		"/" + ServiceName + "/SetMode",
@@ -32,6 +32,7 @@ var (
 	}
 	AdmissionMethods = []string{
 		"/" + ServiceName + "/Connect",
+		"/" + ServiceName + "/KeepAlive",
 		"/" + ServiceName + "/Disconnect",
 	}
 )
@@ -51,8 +52,9 @@ type AuthConfig struct {
 	// subject common name, or a DNS, URI or e-mail SAN. Only certificates
 	// verified against the server's client CA count.
 	Identities []string
-	// ProtectConnect makes Connect and Disconnect require authorisation
-	// too, so only authorised clients reach the data plane.
+	// ProtectConnect makes Connect, KeepAlive and Disconnect require
+	// authorisation too, so only authorised clients reach the data plane
+	// or touch a session's lease.
 	ProtectConnect bool
 	// Logger receives denials (default slog.Default()).
 	Logger *slog.Logger

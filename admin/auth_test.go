@@ -31,7 +31,17 @@ import (
 // test can show that a refused call changed nothing.
 type recorder struct {
 	adminpb.UnimplementedAdminServer
-	setModes, connects atomic.Int64
+	setModes, connects, keepAlives, disconnects atomic.Int64
+}
+
+func (r *recorder) KeepAlive(context.Context, *adminpb.KeepAliveRequest) (*adminpb.KeepAliveResponse, error) {
+	r.keepAlives.Add(1)
+	return &adminpb.KeepAliveResponse{}, nil
+}
+
+func (r *recorder) Disconnect(context.Context, *adminpb.DisconnectRequest) (*adminpb.DisconnectResponse, error) {
+	r.disconnects.Add(1)
+	return &adminpb.DisconnectResponse{}, nil
 }
 
 func (r *recorder) SetMode(context.Context, *adminpb.SetModeRequest) (*adminpb.SetModeResponse, error) {
@@ -148,6 +158,60 @@ func TestAuthProtectConnect(t *testing.T) {
 	c = authDial(t, addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(admin.BearerToken(goodToken, true)))
 	if _, err := c.Connect(ctx, &adminpb.ConnectRequest{}); err != nil {
 		t.Fatalf("Connect with a token: %v", err)
+	}
+}
+
+// TestAuthProtectAdmission: with ProtectConnect, Connect, KeepAlive and
+// Disconnect are authorised by one rule: each is refused without
+// credentials (and reaches nothing), and each is allowed with them
+// (issue 12, defect 3: KeepAlive needed none, so anyone could keep any
+// session alive forever).
+func TestAuthProtectAdmission(t *testing.T) {
+	tf := authWriteFile(t, "tokens", goodToken+"\n", 0o600)
+	a, err := admin.NewAuthorizer(admin.AuthConfig{TokenFile: tf, ProtectConnect: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, addr := authServe(t, nil, a)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	plain := grpc.WithTransportCredentials(insecure.NewCredentials())
+	anon := authDial(t, addr, plain)
+	wrong := authDial(t, addr, plain, grpc.WithPerRPCCredentials(admin.BearerToken("not-the-token-at-all", true)))
+	good := authDial(t, addr, plain, grpc.WithPerRPCCredentials(admin.BearerToken(goodToken, true)))
+	calls := []struct {
+		name    string
+		call    func(adminpb.AdminClient) error
+		reached *atomic.Int64
+	}{
+		{"Connect", func(c adminpb.AdminClient) error { _, err := c.Connect(ctx, &adminpb.ConnectRequest{}); return err }, &r.connects},
+		{"KeepAlive", func(c adminpb.AdminClient) error {
+			_, err := c.KeepAlive(ctx, &adminpb.KeepAliveRequest{SessionIds: []uint64{1}, Epoch: 1})
+			return err
+		}, &r.keepAlives},
+		{"Disconnect", func(c adminpb.AdminClient) error {
+			_, err := c.Disconnect(ctx, &adminpb.DisconnectRequest{SessionId: 1})
+			return err
+		}, &r.disconnects},
+	}
+	for _, tc := range calls {
+		for _, c := range []adminpb.AdminClient{anon, wrong} {
+			if err := tc.call(c); status.Code(err) != codes.Unauthenticated {
+				t.Errorf("%s without valid credentials = %v, want Unauthenticated", tc.name, err)
+			}
+		}
+		if n := tc.reached.Load(); n != 0 {
+			t.Errorf("%s: %d refused calls reached the service", tc.name, n)
+		}
+		if !a.Protected("/" + admin.ServiceName + "/" + tc.name) {
+			t.Errorf("%s is not protected", tc.name)
+		}
+		if err := tc.call(good); err != nil {
+			t.Errorf("%s with a token: %v", tc.name, err)
+		}
+		if n := tc.reached.Load(); n != 1 {
+			t.Errorf("%s with a token reached the service %d times, want 1", tc.name, n)
+		}
 	}
 }
 

@@ -1,6 +1,7 @@
 package admin_test
 
 import (
+	"bytes"
 	"context"
 	"testing"
 	"time"
@@ -12,7 +13,7 @@ import (
 
 // TestSessionLease: a session that is not renewed is disconnected once
 // its lease runs out; one renewed by KeepAlive stays; KeepAlive reports
-// the expired one (and one of another epoch) as unknown.
+// the expired one (and a disconnected one) as unknown, and refuses bare IDs.
 func TestSessionLease(t *testing.T) {
 	be := admintest.NewBackend(nil)
 	const ttl = 150 * time.Millisecond
@@ -47,16 +48,16 @@ func TestSessionLease(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("dead session not reclaimed: %d sessions", be.Sessions())
 		}
-		resp, err := adm.KeepAlive(ctx, &adminpb.KeepAliveRequest{SessionIds: []uint64{kept.GetSessionId()}, Epoch: kept.GetEpoch()})
-		if err != nil || len(resp.GetUnknown()) != 0 {
+		resp, err := adm.KeepAlive(ctx, &adminpb.KeepAliveRequest{SessionTokens: [][]byte{kept.GetSessionToken()}})
+		if err != nil || len(resp.GetUnknownTokens()) != 0 {
 			t.Fatalf("keep-alive: %v %v", resp, err)
 		}
 		time.Sleep(ttl / 3)
 	}
 	// Kept a few more leases long.
 	for range 6 {
-		resp, err := adm.KeepAlive(ctx, &adminpb.KeepAliveRequest{SessionIds: []uint64{kept.GetSessionId()}, Epoch: kept.GetEpoch()})
-		if err != nil || len(resp.GetUnknown()) != 0 {
+		resp, err := adm.KeepAlive(ctx, &adminpb.KeepAliveRequest{SessionTokens: [][]byte{kept.GetSessionToken()}})
+		if err != nil || len(resp.GetUnknownTokens()) != 0 {
 			t.Fatalf("keep-alive: %v %v", resp, err)
 		}
 		time.Sleep(ttl / 3)
@@ -64,22 +65,26 @@ func TestSessionLease(t *testing.T) {
 	if be.Sessions() != 1 {
 		t.Fatalf("renewed session reclaimed: %d sessions", be.Sessions())
 	}
-	resp, err := adm.KeepAlive(ctx, &adminpb.KeepAliveRequest{SessionIds: []uint64{dead.GetSessionId(), kept.GetSessionId()}, Epoch: kept.GetEpoch()})
+	resp, err := adm.KeepAlive(ctx, &adminpb.KeepAliveRequest{SessionTokens: [][]byte{dead.GetSessionToken(), kept.GetSessionToken()}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if u := resp.GetUnknown(); len(u) != 1 || u[0] != dead.GetSessionId() {
-		t.Fatalf("unknown %v, want [%d]", u, dead.GetSessionId())
-	}
-	resp, err = adm.KeepAlive(ctx, &adminpb.KeepAliveRequest{SessionIds: []uint64{kept.GetSessionId()}, Epoch: kept.GetEpoch() + 1})
-	if err != nil || len(resp.GetUnknown()) != 1 {
-		t.Fatalf("other epoch: %v %v", resp, err)
+	if u := resp.GetUnknownTokens(); len(u) != 1 || !bytes.Equal(u[0], dead.GetSessionToken()) {
+		t.Fatalf("unknown %x, want [%x]", u, dead.GetSessionToken())
 	}
 	if _, err := adm.KeepAlive(ctx, &adminpb.KeepAliveRequest{}); err == nil {
 		t.Fatal("empty keep-alive accepted")
 	}
+	// A bare ID is refused: it names no session of its own.
+	if _, err := adm.KeepAlive(ctx, &adminpb.KeepAliveRequest{SessionIds: []uint64{kept.GetSessionId()}, Epoch: kept.GetEpoch()}); err == nil {
+		t.Fatal("keep-alive by bare ID accepted")
+	}
 	// Disconnect ends the lease too.
-	if _, err := adm.Disconnect(ctx, &adminpb.DisconnectRequest{SessionId: kept.GetSessionId()}); err != nil {
+	if _, err := adm.Disconnect(ctx, &adminpb.DisconnectRequest{SessionToken: kept.GetSessionToken()}); err != nil {
 		t.Fatal(err)
+	}
+	resp, err = adm.KeepAlive(ctx, &adminpb.KeepAliveRequest{SessionTokens: [][]byte{kept.GetSessionToken()}})
+	if err != nil || len(resp.GetUnknownTokens()) != 1 {
+		t.Fatalf("keep-alive after disconnect: %v %v", resp, err)
 	}
 }

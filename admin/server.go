@@ -82,7 +82,7 @@ type Server struct {
 	mu   sync.Mutex
 	addr net.Addr // set once a listener is known
 
-	leases   *leases // nil without Config.SessionLease
+	sessions *sessions // every session granted: its token, ID, epoch, lease
 	stopReap chan struct{}
 	stopOnce sync.Once
 }
@@ -114,8 +114,8 @@ func New(cfg Config, backend Backend) (*Server, error) {
 	if cfg.Creds != nil {
 		opts = append(opts, grpc.Creds(cfg.Creds))
 	}
+	s.sessions = newSessions(cfg.SessionLease)
 	if cfg.SessionLease > 0 {
-		s.leases = &leases{ttl: cfg.SessionLease, m: map[uint64]lease{}}
 		s.stopReap = make(chan struct{})
 		go s.reap(s.stopReap)
 	}
@@ -247,9 +247,10 @@ func (v *service) Connect(ctx context.Context, req *adminpb.ConnectRequest) (*ad
 		v.s.log.Warn("connect failed", "client", req.GetClientName(), "qps", len(req.GetQps()), "code", status.Code(err).String(), "err", err)
 		return nil, err
 	}
-	if l := v.s.leases; l != nil {
-		l.grant(resp.GetSessionId(), resp.GetEpoch(), time.Now())
-		resp.LeaseMs = uint32(l.ttl / time.Millisecond)
+	tok := v.s.sessions.add(resp.GetSessionId(), resp.GetEpoch(), time.Now())
+	resp.SessionToken = tok[:]
+	if ttl := v.s.sessions.ttl; ttl > 0 {
+		resp.LeaseMs = uint32(ttl / time.Millisecond)
 	}
 	v.s.log.Info("client connected", "client", req.GetClientName(), "session", resp.GetSessionId(),
 		"qps", len(req.GetQps()), "window", resp.GetWindow(), "mode", resp.GetMode())
@@ -260,28 +261,34 @@ func (v *service) Disconnect(ctx context.Context, req *adminpb.DisconnectRequest
 	if err := validateDisconnect(req); err != nil {
 		return nil, statusError(err)
 	}
-	if l := v.s.leases; l != nil {
-		l.drop(req.GetSessionId())
+	// The token, never the bare ID, names the session: IDs restart with
+	// every data path, so an ID from an older epoch can name another
+	// client's session now. The backend releases it only if it still
+	// runs the session's epoch.
+	g, ok := v.s.sessions.take(req.GetSessionToken())
+	if !ok {
+		return nil, statusError(fmt.Errorf("%w: no session holds this token (disconnected, expired, or of an earlier epoch)", ErrUnknownSession))
 	}
-	if err := v.s.backend.Disconnect(ctx, req); err != nil {
+	if err := v.s.backend.Disconnect(ctx, &adminpb.DisconnectRequest{SessionId: g.id, Epoch: g.epoch}); err != nil {
 		err = statusError(err)
-		v.s.log.Warn("disconnect failed", "session", req.GetSessionId(), "code", status.Code(err).String(), "err", err)
+		lvl := slog.LevelWarn
+		if status.Code(err) == codes.NotFound {
+			lvl = slog.LevelInfo // its data path is gone: an epoch change, as expected
+		}
+		v.s.log.Log(ctx, lvl, "disconnect failed", "session", g.id, "code", status.Code(err).String(), "err", err)
 		return nil, err
 	}
-	v.s.log.Info("client disconnected", "session", req.GetSessionId())
+	v.s.log.Info("client disconnected", "session", g.id)
 	return &adminpb.DisconnectResponse{}, nil
 }
 
-// KeepAlive renews session leases; see Config.SessionLease.
+// KeepAlive renews the leases of the sessions named by their tokens; see
+// Config.SessionLease. Without leases it only reports unknown tokens.
 func (v *service) KeepAlive(ctx context.Context, req *adminpb.KeepAliveRequest) (*adminpb.KeepAliveResponse, error) {
-	if n := len(req.GetSessionIds()); n == 0 || n > MaxKeepAliveSessions {
-		return nil, statusError(fmt.Errorf("%w: keep-alive: %d session IDs, want 1..%d", ErrInvalidArgument, n, MaxKeepAliveSessions))
+	if err := validateTokens(req.GetSessionTokens()); err != nil {
+		return nil, statusError(err)
 	}
-	l := v.s.leases
-	if l == nil {
-		return &adminpb.KeepAliveResponse{}, nil // no leases: sessions last until Disconnect
-	}
-	return &adminpb.KeepAliveResponse{Unknown: l.renew(req.GetSessionIds(), req.GetEpoch(), time.Now())}, nil
+	return &adminpb.KeepAliveResponse{UnknownTokens: v.s.sessions.renew(req.GetSessionTokens(), time.Now())}, nil
 }
 
 func (v *service) Status(ctx context.Context, _ *adminpb.StatusRequest) (*adminpb.StatusResponse, error) {

@@ -84,6 +84,8 @@ func TestConnectValidation(t *testing.T) {
 	}
 }
 
+// TestDisconnect: Disconnect names its session by token, never by a bare
+// ID; an unknown token (or one already used) is NotFound.
 func TestDisconnect(t *testing.T) {
 	_, b, cc := start(t, admin.Config{})
 	c := adminpb.NewAdminClient(cc)
@@ -93,22 +95,38 @@ func TestDisconnect(t *testing.T) {
 	if status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("Disconnect(unset): %v, want InvalidArgument", err)
 	}
-	_, err = c.Disconnect(ctx, &adminpb.DisconnectRequest{SessionId: 99})
-	if status.Code(err) != codes.NotFound {
-		t.Fatalf("Disconnect(unknown): %v, want NotFound", err)
-	}
 	resp, err := c.Connect(ctx, admin.ValidConnect())
 	if err != nil {
 		t.Fatal(err)
 	}
+	if n := len(resp.GetSessionToken()); n != admin.TokenLen {
+		t.Fatalf("session token of %d bytes, want %d", n, admin.TokenLen)
+	}
 	if n := b.Sessions(); n != 1 {
 		t.Fatalf("sessions after connect = %d", n)
 	}
-	if _, err := c.Disconnect(ctx, &adminpb.DisconnectRequest{SessionId: resp.GetSessionId()}); err != nil {
+	_, err = c.Disconnect(ctx, &adminpb.DisconnectRequest{SessionId: resp.GetSessionId()})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("Disconnect(bare ID): %v, want InvalidArgument", err)
+	}
+	forged := append([]byte(nil), resp.GetSessionToken()...)
+	forged[0] ^= 1
+	_, err = c.Disconnect(ctx, &adminpb.DisconnectRequest{SessionId: resp.GetSessionId(), SessionToken: forged})
+	if status.Code(err) != codes.NotFound {
+		t.Fatalf("Disconnect(wrong token): %v, want NotFound", err)
+	}
+	if n := b.Sessions(); n != 1 {
+		t.Fatalf("sessions after refused disconnects = %d, want 1", n)
+	}
+	if _, err := c.Disconnect(ctx, &adminpb.DisconnectRequest{SessionToken: resp.GetSessionToken()}); err != nil {
 		t.Fatalf("Disconnect: %v", err)
 	}
 	if n := b.Sessions(); n != 0 {
 		t.Fatalf("sessions after disconnect = %d", n)
+	}
+	_, err = c.Disconnect(ctx, &adminpb.DisconnectRequest{SessionToken: resp.GetSessionToken()})
+	if status.Code(err) != codes.NotFound {
+		t.Fatalf("Disconnect(used token): %v, want NotFound", err)
 	}
 }
 
@@ -129,9 +147,13 @@ func TestErrorMapping(t *testing.T) {
 		{errors.New("something broke"), codes.Internal},
 	} {
 		t.Run(tc.want.String(), func(t *testing.T) {
+			sess, err := c.Connect(ctx, admin.ValidConnect())
+			if err != nil {
+				t.Fatal(err)
+			}
 			b.Fail(tc.err)
 			defer b.Fail(nil)
-			_, err := c.Status(ctx, &adminpb.StatusRequest{})
+			_, err = c.Status(ctx, &adminpb.StatusRequest{})
 			if got := status.Code(err); got != tc.want {
 				t.Fatalf("Status: %v, want %v", err, tc.want)
 			}
@@ -139,7 +161,7 @@ func TestErrorMapping(t *testing.T) {
 			if got := status.Code(err); got != tc.want {
 				t.Fatalf("Connect: %v, want %v", err, tc.want)
 			}
-			_, err = c.Disconnect(ctx, &adminpb.DisconnectRequest{SessionId: 1})
+			_, err = c.Disconnect(ctx, &adminpb.DisconnectRequest{SessionToken: sess.GetSessionToken()})
 			if got := status.Code(err); got != tc.want {
 				t.Fatalf("Disconnect: %v, want %v", err, tc.want)
 			}

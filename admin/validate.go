@@ -58,11 +58,11 @@ func validateEndpoint(field string, i int, qp *adminpb.Endpoint) error {
 	return nil
 }
 
-// validateDisconnect checks a DisconnectRequest. Session IDs are never zero:
-// zero is what an unset field reads as.
+// validateDisconnect checks a DisconnectRequest: it names its session by
+// token (protocol version 2), never by a bare ID.
 func validateDisconnect(req *adminpb.DisconnectRequest) error {
-	if req.GetSessionId() == 0 {
-		return fmt.Errorf("%w: disconnect: session_id is unset", ErrInvalidArgument)
+	if n := len(req.GetSessionToken()); n != TokenLen {
+		return fmt.Errorf("%w: disconnect: session_token is %d bytes, want %d (protocol version 2 names sessions by token, not ID)", ErrInvalidArgument, n, TokenLen)
 	}
 	return nil
 }

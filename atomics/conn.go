@@ -90,12 +90,12 @@ func (c *Conn) QPs() []Endpoint {
 
 // Attach connects the QPs to the server's.
 func (c *Conn) Attach(g Grant) error {
-	if len(g.Server) != len(c.qps) {
-		return fmt.Errorf("%w: grant for %d QPs, have %d", ErrArgument, len(g.Server), len(c.qps))
+	if len(g.Server) != len(c.qps) || len(g.PSNs) != len(c.qps) {
+		return fmt.Errorf("%w: grant for %d QPs with %d PSNs, have %d QPs", ErrArgument, len(g.Server), len(g.PSNs), len(c.qps))
 	}
 	for i, q := range c.qps {
 		if err := verbs.Connect(q.qp, verbs.ConnectAttr{Remote: g.Server[i].Addr, RemoteQPN: g.Server[i].QPN,
-			Timeout: rcTimeout, RetryCnt: rcRetryCnt}); err != nil {
+			SQPSN: g.PSNs[i] & verbs.PSNMask, Timeout: rcTimeout, RetryCnt: rcRetryCnt}); err != nil {
 			return fmt.Errorf("atomics: client QP %d connect: %w", i, err)
 		}
 	}

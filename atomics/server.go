@@ -97,6 +97,9 @@ type Grant struct {
 	Addr    uint64
 	RKey    uint32
 	Epoch   uint64
+	// PSNs are, per client QP, the first PSN it sends, which the server
+	// QP expects: random, so a forged response must guess the window.
+	PSNs []verbs.PSN
 }
 
 // Server is a running fetch-and-add data path.
@@ -197,7 +200,10 @@ func (s *Server) Admit(name string, qps []Endpoint) (Grant, error) {
 		qp, err := s.pd.CreateQP(verbs.QPInitAttr{Type: verbs.RC, SendCQ: s.cq, RecvCQ: s.cq,
 			Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
 		if err == nil {
-			err = verbs.Connect(qp, verbs.ConnectAttr{Remote: q.Addr, RemoteQPN: q.QPN, Access: verbs.AccessRemoteAtomic})
+			psn := verbs.RandomPSN()
+			g.PSNs = append(g.PSNs, psn)
+			err = verbs.Connect(qp, verbs.ConnectAttr{Remote: q.Addr, RemoteQPN: q.QPN, RQPSN: psn, SQPSN: verbs.RandomPSN(),
+				Access: verbs.AccessRemoteAtomic})
 			if err != nil {
 				qp.Close()
 			}

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/seqd/seqd/admin/adminpb"
@@ -31,11 +32,17 @@ type altConn interface {
 
 type herdAlt struct {
 	*herd.Conn
-	res []herd.Result
+	res    []herd.Result
+	forged *atomic.Uint64 // the client's Stats.Forged
+	seen   uint64         // Conn.Forged already added to it
 }
 
 func (h *herdAlt) poll(now time.Duration, ids []int, vals []uint64, ok []bool) int {
 	n := h.Conn.Poll(now, h.res[:min(len(h.res), len(ids))])
+	if f := h.Conn.Forged; f != h.seen {
+		h.forged.Add(f - h.seen)
+		h.seen = f
+	}
 	for i, r := range h.res[:n] {
 		ids[i], vals[i], ok[i] = r.ID, r.Value, true
 	}
@@ -93,7 +100,7 @@ func (c *Client) connectAlt(ctx context.Context, mode string) error {
 			hc.Close()
 			return err
 		}
-		alt = &herdAlt{Conn: hc, res: make([]herd.Result, 64)}
+		alt = &herdAlt{Conn: hc, res: make([]herd.Result, 64), forged: &c.st.forged}
 		c.setSession(resp)
 	case spec.ModeAtomics:
 		ac, err := atomics.NewConn(c.pd, c.dev, o.qps, o.window)
@@ -126,9 +133,16 @@ func (c *Client) connectAlt(ctx context.Context, mode string) error {
 	return nil
 }
 
+// setSession records the session a Connect just granted.
 func (c *Client) setSession(resp *adminpb.ConnectResponse) {
-	c.session, c.epoch = resp.GetSessionId(), resp.GetEpoch()
+	c.session, c.token, c.epoch = resp.GetSessionId(), resp.GetSessionToken(), resp.GetEpoch()
 	c.publishLease(resp)
+}
+
+// disconnectReq releases the current session: by its token, which names
+// only that session.
+func (c *Client) disconnectReq() *adminpb.DisconnectRequest {
+	return &adminpb.DisconnectRequest{SessionId: c.session, SessionToken: c.token, Epoch: c.epoch}
 }
 
 func attachHERD(hc *herd.Conn, resp *adminpb.ConnectResponse) error {
@@ -136,7 +150,15 @@ func attachHERD(hc *herd.Conn, resp *adminpb.ConnectResponse) error {
 	if len(resp.GetRemoteAddr()) != n || len(resp.GetRkey()) != n || resp.GetWindow() == 0 {
 		return fmt.Errorf("%w: connect: malformed herd answer", ErrUnavailable)
 	}
-	g := herd.Grant{Session: resp.GetSessionId(), QKey: resp.GetQkey(), Window: int(resp.GetWindow()), Epoch: resp.GetEpoch()}
+	if len(resp.GetAnswerQps()) == 0 || resp.GetAnswerQkey() == 0 {
+		return fmt.Errorf("%w: connect: herd answer without answer QPs or answer Q_Key", ErrUnavailable)
+	}
+	from, err := senders(resp.GetAnswerQps())
+	if err != nil {
+		return err
+	}
+	g := herd.Grant{Session: resp.GetSessionId(), QKey: resp.GetAnswerQkey(), Window: int(resp.GetWindow()), Epoch: resp.GetEpoch(),
+		AnswerFrom: from}
 	for i, e := range resp.GetServerConnQps() {
 		var a verbs.Address
 		if err := a.UnmarshalBinary(e.GetAddress()); err != nil {
@@ -148,11 +170,27 @@ func attachHERD(hc *herd.Conn, resp *adminpb.ConnectResponse) error {
 	return hc.Attach(g)
 }
 
+// senders decodes the server's response QPs (ConnectResponse.answer_qps).
+func senders(eps []*adminpb.Endpoint) (verbs.Senders, error) {
+	out := make(verbs.Senders, len(eps))
+	for i, e := range eps {
+		var a verbs.Address
+		if err := a.UnmarshalBinary(e.GetAddress()); err != nil {
+			return nil, fmt.Errorf("%w: connect: answer_qps[%d]: %v", ErrUnavailable, i, err)
+		}
+		out[i] = verbs.SenderOf(a, verbs.QPN(e.GetQpn()))
+	}
+	return out, nil
+}
+
 func attachAtomics(ac *atomics.Conn, resp *adminpb.ConnectResponse) error {
 	if len(resp.GetRemoteAddr()) != 1 || len(resp.GetRkey()) != 1 {
 		return fmt.Errorf("%w: connect: malformed atomics answer", ErrUnavailable)
 	}
 	g := atomics.Grant{Session: resp.GetSessionId(), Addr: resp.GetRemoteAddr()[0], RKey: resp.GetRkey()[0], Epoch: resp.GetEpoch()}
+	for _, p := range resp.GetConnPsns() {
+		g.PSNs = append(g.PSNs, verbs.PSN(p))
+	}
 	for i, e := range resp.GetServerConnQps() {
 		var a verbs.Address
 		if err := a.UnmarshalBinary(e.GetAddress()); err != nil {

@@ -63,11 +63,20 @@ type Request struct {
 type Stats struct {
 	Requests, Answers, Retransmits, StaleAnswers, SpecMisses, Malformed,
 	Regressions, Timeouts, Reconnects, Doorbells uint64
+	// Forged counts answers dropped because they came from a QP or
+	// address other than the server's response QPs named at Connect.
+	// (Answers without the session's Q_Key never reach the client: the
+	// provider drops them, and counts them as bad-Q_Key drops.)
+	Forged uint64
+	// BadQKey counts packets the client's provider dropped because they
+	// did not carry the QP's Q_Key: answers forged without the session's
+	// answer Q_Key (the provider's drop counter, when it has one).
+	BadQKey uint64
 }
 
 type stats struct {
 	requests, answers, retransmits, stale, specMisses, malformed,
-	regressions, timeouts, reconnects, doorbells atomic.Uint64
+	regressions, timeouts, reconnects, doorbells, forged atomic.Uint64
 }
 
 type cqp struct {
@@ -100,8 +109,11 @@ type Client struct {
 
 	// set by connect, used by the engine
 	session uint64
+	token   []byte // the session's capability: KeepAlive and Disconnect name it
 	epoch   uint64
-	qkey    uint32
+	qkey    uint32        // the request Q_Key (the server QPs')
+	ansQKey uint32        // the session's answer Q_Key, set on every client QP
+	srvResp verbs.Senders // the server's response QPs: answers come only from these
 	ahs     []verbs.AH
 	srvQPN  []verbs.QPN
 
@@ -416,9 +428,15 @@ func (c *Client) connectS0(ctx context.Context) error {
 		}
 		return fmt.Errorf("%w: connect: %v", ErrUnavailable, err)
 	}
-	if len(resp.GetAssignment()) != len(c.qps) || len(resp.GetServerQps()) == 0 || resp.GetWindow() == 0 {
-		return fmt.Errorf("%w: connect: malformed answer (%d assignments for %d QPs, %d server QPs, window %d)",
-			ErrUnavailable, len(resp.GetAssignment()), len(c.qps), len(resp.GetServerQps()), resp.GetWindow())
+	if len(resp.GetAssignment()) != len(c.qps) || len(resp.GetServerQps()) == 0 || resp.GetWindow() == 0 ||
+		len(resp.GetAnswerQps()) == 0 || resp.GetAnswerQkey() == 0 {
+		return fmt.Errorf("%w: connect: malformed answer (%d assignments for %d QPs, %d server QPs, window %d, %d answer QPs, answer Q_Key %#x)",
+			ErrUnavailable, len(resp.GetAssignment()), len(c.qps), len(resp.GetServerQps()), resp.GetWindow(),
+			len(resp.GetAnswerQps()), resp.GetAnswerQkey())
+	}
+	from, err := senders(resp.GetAnswerQps())
+	if err != nil {
+		return err
 	}
 	if err := checkVersion(resp); err != nil {
 		return err
@@ -441,14 +459,14 @@ func (c *Client) connectS0(ctx context.Context) error {
 	}
 	for i, q := range c.qps {
 		if q.qp.State() == verbs.StateReset {
-			if err := verbs.BringUpUD(q.qp, resp.GetQkey(), 0); err != nil {
+			if err := verbs.BringUpUD(q.qp, resp.GetAnswerQkey(), 0); err != nil {
 				return fmt.Errorf("client: QP %d bring-up: %w", i, err)
 			}
 			if err := c.postInitialRecvs(i); err != nil {
 				return err
 			}
-		} else if resp.GetQkey() != c.qkey {
-			if err := q.qp.Modify(&verbs.QPAttr{QKey: resp.GetQkey()}, verbs.AttrQKey); err != nil {
+		} else if resp.GetAnswerQkey() != c.ansQKey {
+			if err := q.qp.Modify(&verbs.QPAttr{QKey: resp.GetAnswerQkey()}, verbs.AttrQKey); err != nil {
 				return fmt.Errorf("client: QP %d Q_Key: %w", i, err)
 			}
 		}
@@ -462,8 +480,8 @@ func (c *Client) connectS0(ctx context.Context) error {
 	if c.epoch != resp.GetEpoch() {
 		c.spec.Forget()
 	}
-	c.session, c.epoch, c.qkey = resp.GetSessionId(), resp.GetEpoch(), resp.GetQkey()
-	c.publishLease(resp)
+	c.qkey, c.ansQKey, c.srvResp = resp.GetQkey(), resp.GetAnswerQkey(), from
+	c.setSession(resp)
 	if h := resp.GetHigh(); h != 0 && h > c.maxRet.Load() {
 		c.spec.Learn(sent, h)
 	}
@@ -579,7 +597,21 @@ func (c *Client) Stats() Stats {
 	return Stats{Requests: s.requests.Load(), Answers: s.answers.Load(), Retransmits: s.retransmits.Load(),
 		StaleAnswers: s.stale.Load(), SpecMisses: s.specMisses.Load(), Malformed: s.malformed.Load(),
 		Regressions: s.regressions.Load(), Timeouts: s.timeouts.Load(), Reconnects: s.reconnects.Load(),
-		Doorbells: s.doorbells.Load()}
+		Doorbells: s.doorbells.Load(), Forged: s.forged.Load(), BadQKey: c.providerCounter(verbs.CounterDropBadQKey)}
+}
+
+// providerCounter reads one of the client device's counters (0 when the
+// provider keeps none).
+func (c *Client) providerCounter(name string) uint64 {
+	var v uint64
+	if cs, ok := c.dev.(verbs.Counters); ok {
+		cs.VisitCounters(func(n string, x uint64) {
+			if n == name {
+				v = x
+			}
+		})
+	}
+	return v
 }
 
 // Close disconnects and releases the client. Pending requests fail with
@@ -596,9 +628,9 @@ func (c *Client) Close() error {
 		c.stop()
 		<-c.doneCh
 	}
-	if c.adm != nil && c.session != 0 {
+	if c.adm != nil && len(c.token) != 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		c.adm.Disconnect(ctx, &adminpb.DisconnectRequest{SessionId: c.session})
+		c.adm.Disconnect(ctx, c.disconnectReq())
 		cancel()
 	}
 	c.release()

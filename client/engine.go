@@ -275,6 +275,10 @@ func (c *Client) poll(now time.Duration) bool {
 				c.st.malformed.Add(1)
 				continue
 			}
+			if !c.srvResp.Match(wc) {
+				c.st.forged.Add(1) // not from the server's response QPs
+				continue
+			}
 			off := slot*recvSlot + verbs.GRHLen
 			c.answer(now, q, spec.Imm(wc.Imm), buf[off:off+uint64(wc.ByteLen)-verbs.GRHLen])
 		}
@@ -393,9 +397,11 @@ func (c *Client) reconnect(now time.Duration, force bool) {
 		if err == nil && st.GetEpoch() == c.epoch && st.GetRole() != admin.RoleStandby && !c.sessionLost.Load() {
 			return
 		}
-		if err == nil && c.session != 0 {
+		if err == nil && len(c.token) != 0 {
+			// By token: it names only our own session, of its own epoch
+			// (a bare ID could name another client's session by now).
 			dctx, dcancel := context.WithTimeout(ctx, dialAttempt)
-			c.adm.Disconnect(dctx, &adminpb.DisconnectRequest{SessionId: c.session})
+			c.adm.Disconnect(dctx, c.disconnectReq())
 			dcancel()
 		}
 		c.log.Info("server lost our session; reconnecting", "admin", c.Endpoint(), "status_err", err)

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"slices"
 	"time"
@@ -13,6 +14,7 @@ import (
 type leaseState struct {
 	adm     adminpb.AdminClient
 	session uint64
+	token   []byte
 	epoch   uint64
 	every   time.Duration // a third of the lease; 0: the server grants none
 }
@@ -20,7 +22,7 @@ type leaseState struct {
 // publishLease records the session a Connect just granted. Called by the
 // goroutine that runs Connect (Dial, then the engine).
 func (c *Client) publishLease(resp *adminpb.ConnectResponse) {
-	ls := &leaseState{adm: c.adm, session: resp.GetSessionId(), epoch: resp.GetEpoch()}
+	ls := &leaseState{adm: c.adm, session: resp.GetSessionId(), token: resp.GetSessionToken(), epoch: resp.GetEpoch()}
 	if ms := resp.GetLeaseMs(); ms > 0 {
 		ls.every = max(time.Duration(ms)*time.Millisecond/3, time.Millisecond)
 	}
@@ -49,9 +51,9 @@ func (c *Client) renew(ctx context.Context) {
 			continue // no lease, or a new session: wait a period for it
 		}
 		kctx, cancel := context.WithTimeout(ctx, max(ls.every, 100*time.Millisecond))
-		resp, err := ls.adm.KeepAlive(kctx, &adminpb.KeepAliveRequest{SessionIds: []uint64{ls.session}, Epoch: ls.epoch})
+		resp, err := ls.adm.KeepAlive(kctx, &adminpb.KeepAliveRequest{SessionTokens: [][]byte{ls.token}})
 		cancel()
-		if err == nil && slices.Contains(resp.GetUnknown(), ls.session) && c.lease.Load() == ls {
+		if err == nil && slices.ContainsFunc(resp.GetUnknownTokens(), func(t []byte) bool { return bytes.Equal(t, ls.token) }) && c.lease.Load() == ls {
 			c.log.Info("server no longer holds our session; will reconnect", "session", ls.session)
 			c.sessionLost.Store(true)
 			c.kickNow()

@@ -91,7 +91,7 @@ func TestAdmissionBeyondCapacity(t *testing.T) {
 	addr := startConfig(t, run.Config{Workers: 1, MaxWindow: 256, MaxClients: 64})
 	adm := adminClient(ctx, t, addr)
 	cs := dialN(t, ctx, addr, "", 1) // 2 QPs × 16
-	var ids []uint64
+	var ids [][]byte
 	var refused *adminpb.ConnectRequest
 	for i := range 64 {
 		req := syntheticConnect(uint16(20000+i), 7, 256)
@@ -104,7 +104,7 @@ func TestAdmissionBeyondCapacity(t *testing.T) {
 			t.Logf("connect %d refused: %v", i, err)
 			break
 		}
-		ids = append(ids, resp.GetSessionId())
+		ids = append(ids, resp.GetSessionToken())
 	}
 	if refused == nil {
 		t.Fatalf("64 sessions of window 256 admitted on 8192 receives")
@@ -132,7 +132,7 @@ func TestAdmissionBeyondCapacity(t *testing.T) {
 	if _, err := adm.Connect(ctx, refused); status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("repeated connect: %v, want ResourceExhausted", err)
 	}
-	if _, err := adm.Disconnect(ctx, &adminpb.DisconnectRequest{SessionId: ids[0]}); err != nil {
+	if _, err := adm.Disconnect(ctx, &adminpb.DisconnectRequest{SessionToken: ids[0]}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := adm.Connect(ctx, refused); err != nil {
@@ -180,8 +180,8 @@ func TestManyClientsMemory(t *testing.T) {
 		return m.HeapAlloc
 	}
 	h0 := heap()
-	connectAll := func(base int) []uint64 {
-		ids := make([]uint64, n)
+	connectAll := func(base int) [][]byte {
+		ids := make([][]byte, n)
 		var next atomic.Int64
 		var wg sync.WaitGroup
 		errc := make(chan error, 8)
@@ -200,7 +200,7 @@ func TestManyClientsMemory(t *testing.T) {
 						errc <- fmt.Errorf("connect %d: %w", i, err)
 						return
 					}
-					ids[i] = resp.GetSessionId()
+					ids[i] = resp.GetSessionToken()
 				}
 			}()
 		}
@@ -211,9 +211,9 @@ func TestManyClientsMemory(t *testing.T) {
 		}
 		return ids
 	}
-	disconnectAll := func(ids []uint64) {
+	disconnectAll := func(ids [][]byte) {
 		for _, id := range ids {
-			if _, err := adm.Disconnect(ctx, &adminpb.DisconnectRequest{SessionId: id}); err != nil {
+			if _, err := adm.Disconnect(ctx, &adminpb.DisconnectRequest{SessionToken: id}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -254,7 +254,7 @@ func TestManyClientsMemory(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			disconnectAll([]uint64{resp.GetSessionId()})
+			disconnectAll([][]byte{resp.GetSessionToken()})
 			prev, h = h, heap()
 			if h > prev-min(prev, 64<<10) {
 				break // within 64 KiB of the last probe: settled
@@ -296,7 +296,7 @@ func TestLeaseReclaimsDeadClients(t *testing.T) {
 	addr := startConfig(t, run.Config{Workers: 1, MaxWindow: 256, MaxClients: 64, SessionLease: lease})
 	adm := adminClient(ctx, t, addr)
 	cs := dialN(t, ctx, addr, "", 1)
-	var dead []uint64
+	var dead [][]byte
 	for i := range 31 {
 		resp, err := adm.Connect(ctx, syntheticConnect(uint16(22000+i), 9, 256))
 		if err != nil {
@@ -305,7 +305,7 @@ func TestLeaseReclaimsDeadClients(t *testing.T) {
 		if resp.GetLeaseMs() != uint32(lease/time.Millisecond) {
 			t.Fatalf("lease_ms %d", resp.GetLeaseMs())
 		}
-		dead = append(dead, resp.GetSessionId())
+		dead = append(dead, resp.GetSessionToken())
 	}
 	if _, err := adm.Connect(ctx, syntheticConnect(23000, 9, 256)); status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("full server: %v, want ResourceExhausted", err)
@@ -336,8 +336,8 @@ func TestLeaseReclaimsDeadClients(t *testing.T) {
 		t.Errorf("the renewing client reconnected %d times", r-before)
 	}
 	for _, id := range dead {
-		if _, err := adm.Disconnect(ctx, &adminpb.DisconnectRequest{SessionId: id}); status.Code(err) != codes.NotFound {
-			t.Errorf("disconnect of reclaimed session %d: %v, want NotFound", id, err)
+		if _, err := adm.Disconnect(ctx, &adminpb.DisconnectRequest{SessionToken: id}); status.Code(err) != codes.NotFound {
+			t.Errorf("disconnect of reclaimed session %x: %v, want NotFound", id, err)
 		}
 	}
 }
@@ -373,7 +373,7 @@ func TestLeaseReclaimsDeadClientsHA(t *testing.T) {
 		t.Fatalf("%d sessions, want 4", n)
 	}
 	waitFor(t, 20*lease, func() bool { return sessions() == 0 }, "dead sessions reclaimed by the leader")
-	if _, err := adm.Disconnect(ctx, &adminpb.DisconnectRequest{SessionId: first.GetSessionId()}); status.Code(err) != codes.NotFound {
+	if _, err := adm.Disconnect(ctx, &adminpb.DisconnectRequest{SessionToken: first.GetSessionToken()}); status.Code(err) != codes.NotFound {
 		t.Errorf("disconnect of a reclaimed session: %v, want NotFound", err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/seqd/seqd/admin"
 	"github.com/seqd/seqd/admin/adminpb"
+	"github.com/seqd/seqd/internal/ahcache"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 )
@@ -25,14 +26,14 @@ type Server struct {
 	closed atomic.Bool
 	wg     sync.WaitGroup
 
-	workers []*worker
+	workers   []*worker
+	answerQPs []*adminpb.Endpoint // every worker's response QPs: answers come only from these
 
 	mu        sync.Mutex
 	sessions  map[uint64]*session
 	nextID    uint64
 	rr        int
-	ahs       map[verbs.Address]*ahRef
-	idleAHs   int // entries of ahs with no references
+	ahs       *ahcache.Cache // one handle per client address, reaped after the last client left
 	closeOnce sync.Once
 }
 
@@ -40,6 +41,7 @@ type session struct {
 	id     uint64
 	name   string
 	window int
+	qkey   uint32 // the Q_Key its answers carry (ConnectResponse.answer_qkey)
 	peers  []*peer
 	worker []int
 }
@@ -52,11 +54,12 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, start: time.Now(), sessions: map[uint64]*session{}, ahs: map[verbs.Address]*ahRef{}}
+	s := &Server{cfg: cfg, log: cfg.Logger, start: time.Now(), sessions: map[uint64]*session{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if s.pd, err = cfg.Device.AllocPD(); err != nil {
 		return nil, fmt.Errorf("headeronly: protection domain: %w", err)
 	}
+	s.ahs = ahcache.New(s.pd, 0)
 	for i := range cfg.Workers {
 		w, err := newWorker(s, i)
 		if err != nil {
@@ -64,6 +67,12 @@ func New(cfg Config) (*Server, error) {
 			return nil, err
 		}
 		s.workers = append(s.workers, w)
+	}
+	for _, w := range s.workers {
+		for _, qp := range w.resp.QPs() {
+			a, _ := qp.Address().MarshalBinary()
+			s.answerQPs = append(s.answerQPs, &adminpb.Endpoint{Address: a, Qpn: uint32(qp.QPN())})
+		}
 	}
 	for _, w := range s.workers {
 		s.wg.Add(1)
@@ -99,8 +108,8 @@ func (s *Server) Close() error {
 		for _, w := range s.workers {
 			w.close()
 		}
-		for _, r := range s.ahs {
-			r.ah.Close()
+		if s.ahs != nil {
+			s.ahs.Close()
 		}
 		if s.pd != nil {
 			s.pd.Close()
@@ -166,16 +175,18 @@ func (s *Server) Connect(ctx context.Context, req *adminpb.ConnectRequest) (*adm
 		}
 	}
 	s.nextID++
-	sess := &session{id: s.nextID, name: req.GetClientName(), window: window}
+	// The session's own Q_Key: its answers carry it, so no other client
+	// (which knows only the request Q_Key and its own) can address them.
+	sess := &session{id: s.nextID, name: req.GetClientName(), window: window, qkey: verbs.RandomQKey(s.cfg.QKey)}
 	for i, k := range keys {
-		ah, err := s.ah(k.addr)
+		ah, err := s.ahs.Get(k.addr, time.Now())
 		if err != nil {
 			for _, p := range sess.peers {
-				s.unrefAH(p.key.addr, time.Now())
+				s.ahs.Put(p.key.addr, time.Now())
 			}
 			return nil, fmt.Errorf("%w: address handle for %v: %v", admin.ErrInvalidArgument, k.addr, err)
 		}
-		sess.peers = append(sess.peers, &peer{key: k, ah: ah, session: sess.id})
+		sess.peers = append(sess.peers, &peer{key: k, ah: ah, session: sess.id, qkey: sess.qkey})
 		sess.worker = append(sess.worker, int(assign[i]))
 	}
 	s.rr = (s.rr + len(keys)) % len(s.workers)
@@ -204,6 +215,7 @@ func (s *Server) Connect(ctx context.Context, req *adminpb.ConnectRequest) (*adm
 		SessionId: sess.id, Mode: spec.ModeSpecS0, Format: s.cfg.Format.String(), Qkey: s.cfg.QKey,
 		ServerQps: s.Endpoints(), Assignment: assign, Window: uint32(window),
 		ProtocolVersion: spec.ProtocolVersion, Epoch: s.cfg.Epoch,
+		AnswerQkey: sess.qkey, AnswerQps: s.answerQPs,
 	}
 	if c, ok := s.cfg.Oracle.(Currenter); ok {
 		resp.High = c.Current()
@@ -232,63 +244,14 @@ func (s *Server) awaitRecvs(ctx context.Context, w *worker) {
 	}
 }
 
-// ahRef is a cached address handle and the number of admitted client QPs
-// at its address. One no longer used is closed only after ahGrace, since a
-// worker may still hold it in a batch it is answering.
-type ahRef struct {
-	ah     verbs.AH
-	refs   int
-	unused time.Time // when refs dropped to zero
-}
-
-// ahGrace is how long an address handle outlives its last client QP: far
-// longer than a worker takes to answer a batch (spec.MaxResidence).
-const ahGrace = time.Second
-
-// ah returns the address handle for a, taking a reference. Called with
-// s.mu held.
-func (s *Server) ah(a verbs.Address) (verbs.AH, error) {
-	s.reapAHs(time.Now())
-	if r, ok := s.ahs[a]; ok {
-		if r.refs == 0 {
-			s.idleAHs--
-		}
-		r.refs++
-		return r.ah, nil
-	}
-	ah, err := s.pd.CreateAH(verbs.AHAttr{Dest: a, PortNum: 1})
-	if err != nil {
-		return nil, err
-	}
-	s.ahs[a] = &ahRef{ah: ah, refs: 1}
-	return ah, nil
-}
-
-// unrefAH drops a reference to a's address handle. Called with s.mu held.
-func (s *Server) unrefAH(a verbs.Address, now time.Time) {
-	if r, ok := s.ahs[a]; ok && r.refs > 0 {
-		if r.refs--; r.refs == 0 {
-			r.unused = now
-			s.idleAHs++
-		}
-	}
-}
-
-// reapAHs closes the address handles unused for ahGrace, so that the
-// cache is bounded by the addresses of connected clients (and those that
-// left in the last ahGrace), not by every address ever seen. Called with
-// s.mu held.
-func (s *Server) reapAHs(now time.Time) {
-	if s.idleAHs == 0 {
-		return
-	}
-	for a, r := range s.ahs {
-		if r.refs == 0 && now.Sub(r.unused) > ahGrace {
-			r.ah.Close()
-			delete(s.ahs, a)
-			s.idleAHs--
-		}
-	}
+// AddressHandles is the number of open address handles: those of the
+// connected clients' addresses and of addresses left within the grace
+// period (ahcache.Grace).
+func (s *Server) AddressHandles() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ahs.Reap(time.Now())
+	return s.ahs.Len()
 }
 
 // setPeers replaces w's peer table by a modified copy (copy-on-write: the
@@ -303,8 +266,11 @@ func (w *worker) setPeers(f func(peerTable)) {
 	w.peers.Store(&t)
 }
 
-// Disconnect releases a session.
+// Disconnect releases a session of this data path's epoch.
 func (s *Server) Disconnect(ctx context.Context, req *adminpb.DisconnectRequest) error {
+	if err := admin.CheckEpoch(req, s.cfg.Epoch); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sess, ok := s.sessions[req.GetSessionId()]
@@ -314,7 +280,7 @@ func (s *Server) Disconnect(ctx context.Context, req *adminpb.DisconnectRequest)
 	delete(s.sessions, sess.id)
 	now := time.Now()
 	for i, p := range sess.peers {
-		s.unrefAH(p.key.addr, now)
+		s.ahs.Put(p.key.addr, now) // closed ahcache.Grace later: a worker may hold it in a batch
 		w := s.workers[sess.worker[i]]
 		w.budget -= sess.window
 		w.want.Store(s.recvTarget(w.budget))

@@ -73,10 +73,10 @@ func TestConnectRefusals(t *testing.T) {
 		req  *adminpb.ConnectRequest
 		want error
 	}{
-		{"other mode", &adminpb.ConnectRequest{Qps: []*adminpb.Endpoint{ep(1, 1)}, Mode: "herd", ProtocolVersion: 1}, admin.ErrFailedPrecondition},
-		{"old protocol", &adminpb.ConnectRequest{Qps: []*adminpb.Endpoint{ep(1, 1)}}, admin.ErrFailedPrecondition},
-		{"bad address", &adminpb.ConnectRequest{Qps: []*adminpb.Endpoint{{Address: []byte{1}, Qpn: 1}}, ProtocolVersion: 1}, admin.ErrInvalidArgument},
-		{"receive budget", &adminpb.ConnectRequest{Qps: []*adminpb.Endpoint{ep(1, 1), ep(1, 2), ep(1, 3), ep(1, 4), ep(1, 5)}, Window: 64, ProtocolVersion: 1}, admin.ErrNoCapacity},
+		{"other mode", &adminpb.ConnectRequest{Qps: []*adminpb.Endpoint{ep(1, 1)}, Mode: "herd", ProtocolVersion: spec.ProtocolVersion}, admin.ErrFailedPrecondition},
+		{"old protocol", &adminpb.ConnectRequest{Qps: []*adminpb.Endpoint{ep(1, 1)}, ProtocolVersion: spec.ProtocolVersion - 1}, admin.ErrFailedPrecondition},
+		{"bad address", &adminpb.ConnectRequest{Qps: []*adminpb.Endpoint{{Address: []byte{1}, Qpn: 1}}, ProtocolVersion: spec.ProtocolVersion}, admin.ErrInvalidArgument},
+		{"receive budget", &adminpb.ConnectRequest{Qps: []*adminpb.Endpoint{ep(1, 1), ep(1, 2), ep(1, 3), ep(1, 4), ep(1, 5)}, Window: 64, ProtocolVersion: spec.ProtocolVersion}, admin.ErrNoCapacity},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -85,7 +85,7 @@ func TestConnectRefusals(t *testing.T) {
 			}
 		})
 	}
-	resp, err := s.Connect(ctx, &adminpb.ConnectRequest{Qps: []*adminpb.Endpoint{ep(1, 1), ep(1, 2)}, Window: 1000, ProtocolVersion: 1})
+	resp, err := s.Connect(ctx, &adminpb.ConnectRequest{Qps: []*adminpb.Endpoint{ep(1, 1), ep(1, 2)}, Window: 1000, ProtocolVersion: spec.ProtocolVersion})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,9 +115,27 @@ func TestServeAndDropUnknown(t *testing.T) {
 	}
 	a, _ := cli.QP.Address().MarshalBinary()
 	resp, err := s.Connect(context.Background(), &adminpb.ConnectRequest{
-		Qps: []*adminpb.Endpoint{{Address: a, Qpn: uint32(cli.QP.QPN())}}, Window: 8, ProtocolVersion: 1})
+		Qps: []*adminpb.Endpoint{{Address: a, Qpn: uint32(cli.QP.QPN())}}, Window: 8, ProtocolVersion: spec.ProtocolVersion})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Answers carry the session's own Q_Key: the admitted QP takes it.
+	if k := resp.GetAnswerQkey(); k == 0 || k == resp.GetQkey() || k&0x80000000 != 0 {
+		t.Fatalf("answer Q_Key %#x (request Q_Key %#x): want a session's own", k, resp.GetQkey())
+	}
+	if err := cli.QP.Modify(&verbs.QPAttr{QKey: resp.GetAnswerQkey()}, verbs.AttrQKey); err != nil {
+		t.Fatal(err)
+	}
+	var from verbs.Senders
+	for _, e := range resp.GetAnswerQps() {
+		var a verbs.Address
+		if err := a.UnmarshalBinary(e.GetAddress()); err != nil {
+			t.Fatal(err)
+		}
+		from = append(from, verbs.SenderOf(a, verbs.QPN(e.GetQpn())))
+	}
+	if len(from) != 2*3 { // Workers × the default RespQPs
+		t.Fatalf("%d answer QPs, want 6", len(from))
 	}
 	srv := resp.GetServerQps()[resp.GetAssignment()[0]]
 	var dst verbs.Address
@@ -142,6 +160,9 @@ func TestServeAndDropUnknown(t *testing.T) {
 	wcs := verbstest.PollN(t, cli.RecvCQ, 3, 5*time.Second)
 	var prev uint64
 	for _, wc := range wcs {
+		if !from.Match(&wc) {
+			t.Fatalf("answer from QPN %v at %v: not one of the answer QPs named at Connect", wc.SrcQP, wc.Src)
+		}
 		if wc.ByteLen != verbs.GRHLen+spec.FullLen {
 			t.Fatalf("answer of %d bytes during the holdoff, want a full value", wc.ByteLen)
 		}

@@ -63,6 +63,7 @@ type peer struct {
 	key     peerKey
 	ah      verbs.AH
 	session uint64
+	qkey    uint32        // the session's answer Q_Key
 	lastTag atomic.Uint32 // worker-owned; tag+1 of the previous request
 }
 
@@ -367,7 +368,6 @@ func (w *worker) answer(reqs []pending, first uint64, confirm bool) {
 		w.stats.drops[dropSendError].Add(uint64(len(reqs)))
 		return
 	}
-	qkey := w.s.cfg.QKey
 	for i := range reqs {
 		v := first + uint64(i)
 		tag, guess := spec.DecodeRequest(reqs[i].imm)
@@ -378,7 +378,7 @@ func (w *worker) answer(reqs []pending, first uint64, confirm bool) {
 		wr.Imm = uint32(spec.AnswerImm(tag, v))
 		wr.AH = reqs[i].p.ah
 		wr.RemoteQPN = reqs[i].p.key.qpn
-		wr.RemoteQKey = qkey
+		wr.RemoteQKey = reqs[i].p.qkey // the session's own: only its QPs accept it
 		if confirm && spec.Confirms(guess, v) {
 			wr.SG = nil
 			continue

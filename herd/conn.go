@@ -33,7 +33,11 @@ type Conn struct {
 	recvSGE []verbs.SGE
 	timeout time.Duration
 
-	Retransmits, Stale, Malformed uint64
+	answerFrom verbs.Senders // the server's response QPs (Grant.AnswerFrom)
+
+	// Forged counts answers dropped because they came from a QP or
+	// address other than the server's response QPs.
+	Retransmits, Stale, Malformed, Forged uint64
 }
 
 type connQP struct {
@@ -129,6 +133,7 @@ func (c *Conn) Attach(g Grant) error {
 		return fmt.Errorf("%w: grant for %d QPs (have %d), window %d", ErrArgument, len(g.QPs), len(c.qps), g.Window)
 	}
 	c.window = min(c.window, g.Window)
+	c.answerFrom = g.AnswerFrom
 	for i, q := range c.qps {
 		if err := verbs.BringUpUD(q.ud, g.QKey, 0); err != nil {
 			return fmt.Errorf("herd: client UD QP %d bring-up: %w", i, err)
@@ -259,6 +264,10 @@ func (c *Conn) Poll(now time.Duration, res []Result) int {
 				if wc.Status != verbs.WCWRFlushErr {
 					c.Malformed++
 				}
+				continue
+			}
+			if !c.answerFrom.Match(wc) {
+				c.Forged++
 				continue
 			}
 			off := slot*recvSlot + verbs.GRHLen

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/seqd/seqd/internal/ahcache"
 	"github.com/seqd/seqd/verbs"
 )
 
@@ -51,6 +52,9 @@ type Grant struct {
 	Window  int
 	Epoch   uint64
 	QPs     []QPGrant
+	// AnswerFrom are the server's response QPs: the client accepts an
+	// answer only from one of them.
+	AnswerFrom verbs.Senders
 }
 
 // Server is a running HERD data path.
@@ -64,13 +68,14 @@ type Server struct {
 	wg      sync.WaitGroup
 	workers []*worker
 
-	mu       sync.Mutex
-	sessions map[uint64]*session
-	nextID   uint64
-	rr       int
-	ahs      map[verbs.Address]verbs.AH
-	stopOnce sync.Once
-	closed   bool
+	mu         sync.Mutex
+	sessions   map[uint64]*session
+	nextID     uint64
+	rr         int
+	answerFrom verbs.Senders  // every worker's response QPs
+	ahs        *ahcache.Cache // one handle per client address, reaped after the last client left
+	stopOnce   sync.Once
+	closed     bool
 }
 
 type session struct {
@@ -78,6 +83,7 @@ type session struct {
 	name    string
 	window  int
 	clients []*hclient
+	addrs   []verbs.Address // the answer address of each client QP (its handle's key)
 }
 
 // New creates the workers (regions, CQs, response QPs) and starts them.
@@ -86,10 +92,11 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, start: time.Now(), sessions: map[uint64]*session{}, ahs: map[verbs.Address]verbs.AH{}}
+	s := &Server{cfg: cfg, log: cfg.Logger, start: time.Now(), sessions: map[uint64]*session{}}
 	if s.pd, err = cfg.Device.AllocPD(); err != nil {
 		return nil, fmt.Errorf("herd: protection domain: %w", err)
 	}
+	s.ahs = ahcache.New(s.pd, 0)
 	for i := range cfg.Workers {
 		w, err := newWorker(s, i)
 		if err != nil {
@@ -97,6 +104,11 @@ func New(cfg Config) (*Server, error) {
 			return nil, err
 		}
 		s.workers = append(s.workers, w)
+	}
+	for _, w := range s.workers {
+		for _, qp := range w.resp.QPs() {
+			s.answerFrom = append(s.answerFrom, verbs.SenderOf(qp.Address(), qp.QPN()))
+		}
 	}
 	for _, w := range s.workers {
 		s.wg.Add(1)
@@ -136,24 +148,32 @@ func (s *Server) Admit(name string, qps []ClientQP, window int) (Grant, error) {
 		return Grant{}, ErrClosed
 	}
 	sess := &session{name: name, window: window}
-	g := Grant{QKey: s.cfg.QKey, Window: window, Epoch: s.cfg.Epoch}
+	// The session's own answer Q_Key: no other client can address its
+	// answers (spec/PROTOCOL.md, "Sessions").
+	g := Grant{QKey: verbs.RandomQKey(s.cfg.QKey), Window: window, Epoch: s.cfg.Epoch, AnswerFrom: s.answerFrom}
+	now := time.Now()
 	fail := func(err error) (Grant, error) {
 		for _, c := range sess.clients {
 			s.workers[c.worker].release(c)
+		}
+		for _, a := range sess.addrs {
+			s.ahs.Put(a, now)
 		}
 		return Grant{}, err
 	}
 	for i, q := range qps {
 		wi := (s.rr + i) % len(s.workers)
 		w := s.workers[wi]
-		ah, err := s.ah(q.Recv.Addr)
+		ah, err := s.ahs.Get(q.Recv.Addr, now)
 		if err != nil {
 			return fail(fmt.Errorf("%w: address handle for %v: %v", ErrArgument, q.Recv.Addr, err))
 		}
+		sess.addrs = append(sess.addrs, q.Recv.Addr)
 		c, err := w.admit(q, ah, window)
 		if err != nil {
 			return fail(err)
 		}
+		c.qkey = g.QKey // before publish: the worker sees c only then
 		sess.clients = append(sess.clients, c)
 		g.QPs = append(g.QPs, QPGrant{Server: Endpoint{c.uc.Address(), c.uc.QPN()},
 			Addr: w.region.Addr() + uint64(c.base)*slotLen, RKey: w.region.RKey(), Worker: wi})
@@ -170,18 +190,6 @@ func (s *Server) Admit(name string, qps []ClientQP, window int) (Grant, error) {
 	return g, nil
 }
 
-func (s *Server) ah(a verbs.Address) (verbs.AH, error) {
-	if ah, ok := s.ahs[a]; ok {
-		return ah, nil
-	}
-	ah, err := s.pd.CreateAH(verbs.AHAttr{Dest: a, PortNum: 1})
-	if err != nil {
-		return nil, err
-	}
-	s.ahs[a] = ah // kept until Close: a worker may still hold it in a batch
-	return ah, nil
-}
-
 // Release ends a session: its server UC QPs move to ERR and its slots are
 // freed once the worker no longer looks at them.
 func (s *Server) Release(id uint64) error {
@@ -195,8 +203,23 @@ func (s *Server) Release(id uint64) error {
 	for _, c := range sess.clients {
 		s.workers[c.worker].release(c)
 	}
+	now := time.Now()
+	for _, a := range sess.addrs {
+		s.ahs.Put(a, now) // closed ahcache.Grace later: a worker may hold it in a batch
+	}
+	s.ahs.Reap(now)
 	s.log.Info("herd client released", "session", id, "name", sess.name)
 	return nil
+}
+
+// AddressHandles is the number of open address handles: those of the
+// connected clients' addresses and of addresses left within the grace
+// period.
+func (s *Server) AddressHandles() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ahs.Reap(time.Now())
+	return s.ahs.Len()
 }
 
 // Sessions is the number of admitted sessions.
@@ -236,9 +259,7 @@ func (s *Server) Close() error {
 	for _, w := range s.workers {
 		w.close()
 	}
-	for _, ah := range s.ahs {
-		ah.Close()
-	}
+	s.ahs.Close()
 	if s.pd != nil {
 		s.pd.Close()
 	}

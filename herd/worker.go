@@ -51,6 +51,7 @@ type hclient struct {
 	uc     verbs.QP
 	ah     verbs.AH
 	qpn    verbs.QPN
+	qkey   uint32   // the session's answer Q_Key
 	last   []uint32 // per position: last seq answered, 0 for none; worker-owned
 }
 
@@ -373,7 +374,6 @@ func (w *worker) answer(first uint64) {
 		w.stats.drops[dropSendError].Add(uint64(n))
 		return
 	}
-	cfg := &w.s.cfg
 	for i := range w.pend {
 		p := &w.pend[i]
 		buf, sge := b.Slot(i)
@@ -382,7 +382,7 @@ func (w *worker) answer(first uint64) {
 		w.sges[i] = sge
 		wr := &w.wrs[i]
 		*wr = verbs.SendWR{Opcode: verbs.OpSendWithImm, Flags: verbs.Inline,
-			SG: w.sges[i : i+1], Imm: uint32(imm), AH: p.c.ah, RemoteQPN: p.c.qpn, RemoteQKey: cfg.QKey}
+			SG: w.sges[i : i+1], Imm: uint32(imm), AH: p.c.ah, RemoteQPN: p.c.qpn, RemoteQKey: p.c.qkey}
 		b.Prepare(wr, i)
 	}
 	posted, err := b.Post(w.wrs[:n])

@@ -110,8 +110,12 @@ func (h *herdDP) Connect(ctx context.Context, req *adminpb.ConnectRequest) (*adm
 	if err != nil {
 		return nil, mapErr(err)
 	}
-	resp := &adminpb.ConnectResponse{SessionId: g.Session, Mode: HERD, Format: format(h.o).String(), Qkey: g.QKey,
-		Window: uint32(g.Window), ProtocolVersion: spec.ProtocolVersion, Epoch: g.Epoch, High: h.o.Current()}
+	resp := &adminpb.ConnectResponse{SessionId: g.Session, Mode: HERD, Format: format(h.o).String(), Qkey: h.s.QKey(),
+		Window: uint32(g.Window), ProtocolVersion: spec.ProtocolVersion, Epoch: g.Epoch, High: h.o.Current(),
+		AnswerQkey: g.QKey}
+	for _, a := range g.AnswerFrom {
+		resp.AnswerQps = append(resp.AnswerQps, pbEndpoint(verbs.Address{GID: a.GID, Port: a.Port}, a.QPN))
+	}
 	for i, q := range g.QPs {
 		resp.ServerConnQps = append(resp.ServerConnQps, pbEndpoint(q.Server.Addr, q.Server.QPN))
 		resp.RemoteAddr = append(resp.RemoteAddr, q.Addr)
@@ -122,6 +126,9 @@ func (h *herdDP) Connect(ctx context.Context, req *adminpb.ConnectRequest) (*adm
 }
 
 func (h *herdDP) Disconnect(ctx context.Context, req *adminpb.DisconnectRequest) error {
+	if err := admin.CheckEpoch(req, h.s.Epoch()); err != nil {
+		return err
+	}
 	return mapErr(h.s.Release(req.GetSessionId()))
 }
 
@@ -203,6 +210,9 @@ func (a *atomicsDP) Connect(ctx context.Context, req *adminpb.ConnectRequest) (*
 	resp := &adminpb.ConnectResponse{SessionId: g.Session, Mode: Atomics, Format: format(a.o).String(),
 		Window: req.GetWindow(), ProtocolVersion: spec.ProtocolVersion, Epoch: g.Epoch, High: a.s.Next(),
 		RemoteAddr: []uint64{g.Addr}, Rkey: []uint32{g.RKey}}
+	for _, p := range g.PSNs {
+		resp.ConnPsns = append(resp.ConnPsns, uint32(p))
+	}
 	for i, e := range g.Server {
 		resp.ServerConnQps = append(resp.ServerConnQps, pbEndpoint(e.Addr, e.QPN))
 		resp.Assignment = append(resp.Assignment, uint32(i))
@@ -211,6 +221,9 @@ func (a *atomicsDP) Connect(ctx context.Context, req *adminpb.ConnectRequest) (*
 }
 
 func (a *atomicsDP) Disconnect(ctx context.Context, req *adminpb.DisconnectRequest) error {
+	if err := admin.CheckEpoch(req, a.s.Epoch()); err != nil {
+		return err
+	}
 	return mapErr(a.s.Release(req.GetSessionId()))
 }
 

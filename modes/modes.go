@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -64,16 +63,10 @@ type Config struct {
 	QKey uint32
 }
 
-// RandomQKey returns a random Q_Key: non-zero, not the default, and with
-// the high bit clear (a set high bit means a controlled Q_Key).
-func RandomQKey() uint32 {
-	for {
-		k := rand.Uint32() &^ 0x80000000
-		if k != 0 && k != verbs.DefaultQKey {
-			return k
-		}
-	}
-}
+// RandomQKey returns a random Q_Key (verbs.RandomQKey): non-zero, not
+// the default, and with the high bit clear (a set high bit means a
+// controlled Q_Key).
+func RandomQKey() uint32 { return verbs.RandomQKey() }
 
 // Switch is the admin backend that runs one mode at a time.
 type Switch struct {

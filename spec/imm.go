@@ -8,7 +8,7 @@ import (
 
 // ProtocolVersion is the Spec-S0 wire protocol version this package
 // describes. Connect carries it both ways.
-const ProtocolVersion = 1
+const ProtocolVersion = 2
 
 // ModeSpecS0 is the admin-plane name of this protocol.
 const ModeSpecS0 = "spec-s0"

@@ -1,5 +1,11 @@
 package verbs
 
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"slices"
+)
+
 // Helpers for the usual bring-up sequences. They use only Modify, so they
 // work on every provider.
 
@@ -70,4 +76,28 @@ func orDefault(v, d uint8) uint8 {
 		return d
 	}
 	return v
+}
+
+// RandomQKey returns a Q_Key from crypto/rand: non-zero, not DefaultQKey,
+// with the high bit clear (a set high bit means a controlled Q_Key, which
+// a send replaces by the sending QP's own), and none of avoid. It has 31
+// random bits.
+func RandomQKey(avoid ...uint32) uint32 {
+	var b [4]byte
+	for {
+		rand.Read(b[:]) // never fails (crypto/rand aborts the program instead)
+		k := binary.LittleEndian.Uint32(b[:]) &^ 0x80000000
+		if k != 0 && k != DefaultQKey && !slices.Contains(avoid, k) {
+			return k
+		}
+	}
+}
+
+// RandomPSN returns a PSN from crypto/rand (24 bits): a connection's
+// first PSN, so that a forged RC response must also guess the window of
+// PSNs in flight.
+func RandomPSN() PSN {
+	var b [4]byte
+	rand.Read(b[:]) // never fails (crypto/rand aborts the program instead)
+	return PSN(binary.LittleEndian.Uint32(b[:])) & PSNMask
 }

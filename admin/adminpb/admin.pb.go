@@ -26,9 +26,13 @@ const (
 )
 
 type KeepAliveRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SessionIds    []uint64               `protobuf:"varint,1,rep,packed,name=session_ids,json=sessionIds,proto3" json:"session_ids,omitempty"`
-	Epoch         uint64                 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"` // the epoch the sessions were granted in
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Protocol version 1 named sessions by ID; since version 2 a bare ID is
+	// refused (InvalidArgument): send session_tokens.
+	SessionIds []uint64 `protobuf:"varint,1,rep,packed,name=session_ids,json=sessionIds,proto3" json:"session_ids,omitempty"`
+	Epoch      uint64   `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"` // unused since version 2 (a token names its epoch)
+	// The tokens of the sessions to renew (ConnectResponse.session_token).
+	SessionTokens [][]byte `protobuf:"bytes,3,rep,name=session_tokens,json=sessionTokens,proto3" json:"session_tokens,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -77,11 +81,21 @@ func (x *KeepAliveRequest) GetEpoch() uint64 {
 	return 0
 }
 
+func (x *KeepAliveRequest) GetSessionTokens() [][]byte {
+	if x != nil {
+		return x.SessionTokens
+	}
+	return nil
+}
+
 type KeepAliveResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Sessions the server does not hold (expired, disconnected, or of
-	// another epoch): their owner must Connect again.
-	Unknown       []uint64 `protobuf:"varint,1,rep,packed,name=unknown,proto3" json:"unknown,omitempty"`
+	// Unused since version 2.
+	Unknown []uint64 `protobuf:"varint,1,rep,packed,name=unknown,proto3" json:"unknown,omitempty"`
+	// The tokens of sessions the server does not hold (expired,
+	// disconnected, of another epoch, or never granted): their owner must
+	// Connect again.
+	UnknownTokens [][]byte `protobuf:"bytes,2,rep,name=unknown_tokens,json=unknownTokens,proto3" json:"unknown_tokens,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -119,6 +133,13 @@ func (*KeepAliveResponse) Descriptor() ([]byte, []int) {
 func (x *KeepAliveResponse) GetUnknown() []uint64 {
 	if x != nil {
 		return x.Unknown
+	}
+	return nil
+}
+
+func (x *KeepAliveResponse) GetUnknownTokens() [][]byte {
+	if x != nil {
+		return x.UnknownTokens
 	}
 	return nil
 }
@@ -459,7 +480,7 @@ type ConnectResponse struct {
 	SessionId uint64                 `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	Mode      string                 `protobuf:"bytes,2,opt,name=mode,proto3" json:"mode,omitempty"`                            // "spec-s0", ...
 	Format    string                 `protobuf:"bytes,3,opt,name=format,proto3" json:"format,omitempty"`                        // "hybrid" or "counter"
-	Qkey      uint32                 `protobuf:"varint,4,opt,name=qkey,proto3" json:"qkey,omitempty"`                           // Q_Key for every data-path packet
+	Qkey      uint32                 `protobuf:"varint,4,opt,name=qkey,proto3" json:"qkey,omitempty"`                           // Q_Key of requests (the server QPs'); answers carry answer_qkey
 	ServerQps []*Endpoint            `protobuf:"bytes,5,rep,name=server_qps,json=serverQps,proto3" json:"server_qps,omitempty"` // the server's request QPs
 	// For each client QP (in request order), the index into server_qps it
 	// sends its requests to.
@@ -478,7 +499,26 @@ type ConnectResponse struct {
 	Rkey []uint32 `protobuf:"varint,13,rep,packed,name=rkey,proto3" json:"rkey,omitempty"`
 	// The session's lease: renew it with KeepAlive within this many
 	// milliseconds, or it is disconnected. 0: no lease.
-	LeaseMs       uint32 `protobuf:"varint,14,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
+	LeaseMs uint32 `protobuf:"varint,14,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
+	// The session's capability: 16 random bytes (crypto/rand) that
+	// KeepAlive and Disconnect need. Never reused: a token names one
+	// session of one epoch; session_id is only a name for logs.
+	SessionToken []byte `protobuf:"bytes,15,opt,name=session_token,json=sessionToken,proto3" json:"session_token,omitempty"`
+	// Spec-S0 and HERD: the session's own Q_Key. The client sets it on
+	// every QP that receives answers; the server sends the session's
+	// answers with it, so another client (which knows only the request
+	// Q_Key `qkey` and its own answer_qkey) cannot address them. Random
+	// per session, high bit clear. 0 in atomics.
+	AnswerQkey uint32 `protobuf:"varint,16,opt,name=answer_qkey,json=answerQkey,proto3" json:"answer_qkey,omitempty"`
+	// Spec-S0 and HERD: the server QPs that send answers (the response
+	// QPs of every worker). A client accepts an answer only from one of
+	// these QPNs at one of these addresses.
+	AnswerQps []*Endpoint `protobuf:"bytes,17,rep,name=answer_qps,json=answerQps,proto3" json:"answer_qps,omitempty"`
+	// Atomics: for each client RC QP, the first PSN it sends (its send
+	// queue PSN), which the server's QP expects. Random per QP (24 bits), so
+	// a forged response must also fall in the PSN window of the requests in
+	// flight.
+	ConnPsns      []uint32 `protobuf:"varint,18,rep,packed,name=conn_psns,json=connPsns,proto3" json:"conn_psns,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -611,6 +651,34 @@ func (x *ConnectResponse) GetLeaseMs() uint32 {
 	return 0
 }
 
+func (x *ConnectResponse) GetSessionToken() []byte {
+	if x != nil {
+		return x.SessionToken
+	}
+	return nil
+}
+
+func (x *ConnectResponse) GetAnswerQkey() uint32 {
+	if x != nil {
+		return x.AnswerQkey
+	}
+	return 0
+}
+
+func (x *ConnectResponse) GetAnswerQps() []*Endpoint {
+	if x != nil {
+		return x.AnswerQps
+	}
+	return nil
+}
+
+func (x *ConnectResponse) GetConnPsns() []uint32 {
+	if x != nil {
+		return x.ConnPsns
+	}
+	return nil
+}
+
 type SetModeRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Mode          string                 `protobuf:"bytes,1,opt,name=mode,proto3" json:"mode,omitempty"` // "spec-s0", "herd" or "atomics"
@@ -726,8 +794,16 @@ func (x *SetModeResponse) GetEpoch() uint64 {
 }
 
 type DisconnectRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SessionId     uint64                 `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Protocol version 1 named the session by ID; since version 2 a bare
+	// ID is refused (InvalidArgument): send session_token.
+	SessionId uint64 `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The session's token (ConnectResponse.session_token).
+	SessionToken []byte `protobuf:"bytes,2,opt,name=session_token,json=sessionToken,proto3" json:"session_token,omitempty"`
+	// The epoch the session was granted in. The admin server fills it from
+	// its record of the token for its backend, which releases the session
+	// only if it still runs that epoch.
+	Epoch         uint64 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -765,6 +841,20 @@ func (*DisconnectRequest) Descriptor() ([]byte, []int) {
 func (x *DisconnectRequest) GetSessionId() uint64 {
 	if x != nil {
 		return x.SessionId
+	}
+	return 0
+}
+
+func (x *DisconnectRequest) GetSessionToken() []byte {
+	if x != nil {
+		return x.SessionToken
+	}
+	return nil
+}
+
+func (x *DisconnectRequest) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
 	}
 	return 0
 }
@@ -1112,13 +1202,15 @@ var File_admin_proto protoreflect.FileDescriptor
 
 const file_admin_proto_rawDesc = "" +
 	"\n" +
-	"\vadmin.proto\x12\rseqd.admin.v1\"I\n" +
+	"\vadmin.proto\x12\rseqd.admin.v1\"p\n" +
 	"\x10KeepAliveRequest\x12\x1f\n" +
 	"\vsession_ids\x18\x01 \x03(\x04R\n" +
 	"sessionIds\x12\x14\n" +
-	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"-\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12%\n" +
+	"\x0esession_tokens\x18\x03 \x03(\fR\rsessionTokens\"T\n" +
 	"\x11KeepAliveResponse\x12\x18\n" +
-	"\aunknown\x18\x01 \x03(\x04R\aunknown\"\"\n" +
+	"\aunknown\x18\x01 \x03(\x04R\aunknown\x12%\n" +
+	"\x0eunknown_tokens\x18\x02 \x03(\fR\runknownTokens\"\"\n" +
 	"\x0eAdvanceRequest\x12\x10\n" +
 	"\x03min\x18\x01 \x01(\x04R\x03min\"G\n" +
 	"\x0fAdvanceResponse\x12\x1a\n" +
@@ -1138,7 +1230,7 @@ const file_admin_proto_rawDesc = "" +
 	"\vclient_name\x18\x04 \x01(\tR\n" +
 	"clientName\x12)\n" +
 	"\x10protocol_version\x18\x05 \x01(\rR\x0fprotocolVersion\x122\n" +
-	"\bconn_qps\x18\x06 \x03(\v2\x17.seqd.admin.v1.EndpointR\aconnQps\"\xc6\x03\n" +
+	"\bconn_qps\x18\x06 \x03(\v2\x17.seqd.admin.v1.EndpointR\aconnQps\"\xe1\x04\n" +
 	"\x0fConnectResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x04R\tsessionId\x12\x12\n" +
@@ -1159,17 +1251,25 @@ const file_admin_proto_rawDesc = "" +
 	"\vremote_addr\x18\f \x03(\x04R\n" +
 	"remoteAddr\x12\x12\n" +
 	"\x04rkey\x18\r \x03(\rR\x04rkey\x12\x19\n" +
-	"\blease_ms\x18\x0e \x01(\rR\aleaseMs\"$\n" +
+	"\blease_ms\x18\x0e \x01(\rR\aleaseMs\x12#\n" +
+	"\rsession_token\x18\x0f \x01(\fR\fsessionToken\x12\x1f\n" +
+	"\vanswer_qkey\x18\x10 \x01(\rR\n" +
+	"answerQkey\x126\n" +
+	"\n" +
+	"answer_qps\x18\x11 \x03(\v2\x17.seqd.admin.v1.EndpointR\tanswerQps\x12\x1b\n" +
+	"\tconn_psns\x18\x12 \x03(\rR\bconnPsns\"$\n" +
 	"\x0eSetModeRequest\x12\x12\n" +
 	"\x04mode\x18\x01 \x01(\tR\x04mode\"k\n" +
 	"\x0fSetModeResponse\x12\x1a\n" +
 	"\bprevious\x18\x01 \x01(\tR\bprevious\x12\x12\n" +
 	"\x04mode\x18\x02 \x01(\tR\x04mode\x12\x12\n" +
 	"\x04high\x18\x03 \x01(\x04R\x04high\x12\x14\n" +
-	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\"2\n" +
+	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\"m\n" +
 	"\x11DisconnectRequest\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x01 \x01(\x04R\tsessionId\"\x14\n" +
+	"session_id\x18\x01 \x01(\x04R\tsessionId\x12#\n" +
+	"\rsession_token\x18\x02 \x01(\fR\fsessionToken\x12\x14\n" +
+	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\"\x14\n" +
 	"\x12DisconnectResponse\"\x0f\n" +
 	"\rStatusRequest\"\xde\x01\n" +
 	"\fWorkerStatus\x12\x0e\n" +
@@ -1251,27 +1351,28 @@ var file_admin_proto_depIdxs = []int32{
 	6,  // 1: seqd.admin.v1.ConnectRequest.conn_qps:type_name -> seqd.admin.v1.Endpoint
 	6,  // 2: seqd.admin.v1.ConnectResponse.server_qps:type_name -> seqd.admin.v1.Endpoint
 	6,  // 3: seqd.admin.v1.ConnectResponse.server_conn_qps:type_name -> seqd.admin.v1.Endpoint
-	14, // 4: seqd.admin.v1.StatusResponse.workers:type_name -> seqd.admin.v1.WorkerStatus
-	16, // 5: seqd.admin.v1.StatusResponse.provider_counters:type_name -> seqd.admin.v1.StatusResponse.ProviderCountersEntry
-	7,  // 6: seqd.admin.v1.Admin.Connect:input_type -> seqd.admin.v1.ConnectRequest
-	11, // 7: seqd.admin.v1.Admin.Disconnect:input_type -> seqd.admin.v1.DisconnectRequest
-	13, // 8: seqd.admin.v1.Admin.Status:input_type -> seqd.admin.v1.StatusRequest
-	9,  // 9: seqd.admin.v1.Admin.SetMode:input_type -> seqd.admin.v1.SetModeRequest
-	2,  // 10: seqd.admin.v1.Admin.Advance:input_type -> seqd.admin.v1.AdvanceRequest
-	4,  // 11: seqd.admin.v1.Admin.TransferLeader:input_type -> seqd.admin.v1.TransferLeaderRequest
-	0,  // 12: seqd.admin.v1.Admin.KeepAlive:input_type -> seqd.admin.v1.KeepAliveRequest
-	8,  // 13: seqd.admin.v1.Admin.Connect:output_type -> seqd.admin.v1.ConnectResponse
-	12, // 14: seqd.admin.v1.Admin.Disconnect:output_type -> seqd.admin.v1.DisconnectResponse
-	15, // 15: seqd.admin.v1.Admin.Status:output_type -> seqd.admin.v1.StatusResponse
-	10, // 16: seqd.admin.v1.Admin.SetMode:output_type -> seqd.admin.v1.SetModeResponse
-	3,  // 17: seqd.admin.v1.Admin.Advance:output_type -> seqd.admin.v1.AdvanceResponse
-	5,  // 18: seqd.admin.v1.Admin.TransferLeader:output_type -> seqd.admin.v1.TransferLeaderResponse
-	1,  // 19: seqd.admin.v1.Admin.KeepAlive:output_type -> seqd.admin.v1.KeepAliveResponse
-	13, // [13:20] is the sub-list for method output_type
-	6,  // [6:13] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	6,  // 4: seqd.admin.v1.ConnectResponse.answer_qps:type_name -> seqd.admin.v1.Endpoint
+	14, // 5: seqd.admin.v1.StatusResponse.workers:type_name -> seqd.admin.v1.WorkerStatus
+	16, // 6: seqd.admin.v1.StatusResponse.provider_counters:type_name -> seqd.admin.v1.StatusResponse.ProviderCountersEntry
+	7,  // 7: seqd.admin.v1.Admin.Connect:input_type -> seqd.admin.v1.ConnectRequest
+	11, // 8: seqd.admin.v1.Admin.Disconnect:input_type -> seqd.admin.v1.DisconnectRequest
+	13, // 9: seqd.admin.v1.Admin.Status:input_type -> seqd.admin.v1.StatusRequest
+	9,  // 10: seqd.admin.v1.Admin.SetMode:input_type -> seqd.admin.v1.SetModeRequest
+	2,  // 11: seqd.admin.v1.Admin.Advance:input_type -> seqd.admin.v1.AdvanceRequest
+	4,  // 12: seqd.admin.v1.Admin.TransferLeader:input_type -> seqd.admin.v1.TransferLeaderRequest
+	0,  // 13: seqd.admin.v1.Admin.KeepAlive:input_type -> seqd.admin.v1.KeepAliveRequest
+	8,  // 14: seqd.admin.v1.Admin.Connect:output_type -> seqd.admin.v1.ConnectResponse
+	12, // 15: seqd.admin.v1.Admin.Disconnect:output_type -> seqd.admin.v1.DisconnectResponse
+	15, // 16: seqd.admin.v1.Admin.Status:output_type -> seqd.admin.v1.StatusResponse
+	10, // 17: seqd.admin.v1.Admin.SetMode:output_type -> seqd.admin.v1.SetModeResponse
+	3,  // 18: seqd.admin.v1.Admin.Advance:output_type -> seqd.admin.v1.AdvanceResponse
+	5,  // 19: seqd.admin.v1.Admin.TransferLeader:output_type -> seqd.admin.v1.TransferLeaderResponse
+	1,  // 20: seqd.admin.v1.Admin.KeepAlive:output_type -> seqd.admin.v1.KeepAliveResponse
+	14, // [14:21] is the sub-list for method output_type
+	7,  // [7:14] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_admin_proto_init() }

@@ -39,7 +39,9 @@ type AdminClient interface {
 	// Connect admits a client to the data path: it exchanges queue pair
 	// numbers and addresses, grants a window and hands out the Q_Key.
 	Connect(ctx context.Context, in *ConnectRequest, opts ...grpc.CallOption) (*ConnectResponse, error)
-	// Disconnect releases a session and its data-path admission.
+	// Disconnect releases a session and its data-path admission. It needs
+	// the session's token (ConnectResponse.session_token), never a bare
+	// session ID, and acts only on that session.
 	Disconnect(ctx context.Context, in *DisconnectRequest, opts ...grpc.CallOption) (*DisconnectResponse, error)
 	// Status reports the oracle, its workers and the data path.
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
@@ -57,11 +59,12 @@ type AdminClient interface {
 	// group takes over, and returns the new leader's admin address.
 	// Mutating: needs authorisation.
 	TransferLeader(ctx context.Context, in *TransferLeaderRequest, opts ...grpc.CallOption) (*TransferLeaderResponse, error)
-	// KeepAlive renews the leases of the caller's sessions. When the server
-	// grants leases (ConnectResponse.lease_ms > 0), a session not renewed
-	// within its lease is disconnected, so that dead clients' receive
-	// capacity and memory are reclaimed. The client library renews every
-	// third of the lease.
+	// KeepAlive renews the leases of the caller's sessions, named by their
+	// session tokens. When the server grants leases (ConnectResponse.lease_ms
+	// > 0), a session not renewed within its lease is disconnected, so that
+	// dead clients' receive capacity and memory are reclaimed. The client
+	// library renews every third of the lease. Connect, KeepAlive and
+	// Disconnect are authorised alike (seqd -admin-protect-connect).
 	KeepAlive(ctx context.Context, in *KeepAliveRequest, opts ...grpc.CallOption) (*KeepAliveResponse, error)
 }
 
@@ -150,7 +153,9 @@ type AdminServer interface {
 	// Connect admits a client to the data path: it exchanges queue pair
 	// numbers and addresses, grants a window and hands out the Q_Key.
 	Connect(context.Context, *ConnectRequest) (*ConnectResponse, error)
-	// Disconnect releases a session and its data-path admission.
+	// Disconnect releases a session and its data-path admission. It needs
+	// the session's token (ConnectResponse.session_token), never a bare
+	// session ID, and acts only on that session.
 	Disconnect(context.Context, *DisconnectRequest) (*DisconnectResponse, error)
 	// Status reports the oracle, its workers and the data path.
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
@@ -168,11 +173,12 @@ type AdminServer interface {
 	// group takes over, and returns the new leader's admin address.
 	// Mutating: needs authorisation.
 	TransferLeader(context.Context, *TransferLeaderRequest) (*TransferLeaderResponse, error)
-	// KeepAlive renews the leases of the caller's sessions. When the server
-	// grants leases (ConnectResponse.lease_ms > 0), a session not renewed
-	// within its lease is disconnected, so that dead clients' receive
-	// capacity and memory are reclaimed. The client library renews every
-	// third of the lease.
+	// KeepAlive renews the leases of the caller's sessions, named by their
+	// session tokens. When the server grants leases (ConnectResponse.lease_ms
+	// > 0), a session not renewed within its lease is disconnected, so that
+	// dead clients' receive capacity and memory are reclaimed. The client
+	// library renews every third of the lease. Connect, KeepAlive and
+	// Disconnect are authorised alike (seqd -admin-protect-connect).
 	KeepAlive(context.Context, *KeepAliveRequest) (*KeepAliveResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }

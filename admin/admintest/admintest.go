@@ -16,6 +16,7 @@ import (
 
 	"github.com/seqd/seqd/admin"
 	"github.com/seqd/seqd/admin/adminpb"
+	"github.com/seqd/seqd/spec"
 )
 
 // Backend is an in-memory admin.Backend. It admits every valid request,
@@ -105,7 +106,7 @@ func (b *Backend) Connect(_ context.Context, req *adminpb.ConnectRequest) (*admi
 		Assignment:      assign,
 		Window:          req.GetWindow(),
 		High:            b.status.GetCurrent(),
-		ProtocolVersion: 1,
+		ProtocolVersion: spec.ProtocolVersion,
 		Epoch:           b.status.GetEpoch(),
 	}, nil
 }

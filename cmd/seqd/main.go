@@ -66,7 +66,7 @@ func realMain(args []string, stderr io.Writer) int {
 	fs.BoolVar(&c.Security.RequireClientCert, "admin-require-client-cert", false, "refuse admin TLS connections without a verified client certificate")
 	fs.StringVar(&c.Security.TokenFile, "admin-token-file", "", "file of bearer tokens (one a line, mode 0600) that authorise mutating admin RPCs")
 	fs.StringVar(&c.Security.AllowIdentities, "admin-allow", "", "client-certificate identities (CN or SAN), comma-separated, that authorise mutating admin RPCs")
-	fs.BoolVar(&c.Security.ProtectConnect, "admin-protect-connect", false, "Connect (data-plane admission) needs the same authorisation")
+	fs.BoolVar(&c.Security.ProtectConnect, "admin-protect-connect", false, "Connect, KeepAlive and Disconnect (data-plane admission, session leases) need the same authorisation")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/seqd/seqd/ha/haserve"
 	"github.com/seqd/seqd/ha/hatest"
 	"github.com/seqd/seqd/modes"
+	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 	_ "github.com/seqd/seqd/verbs/soft"
 )
@@ -99,7 +100,7 @@ func TestRedirectAndFailover(t *testing.T) {
 	// wins; until then it answers "leader unknown, retry".
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		_, err = adminpb.NewAdminClient(cc).Connect(ctx, &adminpb.ConnectRequest{
-			Qps: []*adminpb.Endpoint{{Address: make([]byte, 20), Qpn: 5}}, Window: 4, ProtocolVersion: 1})
+			Qps: []*adminpb.Endpoint{{Address: make([]byte, 20), Qpn: 5}}, Window: 4, ProtocolVersion: spec.ProtocolVersion})
 		l, ok := admin.LeaderFromError(err)
 		if ok && l == lead.addr {
 			break

@@ -30,7 +30,7 @@ func TestWrongQKeyNoAnswer(t *testing.T) {
 	// The client learns the Q_Key only from Connect: bring the QP up
 	// with it afterwards.
 	resp, err := in.srv.Connect(context.Background(), &adminpb.ConnectRequest{
-		Qps: []*adminpb.Endpoint{{Address: a, Qpn: uint32(cli.QP.QPN())}}, Window: 8, ProtocolVersion: 1})
+		Qps: []*adminpb.Endpoint{{Address: a, Qpn: uint32(cli.QP.QPN())}}, Window: 8, ProtocolVersion: spec.ProtocolVersion})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +38,8 @@ func TestWrongQKeyNoAnswer(t *testing.T) {
 	if qkey == verbs.DefaultQKey || qkey == 0 || qkey&0x80000000 != 0 {
 		t.Fatalf("Q_Key %#x: want a random one, not the default", qkey)
 	}
-	if err := verbs.BringUpUD(cli.QP, qkey, 0); err != nil {
+	// Requests carry qkey; answers carry the session's own answer Q_Key.
+	if err := verbs.BringUpUD(cli.QP, resp.GetAnswerQkey(), 0); err != nil {
 		t.Fatal(err)
 	}
 	srv := resp.GetServerQps()[resp.GetAssignment()[0]]

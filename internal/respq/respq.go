@@ -177,3 +177,13 @@ func (s *Set) Close() {
 	}
 	s.qs = nil
 }
+
+// QPs returns the response QPs, for Connect to name them to clients
+// (which accept answers only from these).
+func (s *Set) QPs() []verbs.QP {
+	qps := make([]verbs.QP, len(s.qs))
+	for i := range s.qs {
+		qps[i] = s.qs[i].qp
+	}
+	return qps
+}

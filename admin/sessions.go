@@ -1,0 +1,188 @@
+package admin
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/seqd/seqd/admin/adminpb"
+)
+
+// DefaultSessionLease is the lease seqd grants by default (cmd/seqd
+// -session-lease): a client that neither renews (KeepAlive, which the
+// client library sends every third of the lease) nor disconnects within
+// it is disconnected.
+const DefaultSessionLease = 30 * time.Second
+
+// MaxKeepAliveSessions bounds the session tokens one KeepAlive may carry.
+const MaxKeepAliveSessions = 1024
+
+// TokenLen is the length of a session token.
+const TokenLen = 16
+
+// token is a session's capability: 128 bits from crypto/rand, handed out
+// by Connect and needed by KeepAlive and Disconnect. A backend numbers
+// its sessions from 1 on every data path (mode, restart, leadership
+// term), so a bare ID can name another client's session after an epoch
+// change; a token names exactly one session of one epoch, and guessing
+// one takes 2^128 tries.
+type token [TokenLen]byte
+
+// sessions is the admin server's record of every session it granted:
+// the backend's ID and epoch behind each token, and the lease deadline
+// when the server grants leases. It is bounded by the backend's sessions:
+// a record goes at Disconnect, at lease expiry, and as soon as a Connect
+// shows that the backend runs a newer epoch (whose data path no longer
+// holds the older sessions).
+type sessions struct {
+	ttl     time.Duration // 0: no leases; sessions last until Disconnect
+	mu      sync.Mutex
+	m       map[token]grant
+	epoch   uint64        // the epoch of the latest grant
+	expired atomic.Uint64 // sessions disconnected because their lease ran out
+}
+
+type grant struct {
+	id, epoch uint64
+	deadline  time.Time // zero without leases
+}
+
+func newSessions(ttl time.Duration) *sessions {
+	return &sessions{ttl: ttl, m: map[token]grant{}}
+}
+
+// add records a session the backend granted and returns its token.
+func (s *sessions) add(id, epoch uint64, now time.Time) token {
+	var t token
+	rand.Read(t[:]) // never fails (crypto/rand aborts the program instead)
+	g := grant{id: id, epoch: epoch}
+	if s.ttl > 0 {
+		g.deadline = now.Add(s.ttl)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if epoch != s.epoch {
+		// A new data path: the records of the old one name sessions
+		// that no longer exist.
+		for k, o := range s.m {
+			if o.epoch != epoch {
+				delete(s.m, k)
+			}
+		}
+		s.epoch = epoch
+	}
+	s.m[t] = g
+	return t
+}
+
+// take removes and returns the session of tok.
+func (s *sessions) take(tok []byte) (grant, bool) {
+	if len(tok) != TokenLen {
+		return grant{}, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	g, ok := s.m[token(tok)]
+	delete(s.m, token(tok))
+	return g, ok
+}
+
+// renew extends the leases of toks and returns the tokens it does not
+// hold.
+func (s *sessions) renew(toks [][]byte, now time.Time) (unknown [][]byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, t := range toks {
+		g, ok := s.m[token(t)]
+		if len(t) != TokenLen || !ok {
+			unknown = append(unknown, t)
+			continue
+		}
+		if s.ttl > 0 {
+			g.deadline = now.Add(s.ttl)
+			s.m[token(t)] = g
+		}
+	}
+	return unknown
+}
+
+// takeExpired removes and returns the sessions past their lease.
+func (s *sessions) takeExpired(now time.Time) []grant {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []grant
+	for k, g := range s.m {
+		if !g.deadline.IsZero() && now.After(g.deadline) {
+			out = append(out, g)
+			delete(s.m, k)
+		}
+	}
+	return out
+}
+
+func (s *sessions) len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.m)
+}
+
+// reap disconnects, every quarter lease until stop is closed, the
+// sessions whose lease ran out. The backend releases a session only if
+// it still runs the session's epoch (DisconnectRequest.epoch).
+func (s *Server) reap(stop <-chan struct{}) {
+	l := s.sessions
+	t := time.NewTicker(max(l.ttl/4, 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		exp := l.takeExpired(time.Now())
+		if len(exp) == 0 {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		for _, g := range exp {
+			if err := s.backend.Disconnect(ctx, &adminpb.DisconnectRequest{SessionId: g.id, Epoch: g.epoch}); err == nil {
+				l.expired.Add(1)
+				s.log.Info("session lease expired; disconnected", "session", g.id, "lease", l.ttl)
+			}
+		}
+		cancel()
+	}
+}
+
+// ExpiredSessions is how many sessions were disconnected because their
+// lease ran out.
+func (s *Server) ExpiredSessions() uint64 { return s.sessions.expired.Load() }
+
+// Sessions is how many sessions the server holds a token for.
+func (s *Server) Sessions() int { return s.sessions.len() }
+
+func validateTokens(toks [][]byte) error {
+	if n := len(toks); n == 0 || n > MaxKeepAliveSessions {
+		return fmt.Errorf("%w: keep-alive: %d session tokens, want 1..%d (protocol version 2 names sessions by token, not ID)", ErrInvalidArgument, n, MaxKeepAliveSessions)
+	}
+	for i, t := range toks {
+		if len(t) != TokenLen {
+			return fmt.Errorf("%w: keep-alive: session_tokens[%d] is %d bytes, want %d", ErrInvalidArgument, i, len(t), TokenLen)
+		}
+	}
+	return nil
+}
+
+// CheckEpoch is the backends' half of the rule that a session ID never
+// names a session of another epoch: it returns ErrUnknownSession when
+// req names an epoch (non-zero) other than epoch, the one the backend
+// runs. The admin server always names the epoch it recorded at Connect.
+func CheckEpoch(req *adminpb.DisconnectRequest, epoch uint64) error {
+	if e := req.GetEpoch(); e != 0 && e != epoch {
+		return fmt.Errorf("%w: session %d of epoch %d; this data path runs epoch %d", ErrUnknownSession, req.GetSessionId(), e, epoch)
+	}
+	return nil
+}
