@@ -28,7 +28,7 @@ func TestSourceCheck(t *testing.T) {
 	done := make(chan error, 1)
 	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	go func() {
-		done <- run.Run(ctx, run.Config{Device: "127.0.0.1:0", Admin: "127.0.0.1:0", Metrics: "off", Data: t.TempDir()},
+		done <- run.Run(ctx, run.Config{Device: "127.0.0.1:0", Admin: "127.0.0.1:0", Metrics: "off", Data: t.TempDir(), Init: true},
 			quiet, func(a run.Addrs) { ready <- a })
 	}()
 	var addrs run.Addrs

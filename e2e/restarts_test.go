@@ -41,7 +41,7 @@ func TestKill9RestartsManyClients(t *testing.T) {
 	data := filepath.Join(dir, "data")
 	adminAddr, dev := freePort(t, "tcp"), freePort(t, "udp")
 	start := func() *exec.Cmd {
-		cmd := exec.Command(bin, "-data", data, "-admin", adminAddr, "-device", dev, "-metrics", "off")
+		cmd := exec.Command(bin, "-init", "-data", data, "-admin", adminAddr, "-device", dev, "-metrics", "off")
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
