@@ -115,6 +115,14 @@ func (d *device) createCQ(cqe int) (_ *cq, err error) {
 }
 
 // Poll moves up to min(len(wc), 256) completions into wc with one cgo call.
+//
+// Receive completions are stamped (WC.Arrived) with one host clock read
+// per poll, taken just before ibv_poll_cq: the age derived from it leaves
+// out the time the completion sat in the CQ before this poll (a busy
+// worker's polling interval; after a Wait, the wakeup latency). The NIC's
+// own completion timestamps (ibv_create_cq_ex with
+// IBV_WC_EX_WITH_COMPLETION_TIMESTAMP) would close that gap; they are not
+// used yet.
 func (c *cq) Poll(wc []verbs.WC) (int, error) {
 	c.pollMu.Lock()
 	defer c.pollMu.Unlock()
@@ -124,6 +132,7 @@ func (c *cq) Poll(wc []verbs.WC) (int, error) {
 	if len(wc) == 0 {
 		return 0, nil
 	}
+	stamp := verbs.Now()
 	got := int(C.seqd_poll(c.c, C.int(min(len(wc), len(c.out)))))
 	if got < 0 {
 		return 0, fmt.Errorf("%w: ibv_poll_cq failed (%d): the CQ is in error", verbs.ErrCQOverrun, got)
@@ -145,6 +154,9 @@ func (c *cq) Poll(wc []verbs.WC) (int, error) {
 		}
 		if q := c.qps[uint32(o.qp_num)]; q != nil {
 			q.completeRecv(c, w, uint16(o.slid))
+		}
+		if w.Status == verbs.WCSuccess && w.Opcode >= verbs.WCRecv {
+			w.Arrived = stamp
 		}
 	}
 	c.qpsMu.RUnlock()

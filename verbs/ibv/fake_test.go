@@ -181,6 +181,7 @@ func TestFakeRecvPollGRH(t *testing.T) {
 
 	wc := make([]verbs.WC, 2)
 	var got []verbs.WC
+	before := verbs.Now()
 	for range 3 {
 		n, err := e.cq.Poll(wc)
 		if err != nil {
@@ -207,6 +208,15 @@ func TestFakeRecvPollGRH(t *testing.T) {
 	}
 	if got[3].Status != verbs.WCWRFlushErr || got[3].VendorErr != 0x42 || got[3].Err() == nil {
 		t.Errorf("flushed completion %+v", got[3])
+	}
+	// Receives are stamped by the poll that moved them; sends and flushed
+	// receives are not.
+	after := verbs.Now()
+	for i, w := range got {
+		recv := w.Status == verbs.WCSuccess && w.Opcode == verbs.WCRecv
+		if recv && (w.Arrived < before || w.Arrived > after) || !recv && w.Arrived != 0 {
+			t.Errorf("completion %d (%v %v) stamped %d, polled between %d and %d", i, w.Opcode, w.Status, w.Arrived, before, after)
+		}
 	}
 	if e.qp.head != e.qp.tail {
 		t.Errorf("receive ring not drained: head %d tail %d", e.qp.head, e.qp.tail)
