@@ -121,16 +121,16 @@ type queue struct {
 	// the kernel's receive time (SO_TIMESTAMPNS), moved onto the
 	// monotonic clock, or the burst's own time where the kernel gave none.
 	rxArrived verbs.Time
-	rxPre   rxFlow
-	readFn  func(uintptr) bool
-	rqHeld  *qp // the QP whose receive queue the burst holds locked
-	pendCQ  *cq // receive completions batched for one CQ
-	pend    [64]verbs.WC
-	npend   int
-	acks    []*qp // RC QPs with an ACK to send after this burst
-	rcPeers map[*qp]struct{}
-	nrc     atomic.Int32 // len(rcPeers), readable without rxMu
-	nheld   atomic.Int32 // len(heldPkt), readable without txMu
+	rxPre     rxFlow
+	readFn    func(uintptr) bool
+	rqHeld    *qp // the QP whose receive queue the burst holds locked
+	pendCQ    *cq // receive completions batched for one CQ
+	pend      [64]verbs.WC
+	npend     int
+	acks      []*qp // RC QPs with an ACK to send after this burst
+	rcPeers   map[*qp]struct{}
+	nrc       atomic.Int32 // len(rcPeers), readable without rxMu
+	nheld     atomic.Int32 // len(heldPkt), readable without txMu
 
 	active  atomic.Int32  // RC QPs with work in flight (need ticks)
 	polls   atomic.Uint64 // inline receive bursts run by CQ pollers
