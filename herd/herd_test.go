@@ -3,6 +3,7 @@ package herd
 import (
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,9 +20,13 @@ type fakeOracle struct {
 	next        uint64
 	calls       int
 	behindEvery int
+	delay       atomic.Int64 // a claim that succeeds this late (ns)
 }
 
 func (o *fakeOracle) Claim(n int) (uint64, error) {
+	if d := time.Duration(o.delay.Load()); d > 0 {
+		time.Sleep(d)
+	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.calls++
