@@ -94,10 +94,10 @@ type worker struct {
 	cur    int        // client the next sweep starts at
 	oldest verbs.Time // arrival bound of the collected batch's oldest request
 	wcs    []verbs.WC
-	wrs   []verbs.SendWR
-	sges  []verbs.SGE
-	pend  []pending
-	stats workerStats
+	wrs    []verbs.SendWR
+	sges   []verbs.SGE
+	pend   []pending
+	stats  workerStats
 
 	// stall, when set (tests only), runs between a batch's claim and its
 	// answers' doorbell. Loaded once per batch.
