@@ -31,6 +31,9 @@ var dropReasonNames = [numDropReasons]string{"expired", "send_error", "oracle_er
 
 func (r dropReason) String() string { return dropReasonNames[r] }
 
+// DropReasons are the reasons Stats.Drops counts requests under.
+func DropReasons() []string { return dropReasonNames[:] }
+
 // workerStats are written by the worker only and read at any time.
 type workerStats struct {
 	batches    atomic.Uint64
