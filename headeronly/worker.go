@@ -295,6 +295,7 @@ func (w *worker) batch(wcs []verbs.WC) {
 	reposts := 0
 	want := int(w.want.Load())
 	oldest := verbs.Time(0) // arrival of the batch's oldest valid request
+	polled := verbs.Now()
 	for i := range wcs {
 		wc := &wcs[i]
 		slot := uint32(wc.ID)
@@ -319,6 +320,12 @@ func (w *worker) batch(wcs []verbs.WC) {
 		p := peers[peerKey{wc.Src, wc.SrcQP}]
 		if p == nil {
 			st.drops[dropUnknownSource].Add(1)
+			continue
+		}
+		if a := wc.Arrived; a != 0 && polled.Sub(a) > spec.MaxResidence {
+			// Too old already (it waited behind a stall): dropped alone,
+			// so that it does not age the fresh requests of the batch.
+			st.drops[dropExpired].Add(1)
 			continue
 		}
 		if p.inBatch++; p.inBatch > p.window {

@@ -334,6 +334,13 @@ func (w *worker) collect() int {
 			if !atomic.CompareAndSwapUint64(p, word, 0) {
 				st.lost.Add(1)
 			}
+			if sweep.Sub(seen) > spec.MaxResidence {
+				// Possibly too old already (the worker did not sweep
+				// this client for a while): dropped alone, so that it
+				// does not age the rest of the batch.
+				st.drops[dropExpired].Add(1)
+				continue
+			}
 			w.pend = append(w.pend, pending{c, pos, sl.Seq})
 			w.oldest = min(w.oldest, seen)
 			if len(w.pend) == limit {
