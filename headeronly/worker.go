@@ -66,7 +66,7 @@ type peer struct {
 	key     peerKey
 	ah      verbs.AH
 	session uint64
-	window  int           // granted; more requests in one batch are dropped
+	window  int           // granted; more requests in one batch are dropped (0: not enforced)
 	lastTag atomic.Uint32 // worker-owned; tag+1 of the previous request
 	inBatch int           // worker-owned; requests in the current batch
 }
@@ -328,7 +328,7 @@ func (w *worker) batch(wcs []verbs.WC) {
 			st.drops[dropExpired].Add(1)
 			continue
 		}
-		if p.inBatch++; p.inBatch > p.window {
+		if p.inBatch++; p.inBatch > p.window && p.window > 0 {
 			// More requests of this QP at the server than its window: the
 			// excess is not answered (the client broke the contract that
 			// sized the receive queue for everyone).
