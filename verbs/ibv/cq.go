@@ -43,9 +43,9 @@ type cq struct {
 	// returned since, so that bound no longer holds.
 	drained verbs.Time
 	waited  atomic.Bool
-	waitMu sync.Mutex
-	ch     *os.File // a dup of the channel fd, for the netpoller
-	raw    syscall.RawConn
+	waitMu  sync.Mutex
+	ch      *os.File // a dup of the channel fd, for the netpoller
+	raw     syscall.RawConn
 
 	// QPs that receive into this CQ, by QPN: Poll finds the GRH of UD
 	// receives through them.
