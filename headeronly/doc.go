@@ -13,8 +13,12 @@
 // Ordering contract: a value is claimed after the request that gets it
 // was received, and the oracle persists its mark BEFORE it hands out a
 // value below it. On ErrBehind the worker keeps the batch and retries;
-// it never claims ahead. A request held longer than spec.MaxResidence is
-// dropped (reason "expired") rather than answered late.
+// it never claims ahead. A batch whose oldest request arrived (verbs.WC.
+// Arrived) longer than spec.MaxResidence ago is dropped rather than
+// answered late: before the claim and while the oracle is behind (reason
+// "expired"), and immediately before the doorbell, after every wait
+// (reason "late"). Requests of one client QP beyond its granted window in
+// one batch are dropped (reason "window").
 //
 // Admission (Connect, Disconnect, Status) implements admin.Backend. A
 // Connect whose windows would exceed a worker's MaxRecv receive buffers,

@@ -186,7 +186,7 @@ func (s *Server) Connect(ctx context.Context, req *adminpb.ConnectRequest) (*adm
 			}
 			return nil, fmt.Errorf("%w: address handle for %v: %v", admin.ErrInvalidArgument, k.addr, err)
 		}
-		sess.peers = append(sess.peers, &peer{key: k, ah: ah, session: sess.id, qkey: sess.qkey})
+		sess.peers = append(sess.peers, &peer{key: k, ah: ah, session: sess.id, qkey: sess.qkey, window: window})
 		sess.worker = append(sess.worker, int(assign[i]))
 	}
 	s.rr = (s.rr + len(keys)) % len(s.workers)

@@ -29,11 +29,14 @@ const (
 	dropExpired
 	dropSendError
 	dropOracle
+	dropLate
+	dropWindow
 	numDropReasons
 )
 
 var dropReasonNames = [numDropReasons]string{
 	"wc_error", "bad_opcode", "bad_length", "unknown_source", "expired", "send_error", "oracle_error",
+	"late", "window",
 }
 
 func (r dropReason) String() string { return dropReasonNames[r] }
@@ -64,7 +67,9 @@ type peer struct {
 	ah      verbs.AH
 	session uint64
 	qkey    uint32        // the session's answer Q_Key
+	window  int           // granted; more requests in one batch are dropped (0: not enforced)
 	lastTag atomic.Uint32 // worker-owned; tag+1 of the previous request
+	inBatch int           // worker-owned; requests in the current batch
 }
 
 type peerTable map[peerKey]*peer
@@ -103,6 +108,11 @@ type worker struct {
 
 	guard spec.Guard
 	stats workerStats
+
+	// stall, when set (tests only), runs between a batch's claim and its
+	// answers' doorbell: a worker descheduled there, or a send queue that
+	// drains slowly. Loaded once per batch.
+	stall atomic.Pointer[func()]
 }
 
 type kicker struct {
@@ -274,17 +284,19 @@ func (w *worker) run() {
 			continue
 		}
 		idleSince = -1
-		w.batch(now, w.wcs[:n])
+		w.batch(w.wcs[:n])
 	}
 }
 
 // batch answers one polled batch of requests.
-func (w *worker) batch(now time.Duration, wcs []verbs.WC) {
+func (w *worker) batch(wcs []verbs.WC) {
 	st := &w.stats
 	peers := *w.peers.Load()
 	valid := 0
 	reposts := 0
 	want := int(w.want.Load())
+	oldest := verbs.Time(0) // arrival of the batch's oldest valid request
+	polled := verbs.Now()
 	for i := range wcs {
 		wc := &wcs[i]
 		slot := uint32(wc.ID)
@@ -311,14 +323,33 @@ func (w *worker) batch(now time.Duration, wcs []verbs.WC) {
 			st.drops[dropUnknownSource].Add(1)
 			continue
 		}
+		if a := wc.Arrived; a != 0 && polled.Sub(a) > spec.MaxResidence {
+			// Too old already (it waited behind a stall): dropped alone,
+			// so that it does not age the fresh requests of the batch.
+			st.drops[dropExpired].Add(1)
+			continue
+		}
+		if p.inBatch++; p.inBatch > p.window && p.window > 0 {
+			// More requests of this QP at the server than its window: the
+			// excess is not answered (the client broke the contract that
+			// sized the receive queue for everyone).
+			st.drops[dropWindow].Add(1)
+			continue
+		}
 		imm := spec.Imm(wc.Imm)
 		if tag := uint32(imm.Tag()) + 1; p.lastTag.Load() == tag {
 			st.dupTags.Add(1)
 		} else {
 			p.lastTag.Store(tag)
 		}
+		if a := wc.Arrived; oldest == 0 || a != 0 && a < oldest {
+			oldest = a
+		}
 		w.pend[valid] = pending{p, imm}
 		valid++
+	}
+	for i := range w.pend[:valid] {
+		w.pend[i].p.inBatch = 0
 	}
 	if err := w.postRecvs(reposts); err != nil {
 		w.s.log.Error("re-post receives", "worker", w.id, "err", err)
@@ -326,25 +357,41 @@ func (w *worker) batch(now time.Duration, wcs []verbs.WC) {
 	if valid == 0 {
 		return
 	}
-	first, ok := w.claim(now, valid)
+	if oldest == 0 { // a provider that does not stamp: from now on
+		oldest = verbs.Now()
+	}
+	if verbs.Now().Sub(oldest) > spec.MaxResidence {
+		st.drops[dropExpired].Add(uint64(valid))
+		w.clearPend(valid)
+		return
+	}
+	first, ok := w.claim(oldest, valid)
 	if !ok {
+		w.clearPend(valid)
 		return
 	}
 	confirm := w.guard.Observe(time.Since(w.s.start), first+uint64(valid)-1)
 	if !confirm {
 		st.guardHolds.Add(1)
 	}
-	w.answer(w.pend[:valid], first, confirm)
-	st.batches.Add(1)
-	st.requests.Add(uint64(valid))
+	if w.answer(w.pend[:valid], first, confirm, oldest) {
+		st.batches.Add(1)
+		st.requests.Add(uint64(valid))
+	}
 }
 
-// claim claims n values for a batch received at received (time since
-// the server started), through claim.Batch: retrying while the oracle is
-// behind, giving up once the batch is older than spec.MaxResidence.
-func (w *worker) claim(received time.Duration, n int) (uint64, bool) {
+func (w *worker) clearPend(n int) {
+	for i := range w.pend[:n] {
+		w.pend[i] = pending{}
+	}
+}
+
+// claim claims n values for a batch whose oldest request arrived at
+// oldest, through claim.Batch: retrying while the oracle is behind,
+// giving up once the batch is older than spec.MaxResidence.
+func (w *worker) claim(oldest verbs.Time, n int) (uint64, bool) {
 	first, stalls, out, err := claim.Batch(w.s.cfg.Oracle, w.s.cfg.Behind, n, func() bool {
-		return time.Since(w.s.start)-received > spec.MaxResidence || w.s.closed.Load()
+		return verbs.Now().Sub(oldest) > spec.MaxResidence || w.s.closed.Load()
 	})
 	w.stats.stalls.Add(uint64(stalls))
 	switch out {
@@ -360,13 +407,22 @@ func (w *worker) claim(received time.Duration, n int) (uint64, bool) {
 }
 
 // answer builds one answer per request and posts them as one chain on the
-// next response QP.
-func (w *worker) answer(reqs []pending, first uint64, confirm bool) {
+// next response QP, unless the batch, whose oldest request arrived at
+// oldest, is by then older than spec.MaxResidence: the age is checked
+// after every wait (a full send queue, a stall) and immediately before
+// the doorbell, so no answer leaves later than that after its request
+// arrived (what the client's tag quarantine counts on). It reports
+// whether the answers were posted.
+func (w *worker) answer(reqs []pending, first uint64, confirm bool, oldest verbs.Time) bool {
+	defer w.clearPend(len(reqs))
+	if f := w.stall.Load(); f != nil {
+		(*f)()
+	}
 	b, ok := w.resp.Next(len(reqs))
 	if !ok {
 		w.s.log.Error("send queue never drained", "worker", w.id)
 		w.stats.drops[dropSendError].Add(uint64(len(reqs)))
-		return
+		return false
 	}
 	for i := range reqs {
 		v := first + uint64(i)
@@ -392,14 +448,17 @@ func (w *worker) answer(reqs []pending, first uint64, confirm bool) {
 		w.sendSGE[i] = sge
 		wr.SG = w.sendSGE[i : i+1]
 	}
+	if verbs.Now().Sub(oldest) > spec.MaxResidence {
+		// Too late: the claimed values are skipped (never handed out).
+		w.stats.drops[dropLate].Add(uint64(len(reqs)))
+		return false
+	}
 	n, err := b.Post(w.sendWRs[:len(reqs)])
 	if err != nil {
 		w.stats.drops[dropSendError].Add(uint64(len(reqs) - n))
 		w.s.log.Error("post answers", "worker", w.id, "posted", n, "of", len(reqs), "err", err)
 	}
-	for i := range reqs {
-		reqs[i] = pending{}
-	}
+	return n > 0
 }
 
 // reapSends frees send queue slots and counts answers that failed.

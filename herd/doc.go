@@ -26,8 +26,10 @@
 //     answered.
 //  3. A value is claimed after the request that gets it was read, and the
 //     oracle persists its mark BEFORE it hands out a value below it. A
-//     batch held longer than spec.MaxResidence (persistence stalled) is
-//     dropped, never answered late.
+//     batch older than spec.MaxResidence (counted from a lower bound on
+//     each WRITE's arrival: the start of the last sweep that read its
+//     client's slots) is dropped, never answered late; the age is checked
+//     again immediately before the doorbell (reason "late").
 //  4. Every claimed value goes into exactly one answer.
 //  5. The client bumps the slot's seq on every WRITE (retransmissions
 //     included) and accepts only an answer echoing the current seq, so a

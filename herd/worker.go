@@ -23,12 +23,16 @@ const (
 	dropExpired dropReason = iota
 	dropSendError
 	dropOracle
+	dropLate
 	numDropReasons
 )
 
-var dropReasonNames = [numDropReasons]string{"expired", "send_error", "oracle_error"}
+var dropReasonNames = [numDropReasons]string{"expired", "send_error", "oracle_error", "late"}
 
 func (r dropReason) String() string { return dropReasonNames[r] }
+
+// DropReasons are the reasons Stats.Drops counts requests under.
+func DropReasons() []string { return dropReasonNames[:] }
 
 // workerStats are written by the worker only and read at any time.
 type workerStats struct {
@@ -53,6 +57,11 @@ type hclient struct {
 	qpn    verbs.QPN
 	qkey   uint32   // the session's answer Q_Key
 	last   []uint32 // per position: last seq answered, 0 for none; worker-owned
+	// seen is when the last sweep that read every slot of this client
+	// started (worker-owned; set at admission before publish): a WRITE
+	// found later landed after it, so it bounds the request's arrival
+	// from below (WRITEs complete nothing, so there is no receive stamp).
+	seen verbs.Time
 }
 
 type pending struct {
@@ -86,12 +95,17 @@ type worker struct {
 	limbo  []limbo
 	nclose []verbs.QP
 
-	cur   int // client the next sweep starts at
-	wcs   []verbs.WC
-	wrs   []verbs.SendWR
-	sges  []verbs.SGE
-	pend  []pending
-	stats workerStats
+	cur    int        // client the next sweep starts at
+	oldest verbs.Time // arrival bound of the collected batch's oldest request
+	wcs    []verbs.WC
+	wrs    []verbs.SendWR
+	sges   []verbs.SGE
+	pend   []pending
+	stats  workerStats
+
+	// stall, when set (tests only), runs between a batch's claim and its
+	// answers' doorbell. Loaded once per batch.
+	stall atomic.Pointer[func()]
 }
 
 func newWorker(s *Server, id int) (w *worker, err error) {
@@ -153,7 +167,7 @@ func (w *worker) admit(q ClientQP, ah verbs.AH, window int) (*hclient, error) {
 	blk := w.free[len(w.free)-1]
 	w.free = w.free[:len(w.free)-1]
 	c := &hclient{worker: w.id, block: blk, base: blk * w.s.cfg.MaxWindow, window: window, uc: uc, ah: ah,
-		qpn: q.Recv.QPN, last: make([]uint32, window)}
+		qpn: q.Recv.QPN, last: make([]uint32, window), seen: verbs.Now()}
 	for i := range w.s.cfg.MaxWindow {
 		atomic.StoreUint64(&w.words[c.base+i], 0)
 	}
@@ -268,7 +282,7 @@ func (w *worker) run() {
 			continue
 		}
 		idleSince, sleep = -1, 0
-		w.batch(now)
+		w.batch()
 	}
 }
 
@@ -282,6 +296,8 @@ func (w *worker) collect() int {
 	if len(clients) == 0 {
 		return 0
 	}
+	sweep := verbs.Now() // before any slot of this sweep is read
+	w.oldest = sweep
 	limit := cap(w.pend)
 	st := &w.stats
 	if w.cur >= len(clients) {
@@ -290,6 +306,7 @@ func (w *worker) collect() int {
 	for k := range clients {
 		ci := (w.cur + k) % len(clients)
 		c := clients[ci]
+		seen := c.seen
 		for pos := range c.window {
 			p := &w.words[c.base+pos]
 			word := atomic.LoadUint64(p)
@@ -318,23 +335,31 @@ func (w *worker) collect() int {
 			if !atomic.CompareAndSwapUint64(p, word, 0) {
 				st.lost.Add(1)
 			}
+			if sweep.Sub(seen) > spec.MaxResidence {
+				// Possibly too old already (the worker did not sweep
+				// this client for a while): dropped alone, so that it
+				// does not age the rest of the batch.
+				st.drops[dropExpired].Add(1)
+				continue
+			}
 			w.pend = append(w.pend, pending{c, pos, sl.Seq})
+			w.oldest = min(w.oldest, seen)
 			if len(w.pend) == limit {
 				w.cur = ci
 				return len(w.pend)
 			}
 		}
+		c.seen = sweep
 	}
 	w.cur = (w.cur + 1) % len(clients)
 	return len(w.pend)
 }
 
 // batch claims once for the collected requests and answers them.
-func (w *worker) batch(received time.Duration) {
+func (w *worker) batch() {
 	n := len(w.pend)
-	first, ok := w.claim(received, n)
-	if ok {
-		w.answer(first)
+	first, ok := w.claim(w.oldest, n)
+	if ok && w.answer(first) {
 		w.stats.batches.Add(1)
 		w.stats.requests.Add(uint64(n))
 	}
@@ -344,12 +369,16 @@ func (w *worker) batch(received time.Duration) {
 	w.pend = w.pend[:0]
 }
 
-// claim claims n values for a batch received at received (time since
-// the server started), through claim.Batch: retrying while the oracle is
-// behind, giving up once the batch is older than spec.MaxResidence.
-func (w *worker) claim(received time.Duration, n int) (uint64, bool) {
+// claim claims n values for a batch whose oldest request arrived at
+// oldest, through claim.Batch: retrying while the oracle is behind,
+// giving up once the batch is older than spec.MaxResidence.
+func (w *worker) claim(oldest verbs.Time, n int) (uint64, bool) {
+	if verbs.Now().Sub(oldest) > spec.MaxResidence {
+		w.stats.drops[dropExpired].Add(uint64(n))
+		return 0, false
+	}
 	first, stalls, out, err := claim.Batch(w.s.cfg.Oracle, w.s.cfg.Behind, n, func() bool {
-		return time.Since(w.s.start)-received > spec.MaxResidence || w.s.stopped.Load()
+		return verbs.Now().Sub(oldest) > spec.MaxResidence || w.s.stopped.Load()
 	})
 	w.stats.stalls.Add(uint64(stalls))
 	switch out {
@@ -365,14 +394,20 @@ func (w *worker) claim(received time.Duration, n int) (uint64, bool) {
 }
 
 // answer posts one UD SEND per pending request, values first.., as one
-// chain on the next response QP.
-func (w *worker) answer(first uint64) {
+// chain on the next response QP, unless the batch is by then older than
+// spec.MaxResidence: the age is checked after every wait (a full send
+// queue, a stall) and immediately before the doorbell. It reports
+// whether the answers were posted.
+func (w *worker) answer(first uint64) bool {
 	n := len(w.pend)
+	if f := w.stall.Load(); f != nil {
+		(*f)()
+	}
 	b, ok := w.resp.Next(n)
 	if !ok {
 		w.s.log.Error("send queue never drained", "worker", w.id)
 		w.stats.drops[dropSendError].Add(uint64(n))
-		return
+		return false
 	}
 	for i := range w.pend {
 		p := &w.pend[i]
@@ -385,11 +420,17 @@ func (w *worker) answer(first uint64) {
 			SG: w.sges[i : i+1], Imm: uint32(imm), AH: p.c.ah, RemoteQPN: p.c.qpn, RemoteQKey: p.c.qkey}
 		b.Prepare(wr, i)
 	}
+	if verbs.Now().Sub(w.oldest) > spec.MaxResidence {
+		// Too late: the claimed values are skipped (never handed out).
+		w.stats.drops[dropLate].Add(uint64(n))
+		return false
+	}
 	posted, err := b.Post(w.wrs[:n])
 	if err != nil {
 		w.stats.drops[dropSendError].Add(uint64(n - posted))
 		w.s.log.Error("post answers", "worker", w.id, "posted", posted, "of", n, "err", err)
 	}
+	return posted > 0
 }
 
 // reapSends frees send queue slots and counts answers that failed.

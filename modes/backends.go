@@ -157,13 +157,19 @@ func (h *herdDP) Collectors() []prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "seqd_herd_" + name, Help: help},
 			func() float64 { return float64(f(h.s.Stats())) })
 	}
-	return []prometheus.Collector{
+	cs := []prometheus.Collector{
 		c("served_total", "Requests answered.", func(s herd.Stats) uint64 { return s.Requests }),
 		c("batches_total", "Batches answered.", func(s herd.Stats) uint64 { return s.Batches }),
 		c("duplicates_total", "WRITEs of a (slot, seq) already answered, or older.", func(s herd.Stats) uint64 { return s.Duplicates }),
 		c("malformed_total", "Slots that did not decode.", func(s herd.Stats) uint64 { return s.Malformed }),
 		c("persist_stalls_total", "Claims refused because persistence lagged.", func(s herd.Stats) uint64 { return s.Stalls }),
 	}
+	for _, r := range herd.DropReasons() {
+		cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "seqd_herd_drops_total",
+			Help: "Requests not answered, by reason.", ConstLabels: prometheus.Labels{"reason": r}},
+			func() float64 { return float64(h.s.Stats().Drops[r]) }))
+	}
+	return cs
 }
 
 func providerCounters(dev verbs.Device, resp *adminpb.StatusResponse) {

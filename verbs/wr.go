@@ -63,6 +63,12 @@ type WC struct {
 	Src       Address
 	PKeyIndex uint16
 	VendorErr uint32
+	// Arrived stamps a receive completion with when its message reached
+	// this host, as the provider knows it (see each provider's doc), on
+	// the clock of Now. Callers that must not act on a message older than
+	// a bound compare Now().Sub(Arrived) with it. Zero for send
+	// completions and flushed receives.
+	Arrived Time
 }
 
 // Err returns nil for a successful completion, and an error naming the

@@ -38,9 +38,14 @@ type cq struct {
 
 	closed atomic.Bool
 	pollMu sync.Mutex
-	waitMu sync.Mutex
-	ch     *os.File // a dup of the channel fd, for the netpoller
-	raw    syscall.RawConn
+	// drained is the clock read before the last poll that found the CQ
+	// empty (returned less than asked), under pollMu; waited says a Wait
+	// returned since, so that bound no longer holds.
+	drained verbs.Time
+	waited  atomic.Bool
+	waitMu  sync.Mutex
+	ch      *os.File // a dup of the channel fd, for the netpoller
+	raw     syscall.RawConn
 
 	// QPs that receive into this CQ, by QPN: Poll finds the GRH of UD
 	// receives through them.
@@ -115,6 +120,17 @@ func (d *device) createCQ(cqe int) (_ *cq, err error) {
 }
 
 // Poll moves up to min(len(wc), 256) completions into wc with one cgo call.
+//
+// Receive completions are stamped (WC.Arrived) from the host clock, read
+// once per poll just before ibv_poll_cq. While the caller keeps polling,
+// a completion is stamped with the clock read of the last poll that found
+// the CQ drained: it was written after that, so its age is over-, never
+// under-estimated (by at most the caller's polling interval). After a
+// Wait, and before any poll drained the CQ, it is stamped with this
+// poll's read, which leaves out how long it sat in the CQ (the wakeup
+// latency). The NIC's own completion timestamps (ibv_create_cq_ex with
+// IBV_WC_EX_WITH_COMPLETION_TIMESTAMP) would close that gap; they are not
+// used yet.
 func (c *cq) Poll(wc []verbs.WC) (int, error) {
 	c.pollMu.Lock()
 	defer c.pollMu.Unlock()
@@ -124,9 +140,19 @@ func (c *cq) Poll(wc []verbs.WC) (int, error) {
 	if len(wc) == 0 {
 		return 0, nil
 	}
-	got := int(C.seqd_poll(c.c, C.int(min(len(wc), len(c.out)))))
+	now := verbs.Now()
+	asked := min(len(wc), len(c.out))
+	got := int(C.seqd_poll(c.c, C.int(asked)))
 	if got < 0 {
 		return 0, fmt.Errorf("%w: ibv_poll_cq failed (%d): the CQ is in error", verbs.ErrCQOverrun, got)
+	}
+	stamp := c.drained
+	if c.waited.Swap(false) || stamp == 0 {
+		stamp = now
+		c.drained = 0
+	}
+	if got < asked {
+		c.drained = now
 	}
 	c.qpsMu.RLock()
 	for i, o := range c.out[:got] {
@@ -145,6 +171,9 @@ func (c *cq) Poll(wc []verbs.WC) (int, error) {
 		}
 		if q := c.qps[uint32(o.qp_num)]; q != nil {
 			q.completeRecv(c, w, uint16(o.slid))
+		}
+		if w.Status == verbs.WCSuccess && w.Opcode >= verbs.WCRecv {
+			w.Arrived = stamp
 		}
 	}
 	c.qpsMu.RUnlock()
@@ -167,6 +196,9 @@ func (c *cq) Wait(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	// The caller slept: the next stamps come from the poll itself (see
+	// Poll), not from a drained poll from before the sleep.
+	defer c.waited.Store(true)
 	if err := c.ch.SetReadDeadline(time.Time{}); err != nil {
 		return fmt.Errorf("ibv: completion channel: %w", err)
 	}

@@ -181,6 +181,7 @@ func TestFakeRecvPollGRH(t *testing.T) {
 
 	wc := make([]verbs.WC, 2)
 	var got []verbs.WC
+	before := verbs.Now()
 	for range 3 {
 		n, err := e.cq.Poll(wc)
 		if err != nil {
@@ -207,6 +208,15 @@ func TestFakeRecvPollGRH(t *testing.T) {
 	}
 	if got[3].Status != verbs.WCWRFlushErr || got[3].VendorErr != 0x42 || got[3].Err() == nil {
 		t.Errorf("flushed completion %+v", got[3])
+	}
+	// Receives are stamped by the polls that moved them; sends and flushed
+	// receives are not.
+	after := verbs.Now()
+	for i, w := range got {
+		recv := w.Status == verbs.WCSuccess && w.Opcode == verbs.WCRecv
+		if recv && (w.Arrived < before || w.Arrived > after) || !recv && w.Arrived != 0 {
+			t.Errorf("completion %d (%v %v) stamped %d, polled between %d and %d", i, w.Opcode, w.Status, w.Arrived, before, after)
+		}
 	}
 	if e.qp.head != e.qp.tail {
 		t.Errorf("receive ring not drained: head %d tail %d", e.qp.head, e.qp.tail)
@@ -239,5 +249,47 @@ func TestFakeAllocs(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Errorf("PostSend+PostRecv+Poll: %v allocations per run, want 0", allocs)
+	}
+}
+
+// TestFakeRecvStampDrained: while the caller keeps polling, a receive is
+// stamped with the clock read of the last poll that drained the CQ (it
+// was written after that poll looked), so its age is never understated;
+// after a Wait it is stamped by the poll that moved it.
+func TestFakeRecvStampDrained(t *testing.T) {
+	e := newFakeEnv(verbs.UD, fakeCaps)
+	var rwrs []verbs.RecvWR
+	for i := range 4 {
+		rwrs = append(rwrs, verbs.RecvWR{ID: uint64(200 + i), SG: []verbs.SGE{{Addr: e.mr.Addr() + uint64(i*1024), Length: 1024, LKey: e.mr.LKey()}}})
+	}
+	if n, err := e.qp.PostRecv(rwrs); n != 4 || err != nil {
+		t.Fatalf("PostRecv = %d, %v", n, err)
+	}
+	qpn := uint32(e.qp.QPN())
+	recv := func(id uint64) {
+		fakePushWC(fakeCompletion{ID: id, Status: fakeWCSuccess, Opcode: fakeWCRecv, Len: 40, QPN: qpn, SrcQP: 9, Flags: fakeWCGRH})
+	}
+	wc := make([]verbs.WC, 4)
+	poll := func() verbs.WC {
+		t.Helper()
+		n, err := e.cq.Poll(wc)
+		if n != 1 || err != nil {
+			t.Fatalf("Poll = %d, %v", n, err)
+		}
+		return wc[0]
+	}
+	before := verbs.Now()
+	recv(200)
+	first := poll() // drains the CQ (1 of 4 asked): its read bounds what follows
+	mid := verbs.Now()
+	recv(201)
+	if second := poll(); second.Arrived != first.Arrived || second.Arrived < before || second.Arrived > mid {
+		t.Fatalf("second receive stamped %d, want the draining poll's %d (in [%d, %d])", second.Arrived, first.Arrived, before, mid)
+	}
+	e.cq.waited.Store(true) // what Wait leaves behind
+	after := verbs.Now()
+	recv(202)
+	if third := poll(); third.Arrived < after {
+		t.Fatalf("after a Wait, stamped %d, before the poll started (%d)", third.Arrived, after)
 	}
 }

@@ -176,6 +176,15 @@ func TestParseCmsgs(t *testing.T) {
 		(*unix.Inet4Pktinfo)(unsafe.Pointer(&b[unix.CmsgLen(0)])).Addr = a
 		return b
 	}
+	stampCm := func(ns int64) []byte {
+		b := make([]byte, unix.CmsgSpace(sizeofTimespec))
+		cm := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
+		cm.Level, cm.Type = unix.SOL_SOCKET, unix.SCM_TIMESTAMPNS
+		cm.SetLen(unix.CmsgLen(sizeofTimespec))
+		*(*unix.Timespec)(unsafe.Pointer(&b[unix.CmsgLen(0)])) = unix.NsecToTimespec(ns)
+		return b
+	}
+	const ns = 1_700_000_000_123_456_789
 	ip := [4]byte{10, 1, 2, 3}
 	cat := func(bs ...[]byte) (out []byte) {
 		for _, b := range bs {
@@ -188,19 +197,103 @@ func TestParseCmsgs(t *testing.T) {
 		b       []byte
 		gso     int
 		haveDst bool
+		stamp   int64
 	}{
-		{"none", nil, 0, false},
-		{"gro", gro(28), 28, false},
-		{"pktinfo", pktinfo(ip), 0, true},
-		{"both", cat(gro(28), pktinfo(ip)), 28, true},
-		{"both reversed", cat(pktinfo(ip), gro(40)), 40, true},
-		{"truncated", gro(28)[:10], 0, false},
-		{"bad length", func() []byte { b := gro(28); b[0] = 200; return b }(), 0, false},
+		{"none", nil, 0, false, 0},
+		{"gro", gro(28), 28, false, 0},
+		{"pktinfo", pktinfo(ip), 0, true, 0},
+		{"both", cat(gro(28), pktinfo(ip)), 28, true, 0},
+		{"both reversed", cat(pktinfo(ip), gro(40)), 40, true, 0},
+		{"all three", cat(gro(28), pktinfo(ip), stampCm(ns)), 28, true, ns},
+		{"timestamp first", cat(stampCm(ns), gro(40)), 40, false, ns},
+		{"truncated", gro(28)[:10], 0, false, 0},
+		{"truncated timestamp", stampCm(ns)[:unix.CmsgLen(0)+4], 0, false, 0},
+		{"bad length", func() []byte { b := gro(28); b[0] = 200; return b }(), 0, false, 0},
+	}
+	if l := len(cat(gro(28), pktinfo(ip), stampCm(ns))); l > rxCtrlLen {
+		t.Fatalf("the three control messages take %d bytes, rxCtrlLen is %d", l, rxCtrlLen)
 	}
 	for _, tt := range tests {
-		gso, dst, have := parseCmsgs(tt.b)
-		if gso != tt.gso || have != tt.haveDst || (have && dst != ip) {
-			t.Errorf("%s: gso %d dst %v %v, want %d %v", tt.name, gso, dst, have, tt.gso, tt.haveDst)
+		gso, dst, have, stamp := parseCmsgs(tt.b)
+		if gso != tt.gso || have != tt.haveDst || (have && dst != ip) || stamp != tt.stamp {
+			t.Errorf("%s: gso %d dst %v %v stamp %d, want %d %v %d", tt.name, gso, dst, have, stamp, tt.gso, tt.haveDst, tt.stamp)
 		}
 	}
 }
+
+// TestArrival moves kernel receive stamps onto the monotonic clock: a
+// stamp d before the burst's wall reading is d before its monotonic one;
+// no stamp, or one ahead of the wall clock, is the burst's time.
+func TestArrival(t *testing.T) {
+	const mono, wall = verbs.Time(5e9), int64(1_700_000_000e9)
+	tests := []struct {
+		name  string
+		stamp int64
+		want  verbs.Time
+	}{
+		{"none", 0, mono},
+		{"3ms old", wall - 3e6, mono - 3e6},
+		{"same instant", wall, mono},
+		{"wall clock stepped back", wall + 1e9, mono},
+	}
+	for _, tt := range tests {
+		if got := arrival(mono, wall, tt.stamp); got != tt.want {
+			t.Errorf("%s: %d, want %d", tt.name, got, tt.want)
+		}
+	}
+}
+
+// TestReceiveStamped: a UD receive is stamped with when the kernel took
+// the datagram, so a request that waited in the socket buffer before a
+// poller read it shows its full age.
+func TestReceiveStamped(t *testing.T) {
+	srv := newUDEnd(t, nil, 4)
+	cli := newUDEnd(t, nil, 1)
+	rwr := make([]verbs.RecvWR, 4)
+	sg := make([]verbs.SGE, 4)
+	srv.postRecvs(t, rwr, sg, 0, 4)
+	h, err := cli.pd.CreateAH(verbs.AHAttr{Dest: srv.qp.Address()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	// Hold the receive lock so that neither a poller nor the progress
+	// goroutine reads the datagram while it waits.
+	q := srv.qp.(*qp).q
+	q.rxMu.Lock()
+	sent := verbs.Now()
+	wr := []verbs.SendWR{{Opcode: verbs.OpSendWithImm, AH: h, RemoteQPN: srv.qp.QPN(), RemoteQKey: verbs.DefaultQKey, Imm: 7}}
+	if n, err := cli.qp.PostSend(wr); n != 1 {
+		q.rxMu.Unlock()
+		t.Fatal(err)
+	}
+	const hold = 20 * time.Millisecond
+	time.Sleep(hold)
+	q.rxMu.Unlock()
+	wc := make([]verbs.WC, 1)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		n, err := srv.cq.Poll(wc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no completion")
+		}
+	}
+	polled := verbs.Now()
+	if wc[0].Status != verbs.WCSuccess || wc[0].Arrived == 0 {
+		t.Fatalf("completion %+v", wc[0])
+	}
+	if wc[0].Arrived < sent || wc[0].Arrived > polled {
+		t.Fatalf("stamped %v after the send, polled %v after it: outside the interval", wc[0].Arrived.Sub(sent), polled.Sub(sent))
+	}
+	if age := polled.Sub(wc[0].Arrived); age < hold {
+		t.Fatalf("age at poll %v, but the datagram waited %v in the socket", age, hold)
+	}
+}
+
+const sizeofTimespec = int(unsafe.Sizeof(unix.Timespec{}))

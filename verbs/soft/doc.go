@@ -36,6 +36,10 @@
 //     a few ticks: the netpoller's edge-triggered registration would
 //     otherwise wake a parked thread on every datagram. A burst
 //     holds the queue's receive lock; there are no per-packet goroutines.
+//     Receive completions carry the kernel's receive time of their
+//     datagram (SO_TIMESTAMPNS, moved onto the monotonic clock with one
+//     clock read per burst) as verbs.WC.Arrived, so time spent in the
+//     socket buffer counts in a request's age.
 //     Only CQs that arrivals can fill drive a socket: one that takes just
 //     the send completions of UD and UC QPs, or the receive completions of
 //     QPs created without RECVs, is polled without a system call.

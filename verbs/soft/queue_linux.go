@@ -29,7 +29,7 @@ const (
 	gsoMaxSegs  = 64       // UDP_MAX_SEGMENTS on older kernels
 	gsoMaxBytes = 65000    // stay under the 64 KiB UDP datagram limit
 	cmsgSpace   = 24       // CMSG_SPACE(sizeof(int)) on 64-bit Linux
-	rxCtrlLen   = 64       // UDP_GRO and IP_PKTINFO control messages
+	rxCtrlLen   = 128      // UDP_GRO, IP_PKTINFO and SO_TIMESTAMPNS control messages
 	tickPeriod  = time.Millisecond
 )
 
@@ -117,16 +117,20 @@ type queue struct {
 	rxErrno syscall.Errno
 	rxDirty int     // headers the last recvmmsg filled
 	rxDst   [4]byte // destination address of the datagram being processed
-	rxPre   rxFlow
-	readFn  func(uintptr) bool
-	rqHeld  *qp // the QP whose receive queue the burst holds locked
-	pendCQ  *cq // receive completions batched for one CQ
-	pend    [64]verbs.WC
-	npend   int
-	acks    []*qp // RC QPs with an ACK to send after this burst
-	rcPeers map[*qp]struct{}
-	nrc     atomic.Int32 // len(rcPeers), readable without rxMu
-	nheld   atomic.Int32 // len(heldPkt), readable without txMu
+	// rxArrived stamps the datagram being processed (verbs.WC.Arrived):
+	// the kernel's receive time (SO_TIMESTAMPNS), moved onto the
+	// monotonic clock, or the burst's own time where the kernel gave none.
+	rxArrived verbs.Time
+	rxPre     rxFlow
+	readFn    func(uintptr) bool
+	rqHeld    *qp // the QP whose receive queue the burst holds locked
+	pendCQ    *cq // receive completions batched for one CQ
+	pend      [64]verbs.WC
+	npend     int
+	acks      []*qp // RC QPs with an ACK to send after this burst
+	rcPeers   map[*qp]struct{}
+	nrc       atomic.Int32 // len(rcPeers), readable without rxMu
+	nheld     atomic.Int32 // len(heldPkt), readable without txMu
 
 	active  atomic.Int32  // RC QPs with work in flight (need ticks)
 	polls   atomic.Uint64 // inline receive bursts run by CQ pollers
@@ -174,6 +178,12 @@ func newQueue(d *device, idx int, local netip.AddrPort) (*queue, error) {
 	)
 	if q.wildcard {
 		serr = errors.Join(serr, unix.SetsockoptInt(q.fd, unix.IPPROTO_IP, unix.IP_PKTINFO, 1))
+	}
+	// Receive timestamps: a request's age (spec.MaxResidence) counts from
+	// when the kernel took the datagram, not from when a poller read it
+	// out of the socket buffer.
+	if e := unix.SetsockoptInt(q.fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1); e != nil {
+		d.log.Warn("SO_TIMESTAMPNS refused; receive completions stamped when read, which understates their age", "queue", idx, "err", e)
 	}
 	if d.cfg.gro {
 		if e := unix.SetsockoptInt(q.fd, unix.IPPROTO_UDP, unix.UDP_GRO, 1); e != nil {
@@ -500,15 +510,20 @@ func (q *queue) burst() bool {
 	}
 	q.rxDirty = int(n)
 	q.d.ctr.rxDatagrams.Add(uint64(n))
+	// One clock read per burst: the kernel stamps are wall-clock times,
+	// moved onto the monotonic clock through this reading of both.
+	now := time.Now()
+	mono, wall := verbs.TimeOf(now), now.UnixNano()
 	pkts := 0
 	for i := 0; i < int(n); i++ {
 		h := &q.rhdrs[i]
 		total := int(h.Len)
 		seg := total
-		gso, dst, haveDst := parseCmsgs(q.rctrl[i][:min(int(h.Hdr.Controllen), rxCtrlLen)])
+		gso, dst, haveDst, stamp := parseCmsgs(q.rctrl[i][:min(int(h.Hdr.Controllen), rxCtrlLen)])
 		if gso > 0 {
 			seg = gso
 		}
+		q.rxArrived = arrival(mono, wall, stamp)
 		q.rxDst = q.ip
 		if q.wildcard {
 			if !haveDst {
@@ -716,9 +731,21 @@ func (q *queue) tick(now time.Time) {
 	}
 }
 
+// arrival moves a kernel receive stamp (wall-clock nanoseconds, 0 for
+// none) onto the monotonic clock, given one reading of both clocks taken
+// after the datagram was read. A stamp in the future (the wall clock
+// stepped back since) counts as now.
+func arrival(mono verbs.Time, wall, stamp int64) verbs.Time {
+	if stamp == 0 || stamp >= wall {
+		return mono
+	}
+	return mono - verbs.Time(wall-stamp)
+}
+
 // parseCmsgs reads the control messages of a received datagram: the UDP
-// GRO segment size and the IP_PKTINFO destination address.
-func parseCmsgs(b []byte) (gso int, dst [4]byte, haveDst bool) {
+// GRO segment size, the IP_PKTINFO destination address and the
+// SO_TIMESTAMPNS receive time (wall-clock nanoseconds, 0 for none).
+func parseCmsgs(b []byte) (gso int, dst [4]byte, haveDst bool, stamp int64) {
 	const hdr = unix.SizeofCmsghdr
 	for len(b) >= hdr {
 		cm := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
@@ -733,6 +760,9 @@ func parseCmsgs(b []byte) (gso int, dst [4]byte, haveDst bool) {
 		case cm.Level == unix.IPPROTO_IP && cm.Type == unix.IP_PKTINFO && len(data) >= unix.SizeofInet4Pktinfo:
 			pi := (*unix.Inet4Pktinfo)(unsafe.Pointer(&data[0]))
 			dst, haveDst = pi.Addr, true
+		case cm.Level == unix.SOL_SOCKET && cm.Type == unix.SCM_TIMESTAMPNS && len(data) >= int(unsafe.Sizeof(unix.Timespec{})):
+			ts := (*unix.Timespec)(unsafe.Pointer(&data[0]))
+			stamp = ts.Nano()
 		}
 		next := unix.CmsgSpace(l - hdr)
 		if next >= len(b) {

@@ -490,7 +490,7 @@ func (x *qp) rcSend(pk *rocev2.Packet) {
 	if op.IsEnd() {
 		r.inMsg = false
 		s, _ := x.popRecv()
-		wc := verbs.WC{ID: s.id, Opcode: verbs.WCRecv, ByteLen: uint32(r.off), QPN: verbs.QPN(x.qpn)}
+		wc := verbs.WC{ID: s.id, Opcode: verbs.WCRecv, ByteLen: uint32(r.off), QPN: verbs.QPN(x.qpn), Arrived: x.q.rxArrived}
 		if op.HasImm() {
 			wc.Flags, wc.Imm = verbs.WCWithImm, pk.Imm
 		}
@@ -537,7 +537,7 @@ func (x *qp) rcWrite(pk *rocev2.Packet) {
 		if op.HasImm() {
 			s, _ := x.popRecv()
 			x.recvCQ.push(&verbs.WC{ID: s.id, Opcode: verbs.WCRecvRDMAWithImm, Flags: verbs.WCWithImm,
-				Imm: pk.Imm, ByteLen: r.wlen, QPN: verbs.QPN(x.qpn)})
+				Imm: pk.Imm, ByteLen: r.wlen, QPN: verbs.QPN(x.qpn), Arrived: x.q.rxArrived})
 		}
 	}
 	x.advance(pk)

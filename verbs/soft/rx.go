@@ -228,6 +228,7 @@ func (x *qp) recvUD(pk *rocev2.Packet, c *rxFlow) {
 	wc.ID, wc.Opcode, wc.Flags, wc.ByteLen, wc.Imm = s.id, verbs.WCRecv, flags, uint32(need), imm
 	wc.QPN, wc.SrcQP = verbs.QPN(x.qpn), verbs.QPN(pk.SrcQP)
 	wc.Src.GID, wc.Src.Port = c.gid, c.port
+	wc.Arrived = q.rxArrived
 	if len(pk.Payload) == 0 && s.n == 1 && s.mr != nil && !s.mr.closed.Load() {
 		// A header-only message into a one-SGE RECV: just the GRH.
 		if dst, ok := s.mr.slice(s.sge.Addr, s.sge.Length); ok && len(dst) >= verbs.GRHLen {
@@ -329,7 +330,7 @@ func (x *qp) recvUC(pk *rocev2.Packet) {
 	if op.IsEnd() {
 		r.inMsg = false
 		s, _ := x.popRecv()
-		wc := verbs.WC{ID: s.id, Opcode: verbs.WCRecv, ByteLen: uint32(r.off), QPN: verbs.QPN(x.qpn)}
+		wc := verbs.WC{ID: s.id, Opcode: verbs.WCRecv, ByteLen: uint32(r.off), QPN: verbs.QPN(x.qpn), Arrived: x.q.rxArrived}
 		if op.HasImm() {
 			wc.Flags, wc.Imm = verbs.WCWithImm, pk.Imm
 		}
@@ -378,6 +379,6 @@ func (x *qp) ucWrite(pk *rocev2.Packet) {
 			return
 		}
 		x.recvCQ.push(&verbs.WC{ID: s.id, Opcode: verbs.WCRecvRDMAWithImm, Flags: verbs.WCWithImm,
-			Imm: pk.Imm, ByteLen: r.wlen, QPN: verbs.QPN(x.qpn)})
+			Imm: pk.Imm, ByteLen: r.wlen, QPN: verbs.QPN(x.qpn), Arrived: x.q.rxArrived})
 	}
 }
