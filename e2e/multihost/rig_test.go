@@ -249,6 +249,14 @@ type rigClient struct {
 // waits until every session has been served once.
 func startClients(t *testing.T, h *netnstest.Host, n int, admin string, extra ...string) *rigClient {
 	t.Helper()
+	rc := launchClients(t, h, n, admin, extra...)
+	rc.expect("READY", 90*time.Second)
+	return rc
+}
+
+// launchClients starts rigclient on h with n sessions against admin.
+func launchClients(t *testing.T, h *netnstest.Host, n int, admin string, extra ...string) *rigClient {
+	t.Helper()
 	rc := &rigClient{t: t, lines: make(chan string, 64), out: filepath.Join(t.TempDir(), "calls"), sessions: n}
 	args := append([]string{"-admin", admin, "-sessions", fmt.Sprint(n), "-out", rc.out}, extra...)
 	p := &proc{name: "rigclient", host: h, log: &logBuf{}, done: make(chan struct{})}
@@ -279,7 +287,6 @@ func startClients(t *testing.T, h *netnstest.Host, n int, admin string, extra ..
 			t.Logf("rigclient on %s (%s) stderr:\n%s", h.Name, h.Addr, p.log)
 		}
 	})
-	rc.expect("READY", 90*time.Second)
 	return rc
 }
 
