@@ -14,6 +14,7 @@ import (
 
 type options struct {
 	provider   string
+	byRoute    bool // no WithDevice: soft on the route's local address
 	device     string
 	provOpts   verbs.Options
 	qps        int
@@ -30,7 +31,9 @@ type options struct {
 type Option func(*options) error
 
 // WithDevice chooses the client's own verbs device: a provider, a device
-// name and provider options ("k=v,k=v"). Default "soft" on "127.0.0.1:0".
+// name and provider options ("k=v,k=v"). Without it the client uses the
+// "soft" provider on "IP:0", IP being the local address the kernel would
+// send from to reach the server (127.0.0.1 for a server on loopback).
 func WithDevice(provider, device, providerOpts string) Option {
 	return func(o *options) error {
 		po, err := verbs.ParseOptions(providerOpts)
@@ -89,7 +92,7 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) error { o.logge
 
 func (o *options) validate() error {
 	if o.provider == "" {
-		o.provider, o.device = "soft", "127.0.0.1:0"
+		o.provider, o.byRoute = "soft", true // device: by route, in dial
 	}
 	if o.qps == 0 {
 		o.qps = 1
