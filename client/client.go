@@ -304,7 +304,7 @@ func (c *Client) connectAny(ctx context.Context, perTry time.Duration, skipCurre
 		cc, err := admin.Dial(tctx, addr, c.opts.dialOpts...)
 		if err != nil {
 			cancel()
-			lastErr = fmt.Errorf("%w: %v", ErrUnavailable, err)
+			lastErr = fmt.Errorf("%w: %w", ErrUnavailable, err)
 			continue
 		}
 		oldCC, oldAdm := c.cc, c.adm

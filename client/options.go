@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/seqd/seqd/admin"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 )
@@ -85,6 +86,15 @@ func WithEndpoints(addrs ...string) Option {
 // token (grpc.WithPerRPCCredentials with admin.BearerToken).
 func WithAdminDialOptions(opts ...grpc.DialOption) Option {
 	return func(o *options) error { o.dialOpts = append(o.dialOpts, opts...); return nil }
+}
+
+// WithInsecure chooses a plaintext admin plane knowingly, also to admin
+// addresses off loopback (the admin plane otherwise needs TLS there, see
+// WithAdminDialOptions). A bearer token passed with
+// admin.BearerToken(token, true) then travels in the clear. The data
+// path is not encrypted either way.
+func WithInsecure() Option {
+	return func(o *options) error { o.dialOpts = append(o.dialOpts, admin.Insecure()); return nil }
 }
 
 // WithLogger sets the logger (default slog.Default()).

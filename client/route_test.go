@@ -3,14 +3,13 @@ package client
 import (
 	"context"
 	"net/netip"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/cmd/seqd/run"
+	"github.com/seqd/seqd/internal/netnstest"
 	"github.com/seqd/seqd/verbs"
 )
 
@@ -99,26 +98,8 @@ func TestDialBindsByRoute(t *testing.T) {
 // It runs in a network namespace of its own (needs root and unshare),
 // with 198.51.100.7 on its loopback device.
 func TestDialRebindsToDataPlaneRoute(t *testing.T) {
-	if os.Getenv("SEQD_TEST_NETNS") != "1" {
-		if os.Geteuid() != 0 {
-			t.Skip("needs root for a network namespace")
-		}
-		unshare, err := exec.LookPath("unshare")
-		if err != nil {
-			t.Skip("needs unshare (util-linux) for a network namespace")
-		}
-		cmd := exec.Command(unshare, "--net", os.Args[0], "-test.run=^TestDialRebindsToDataPlaneRoute$", "-test.v", "-test.count=1")
-		cmd.Env = append(os.Environ(), "SEQD_TEST_NETNS=1")
-		out, err := cmd.CombinedOutput()
-		if err != nil || !strings.Contains(string(out), "--- PASS: TestDialRebindsToDataPlaneRoute") {
-			t.Fatalf("in a network namespace: %v\n%s", err, out)
-		}
+	if !netnstest.Enter(t, "198.51.100.7/32") {
 		return
-	}
-	for _, args := range [][]string{{"link", "set", "lo", "up"}, {"addr", "add", "198.51.100.7/32", "dev", "lo"}} {
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %v: %v\n%s", args, err, out)
-		}
 	}
 	a := startServer(t, run.Config{Device: "198.51.100.7:0"})
 	c := dialT(t, a.Admin) // 127.0.0.1:port: the first guess is 127.0.0.1
