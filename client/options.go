@@ -32,9 +32,10 @@ type options struct {
 type Option func(*options) error
 
 // WithDevice chooses the client's own verbs device: a provider, a device
-// name and provider options ("k=v,k=v"). Without it the client uses the
-// "soft" provider on "IP:0", IP being the local address the kernel would
-// send from to reach the server (127.0.0.1 for a server on loopback).
+// name and provider options ("k=v,k=v"). Without it, or with provider
+// "soft" and device "", the client uses the soft provider on "IP:0", IP
+// being the local address the kernel would send from to reach the
+// server (127.0.0.1 for a server on loopback).
 func WithDevice(provider, device, providerOpts string) Option {
 	return func(o *options) error {
 		po, err := verbs.ParseOptions(providerOpts)
@@ -101,7 +102,7 @@ func WithInsecure() Option {
 func WithLogger(l *slog.Logger) Option { return func(o *options) error { o.logger = l; return nil } }
 
 func (o *options) validate() error {
-	if o.provider == "" {
+	if o.provider == "" || (o.provider == "soft" && o.device == "") {
 		o.provider, o.byRoute = "soft", true // device: by route, in dial
 	}
 	if o.qps == 0 {
