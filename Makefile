@@ -4,7 +4,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/seqd/seqd/internal/version.Version=$(VERSION)
 BIN     := bin
 
-.PHONY: all build build-ibverbs test test-short lint run bench bench-verbs bench-client fuzz-short clean docker docker-ibverbs docker-smoke check-guide check-deploy lossy soak
+.PHONY: all build build-ibverbs test test-short lint run bench bench-verbs bench-client fuzz-short clean docker docker-ibverbs docker-smoke check-guide check-deploy lossy soak cross
 
 all: build
 
@@ -15,6 +15,12 @@ build:
 build-ibverbs:
 	CGO_ENABLED=1 $(GO) build -tags ibverbs -ldflags '$(LDFLAGS)' -o $(BIN)/ibverbs/ ./cmd/...
 	CGO_ENABLED=1 $(GO) vet -tags ibverbs ./verbs/ibv/
+
+# The public client and the command-line tools build for other systems
+# (the soft provider fails at run time there): CGO_ENABLED=0, darwin and
+# windows.
+cross:
+	for os in darwin windows; do CGO_ENABLED=0 GOOS=$$os $(GO) build -o /dev/null ./client/... ./cmd/seqctl ./cmd/loadgen || exit 1; done
 
 # The README's test command: lint, then every test with the race detector.
 # Tests that need something missing (tshark, an RDMA device, etcd) skip

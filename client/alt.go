@@ -122,6 +122,7 @@ func (c *Client) connectAlt(ctx context.Context, mode string) error {
 
 func (c *Client) setSession(resp *adminpb.ConnectResponse) {
 	c.session, c.epoch = resp.GetSessionId(), resp.GetEpoch()
+	c.dataIP = serverDataIP(resp)
 	c.publishLease(resp)
 }
 

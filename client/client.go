@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -151,6 +152,8 @@ type Client struct {
 	altIDs     []int
 	altVals    []uint64
 	altOK      []bool
+
+	dataIP netip.Addr // the server's data-plane address, from Connect
 }
 
 // Dial connects to the seqd admin server at adminAddr, creates the
@@ -164,7 +167,32 @@ type Client struct {
 // answering, or answers as a standby, it finds the leader (the redirect,
 // then every known address), connects again and resends the calls in
 // flight under fresh tags; a call fails only at its deadline.
-func Dial(ctx context.Context, adminAddr string, opts ...Option) (_ *Client, err error) {
+//
+// Unless WithDevice chose a device, the client binds the soft provider
+// to the local address of its route to the server: first the route to
+// the admin host, then, if the server's data plane (named in Connect's
+// answer) is reached from another local address, again on that one.
+func Dial(ctx context.Context, adminAddr string, opts ...Option) (*Client, error) {
+	c, err := dial(ctx, adminAddr, "", opts)
+	if err != nil || !c.opts.byRoute || !c.dataIP.IsValid() {
+		return c, err
+	}
+	want, err := routeDevice(c.dataIP)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	if want == c.opts.device {
+		return c, nil
+	}
+	c.log.Debug("data plane reached from another address: binding there", "server", c.dataIP, "device", want)
+	c.Close()
+	return dial(ctx, adminAddr, want, opts)
+}
+
+// dial is Dial on device (by the route to the admin host when "" and no
+// WithDevice).
+func dial(ctx context.Context, adminAddr, device string, opts []Option) (_ *Client, err error) {
 	c := &Client{start: time.Now(), wakeCh: make(chan struct{}, 1), doneCh: make(chan struct{})}
 	for _, o := range opts {
 		if err := o(&c.opts); err != nil {
@@ -182,6 +210,18 @@ func Dial(ctx context.Context, adminAddr string, opts ...Option) (_ *Client, err
 	}
 	if len(c.addrs) == 0 {
 		return nil, fmt.Errorf("%w: no admin address", ErrConfig)
+	}
+	if c.opts.byRoute {
+		if device == "" {
+			ip, err := hostAddr(ctx, c.addrs[0])
+			if err != nil {
+				return nil, err
+			}
+			if device, err = routeDevice(ip); err != nil {
+				return nil, err
+			}
+		}
+		c.opts.device = device
 	}
 	c.log = c.opts.logger
 	c.pool.New = func() any { return &Request{Done: make(chan *Request, 1), pooled: true} }
@@ -264,7 +304,7 @@ func (c *Client) connectAny(ctx context.Context, perTry time.Duration, skipCurre
 		cc, err := admin.Dial(tctx, addr, c.opts.dialOpts...)
 		if err != nil {
 			cancel()
-			lastErr = fmt.Errorf("%w: %v", ErrUnavailable, err)
+			lastErr = fmt.Errorf("%w: %w", ErrUnavailable, err)
 			continue
 		}
 		oldCC, oldAdm := c.cc, c.adm
@@ -459,6 +499,7 @@ func (c *Client) connectS0(ctx context.Context) error {
 		c.spec.Forget()
 	}
 	c.session, c.epoch, c.qkey = resp.GetSessionId(), resp.GetEpoch(), resp.GetQkey()
+	c.dataIP = serverDataIP(resp)
 	c.publishLease(resp)
 	if h := resp.GetHigh(); h != 0 && h > c.maxRet.Load() {
 		c.spec.Learn(c.now(), h)

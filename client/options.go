@@ -8,12 +8,14 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/seqd/seqd/admin"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 )
 
 type options struct {
 	provider   string
+	byRoute    bool // no WithDevice: soft on the route's local address
 	device     string
 	provOpts   verbs.Options
 	qps        int
@@ -30,7 +32,10 @@ type options struct {
 type Option func(*options) error
 
 // WithDevice chooses the client's own verbs device: a provider, a device
-// name and provider options ("k=v,k=v"). Default "soft" on "127.0.0.1:0".
+// name and provider options ("k=v,k=v"). Without it, or with provider
+// "soft" and device "", the client uses the soft provider on "IP:0", IP
+// being the local address the kernel would send from to reach the
+// server (127.0.0.1 for a server on loopback).
 func WithDevice(provider, device, providerOpts string) Option {
 	return func(o *options) error {
 		po, err := verbs.ParseOptions(providerOpts)
@@ -84,12 +89,21 @@ func WithAdminDialOptions(opts ...grpc.DialOption) Option {
 	return func(o *options) error { o.dialOpts = append(o.dialOpts, opts...); return nil }
 }
 
+// WithInsecure chooses a plaintext admin plane knowingly, also to admin
+// addresses off loopback (the admin plane otherwise needs TLS there, see
+// WithAdminDialOptions). A bearer token passed with
+// admin.BearerToken(token, true) then travels in the clear. The data
+// path is not encrypted either way.
+func WithInsecure() Option {
+	return func(o *options) error { o.dialOpts = append(o.dialOpts, admin.Insecure()); return nil }
+}
+
 // WithLogger sets the logger (default slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(o *options) error { o.logger = l; return nil } }
 
 func (o *options) validate() error {
-	if o.provider == "" {
-		o.provider, o.device = "soft", "127.0.0.1:0"
+	if o.provider == "" || (o.provider == "soft" && o.device == "") {
+		o.provider, o.byRoute = "soft", true // device: by route, in dial
 	}
 	if o.qps == 0 {
 		o.qps = 1

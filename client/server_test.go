@@ -1,0 +1,59 @@
+package client
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/seqd/seqd/cmd/seqd/run"
+)
+
+// startServer runs seqd in-process with cfg (ephemeral loopback ports
+// unless cfg says otherwise) until the test ends, and returns its
+// addresses.
+func startServer(t testing.TB, cfg run.Config) run.Addrs {
+	t.Helper()
+	if cfg.Device == "" {
+		cfg.Device = "127.0.0.1:0"
+	}
+	if cfg.Admin == "" {
+		cfg.Admin = "127.0.0.1:0"
+	}
+	if cfg.Data == "" {
+		cfg.Data = t.TempDir()
+	}
+	cfg.Metrics = "off"
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan run.Addrs, 1)
+	done := make(chan error, 1)
+	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	go func() { done <- run.Run(ctx, cfg, quiet, func(a run.Addrs) { ready <- a }) }()
+	select {
+	case a := <-ready:
+		t.Cleanup(func() { cancel(); <-done })
+		return a
+	case err := <-done:
+		cancel()
+		t.Fatalf("seqd: %v", err)
+	case <-time.After(30 * time.Second):
+		cancel()
+		t.Fatal("seqd did not start in 30s")
+	}
+	return run.Addrs{}
+}
+
+// dialT dials addr with opts, bounded by 10s, and closes the client when
+// the test ends.
+func dialT(t testing.TB, addr string, opts ...Option) *Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := Dial(ctx, addr, opts...)
+	if err != nil {
+		t.Fatalf("Dial(%s): %v", addr, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
