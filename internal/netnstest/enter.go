@@ -3,7 +3,6 @@ package netnstest
 // Enter, below, is the single-namespace form: a test re-run inside a
 // network namespace of its own with extra addresses on its loopback.
 
-
 import (
 	"os"
 	"os/exec"

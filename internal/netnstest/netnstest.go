@@ -14,6 +14,10 @@
 // real binaries, or a test's own helper programs, so that a client on
 // another host is a different process with a different address, as in
 // production.
+//
+// Enter (enter.go) is the lighter form for a single test: the test
+// re-runs itself inside one namespace of its own with extra loopback
+// addresses.
 package netnstest
 
 import (
