@@ -67,7 +67,7 @@ func (g *haGroup) leader(skip int, within time.Duration) int {
 
 // The HA group on four kinds of host: etcd on one, three seqd instances
 // on three more, client sessions on four others and a probe client
-// on its own. TestHAFailover runs it with 100 sessions,
+// on its own. TestHAFailover runs it with 20 sessions,
 // TestHAFailoverStorm1000 with 1,000. The leader is killed with SIGKILL under verified load:
 // every session follows the failover on its own (the connect storm; the
 // time until all are served again is measured), no call fails, and the
@@ -87,12 +87,12 @@ func haFailover(t *testing.T, sessions int) {
 		g.hosts = append(g.hosts, h)
 		g.procs = append(g.procs, start(t, h, bin(t, "seqd"), seqdArgs(t, h, tf,
 			"-data", t.TempDir(), "-etcd-endpoints", eps, "-etcd-prefix", "/seqd/rig", "-lease-ttl", "3s",
-			"-max-clients", fmt.Sprint(sessions+100))...))
+			"-max-clients", fmt.Sprint(sessions+100), "-session-lease", orphanLease)...))
 	}
 	lead := g.leader(-1, 60*time.Second)
 
 	probeHost := rig.AddHost("probe")
-	probe := startClients(t, probeHost, 1, g.admins(), "-tls-ca", tf.CA, "-device", probeHost.HostPort(0),
+	probe := startClients(t, probeHost, 1, g.admins(), "-tls-ca", tf.CA,
 		"-period", "1s", "-timeout", "30s")
 	rcs := startMany(t, rig, sessions, g.admins(), append([]string{"-tls-ca", tf.CA}, clientFlags...)...)
 	markAll(t, append(rcs, probe), mono(), 30*time.Second)

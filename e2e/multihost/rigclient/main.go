@@ -43,7 +43,6 @@ import (
 
 	"github.com/seqd/seqd/admin"
 	"github.com/seqd/seqd/client"
-	_ "github.com/seqd/seqd/verbs/soft" // until the client links its default provider (issue 11)
 )
 
 // RecordSize is the size of one -out record.
@@ -64,7 +63,7 @@ type record struct {
 
 func main() {
 	adminAddr := flag.String("admin", "", "seqd admin address(es), comma-separated")
-	device := flag.String("device", "", "the clients' soft device (IP:port); empty: the library's default")
+	device := flag.String("device", "", "the clients' soft device (IP:port); empty: the library's default (the route to seqd)")
 	sessions := flag.Int("sessions", 1, "client sessions (one client.Client each)")
 	period := flag.Duration("period", 100*time.Millisecond, "mean pause between a session's calls (jittered ±50%)")
 	deadline := flag.Duration("deadline", 30*time.Second, "each call's context deadline")
@@ -72,15 +71,16 @@ func main() {
 	dialTimeout := flag.Duration("dial-timeout", 60*time.Second, "bound on dialing every session")
 	dialConc := flag.Int("dial-concurrency", 32, "sessions dialed at once")
 	tlsCA := flag.String("tls-ca", "", "admin TLS: the CA that verifies seqd")
+	insecure := flag.Bool("insecure", false, "plaintext admin plane off loopback (client.WithInsecure)")
 	out := flag.String("out", "", "write the call records here")
 	flag.Parse()
-	if err := run(*adminAddr, *device, *sessions, *period, *deadline, *timeout, *dialTimeout, *dialConc, *tlsCA, *out); err != nil {
+	if err := run(*adminAddr, *device, *sessions, *period, *deadline, *timeout, *dialTimeout, *dialConc, *tlsCA, *insecure, *out); err != nil {
 		fmt.Fprintln(os.Stderr, "rigclient:", err)
 		os.Exit(1)
 	}
 }
 
-func run(adminAddr, device string, sessions int, period, deadline, timeout, dialTimeout time.Duration, dialConc int, tlsCA, out string) error {
+func run(adminAddr, device string, sessions int, period, deadline, timeout, dialTimeout time.Duration, dialConc int, tlsCA string, insecure bool, out string) error {
 	var opts []client.Option
 	opts = append(opts, client.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))), client.WithWindow(4))
 	if device != "" {
@@ -88,6 +88,9 @@ func run(adminAddr, device string, sessions int, period, deadline, timeout, dial
 	}
 	if timeout > 0 {
 		opts = append(opts, client.WithTimeout(timeout))
+	}
+	if insecure {
+		opts = append(opts, client.WithInsecure())
 	}
 	if tlsCA != "" {
 		creds, err := admin.ClientTLS(admin.TLSConfig{CAFile: tlsCA})
