@@ -85,10 +85,12 @@ docker-ibverbs: build-ibverbs
 docker-smoke:
 	./scripts/docker-smoke.sh
 
-# Runs every command of the operator's guide (docs/operations.md) against a
-# seqd in private namespaces (scripts/check-guide.sh).
+# Runs every command of the operator's guide (docs/operations.md), and the
+# README's marked multi-host blocks, against seqd in private namespaces
+# (scripts/check-guide.sh).
 check-guide: build
 	./scripts/check-guide.sh docs/operations.md
+	./scripts/check-guide.sh --marked-only README.md
 
 # The deployment files: alert rules (promtool), the systemd unit, the
 # example config and the dashboard against a running seqd (deploy/).
