@@ -331,7 +331,7 @@ func (c *Client) connectAny(ctx context.Context, perTry time.Duration, skipCurre
 		}
 	}
 	if lastErr == nil {
-		lastErr = fmt.Errorf("%w: %v", ErrUnavailable, ctx.Err())
+		lastErr = fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
 	}
 	return lastErr
 }
@@ -528,7 +528,7 @@ func (c *Client) Submit(r *Request) error {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return ErrNotConnected
+		return fmt.Errorf("%w: the client is closed", ErrNotConnected)
 	}
 	r.floor = c.maxRet.Load()
 	r.next = c.queue
@@ -563,7 +563,7 @@ func (c *Client) GetTimestamp(ctx context.Context) (Timestamp, error) {
 		return ts, err
 	case <-ctx.Done():
 		r.abandoned.Store(true) // the engine recycles it
-		return 0, fmt.Errorf("%w: %w", ErrTimeout, ctx.Err())
+		return 0, ctxError(ctx.Err())
 	}
 }
 
@@ -590,7 +590,7 @@ func (c *Client) GetTimestamps(ctx context.Context, dst []Timestamp) error {
 			for _, r := range reqs {
 				r.abandoned.Store(true)
 			}
-			return fmt.Errorf("%w: %w", ErrTimeout, ctx.Err())
+			return ctxError(ctx.Err())
 		}
 	}
 	for i, r := range reqs {
@@ -602,12 +602,13 @@ func (c *Client) GetTimestamps(ctx context.Context, dst []Timestamp) error {
 	return nil
 }
 
+// deadline is when a call with ctx fails: ctx's deadline, or, when ctx
+// has none, WithTimeout's default from now.
 func (c *Client) deadline(ctx context.Context) time.Time {
-	d := time.Now().Add(c.opts.timeout)
-	if cd, ok := ctx.Deadline(); ok && cd.Before(d) {
-		d = cd
+	if cd, ok := ctx.Deadline(); ok {
+		return cd
 	}
-	return d
+	return time.Now().Add(c.opts.timeout)
 }
 
 // Stats returns the client's counters.

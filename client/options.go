@@ -28,6 +28,11 @@ type options struct {
 	dialOpts   []grpc.DialOption
 }
 
+// DefaultTimeout is the deadline of a call whose context has none. It
+// outlasts an HA failover with the default 3s lease (measured ~3.2s from
+// a leader's kill -9 to the new leader serving) with room to spare.
+const DefaultTimeout = 10 * time.Second
+
 // Option configures Dial.
 type Option func(*options) error
 
@@ -53,8 +58,9 @@ func WithQPs(n int) Option { return func(o *options) error { o.qps = n; return n
 // WithWindow sets the outstanding requests wanted per QP (default 64).
 func WithWindow(w int) Option { return func(o *options) error { o.window = w; return nil } }
 
-// WithTimeout bounds one request when its context has no earlier
-// deadline (default 2s): then it fails with ErrTimeout.
+// WithTimeout is the deadline of a call whose context has none (default
+// DefaultTimeout): the call then fails with ErrTimeout when no answer
+// came within d. A context's own deadline always wins, earlier or later.
 func WithTimeout(d time.Duration) Option { return func(o *options) error { o.timeout = d; return nil } }
 
 // WithRetransmit sets how long to wait for an answer before resending
@@ -112,7 +118,7 @@ func (o *options) validate() error {
 		o.window = 64
 	}
 	if o.timeout == 0 {
-		o.timeout = 2 * time.Second
+		o.timeout = DefaultTimeout
 	}
 	if o.retransmit == 0 {
 		o.retransmit = spec.DefaultTimeout

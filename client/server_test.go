@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +15,14 @@ import (
 // unless cfg says otherwise) until the test ends, and returns its
 // addresses.
 func startServer(t testing.TB, cfg run.Config) run.Addrs {
+	t.Helper()
+	a, _ := startStoppable(t, cfg)
+	return a
+}
+
+// startStoppable is startServer that also returns a stop function (the
+// test's end calls it too; calling it twice is fine).
+func startStoppable(t testing.TB, cfg run.Config) (run.Addrs, func()) {
 	t.Helper()
 	if cfg.Device == "" {
 		cfg.Device = "127.0.0.1:0"
@@ -32,8 +41,10 @@ func startServer(t testing.TB, cfg run.Config) run.Addrs {
 	go func() { done <- run.Run(ctx, cfg, quiet, func(a run.Addrs) { ready <- a }) }()
 	select {
 	case a := <-ready:
-		t.Cleanup(func() { cancel(); <-done })
-		return a
+		var once sync.Once
+		stop := func() { once.Do(func() { cancel(); <-done }) }
+		t.Cleanup(stop)
+		return a, stop
 	case err := <-done:
 		cancel()
 		t.Fatalf("seqd: %v", err)
@@ -41,7 +52,7 @@ func startServer(t testing.TB, cfg run.Config) run.Addrs {
 		cancel()
 		t.Fatal("seqd did not start in 30s")
 	}
-	return run.Addrs{}
+	return run.Addrs{}, nil
 }
 
 // dialT dials addr with opts, bounded by 10s, and closes the client when
@@ -50,7 +61,8 @@ func dialT(t testing.TB, addr string, opts ...Option) *Client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := Dial(ctx, addr, opts...)
+	quiet := WithLogger(slog.New(slog.DiscardHandler))
+	c, err := Dial(ctx, addr, append([]Option{quiet}, opts...)...)
 	if err != nil {
 		t.Fatalf("Dial(%s): %v", addr, err)
 	}
