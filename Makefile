@@ -4,7 +4,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/seqd/seqd/internal/version.Version=$(VERSION)
 BIN     := bin
 
-.PHONY: all build build-ibverbs test test-short lint run bench bench-verbs bench-client fuzz-short clean docker docker-ibverbs docker-smoke check-guide check-deploy lossy soak cross
+.PHONY: all build build-ibverbs test test-short lint run bench bench-verbs bench-client fuzz-short clean docker docker-ibverbs docker-smoke check-guide check-deploy lossy soak cross storm bench-remote
 
 all: build
 
@@ -65,6 +65,18 @@ lossy:
 DURATION ?= 10m
 soak:
 	SEQD_SOAK=$(DURATION) $(GO) test -count=1 -run '^TestSoak$$' -v -timeout 0 ./e2e/
+
+# The multi-host rig's 1,000-session connect storms: seqd restarted with
+# kill -9, and an HA leader killed, with 1,000 sessions on four other
+# hosts (network namespaces; needs root and etcd). Prints RIG lines with
+# the recovery times (e2e/multihost).
+storm:
+	SEQD_RIG_STORM=1 $(GO) test -count=1 -run 'Storm1000' -v -timeout 20m ./e2e/multihost/
+
+# loadgen against a seqd on another host (network namespace) next to a
+# seqd on loopback, in the same run (needs root): the RIG loadgen line.
+bench-remote:
+	$(GO) test -count=1 -run '^TestLoadgenRemoteVsLoopback$$' -v ./e2e/multihost/
 
 # Each fuzz target for a short time (CI).
 fuzz-short:

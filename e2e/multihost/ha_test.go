@@ -92,8 +92,8 @@ func haFailover(t *testing.T, sessions int) {
 	lead := g.leader(-1, 60*time.Second)
 
 	probeHost := rig.AddHost("probe")
-	probe := startClients(t, probeHost, 1, g.admins(), "-tls-ca", tf.CA,
-		"-period", "1s", "-timeout", "30s")
+	// The probe's client has the library's defaults: no WithTimeout.
+	probe := startClients(t, probeHost, 1, g.admins(), "-tls-ca", tf.CA, "-period", "1s")
 	rcs := startMany(t, rig, sessions, g.admins(), append([]string{"-tls-ca", tf.CA}, clientFlags...)...)
 	markAll(t, append(rcs, probe), mono(), 30*time.Second)
 
