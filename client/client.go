@@ -139,7 +139,8 @@ type Client struct {
 	recvSGE  []verbs.SGE
 	reconnAt time.Duration
 	// retryAfter is the pause before the next reconnect after failed
-	// ones (doubling from retryConnectAfter to maxRetryConnect).
+	// ones (nextBackoff: jittered, growing from retryConnectAfter up to
+	// maxRetryConnect).
 	retryAfter time.Duration
 
 	// The data path of the server's mode: Spec-S0 on the QPs above, or

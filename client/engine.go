@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"runtime"
 	"time"
 
@@ -404,7 +405,7 @@ func (c *Client) reconnect(now time.Duration, force bool) {
 	if err := c.connectAny(ctx, dialAttempt, unreachable); err != nil {
 		c.log.Debug("reconnect failed; retrying", "err", err)
 		c.connFailed = true
-		c.retryAfter = min(2*max(c.retryAfter, retryConnectAfter), maxRetryConnect)
+		c.retryAfter = nextBackoff(c.retryAfter, retryConnectAfter, maxRetryConnect, rand.Float64())
 		c.closeAlt()
 		c.expireBacklog(c.now())
 		return

@@ -3,6 +3,8 @@ package client
 import (
 	"context"
 	"errors"
+	"net"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -46,6 +48,29 @@ func TestWithInsecureOffLoopback(t *testing.T) {
 	if !strings.HasPrefix(c.opts.device, "198.51.100.7:") {
 		t.Errorf("device %q, want 198.51.100.7:0", c.opts.device)
 	}
+	if _, err := c.GetTimestamp(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// seqd listening on every interface (admin on 0.0.0.0, the data plane on
+// 0.0.0.0 with provider option advertise=): a client given the host's
+// address reaches both.
+func TestListenAllInterfaces(t *testing.T) {
+	if !netnstest.Enter(t, "198.51.100.7/32") {
+		return
+	}
+	a := startServer(t, run.Config{Device: "0.0.0.0:0", ProviderOpts: "advertise=198.51.100.7", Admin: "0.0.0.0:0"})
+	_, port, err := net.SplitHostPort(a.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := dialT(t, net.JoinHostPort("198.51.100.7", port), WithInsecure())
+	if c.dataIP != netip.MustParseAddr("198.51.100.7") || !strings.HasPrefix(c.opts.device, "198.51.100.7:") {
+		t.Errorf("server data plane %v, device %q; want 198.51.100.7 for both", c.dataIP, c.opts.device)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	if _, err := c.GetTimestamp(ctx); err != nil {
 		t.Fatal(err)
 	}
