@@ -85,9 +85,9 @@ func haFailover(t *testing.T, sessions int) {
 	for i := range 3 {
 		h := rig.AddHost(fmt.Sprintf("s%d", i+1))
 		g.hosts = append(g.hosts, h)
-		g.procs = append(g.procs, start(t, h, bin(t, "seqd"), seqdArgs(t, h, tf,
-			"-data", t.TempDir(), "-etcd-endpoints", eps, "-etcd-prefix", "/seqd/rig", "-lease-ttl", "3s",
-			"-max-clients", fmt.Sprint(sessions+100), "-session-lease", orphanLease)...))
+		g.procs = append(g.procs, start(t, h, bin(t, "seqd"), seqdArgs(t, h, tf, append([]string{
+			"-data", t.TempDir(), "-etcd-endpoints", eps, "-etcd-prefix", "/seqd/rig", "-lease-ttl", "3s"},
+			leaseFlags(sessions)...)...)...))
 	}
 	lead := g.leader(-1, 60*time.Second)
 
@@ -100,14 +100,9 @@ func haFailover(t *testing.T, sessions int) {
 	g.procs[lead].kill()
 	kill := mono()
 	probe.send("call 30s")
-	for _, rc := range rcs {
-		rc.send(fmt.Sprintf("mark %d", kill))
-	}
 	next := g.leader(lead, 30*time.Second)
 	elected := time.Duration(mono() - kill)
-	for _, rc := range rcs {
-		rc.expect("SERVED", 120*time.Second)
-	}
+	markAllSoft(t, rcs, kill, 120*time.Second)
 	res := strings.Fields(probe.expect("CALL", 60*time.Second))
 	if len(res) < 5 || res[1] != "ok" {
 		t.Fatalf("the probe's call with a 30s deadline failed across the leader's kill: %q", res)

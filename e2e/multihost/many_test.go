@@ -37,6 +37,17 @@ const stormBug = "known to fail: a client whose Connect timed out (500 ms) on a 
 // with a 30s deadline can fail waiting for it.
 const orphanLease = "5s"
 
+// leaseFlags are seqd's session-lease flags for a reconnect test with
+// sessions sessions: orphanLease for the few-session tests; the default
+// (30s) for the 1,000-session storms, where a 5s lease means 600 renewals
+// a second.
+func leaseFlags(sessions int) []string {
+	if sessions > fewSessions {
+		return nil
+	}
+	return []string{"-session-lease", orphanLease}
+}
+
 // clientFlags are rigclient's flags for the many-session tests: one call
 // per session per second, each with a 30 s context deadline (rigclient's
 // default) and the library's default options otherwise: the call waits
@@ -70,6 +81,22 @@ func markAll(t *testing.T, rcs []*rigClient, mark int64, within time.Duration) {
 	}
 }
 
+// markAllSoft is markAll that reports, instead of failing at once, the
+// hosts whose sessions were not all served within the bound (the
+// measurement is then still taken from the history).
+func markAllSoft(t *testing.T, rcs []*rigClient, mark int64, within time.Duration) {
+	t.Helper()
+	for _, rc := range rcs {
+		rc.send(fmt.Sprintf("mark %d", mark))
+	}
+	deadline := time.Now().Add(within)
+	for _, rc := range rcs {
+		if _, err := rc.await("SERVED", time.Until(deadline)); err != nil {
+			t.Errorf("not every session on %s served again within %v", rc.p.host.Name, within)
+		}
+	}
+}
+
 // stopAll stops every client host and returns the history of all.
 func stopAll(rcs []*rigClient) *history {
 	var h history
@@ -79,14 +106,14 @@ func stopAll(rcs []*rigClient) *history {
 	return &h
 }
 
-// 1,000 client sessions on one seqd, from four hosts: all admitted, all
-// served, every call verified.
+// 1,000 client sessions on one seqd with its default -max-clients, from
+// four hosts: all admitted, all served, every call verified.
 func TestThousandSessions(t *testing.T) {
 	rig := netnstest.New(t)
 	srv, ctl := rig.AddHost("srv"), rig.AddHost("ctl")
 	tf := makeTLS(t)
 	admin := srv.HostPort(7070)
-	start(t, srv, bin(t, "seqd"), seqdArgs(t, srv, tf, "-data", t.TempDir(), "-max-clients", fmt.Sprint(manySessions+100))...)
+	start(t, srv, bin(t, "seqd"), seqdArgs(t, srv, tf, "-data", t.TempDir())...)
 	waitFor(t, 20*time.Second, "seqd serving", func() bool { return healthy(t, ctl, tf, admin) })
 
 	t0 := mono()
@@ -127,7 +154,7 @@ func restartStorm(t *testing.T, sessions int) {
 	srv, ctl := rig.AddHost("srv"), rig.AddHost("ctl")
 	tf := makeTLS(t)
 	admin := srv.HostPort(7070)
-	args := seqdArgs(t, srv, tf, "-data", t.TempDir(), "-max-clients", fmt.Sprint(sessions+100), "-session-lease", orphanLease)
+	args := seqdArgs(t, srv, tf, append([]string{"-data", t.TempDir()}, leaseFlags(sessions)...)...)
 	seqd := start(t, srv, bin(t, "seqd"), args...)
 	waitFor(t, 20*time.Second, "seqd serving", func() bool { return healthy(t, ctl, tf, admin) })
 	rcs := startMany(t, rig, sessions, admin, append([]string{"-tls-ca", tf.CA}, clientFlags...)...)
@@ -138,7 +165,7 @@ func restartStorm(t *testing.T, sessions int) {
 	start(t, srv, bin(t, "seqd"), args...)
 	waitFor(t, 20*time.Second, "seqd serving again", func() bool { return healthy(t, ctl, tf, admin) })
 	up := time.Duration(mono() - kill)
-	markAll(t, rcs, kill, 120*time.Second)
+	markAllSoft(t, rcs, kill, 120*time.Second)
 	h := stopAll(rcs)
 	worst, median := h.recovery(t, kill)
 	n := h.check(t)

@@ -293,6 +293,15 @@ func launchClients(t *testing.T, h *netnstest.Host, n int, admin string, extra .
 // expect waits for the next line that starts with prefix and returns it.
 func (rc *rigClient) expect(prefix string, d time.Duration) string {
 	rc.t.Helper()
+	l, err := rc.await(prefix, d)
+	if err != nil {
+		rc.t.Fatal(err)
+	}
+	return l
+}
+
+// await is expect that returns an error instead of failing the test.
+func (rc *rigClient) await(prefix string, d time.Duration) (string, error) {
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	for {
@@ -300,13 +309,13 @@ func (rc *rigClient) expect(prefix string, d time.Duration) string {
 		case l, ok := <-rc.lines:
 			if !ok {
 				<-rc.p.done
-				rc.t.Fatalf("rigclient on %s exited (%v) before %s:\n%s", rc.p.host.Name, rc.p.cmd.ProcessState, prefix, rc.p.log)
+				return "", fmt.Errorf("rigclient on %s exited (%v) before %s:\n%s", rc.p.host.Name, rc.p.cmd.ProcessState, prefix, rc.p.log)
 			}
 			if strings.HasPrefix(l, prefix) {
-				return l
+				return l, nil
 			}
 		case <-timer.C:
-			rc.t.Fatalf("rigclient on %s: no %s within %v:\n%s", rc.p.host.Name, prefix, d, rc.p.log)
+			return "", fmt.Errorf("rigclient on %s: no %s within %v:\n%s", rc.p.host.Name, prefix, d, rc.p.log)
 		}
 	}
 }
@@ -400,24 +409,23 @@ func (h *history) check(t *testing.T) int {
 	return rep.Calls
 }
 
-// recovery returns, for a moment mark, how long after it every session
-// had been served again: the largest end, over sessions, of the first
-// good call that started at or after mark, minus mark; and the median.
+// recovery measures, for a moment mark, when each session was served
+// again: the end of its first good call that started at or after mark,
+// minus mark. It returns the worst and the median over the sessions that
+// were, and fails the test (once) naming how many were not.
 func (h *history) recovery(t *testing.T, mark int64) (worst, median time.Duration) {
 	t.Helper()
 	var ds []time.Duration
-	for i, s := range h.sessions {
-		found := false
+	for _, s := range h.sessions {
 		for _, c := range s {
 			if c.ok && c.start >= mark {
 				ds = append(ds, time.Duration(c.end-mark))
-				found = true
 				break
 			}
 		}
-		if !found {
-			t.Errorf("session %d: no good call after the mark", i)
-		}
+	}
+	if len(ds) < len(h.sessions) {
+		t.Errorf("%d of %d sessions not served again after the mark", len(h.sessions)-len(ds), len(h.sessions))
 	}
 	if len(ds) == 0 {
 		return 0, 0
