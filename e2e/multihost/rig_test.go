@@ -373,9 +373,16 @@ type history struct {
 
 func (h *history) add(s [][]call) { h.sessions = append(h.sessions, s...) }
 
+// outcome is what check found.
+type outcome struct{ calls, violations, failed int }
+
+func (o outcome) String() string {
+	return fmt.Sprintf("calls=%d violations=%d failed_calls=%d", o.calls, o.violations, o.failed)
+}
+
 // check verifies every good call of every session together and fails the
-// test on a violation or on a failed call. It returns the number of calls.
-func (h *history) check(t *testing.T) int {
+// test on a violation or on a failed call.
+func (h *history) check(t *testing.T) outcome {
 	t.Helper()
 	var all [][]verify.Call
 	failed := 0
@@ -406,7 +413,7 @@ func (h *history) check(t *testing.T) int {
 			t.Errorf("session %d made no call", i)
 		}
 	}
-	return rep.Calls
+	return outcome{rep.Calls, rep.Violations(), failed}
 }
 
 // recovery measures, for a moment mark, when each session was served
