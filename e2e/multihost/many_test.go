@@ -27,8 +27,8 @@ func stormGate(t *testing.T) {
 }
 
 // stormBug is why the storms are gated.
-const stormBug = "known to fail: a client whose Connect timed out (500 ms) on a busy server leaves a session behind that holds its QP, " +
-	"so every retry is refused as \"already connected\" (retried every <=100 ms, no jitter) until the session lease ends"
+const stormBug = "known to fail: a client whose Status (500 ms) or Connect times out on a busy server re-Connects its QP while a session (its own, or an orphan it never learnt) still holds it, " +
+	"and every retry is refused as \"already connected\"; client/engine.go reconnect"
 
 // orphanLease is the session lease of the seqd instances the reconnect
 // tests restart or fail over: a Connect that timed out on the client but
