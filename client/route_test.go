@@ -91,6 +91,14 @@ func TestDialBindsByRoute(t *testing.T) {
 	if _, err := c.GetTimestamp(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// Provider soft with no device: by route too, with the options.
+	c2 := dialT(t, a.Admin, WithDevice("soft", "", "queues=2"))
+	if !strings.HasPrefix(c2.opts.device, "127.0.0.1:") || c2.opts.provOpts["queues"] != "2" {
+		t.Fatalf("WithDevice(soft, \"\", queues=2): device %q, options %v", c2.opts.device, c2.opts.provOpts)
+	}
+	if _, err := c2.GetTimestamp(ctx); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // A server whose data plane is on another address than its admin plane:

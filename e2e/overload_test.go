@@ -294,13 +294,22 @@ func TestLeaseReclaimsDeadClients(t *testing.T) {
 	const lease = 300 * time.Millisecond
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	// Room for one window-256 session beside the real client only.
+	// Sessions of 16 QPs × window 256 (4096 receives each) fill the
+	// worker's receives beside the real client's 32.
+	big := func(port uint16) *adminpb.ConnectRequest {
+		req := syntheticConnect(port, 9, 256)
+		for q := range 15 {
+			req.Qps = append(req.Qps, &adminpb.Endpoint{Address: req.Qps[0].Address, Qpn: uint32(10 + q)})
+		}
+		return req
+	}
+	fill := (headeronly.DefaultMaxRecv - 32) / 4096
 	addr := startConfig(t, run.Config{Workers: 1, MaxWindow: 256, MaxClients: 64, SessionLease: lease})
 	adm := adminClient(ctx, t, addr)
 	cs := dialN(t, ctx, addr, "", 1)
 	var dead []uint64
-	for i := range 31 {
-		resp, err := adm.Connect(ctx, syntheticConnect(uint16(22000+i), 9, 256))
+	for i := range fill {
+		resp, err := adm.Connect(ctx, big(uint16(22000+i)))
 		if err != nil {
 			t.Fatalf("connect %d: %v", i, err)
 		}
@@ -309,13 +318,13 @@ func TestLeaseReclaimsDeadClients(t *testing.T) {
 		}
 		dead = append(dead, resp.GetSessionId())
 	}
-	if _, err := adm.Connect(ctx, syntheticConnect(23000, 9, 256)); status.Code(err) != codes.ResourceExhausted {
+	if _, err := adm.Connect(ctx, big(23000)); status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("full server: %v, want ResourceExhausted", err)
 	}
 	sessions := func() uint64 { return sessionCount(ctx, t, adm) }
 	waitFor(t, 20*lease, func() bool { return sessions() == 1 }, "dead sessions reclaimed")
 	// Their capacity is back.
-	if _, err := adm.Connect(ctx, syntheticConnect(23000, 9, 256)); err != nil {
+	if _, err := adm.Connect(ctx, big(23000)); err != nil {
 		t.Fatalf("connect after reclaim: %v", err)
 	}
 	// The real client idles through five more leases (the idle period is

@@ -43,6 +43,7 @@ func Enter(t *testing.T, addrs ...string) bool {
 	if err != nil || !strings.Contains(string(out), "--- PASS: "+t.Name()) {
 		t.Fatalf("in a network namespace: %v\n%s", err, out)
 	}
+	t.Logf("in a network namespace:\n%s", out)
 	return false
 }
 
