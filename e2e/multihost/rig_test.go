@@ -71,6 +71,25 @@ func bin(t *testing.T, name string) string {
 	return filepath.Join(binDir, name)
 }
 
+var (
+	initOnce sync.Once
+	initArgs []string
+)
+
+// newDeployment is the flag a seqd on a fresh data directory needs:
+// -init where seqd has it (a missing mark file stops seqd otherwise),
+// nothing where it does not.
+func newDeployment(t *testing.T) []string {
+	seqd := bin(t, "seqd")
+	initOnce.Do(func() {
+		out, _ := exec.Command(seqd, "-h").CombinedOutput()
+		if strings.Contains(string(out), "\n  -init\n") || strings.Contains(string(out), "\n  -init ") {
+			initArgs = []string{"-init"}
+		}
+	})
+	return initArgs
+}
+
 // mono reads CLOCK_MONOTONIC, the clock rigclient stamps its calls with.
 func mono() int64 {
 	var ts unix.Timespec
@@ -218,6 +237,7 @@ func makeTLS(t *testing.T) tlsFiles {
 func seqdArgs(t *testing.T, h *netnstest.Host, tf tlsFiles, extra ...string) []string {
 	args := []string{"-admin", h.HostPort(7070), "-device", h.HostPort(4791), "-metrics", "off",
 		"-admin-tls-cert", tf.Cert, "-admin-tls-key", tf.Key}
+	args = append(args, newDeployment(t)...)
 	return append(args, extra...)
 }
 
