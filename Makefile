@@ -4,7 +4,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/seqd/seqd/internal/version.Version=$(VERSION)
 BIN     := bin
 
-.PHONY: all build build-ibverbs test test-short lint run bench bench-verbs bench-client fuzz-short clean docker docker-ibverbs docker-smoke check-guide check-deploy lossy soak
+.PHONY: all build build-ibverbs test test-short lint run bench bench-verbs bench-client fuzz-short clean docker docker-ibverbs docker-smoke check-guide check-deploy lossy soak cross storm bench-remote
 
 all: build
 
@@ -15,6 +15,12 @@ build:
 build-ibverbs:
 	CGO_ENABLED=1 $(GO) build -tags ibverbs -ldflags '$(LDFLAGS)' -o $(BIN)/ibverbs/ ./cmd/...
 	CGO_ENABLED=1 $(GO) vet -tags ibverbs ./verbs/ibv/
+
+# The public client and the command-line tools build for other systems
+# (the soft provider fails at run time there): CGO_ENABLED=0, darwin and
+# windows.
+cross:
+	for os in darwin windows; do CGO_ENABLED=0 GOOS=$$os $(GO) build -o /dev/null ./client/... ./cmd/seqctl ./cmd/loadgen || exit 1; done
 
 # The README's test command: lint, then every test with the race detector.
 # Tests that need something missing (tshark, an RDMA device, etcd) skip
@@ -62,6 +68,18 @@ DURATION ?= 10m
 soak:
 	SEQD_SOAK=$(DURATION) $(GO) test -count=1 -run '^TestSoak$$' -v -timeout 0 ./e2e/
 
+# The multi-host rig's 1,000-session connect storms: seqd restarted with
+# kill -9, and an HA leader killed, with 1,000 sessions on four other
+# hosts (network namespaces; needs root and etcd). Prints RIG lines with
+# the recovery times (e2e/multihost).
+storm:
+	SEQD_RIG_STORM=1 $(GO) test -count=1 -run 'Storm1000' -v -timeout 20m ./e2e/multihost/
+
+# loadgen against a seqd on another host (network namespace) next to a
+# seqd on loopback, in the same run (needs root): the RIG loadgen line.
+bench-remote:
+	$(GO) test -count=1 -run '^TestLoadgenRemoteVsLoopback$$' -v ./e2e/multihost/
+
 # Each fuzz target for a short time (CI).
 fuzz-short:
 	./scripts/fuzz-short.sh $(FUZZTIME)
@@ -81,10 +99,12 @@ docker-ibverbs: build-ibverbs
 docker-smoke:
 	./scripts/docker-smoke.sh
 
-# Runs every command of the operator's guide (docs/operations.md) against a
-# seqd in private namespaces (scripts/check-guide.sh).
+# Runs every command of the operator's guide (docs/operations.md), and the
+# README's marked multi-host blocks, against seqd in private namespaces
+# (scripts/check-guide.sh).
 check-guide: build
 	./scripts/check-guide.sh docs/operations.md
+	./scripts/check-guide.sh --marked-only README.md
 
 # The deployment files: alert rules (promtool), the systemd unit, the
 # example config and the dashboard against a running seqd (deploy/).

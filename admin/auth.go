@@ -239,7 +239,8 @@ func peerAddr(ctx context.Context) string {
 }
 
 // BearerToken returns per-call credentials that send token. With
-// insecure set they are sent over plaintext too (loopback only).
+// insecure set they are sent over plaintext too: on loopback, or off it
+// when the caller chose plaintext (Insecure).
 func BearerToken(token string, insecure bool) credentials.PerRPCCredentials {
 	return bearerCreds{token: token, insecure: insecure}
 }

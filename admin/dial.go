@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
@@ -18,15 +19,19 @@ import (
 // fails, and with ctx's error when ctx ends first.
 //
 // On loopback Dial uses plaintext by default. Any other address needs
-// transport credentials in opts (grpc.WithTransportCredentials); until TLS
-// lands, pass insecure.NewCredentials() there to choose plaintext
-// knowingly. opts come after the defaults and so override them.
+// transport credentials in opts (grpc.WithTransportCredentials with
+// ClientTLS), or Insecure() to choose plaintext knowingly; without either
+// Dial fails with ErrPlaintextRefused. opts come after the defaults and
+// so override them.
 func Dial(ctx context.Context, addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 	defaults := []grpc.DialOption{grpc.WithUserAgent("seqd-admin")}
 	if creds := defaultCreds(addr); creds != nil {
 		defaults = append(defaults, grpc.WithTransportCredentials(creds))
 	}
 	cc, err := grpc.NewClient(addr, append(defaults, opts...)...)
+	if err != nil && len(defaults) == 1 && strings.Contains(err.Error(), "no transport security set") {
+		return nil, plaintextRefused(addr)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("admin: dial %s: %w", addr, err)
 	}

@@ -37,6 +37,17 @@ type Backend interface {
 	Status(ctx context.Context) (*adminpb.StatusResponse, error)
 }
 
+// Replacer is implemented by backends that swap a client's session in one
+// step (ConnectRequest.replaces): Replace releases old, if the data path
+// still holds it (CheckEpoch), and admits req under the same lock, so
+// that req may take the old session's queue pairs and capacity. When req
+// is refused, old is kept. An old naming no session of this data path is
+// ignored. For a backend without it the admin server calls Disconnect,
+// then Connect: a refused Connect then still released the old session.
+type Replacer interface {
+	Replace(ctx context.Context, old *adminpb.DisconnectRequest, req *adminpb.ConnectRequest) (*adminpb.ConnectResponse, error)
+}
+
 // ModeSetter is implemented by backends that can switch the data-path
 // mode at run time (SetMode). The admin server checks the mode name
 // against Config.Modes first.
@@ -241,13 +252,30 @@ func (v *service) Connect(ctx context.Context, req *adminpb.ConnectRequest) (*ad
 		v.s.log.Info("connect refused", "client", req.GetClientName(), "err", err)
 		return nil, statusError(err)
 	}
-	resp, err := v.s.backend.Connect(ctx, req)
+	var old *token
+	var release *adminpb.DisconnectRequest
+	if r := req.GetReplaces(); len(r) != 0 {
+		g, t, found, err := v.s.sessions.claim(r)
+		if err != nil {
+			return nil, statusError(err)
+		}
+		defer v.s.sessions.unclaim(r)
+		if found {
+			old, release = &t, &adminpb.DisconnectRequest{SessionId: g.id, Epoch: g.epoch}
+		}
+	}
+	// A caller that gave up must not replace a session after a newer
+	// Connect of its own did (claim serialises those naming one value).
+	if err := ctx.Err(); err != nil {
+		return nil, status.FromContextError(err).Err()
+	}
+	resp, err := v.s.connect(ctx, req, release)
 	if err != nil {
 		err = statusError(err)
 		v.s.log.Warn("connect failed", "client", req.GetClientName(), "qps", len(req.GetQps()), "code", status.Code(err).String(), "err", err)
 		return nil, err
 	}
-	tok := v.s.sessions.add(resp.GetSessionId(), resp.GetEpoch(), time.Now())
+	tok := v.s.sessions.add(resp.GetSessionId(), resp.GetEpoch(), time.Now(), req.GetReplaces(), old)
 	resp.SessionToken = tok[:]
 	if ttl := v.s.sessions.ttl; ttl > 0 {
 		resp.LeaseMs = uint32(ttl / time.Millisecond)
@@ -255,6 +283,21 @@ func (v *service) Connect(ctx context.Context, req *adminpb.ConnectRequest) (*ad
 	v.s.log.Info("client connected", "client", req.GetClientName(), "session", resp.GetSessionId(),
 		"qps", len(req.GetQps()), "window", resp.GetWindow(), "mode", resp.GetMode())
 	return resp, nil
+}
+
+// connect admits req, releasing the session old names first when it is
+// not nil (see Replacer).
+func (s *Server) connect(ctx context.Context, req *adminpb.ConnectRequest, old *adminpb.DisconnectRequest) (*adminpb.ConnectResponse, error) {
+	if old == nil {
+		return s.backend.Connect(ctx, req)
+	}
+	if r, ok := s.backend.(Replacer); ok {
+		return r.Replace(ctx, old, req)
+	}
+	if err := s.backend.Disconnect(ctx, old); err != nil && status.Code(statusError(err)) != codes.NotFound {
+		return nil, err
+	}
+	return s.backend.Connect(ctx, req)
 }
 
 func (v *service) Disconnect(ctx context.Context, req *adminpb.DisconnectRequest) (*adminpb.DisconnectResponse, error) {

@@ -43,19 +43,29 @@ type sessions struct {
 	m       map[token]grant
 	epoch   uint64        // the epoch of the latest grant
 	expired atomic.Uint64 // sessions disconnected because their lease ran out
+	// Connects that named a session to replace (ConnectRequest.replaces):
+	// byPrev maps the value they named to the session the last of them
+	// created (one entry per live session at most), busy the values of
+	// those in progress.
+	byPrev map[token]token
+	busy   map[token]bool
 }
 
 type grant struct {
 	id, epoch uint64
 	deadline  time.Time // zero without leases
+	prev      token     // the replaces value of the Connect that created it
+	hasPrev   bool
 }
 
 func newSessions(ttl time.Duration) *sessions {
-	return &sessions{ttl: ttl, m: map[token]grant{}}
+	return &sessions{ttl: ttl, m: map[token]grant{}, byPrev: map[token]token{}, busy: map[token]bool{}}
 }
 
-// add records a session the backend granted and returns its token.
-func (s *sessions) add(id, epoch uint64, now time.Time) token {
+// add records a session the backend granted to a Connect that named
+// replaces (nil: none) and released old (nil: none), and returns its
+// token.
+func (s *sessions) add(id, epoch uint64, now time.Time, replaces []byte, old *token) token {
 	var t token
 	rand.Read(t[:]) // never fails (crypto/rand aborts the program instead)
 	g := grant{id: id, epoch: epoch}
@@ -69,13 +79,62 @@ func (s *sessions) add(id, epoch uint64, now time.Time) token {
 		// that no longer exist.
 		for k, o := range s.m {
 			if o.epoch != epoch {
-				delete(s.m, k)
+				s.drop(k)
 			}
 		}
 		s.epoch = epoch
 	}
+	if old != nil {
+		s.drop(*old)
+	}
+	if len(replaces) == TokenLen {
+		g.prev, g.hasPrev = token(replaces), true
+		s.byPrev[g.prev] = t
+	}
 	s.m[t] = g
 	return t
+}
+
+// drop forgets the session of k. Called with s.mu held.
+func (s *sessions) drop(k token) {
+	g, ok := s.m[k]
+	if !ok {
+		return
+	}
+	delete(s.m, k)
+	if g.hasPrev && s.byPrev[g.prev] == k {
+		delete(s.byPrev, g.prev)
+	}
+}
+
+// claim resolves a Connect's replaces value r to the session it
+// releases: the session of token r, or else the one an earlier Connect
+// naming r created (the caller never heard its answer), found false when
+// there is none. It fails while another Connect naming r is in progress;
+// otherwise the caller must call unclaim(r) when done.
+func (s *sessions) claim(r []byte) (g grant, tok token, found bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := token(r)
+	if s.busy[k] {
+		return grant{}, token{}, false, fmt.Errorf("%w: connect: another Connect replacing the same session is in progress; retry", ErrUnavailable)
+	}
+	s.busy[k] = true
+	if g, ok := s.m[k]; ok {
+		return g, k, true, nil
+	}
+	if t, ok := s.byPrev[k]; ok {
+		if g, ok := s.m[t]; ok {
+			return g, t, true, nil
+		}
+	}
+	return grant{}, token{}, false, nil
+}
+
+func (s *sessions) unclaim(r []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.busy, token(r))
 }
 
 // take removes and returns the session of tok.
@@ -86,7 +145,7 @@ func (s *sessions) take(tok []byte) (grant, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	g, ok := s.m[token(tok)]
-	delete(s.m, token(tok))
+	s.drop(token(tok))
 	return g, ok
 }
 
@@ -117,7 +176,7 @@ func (s *sessions) takeExpired(now time.Time) []grant {
 	for k, g := range s.m {
 		if !g.deadline.IsZero() && now.After(g.deadline) {
 			out = append(out, g)
-			delete(s.m, k)
+			s.drop(k)
 		}
 	}
 	return out

@@ -18,6 +18,9 @@ func (cfg *Config) validateConnect(req *adminpb.ConnectRequest) error {
 	if len(qps) > cfg.MaxQPsPerClient {
 		return fmt.Errorf("%w: connect: %d queue pairs, at most %d allowed", ErrInvalidArgument, len(qps), cfg.MaxQPsPerClient)
 	}
+	if r := req.GetReplaces(); len(r) != 0 && len(r) != TokenLen {
+		return fmt.Errorf("%w: connect: replaces is %d bytes, want a %d-byte session token (or none)", ErrInvalidArgument, len(r), TokenLen)
+	}
 	if cq := req.GetConnQps(); len(cq) != 0 && len(cq) != len(qps) {
 		return fmt.Errorf("%w: connect: %d conn_qps for %d qps", ErrInvalidArgument, len(cq), len(qps))
 	}

@@ -72,7 +72,8 @@ func (a *atomicsAlt) Send(now time.Duration, ids []int) (int, error) { return a.
 // connectAlt admits the client in mode (herd or atomics) with fresh QPs.
 func (c *Client) connectAlt(ctx context.Context, mode string) error {
 	o := &c.opts
-	req := &adminpb.ConnectRequest{Window: uint32(o.window), Mode: mode, ClientName: o.name, ProtocolVersion: spec.ProtocolVersion}
+	req := &adminpb.ConnectRequest{Window: uint32(o.window), Mode: mode, ClientName: o.name, ProtocolVersion: spec.ProtocolVersion,
+		Replaces: c.replaces()}
 	ep := func(a verbs.Address, q verbs.QPN) *adminpb.Endpoint {
 		b, _ := a.MarshalBinary()
 		return &adminpb.Endpoint{Address: b, Qpn: uint32(q)}
@@ -136,7 +137,18 @@ func (c *Client) connectAlt(ctx context.Context, mode string) error {
 // setSession records the session a Connect just granted.
 func (c *Client) setSession(resp *adminpb.ConnectResponse) {
 	c.session, c.token, c.epoch = resp.GetSessionId(), resp.GetSessionToken(), resp.GetEpoch()
+	c.dataIP = serverDataIP(resp)
 	c.publishLease(resp)
+}
+
+// replaces is what the next Connect names in ConnectRequest.replaces:
+// the token of the session last granted, or before the first grant the
+// client's own handle.
+func (c *Client) replaces() []byte {
+	if len(c.token) != 0 {
+		return c.token
+	}
+	return c.handle
 }
 
 // disconnectReq releases the current session: by its token, which names

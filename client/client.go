@@ -2,9 +2,11 @@ package client
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -34,6 +36,9 @@ const (
 	// maxRetryConnect caps the backoff between failed reconnects (while
 	// an HA group elects a new leader, say).
 	maxRetryConnect = 100 * time.Millisecond
+	// slowProbesBeforeFailover: Status probes in a row that time out
+	// before a client that knows other instances leaves its server.
+	slowProbesBeforeFailover = 3
 )
 
 // Request is one asynchronous request. Callers own it and may reuse it
@@ -150,8 +155,16 @@ type Client struct {
 	recvSGE  []verbs.SGE
 	reconnAt time.Duration
 	// retryAfter is the pause before the next reconnect after failed
-	// ones (doubling from retryConnectAfter to maxRetryConnect).
+	// ones (nextBackoff: jittered, growing from retryConnectAfter up to
+	// maxRetryConnect).
 	retryAfter time.Duration
+	connFails  int           // reconnects failed in a row
+	slowProbes int           // Status probes timed out in a row (keepOnSlowProbe)
+	slowAns    time.Duration // lastAns when they began
+	// handle names the client's first session in Connect's replaces
+	// until a grant names it by token: a first Connect admitted after the
+	// client gave up on it is then replaced by the next one.
+	handle []byte
 
 	// The data path of the server's mode: Spec-S0 on the QPs above, or
 	// an altConn (herd, atomics) built at connect.
@@ -163,6 +176,8 @@ type Client struct {
 	altIDs     []int
 	altVals    []uint64
 	altOK      []bool
+
+	dataIP netip.Addr // the server's data-plane address, from Connect
 }
 
 // Dial connects to the seqd admin server at adminAddr, creates the
@@ -176,8 +191,35 @@ type Client struct {
 // answering, or answers as a standby, it finds the leader (the redirect,
 // then every known address), connects again and resends the calls in
 // flight under fresh tags; a call fails only at its deadline.
-func Dial(ctx context.Context, adminAddr string, opts ...Option) (_ *Client, err error) {
-	c := &Client{start: time.Now(), wakeCh: make(chan struct{}, 1), doneCh: make(chan struct{})}
+//
+// Unless WithDevice chose a device, the client binds the soft provider
+// to the local address of its route to the server: first the route to
+// the admin host, then, if the server's data plane (named in Connect's
+// answer) is reached from another local address, again on that one.
+func Dial(ctx context.Context, adminAddr string, opts ...Option) (*Client, error) {
+	c, err := dial(ctx, adminAddr, "", opts)
+	if err != nil || !c.opts.byRoute || !c.dataIP.IsValid() {
+		return c, err
+	}
+	want, err := routeDevice(c.dataIP)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	if want == c.opts.device {
+		return c, nil
+	}
+	c.log.Debug("data plane reached from another address: binding there", "server", c.dataIP, "device", want)
+	c.Close()
+	return dial(ctx, adminAddr, want, opts)
+}
+
+// dial is Dial on device (by the route to the admin host when "" and no
+// WithDevice).
+func dial(ctx context.Context, adminAddr, device string, opts []Option) (_ *Client, err error) {
+	c := &Client{start: time.Now(), wakeCh: make(chan struct{}, 1), doneCh: make(chan struct{}),
+		handle: make([]byte, admin.TokenLen)}
+	rand.Read(c.handle) // never fails (crypto/rand aborts the program instead)
 	for _, o := range opts {
 		if err := o(&c.opts); err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrConfig, err)
@@ -194,6 +236,18 @@ func Dial(ctx context.Context, adminAddr string, opts ...Option) (_ *Client, err
 	}
 	if len(c.addrs) == 0 {
 		return nil, fmt.Errorf("%w: no admin address", ErrConfig)
+	}
+	if c.opts.byRoute {
+		if device == "" {
+			ip, err := hostAddr(ctx, c.addrs[0])
+			if err != nil {
+				return nil, err
+			}
+			if device, err = routeDevice(ip); err != nil {
+				return nil, err
+			}
+		}
+		c.opts.device = device
 	}
 	c.log = c.opts.logger
 	c.pool.New = func() any { return &Request{Done: make(chan *Request, 1), pooled: true} }
@@ -276,7 +330,7 @@ func (c *Client) connectAny(ctx context.Context, perTry time.Duration, skipCurre
 		cc, err := admin.Dial(tctx, addr, c.opts.dialOpts...)
 		if err != nil {
 			cancel()
-			lastErr = fmt.Errorf("%w: %v", ErrUnavailable, err)
+			lastErr = fmt.Errorf("%w: %w", ErrUnavailable, err)
 			continue
 		}
 		oldCC, oldAdm := c.cc, c.adm
@@ -303,7 +357,7 @@ func (c *Client) connectAny(ctx context.Context, perTry time.Duration, skipCurre
 		}
 	}
 	if lastErr == nil {
-		lastErr = fmt.Errorf("%w: %v", ErrUnavailable, ctx.Err())
+		lastErr = fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
 	}
 	return lastErr
 }
@@ -415,7 +469,7 @@ func (c *Client) Mode() string {
 // (with the server's Q_Key) and builds the address handles.
 func (c *Client) connectS0(ctx context.Context) error {
 	req := &adminpb.ConnectRequest{Window: uint32(c.opts.window), Mode: spec.ModeSpecS0,
-		ClientName: c.opts.name, ProtocolVersion: spec.ProtocolVersion}
+		ClientName: c.opts.name, ProtocolVersion: spec.ProtocolVersion, Replaces: c.replaces()}
 	for _, q := range c.qps {
 		a, _ := q.qp.Address().MarshalBinary()
 		req.Qps = append(req.Qps, &adminpb.Endpoint{Address: a, Qpn: uint32(q.qp.QPN())})
@@ -509,7 +563,7 @@ func (c *Client) Submit(r *Request) error {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return ErrNotConnected
+		return fmt.Errorf("%w: the client is closed", ErrNotConnected)
 	}
 	r.floor = c.maxRet.Load()
 	r.next = c.queue
@@ -544,7 +598,7 @@ func (c *Client) GetTimestamp(ctx context.Context) (Timestamp, error) {
 		return ts, err
 	case <-ctx.Done():
 		r.abandoned.Store(true) // the engine recycles it
-		return 0, fmt.Errorf("%w: %w", ErrTimeout, ctx.Err())
+		return 0, ctxError(ctx.Err())
 	}
 }
 
@@ -571,7 +625,7 @@ func (c *Client) GetTimestamps(ctx context.Context, dst []Timestamp) error {
 			for _, r := range reqs {
 				r.abandoned.Store(true)
 			}
-			return fmt.Errorf("%w: %w", ErrTimeout, ctx.Err())
+			return ctxError(ctx.Err())
 		}
 	}
 	for i, r := range reqs {
@@ -583,12 +637,13 @@ func (c *Client) GetTimestamps(ctx context.Context, dst []Timestamp) error {
 	return nil
 }
 
+// deadline is when a call with ctx fails: ctx's deadline, or, when ctx
+// has none, WithTimeout's default from now.
 func (c *Client) deadline(ctx context.Context) time.Time {
-	d := time.Now().Add(c.opts.timeout)
-	if cd, ok := ctx.Deadline(); ok && cd.Before(d) {
-		d = cd
+	if cd, ok := ctx.Deadline(); ok {
+		return cd
 	}
-	return d
+	return time.Now().Add(c.opts.timeout)
 }
 
 // Stats returns the client's counters.

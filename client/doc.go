@@ -9,6 +9,13 @@
 // Client is safe for concurrent use; GetTimestamp, GetTimestamps and the
 // asynchronous Submit all feed the same engine.
 //
+// Dial needs only the server's admin address. Without WithDevice the
+// client binds the soft provider (linked by this package) to the local
+// address of its route to the server. A call waits until its context's
+// deadline (WithTimeout's default, 10s, when it has none), across
+// restarts and HA failovers; a timed-out call's error matches both
+// ErrTimeout and context.DeadlineExceeded under errors.Is.
+//
 // A Client never returns a value that is not above every value it
 // returned before the call began: such an answer is counted
 // (Stats.Regressions) and the call fails.

@@ -3,8 +3,12 @@ package client
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"runtime"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/seqd/seqd/admin"
 	"github.com/seqd/seqd/admin/adminpb"
@@ -381,13 +385,20 @@ func (c *Client) finish(r *Request, ts Timestamp, err error) {
 // which may be another instance's; a failed reconnect is retried, and
 // requests fail only at their deadlines. Every answer still passes the
 // floor check, so no value at or below one returned before is handed out.
+//
+// Every Connect names the session it replaces (ConnectRequest.replaces):
+// a server that still holds it releases it in the same call, so a
+// reconnect never finds its own QPs taken by its old session, nor by a
+// session whose grant it did not hear (a Connect that timed out here but
+// was admitted there).
 func (c *Client) reconnect(now time.Duration, force bool) {
 	c.reconnAt = now
 	ctx, cancel := context.WithTimeout(c.ctx, reconnectBudget)
 	defer cancel()
 	// Only a server that restarted or switched (new epoch), stopped
-	// leading, or let our lease lapse (sessionLost) has lost our session; a live one is merely slow or losing
-	// packets, and retransmission copes.
+	// leading, or let our lease lapse (sessionLost) has lost our session;
+	// a live one is merely slow or losing packets, and retransmission
+	// copes.
 	unreachable := false
 	if !force {
 		sctx, scancel := context.WithTimeout(ctx, dialAttempt)
@@ -395,30 +406,60 @@ func (c *Client) reconnect(now time.Duration, force bool) {
 		scancel()
 		unreachable = err != nil
 		if err == nil && st.GetEpoch() == c.epoch && st.GetRole() != admin.RoleStandby && !c.sessionLost.Load() {
+			c.slowProbes = 0
 			return
 		}
-		if err == nil && len(c.token) != 0 {
-			// By token: it names only our own session, of its own epoch
-			// (a bare ID could name another client's session by now).
-			dctx, dcancel := context.WithTimeout(ctx, dialAttempt)
-			c.adm.Disconnect(dctx, c.disconnectReq())
-			dcancel()
+		if err != nil && c.keepOnSlowProbe(err) {
+			c.reconnAt = c.now() // the next probe a reconnectAfter from now
+			return
 		}
 		c.log.Info("server lost our session; reconnecting", "admin", c.Endpoint(), "status_err", err)
 	}
 	c.requeueS0(c.now()) // resent under fresh tags once connected
-	if err := c.connectAny(ctx, dialAttempt, unreachable); err != nil {
+	// One server: nothing else to try, so give a slow one time to admit
+	// us. Several: a paused one must not cost more than dialAttempt at
+	// first; the attempts grow as reconnects fail (a leader busy with a
+	// storm of reconnects).
+	perTry := reconnectBudget
+	if len(c.addrs) > 1 {
+		perTry = min(dialAttempt<<min(c.connFails, 3), reconnectBudget)
+	}
+	if err := c.connectAny(ctx, perTry, unreachable); err != nil {
 		c.log.Debug("reconnect failed; retrying", "err", err)
 		c.connFailed = true
-		c.retryAfter = min(2*max(c.retryAfter, retryConnectAfter), maxRetryConnect)
+		c.connFails++
+		c.retryAfter = nextBackoff(c.retryAfter, retryConnectAfter, maxRetryConnect, rand.Float64())
 		c.closeAlt()
 		c.expireBacklog(c.now())
 		return
 	}
-	c.connFailed, c.retryAfter = false, 0
+	c.connFailed, c.retryAfter, c.connFails, c.slowProbes = false, 0, 0, 0
 	c.st.reconnects.Add(1)
 	c.lastAns = c.now()
 	c.log.Info("reconnected", "admin", c.Endpoint(), "session", c.session, "epoch", c.epoch)
+}
+
+// keepOnSlowProbe reports whether a Status probe that failed with err
+// leaves the session in place: a probe that timed out found a server
+// that is alive but slow (busy admitting others after a restart, say),
+// which has not lost our session: the requests are retransmitted, and
+// the lease renewer tells when the session is really gone. Only with
+// other instances to turn to (an HA group: the leader may be paused)
+// does the client move on, after slowProbesBeforeFailover probes in a
+// row without an answer between them.
+func (c *Client) keepOnSlowProbe(err error) bool {
+	if status.Code(err) != codes.DeadlineExceeded {
+		return false // refused, reset: the server is gone
+	}
+	if c.slowAns != c.lastAns {
+		c.slowAns, c.slowProbes = c.lastAns, 0
+	}
+	c.slowProbes++
+	keep := len(c.addrs) == 1 || c.slowProbes < slowProbesBeforeFailover
+	if keep {
+		c.log.Debug("status probe timed out on a live server: keeping the session", "admin", c.Endpoint(), "probes", c.slowProbes)
+	}
+	return keep
 }
 
 // failAll fails every queued and outstanding request with err.

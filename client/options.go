@@ -8,12 +8,14 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/seqd/seqd/admin"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 )
 
 type options struct {
 	provider   string
+	byRoute    bool // no WithDevice: soft on the route's local address
 	device     string
 	provOpts   verbs.Options
 	qps        int
@@ -26,11 +28,19 @@ type options struct {
 	dialOpts   []grpc.DialOption
 }
 
+// DefaultTimeout is the deadline of a call whose context has none. It
+// outlasts an HA failover with the default 3s lease (measured ~3.2s from
+// a leader's kill -9 to the new leader serving) with room to spare.
+const DefaultTimeout = 10 * time.Second
+
 // Option configures Dial.
 type Option func(*options) error
 
 // WithDevice chooses the client's own verbs device: a provider, a device
-// name and provider options ("k=v,k=v"). Default "soft" on "127.0.0.1:0".
+// name and provider options ("k=v,k=v"). Without it, or with provider
+// "soft" and device "", the client uses the soft provider on "IP:0", IP
+// being the local address the kernel would send from to reach the
+// server (127.0.0.1 for a server on loopback).
 func WithDevice(provider, device, providerOpts string) Option {
 	return func(o *options) error {
 		po, err := verbs.ParseOptions(providerOpts)
@@ -48,8 +58,9 @@ func WithQPs(n int) Option { return func(o *options) error { o.qps = n; return n
 // WithWindow sets the outstanding requests wanted per QP (default 64).
 func WithWindow(w int) Option { return func(o *options) error { o.window = w; return nil } }
 
-// WithTimeout bounds one request when its context has no earlier
-// deadline (default 2s): then it fails with ErrTimeout.
+// WithTimeout is the deadline of a call whose context has none (default
+// DefaultTimeout): the call then fails with ErrTimeout when no answer
+// came within d. A context's own deadline always wins, earlier or later.
 func WithTimeout(d time.Duration) Option { return func(o *options) error { o.timeout = d; return nil } }
 
 // WithRetransmit sets how long to wait for an answer before resending
@@ -84,12 +95,21 @@ func WithAdminDialOptions(opts ...grpc.DialOption) Option {
 	return func(o *options) error { o.dialOpts = append(o.dialOpts, opts...); return nil }
 }
 
+// WithInsecure chooses a plaintext admin plane knowingly, also to admin
+// addresses off loopback (the admin plane otherwise needs TLS there, see
+// WithAdminDialOptions). A bearer token passed with
+// admin.BearerToken(token, true) then travels in the clear. The data
+// path is not encrypted either way.
+func WithInsecure() Option {
+	return func(o *options) error { o.dialOpts = append(o.dialOpts, admin.Insecure()); return nil }
+}
+
 // WithLogger sets the logger (default slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(o *options) error { o.logger = l; return nil } }
 
 func (o *options) validate() error {
-	if o.provider == "" {
-		o.provider, o.device = "soft", "127.0.0.1:0"
+	if o.provider == "" || (o.provider == "soft" && o.device == "") {
+		o.provider, o.byRoute = "soft", true // device: by route, in dial
 	}
 	if o.qps == 0 {
 		o.qps = 1
@@ -98,7 +118,7 @@ func (o *options) validate() error {
 		o.window = 64
 	}
 	if o.timeout == 0 {
-		o.timeout = 2 * time.Second
+		o.timeout = DefaultTimeout
 	}
 	if o.retransmit == 0 {
 		o.retransmit = spec.DefaultTimeout

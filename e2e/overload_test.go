@@ -18,6 +18,7 @@ import (
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/cmd/seqd/run"
 	"github.com/seqd/seqd/ha/hatest"
+	"github.com/seqd/seqd/headeronly"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 )
@@ -87,13 +88,15 @@ func adminClient(ctx context.Context, t testing.TB, addr string) adminpb.AdminCl
 func TestAdmissionBeyondCapacity(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	// One worker with the default 8192 receives; windows of 256.
-	addr := startConfig(t, run.Config{Workers: 1, MaxWindow: 256, MaxClients: 64})
+	// One worker with the default receives; windows of 256.
+	recv := headeronly.DefaultMaxRecv
+	tries := recv/256 + 2
+	addr := startConfig(t, run.Config{Workers: 1, MaxWindow: 256, MaxClients: tries + 1})
 	adm := adminClient(ctx, t, addr)
 	cs := dialN(t, ctx, addr, "", 1) // 2 QPs × 16
 	var ids [][]byte
 	var refused *adminpb.ConnectRequest
-	for i := range 64 {
+	for i := range tries {
 		req := syntheticConnect(uint16(20000+i), 7, 256)
 		resp, err := adm.Connect(ctx, req)
 		if err != nil {
@@ -107,11 +110,11 @@ func TestAdmissionBeyondCapacity(t *testing.T) {
 		ids = append(ids, resp.GetSessionToken())
 	}
 	if refused == nil {
-		t.Fatalf("64 sessions of window 256 admitted on 8192 receives")
+		t.Fatalf("%d sessions of window 256 admitted on %d receives", tries, recv)
 	}
-	// 32 receives for the real client: 31 × 256 fit, the 32nd does not.
-	if len(ids) != (8192-32)/256 {
-		t.Errorf("%d sessions of window 256 admitted, want %d", len(ids), (8192-32)/256)
+	// 32 receives for the real client: the rest in windows of 256.
+	if len(ids) != (recv-32)/256 {
+		t.Errorf("%d sessions of window 256 admitted, want %d", len(ids), (recv-32)/256)
 	}
 	st, err := adm.Status(ctx, &adminpb.StatusRequest{})
 	if err != nil {
@@ -292,13 +295,22 @@ func TestLeaseReclaimsDeadClients(t *testing.T) {
 	const lease = 300 * time.Millisecond
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	// Room for one window-256 session beside the real client only.
+	// Sessions of 16 QPs × window 256 (4096 receives each) fill the
+	// worker's receives beside the real client's 32.
+	big := func(port uint16) *adminpb.ConnectRequest {
+		req := syntheticConnect(port, 9, 256)
+		for q := range 15 {
+			req.Qps = append(req.Qps, &adminpb.Endpoint{Address: req.Qps[0].Address, Qpn: uint32(10 + q)})
+		}
+		return req
+	}
+	fill := (headeronly.DefaultMaxRecv - 32) / 4096
 	addr := startConfig(t, run.Config{Workers: 1, MaxWindow: 256, MaxClients: 64, SessionLease: lease})
 	adm := adminClient(ctx, t, addr)
 	cs := dialN(t, ctx, addr, "", 1)
 	var dead [][]byte
-	for i := range 31 {
-		resp, err := adm.Connect(ctx, syntheticConnect(uint16(22000+i), 9, 256))
+	for i := range fill {
+		resp, err := adm.Connect(ctx, big(uint16(22000+i)))
 		if err != nil {
 			t.Fatalf("connect %d: %v", i, err)
 		}
@@ -307,13 +319,13 @@ func TestLeaseReclaimsDeadClients(t *testing.T) {
 		}
 		dead = append(dead, resp.GetSessionToken())
 	}
-	if _, err := adm.Connect(ctx, syntheticConnect(23000, 9, 256)); status.Code(err) != codes.ResourceExhausted {
+	if _, err := adm.Connect(ctx, big(23000)); status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("full server: %v, want ResourceExhausted", err)
 	}
 	sessions := func() uint64 { return sessionCount(ctx, t, adm) }
 	waitFor(t, 20*lease, func() bool { return sessions() == 1 }, "dead sessions reclaimed")
 	// Their capacity is back.
-	if _, err := adm.Connect(ctx, syntheticConnect(23000, 9, 256)); err != nil {
+	if _, err := adm.Connect(ctx, big(23000)); err != nil {
 		t.Fatalf("connect after reclaim: %v", err)
 	}
 	// The real client idles through five more leases (the idle period is

@@ -352,6 +352,42 @@ func TestSeqdProcessFaults(t *testing.T) {
 		}
 	})
 
+	// One call started after the leader died: its context's deadline is
+	// longer than the failover, and the client's WithTimeout is left at
+	// its default, so the call waits for the new leader and succeeds.
+	t.Run("call-across-leader-kill-9", func(t *testing.T) {
+		ps, l, lead := setup(t)
+		l.finish(t)
+		addrs := make([]string, len(ps))
+		for i, p := range ps {
+			addrs[i] = p.addr
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		cl, err := client.Dial(ctx, strings.Join(addrs, ","), client.WithDevice("soft", "127.0.0.1:0", ""), client.WithLogger(quiet()))
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		before, err := cl.GetTimestamp(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		lead.signal(syscall.SIGKILL)
+		<-lead.done // dead: nothing it could still answer
+		ctx, cancel = context.WithTimeout(context.Background(), 5*ttl)
+		defer cancel()
+		start := time.Now()
+		ts, err := cl.GetTimestamp(ctx)
+		if err != nil {
+			t.Fatalf("GetTimestamp across a leader kill -9 with a %v deadline: %v", 5*ttl, err)
+		}
+		if ts <= before {
+			t.Fatalf("after the failover %v, not above %v", ts, before)
+		}
+		t.Logf("call across leader kill -9 answered after %v by %s", time.Since(start).Round(time.Millisecond), cl.Endpoint())
+	})
+
 	t.Run("leader-sigstop", func(t *testing.T) {
 		ps, l, lead := setup(t)
 		at := l.now()

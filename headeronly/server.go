@@ -31,6 +31,7 @@ type Server struct {
 
 	mu        sync.Mutex
 	sessions  map[uint64]*session
+	nsessions atomic.Int64 // len(sessions), for Status without mu (held while admitting)
 	nextID    uint64
 	rr        int
 	ahs       *ahcache.Cache // one handle per client address, reaped after the last client left
@@ -46,7 +47,10 @@ type session struct {
 	worker []int
 }
 
-var _ admin.Backend = (*Server)(nil)
+var (
+	_ admin.Backend  = (*Server)(nil)
+	_ admin.Replacer = (*Server)(nil)
+)
 
 // New creates the server's queue pairs and starts its workers.
 func New(cfg Config) (*Server, error) {
@@ -121,6 +125,18 @@ func (s *Server) Close() error {
 // Connect admits a client: each of its QPs is assigned to a worker
 // (round-robin) whose receive queue grows by the granted window.
 func (s *Server) Connect(ctx context.Context, req *adminpb.ConnectRequest) (*adminpb.ConnectResponse, error) {
+	return s.admit(ctx, req, nil)
+}
+
+// Replace releases the session old names (if this data path's epoch
+// still holds it) and admits req in one step: req may take the old
+// session's QPs and receive budget; when req is refused, the old session
+// stays (admin.Replacer).
+func (s *Server) Replace(ctx context.Context, old *adminpb.DisconnectRequest, req *adminpb.ConnectRequest) (*adminpb.ConnectResponse, error) {
+	return s.admit(ctx, req, old)
+}
+
+func (s *Server) admit(ctx context.Context, req *adminpb.ConnectRequest, old *adminpb.DisconnectRequest) (*adminpb.ConnectResponse, error) {
 	if s.closed.Load() {
 		return nil, fmt.Errorf("%w: server closing", admin.ErrUnavailable)
 	}
@@ -151,12 +167,31 @@ func (s *Server) Connect(ctx context.Context, req *adminpb.ConnectRequest) (*adm
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.sessions) >= s.cfg.MaxClients {
-		return nil, fmt.Errorf("%w: %d sessions, the maximum", admin.ErrNoCapacity, len(s.sessions))
+	if err := ctx.Err(); err != nil {
+		// The caller gave up while waiting for the lock: admitting it
+		// now would leave a session nobody knows of.
+		return nil, fmt.Errorf("%w: connect: %v", admin.ErrUnavailable, err)
+	}
+	// The session being replaced, whose QPs and budget the new one may
+	// take (nil: none, or not of this epoch, or gone already).
+	var prev *session
+	freed := make([]int, len(s.workers))
+	if old != nil && admin.CheckEpoch(old, s.cfg.Epoch) == nil {
+		prev = s.sessions[old.GetSessionId()]
+	}
+	n := len(s.sessions)
+	if prev != nil {
+		n--
+		for i := range prev.peers {
+			freed[prev.worker[i]] += prev.window
+		}
+	}
+	if n >= s.cfg.MaxClients {
+		return nil, fmt.Errorf("%w: %d sessions, the maximum", admin.ErrNoCapacity, n)
 	}
 	for _, k := range keys {
 		for _, w := range s.workers {
-			if (*w.peers.Load())[k] != nil {
+			if p := (*w.peers.Load())[k]; p != nil && (prev == nil || p.session != prev.id) {
 				return nil, fmt.Errorf("%w: QP %v at %v is already connected", admin.ErrFailedPrecondition, k.qpn, k.addr)
 			}
 		}
@@ -170,7 +205,7 @@ func (s *Server) Connect(ctx context.Context, req *adminpb.ConnectRequest) (*adm
 		extra[wi] += window
 	}
 	for wi, e := range extra {
-		if b := s.workers[wi].budget + e; b > s.cfg.MaxRecv {
+		if b := s.workers[wi].budget + e - freed[wi]; b > s.cfg.MaxRecv {
 			return nil, fmt.Errorf("%w: worker %d would need %d receive buffers, the maximum is %d", admin.ErrNoCapacity, wi, b, s.cfg.MaxRecv)
 		}
 	}
@@ -188,6 +223,9 @@ func (s *Server) Connect(ctx context.Context, req *adminpb.ConnectRequest) (*adm
 		}
 		sess.peers = append(sess.peers, &peer{key: k, ah: ah, session: sess.id, qkey: sess.qkey, window: window})
 		sess.worker = append(sess.worker, int(assign[i]))
+	}
+	if prev != nil {
+		s.release(prev)
 	}
 	s.rr = (s.rr + len(keys)) % len(s.workers)
 	for i, p := range sess.peers {
@@ -210,6 +248,7 @@ func (s *Server) Connect(ctx context.Context, req *adminpb.ConnectRequest) (*adm
 		}
 	}
 	s.sessions[sess.id] = sess
+	s.nsessions.Store(int64(len(s.sessions)))
 	s.log.Info("client connected", "session", sess.id, "name", sess.name, "qps", len(keys), "window", window)
 	resp := &adminpb.ConnectResponse{
 		SessionId: sess.id, Mode: spec.ModeSpecS0, Format: s.cfg.Format.String(), Qkey: s.cfg.QKey,
@@ -277,7 +316,15 @@ func (s *Server) Disconnect(ctx context.Context, req *adminpb.DisconnectRequest)
 	if !ok {
 		return fmt.Errorf("%w: %d", admin.ErrUnknownSession, req.GetSessionId())
 	}
+	s.release(sess)
+	return nil
+}
+
+// release ends sess: its QPs leave the workers' peer tables and their
+// budgets. Called with s.mu held.
+func (s *Server) release(sess *session) {
 	delete(s.sessions, sess.id)
+	s.nsessions.Store(int64(len(s.sessions)))
 	now := time.Now()
 	for i, p := range sess.peers {
 		s.ahs.Put(p.key.addr, now) // closed ahcache.Grace later: a worker may hold it in a batch
@@ -287,7 +334,6 @@ func (s *Server) Disconnect(ctx context.Context, req *adminpb.DisconnectRequest)
 		w.setPeers(func(t peerTable) { delete(t, p.key) })
 	}
 	s.log.Info("client disconnected", "session", sess.id, "name", sess.name)
-	return nil
 }
 
 // Stats are a snapshot of the data path's counters.
@@ -339,9 +385,9 @@ func (s *Server) Status(ctx context.Context) (*adminpb.StatusResponse, error) {
 	if c, ok := s.cfg.Oracle.(Currenter); ok {
 		resp.Current = c.Current()
 	}
-	s.mu.Lock()
-	resp.Sessions = uint64(len(s.sessions))
-	s.mu.Unlock()
+	// Not under mu: a Connect holds it while its receives are posted,
+	// and a Status probe must not wait behind a storm of them.
+	resp.Sessions = uint64(s.nsessions.Load())
 	if c, ok := s.cfg.Device.(verbs.Counters); ok {
 		resp.ProviderCounters = map[string]uint64{}
 		c.VisitCounters(func(name string, v uint64) { resp.ProviderCounters[name] = v })

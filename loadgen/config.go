@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 )
@@ -47,13 +49,28 @@ type Config struct {
 	// 24 bytes each); beyond it calls are counted as unverified.
 	VerifyMax int
 
-	Provider, Device string // the clients' verbs device (default soft on 127.0.0.1:0)
+	// Provider and Device are the clients' verbs device. Default: the
+	// soft provider on the local address of the route to the seqd (what
+	// client.Dial picks without client.WithDevice).
+	Provider, Device string
 	// ProviderOpts are verbs provider options ("loss=0.01,reorder=0.01")
 	// for the clients' devices and a spawned seqd's: fault injection.
 	ProviderOpts string
+	// AdminDialOptions go to every dial of Admin's admin plane: TLS, a
+	// bearer token, or plaintext off loopback (admin.ClientSecurity makes
+	// them). A spawned seqd is plaintext on loopback: they do not apply.
+	AdminDialOptions []grpc.DialOption
 
 	Progress io.Writer // a progress line per second; nil for none
 	Logger   *slog.Logger
+}
+
+// adminOpts are the admin dial options for the seqd the run measures.
+func (c *Config) adminOpts() []grpc.DialOption {
+	if c.Spawn {
+		return nil
+	}
+	return c.AdminDialOptions
 }
 
 // Point is one (clients, window) combination.
@@ -91,7 +108,7 @@ func (c *Config) Validate() error {
 		c.VerifyMax = 200 << 20
 	}
 	if c.Provider == "" {
-		c.Provider, c.Device = "soft", "127.0.0.1:0"
+		c.Provider = "soft" // Device "": by route (client.WithDevice)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

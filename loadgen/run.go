@@ -75,7 +75,12 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 		// Before pinning: the floor is what a client and a server on
 		// their own cores get from the transport, as in make bench-verbs,
 		// not two busy-polling threads squeezed onto loadgen's cores.
-		e, err := MeasureEcho(c.Provider, c.Device, c.Echo)
+		// On this host: loopback unless a device was given.
+		dev := c.Device
+		if dev == "" && c.Provider == "soft" {
+			dev = "127.0.0.1:0"
+		}
+		e, err := MeasureEcho(c.Provider, dev, c.Echo)
 		if err != nil {
 			return nil, err
 		}
@@ -154,7 +159,7 @@ func (r *runner) closeServer() error {
 func (r *runner) connectAdmin(ctx context.Context, addr string) error {
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	cc, err := admin.Dial(dctx, addr)
+	cc, err := admin.Dial(dctx, addr, r.c.adminOpts()...)
 	if err != nil {
 		return fmt.Errorf("loadgen: admin %s: %w", addr, err)
 	}
@@ -243,7 +248,8 @@ func (r *runner) runPoint(ctx context.Context, mode string, p Point) (Result, er
 	}()
 	for i := range p.Clients {
 		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		cl, err := client.Dial(dctx, r.addr, client.WithDevice(c.Provider, c.Device, c.ProviderOpts), client.WithQPs(qps),
+		cl, err := client.Dial(dctx, r.addr, client.WithDevice(c.Provider, c.Device, c.ProviderOpts),
+			client.WithAdminDialOptions(c.adminOpts()...), client.WithQPs(qps),
 			client.WithWindow(perQP), client.WithName(fmt.Sprintf("loadgen-%d", i)), client.WithLogger(quiet))
 		cancel()
 		if err != nil {

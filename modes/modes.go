@@ -134,6 +134,28 @@ func (s *Switch) Connect(ctx context.Context, req *adminpb.ConnectRequest) (*adm
 	return s.dp.Connect(ctx, req)
 }
 
+// Replace releases the session old names and admits req in the current
+// mode (admin.Replacer): in one step in spec-s0; in herd and atomics,
+// whose sessions never share QPs, as a release followed by an admission
+// under the switch's lock.
+func (s *Switch) Replace(ctx context.Context, old *adminpb.DisconnectRequest, req *adminpb.ConnectRequest) (*adminpb.ConnectResponse, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if m := req.GetMode(); m != "" && m != s.mode {
+		return nil, fmt.Errorf("%w: the server runs %s, not %s", admin.ErrFailedPrecondition, s.mode, m)
+	}
+	if s.dp == nil {
+		return nil, errNoMode
+	}
+	if r, ok := s.dp.(admin.Replacer); ok {
+		return r.Replace(ctx, old, req)
+	}
+	if err := s.dp.Disconnect(ctx, old); err != nil && !errors.Is(err, admin.ErrUnknownSession) {
+		return nil, err
+	}
+	return s.dp.Connect(ctx, req)
+}
+
 // Disconnect releases a session of the current mode.
 func (s *Switch) Disconnect(ctx context.Context, req *adminpb.DisconnectRequest) error {
 	s.mu.RLock()

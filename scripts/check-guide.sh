@@ -1,15 +1,23 @@
 #!/usr/bin/env bash
 # Runs the commands of the operator's guide so that it cannot rot.
 #
-#   scripts/check-guide.sh [docs/operations.md]
+#   scripts/check-guide.sh [--marked-only] [docs/operations.md]
 #
 # Every ```sh (or bash, shell, console) block in the guide must be preceded by a marker line:
 #
 #   <!-- guide: run -->             the block runs here, in order
+#   <!-- guide: host NAME IP -->    the block runs, in order, on host NAME:
+#                                   a network namespace of its own whose
+#                                   eth0 has address IP (198.51.100.0/24 or
+#                                   203.0.113.0/24), all hosts on one bridge
 #   <!-- guide: skip <reason> -->   the block is shown, not run (needs an
 #                                   RDMA NIC, etcd, systemd as PID 1, ...)
 #
-# A ```sh block without a marker fails the check. The run blocks are
+# A ```sh block without a marker fails the check; with --marked-only (for
+# README.md, whose quick-start blocks are not a guide) it is ignored. A
+# host block runs in a bash of its own on its host (`ip netns exec`):
+# shell variables do not carry over, and what it starts in the background
+# keeps running until the end of the check. The run blocks are
 # concatenated, in order, into one bash script (set -euo pipefail; a block
 # may start seqd in the background and a later one stop it) and run from
 # the repository root, with the binaries of `make build` in ./bin, inside
@@ -19,6 +27,8 @@
 # Needs root (or unprivileged user namespaces), unshare and ip.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+markedOnly=0
+if [ "${1:-}" = --marked-only ]; then markedOnly=1; shift; fi
 guide=${1:-docs/operations.md}
 
 for b in seqd seqctl loadgen; do
@@ -30,17 +40,31 @@ trap 'rm -rf "$work"' EXIT
 script=$work/guide.sh
 
 # Extract. awk prints the script and reports skipped blocks on stderr.
-awk -v script="$script" '
-  BEGIN { marker = ""; inblock = 0; nrun = 0; nskip = 0; bad = 0 }
-  /^<!-- guide: (run|skip[^>]*) -->[ \t]*$/ { marker = $0; mline = NR; next }
+awk -v script="$script" -v work="$work" -v markedOnly="$markedOnly" '
+  BEGIN { marker = ""; inblock = 0; nrun = 0; nskip = 0; bad = 0; out = script }
+  /^<!-- guide: (run|host [^>]*|skip[^>]*) -->[ \t]*$/ { marker = $0; mline = NR; next }
   /^```(sh|bash|shell|console)[ \t]*$/ && !inblock {
     if (marker == "" || mline != NR - 1) {
-      printf "check-guide: %s:%d: ```sh block without a <!-- guide: run|skip reason --> marker on the line above\n", FILENAME, NR > "/dev/stderr"
+      inblock = 1; run = 0; marker = ""
+      if (markedOnly) next
+      printf "check-guide: %s:%d: ```sh block without a <!-- guide: run|host NAME IP|skip reason --> marker on the line above\n", FILENAME, NR > "/dev/stderr"
       bad = 1
+      next
     }
     inblock = 1
-    run = (marker ~ /guide: run/)
-    if (run) {
+    run = (marker ~ /guide: (run|host )/)
+    out = script
+    if (marker ~ /guide: host /) {
+      split(marker, f, /[ \t]+/) # <!-- guide: host NAME IP -->
+      name = f[4]; ip = f[5]
+      if (name !~ /^[a-z][a-z0-9]*$/ || length(name) > 12 || ip !~ /^(198\.51\.100|203\.0\.113)\.[0-9]+$/) {
+        printf "check-guide: %s:%d: bad host marker (want NAME of [a-z0-9], at most 12, and an IP in 198.51.100.0/24 or 203.0.113.0/24): %s\n", FILENAME, mline, marker > "/dev/stderr"
+        bad = 1
+      }
+      out = sprintf("%s/block%d.sh", work, NR)
+      printf "echo \"--- %s:%d (on host %s, %s)\"\nguide_host %s %s %s\n", FILENAME, NR, name, ip, name, ip, out > script
+      nrun++
+    } else if (run) {
       nrun++
       printf "echo \"--- %s:%d\"\n", FILENAME, NR > script
     } else if (marker != "") {
@@ -53,7 +77,7 @@ awk -v script="$script" '
     next
   }
   /^```/ && inblock { inblock = 0; next }
-  inblock && run { print > script }
+  inblock && run { print > out }
   END {
     if (inblock) { print "check-guide: unterminated code block" > "/dev/stderr"; bad = 1 }
     printf "check-guide: %d blocks to run, %d skipped\n", nrun, nskip > "/dev/stderr"
@@ -68,8 +92,30 @@ set -euo pipefail
 ip link set lo up
 mount -t tmpfs tmpfs /var/lib
 mount -t tmpfs tmpfs /var/backups 2>/dev/null || { mkdir -p /var/backups && mount -t tmpfs tmpfs /var/backups; }
-cleanup() { local p; for p in $(jobs -p); do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+# The hosts' namespaces are private to this mount namespace.
+mkdir -p /run/netns && mount -t tmpfs tmpfs /run/netns
+guide_hosts() { ip netns list 2>/dev/null | awk '/^guide-/ { print $1 }'; }
+cleanup() {
+  local p ns
+  for p in $(jobs -p); do kill "$p" 2>/dev/null || true; done
+  for ns in $(guide_hosts); do for p in $(ip netns pids "$ns"); do kill "$p" 2>/dev/null || true; done; done
+  wait 2>/dev/null || true
+}
 trap cleanup EXIT
+# guide_host NAME IP FILE: run FILE on host NAME, created at its first use.
+guide_host() {
+  local ns=guide-$1
+  if ! guide_hosts | grep -qx "$ns"; then
+    ip link show br-guide >/dev/null 2>&1 || { ip link add br-guide type bridge && ip link set br-guide up; }
+    ip netns add "$ns"
+    ip link add "gh-$1" type veth peer name eth0 netns "$ns"
+    ip link set "gh-$1" master br-guide up
+    ip -n "$ns" link set lo up
+    ip -n "$ns" addr add "$2/24" dev eth0
+    ip -n "$ns" link set eth0 up
+  fi
+  ip netns exec "$ns" bash -euo pipefail -x "$3"
+}
 set -x
 WRAP
 unshare_flags=(-m -n)

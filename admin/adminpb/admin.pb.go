@@ -398,7 +398,16 @@ type ConnectRequest struct {
 	// HERD and atomics: the client's connected QPs, one per entry of qps
 	// (UC write QPs for herd, RC QPs for atomics). In herd mode qps are the
 	// UD QPs that receive the answers. Empty in spec-s0.
-	ConnQps       []*Endpoint `protobuf:"bytes,6,rep,name=conn_qps,json=connQps,proto3" json:"conn_qps,omitempty"`
+	ConnQps []*Endpoint `protobuf:"bytes,6,rep,name=conn_qps,json=connQps,proto3" json:"conn_qps,omitempty"`
+	// The caller's previous session, by its session_token: the server
+	// releases that session (if it still holds it, of any epoch the data
+	// path still runs) and admits this one in the same call; a refused
+	// Connect releases nothing. A value naming no session (an earlier
+	// epoch, an expired lease, or the client's own random 16-byte handle
+	// before its first grant) only names the new session for the next
+	// Connect: one naming the same value replaces the session this one
+	// created, even if its answer was lost. Empty, or 16 bytes.
+	Replaces      []byte `protobuf:"bytes,7,opt,name=replaces,proto3" json:"replaces,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -471,6 +480,13 @@ func (x *ConnectRequest) GetProtocolVersion() uint32 {
 func (x *ConnectRequest) GetConnQps() []*Endpoint {
 	if x != nil {
 		return x.ConnQps
+	}
+	return nil
+}
+
+func (x *ConnectRequest) GetReplaces() []byte {
+	if x != nil {
+		return x.Replaces
 	}
 	return nil
 }
@@ -1222,7 +1238,7 @@ const file_admin_proto_rawDesc = "" +
 	"\x06leader\x18\x02 \x01(\tR\x06leader\"6\n" +
 	"\bEndpoint\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\fR\aaddress\x12\x10\n" +
-	"\x03qpn\x18\x02 \x01(\rR\x03qpn\"\xe7\x01\n" +
+	"\x03qpn\x18\x02 \x01(\rR\x03qpn\"\x83\x02\n" +
 	"\x0eConnectRequest\x12)\n" +
 	"\x03qps\x18\x01 \x03(\v2\x17.seqd.admin.v1.EndpointR\x03qps\x12\x16\n" +
 	"\x06window\x18\x02 \x01(\rR\x06window\x12\x12\n" +
@@ -1230,7 +1246,8 @@ const file_admin_proto_rawDesc = "" +
 	"\vclient_name\x18\x04 \x01(\tR\n" +
 	"clientName\x12)\n" +
 	"\x10protocol_version\x18\x05 \x01(\rR\x0fprotocolVersion\x122\n" +
-	"\bconn_qps\x18\x06 \x03(\v2\x17.seqd.admin.v1.EndpointR\aconnQps\"\xe1\x04\n" +
+	"\bconn_qps\x18\x06 \x03(\v2\x17.seqd.admin.v1.EndpointR\aconnQps\x12\x1a\n" +
+	"\breplaces\x18\a \x01(\fR\breplaces\"\xe1\x04\n" +
 	"\x0fConnectResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x04R\tsessionId\x12\x12\n" +

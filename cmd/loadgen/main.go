@@ -15,6 +15,7 @@ import (
 	"runtime/pprof"
 	"syscall"
 
+	"github.com/seqd/seqd/admin"
 	"github.com/seqd/seqd/loadgen"
 )
 
@@ -32,6 +33,10 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&c.Spawn, "spawn", false, "start seqd for the run (the seqd binary next to loadgen or on PATH, else in-process)")
 	fs.StringVar(&c.SeqdBinary, "seqd", "", "with -spawn: the seqd binary, or \"in-process\"")
 	fs.StringVar(&c.SeqdCores, "seqd-cores", "", "with -spawn: seqd's -cores (its workers' cores)")
+	fs.StringVar(&c.Provider, "provider", "soft", "the clients' verbs provider")
+	fs.StringVar(&c.Device, "device", "", "the clients' verbs device, e.g. 198.51.100.2:0 for soft (default: the local address of the route to -admin's host, then to seqd's data plane)")
+	var sec admin.ClientSecurity
+	sec.Register(fs)
 	fs.StringVar(&c.ProviderOpts, "provider-opts", "", "verbs provider options for the clients and a spawned seqd, e.g. loss=0.01,dup=0.01,reorder=0.01 (fault injection)")
 	modes := fs.String("modes", "spec-s0", "modes to compare, in order, comma-separated (may repeat)")
 	fs.IntVar(&c.Clients, "clients", 1, "client threads, each with its own client and engine")
@@ -78,6 +83,9 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	}
 	if err == nil {
 		err = c.Validate()
+	}
+	if err == nil {
+		c.AdminDialOptions, err = sec.DialOptions()
 	}
 	if err == nil && *plotPath != "" {
 		err = loadgen.CheckPlotPath(*plotPath)

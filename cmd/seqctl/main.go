@@ -1,7 +1,7 @@
 // Command seqctl is a thin command-line client of the seqd admin plane.
 //
 //	seqctl [-admin 127.0.0.1:7070] [-timeout 5s] [-token-file F]
-//	       [-tls-ca F] [-tls-cert F] [-tls-key F] <command> [flags]
+//	       [-tls-ca F] [-tls-cert F] [-tls-key F] [-insecure] <command> [flags]
 //
 // Commands:
 //
@@ -16,7 +16,8 @@
 // bearer token (-token-file, the first token of a file like the server's
 // -admin-token-file) or a client certificate (-tls-cert, -tls-key). -tls-ca
 // (or a client certificate) turns TLS on; without it seqctl speaks
-// plaintext, which only loopback addresses accept.
+// plaintext, which it uses on loopback addresses only, unless -insecure
+// chooses plaintext off loopback too.
 //
 // Exit status: 0 on success, 1 when the command fails (including a server
 // that is not SERVING), 2 on a usage error.
@@ -104,29 +105,13 @@ func (e *env) onLeader(ctx context.Context, f func(adminpb.AdminClient) error) e
 	}
 }
 
-// security turns the TLS and token flags into dial options.
-func security(tokenFile, ca, cert, key string) ([]grpc.DialOption, error) {
-	var opts []grpc.DialOption
-	tlsOn := ca != "" || cert != "" || key != ""
-	if tlsOn {
-		if (cert == "") != (key == "") {
-			return nil, usageError{"-tls-cert and -tls-key go together"}
-		}
-		creds, err := admin.ClientTLS(admin.TLSConfig{CAFile: ca, CertFile: cert, KeyFile: key})
-		if err != nil {
-			return nil, err
-		}
-		opts = append(opts, grpc.WithTransportCredentials(creds))
+// security turns the TLS, token and -insecure flags into dial options.
+func security(sec *admin.ClientSecurity) ([]grpc.DialOption, error) {
+	opts, err := sec.DialOptions()
+	if errors.Is(err, admin.ErrSecurityFlags) {
+		return nil, usageError{err.Error()}
 	}
-	if tokenFile != "" {
-		tok, err := admin.ReadTokenFile(tokenFile)
-		if err != nil {
-			return nil, err
-		}
-		// Over plaintext only on loopback, where admin.Dial allows it.
-		opts = append(opts, grpc.WithPerRPCCredentials(admin.BearerToken(tok, !tlsOn)))
-	}
-	return opts, nil
+	return opts, err
 }
 
 // usageError is a bad command line: run prints it with the usage and exits 2.
@@ -141,10 +126,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	addr := fs.String("admin", admin.DefaultAddr, "admin server `address` (host:port)")
 	timeout := fs.Duration("timeout", 5*time.Second, "bound on the whole command")
-	tokenFile := fs.String("token-file", "", "`file` whose first token authorises mutating commands (bearer token)")
-	tlsCA := fs.String("tls-ca", "", "CA `file` (PEM) that verifies the server; turns TLS on")
-	tlsCert := fs.String("tls-cert", "", "client certificate `file` (PEM) for mTLS; turns TLS on")
-	tlsKey := fs.String("tls-key", "", "client key `file` (PEM) for mTLS")
+	var sec admin.ClientSecurity
+	sec.Register(fs)
 	fs.Usage = func() { usage(fs, stderr) }
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -178,7 +161,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	opts, err := security(*tokenFile, *tlsCA, *tlsCert, *tlsKey)
+	opts, err := security(&sec)
 	if err == nil {
 		err = cmd.run(ctx, &env{stdout: stdout, stderr: stderr, addr: *addr, opts: opts}, fs.Args()[1:])
 	}

@@ -32,11 +32,18 @@ import (
 // These tests run seqctl against a real seqd wired in-process by
 // cmd/seqd/run, the library seqd's main calls with its flags.
 
-// runSeqd starts seqd with c (listeners on free loopback ports) and
-// returns its admin address. It stops at the end of the test.
+// runSeqd starts seqd with c (listeners on free loopback ports unless c
+// names its device and admin address) and returns its admin address. It
+// stops at the end of the test.
 func runSeqd(t *testing.T, c seqd.Config) string {
 	t.Helper()
-	c.Device, c.Admin, c.Metrics = "127.0.0.1:0", "127.0.0.1:0", "off"
+	if c.Device == "" {
+		c.Device = "127.0.0.1:0"
+	}
+	if c.Admin == "" {
+		c.Admin = "127.0.0.1:0"
+	}
+	c.Metrics = "off"
 	if c.Data == "" {
 		c.Data = t.TempDir()
 		c.Init = true // a fresh data directory: a new deployment

@@ -182,6 +182,18 @@ func (s *Server) Connect(ctx context.Context, req *adminpb.ConnectRequest) (*adm
 	return c.sw.Connect(ctx, req)
 }
 
+var _ admin.Replacer = (*Server)(nil)
+
+// Replace releases a session of the current term and admits req on the
+// leader (admin.Replacer); a standby redirects.
+func (s *Server) Replace(ctx context.Context, old *adminpb.DisconnectRequest, req *adminpb.ConnectRequest) (*adminpb.ConnectResponse, error) {
+	c := s.leading()
+	if c == nil {
+		return nil, s.redirect()
+	}
+	return c.sw.Replace(ctx, old, req)
+}
+
 // Disconnect releases a session of the current term.
 func (s *Server) Disconnect(ctx context.Context, req *adminpb.DisconnectRequest) error {
 	c := s.cur.Load()

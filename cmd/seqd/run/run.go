@@ -21,11 +21,16 @@ import (
 
 	"github.com/seqd/seqd/admin"
 	"github.com/seqd/seqd/admin/adminpb"
+	"github.com/seqd/seqd/headeronly"
 	"github.com/seqd/seqd/modes"
 	"github.com/seqd/seqd/oracle"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 )
+
+// DefaultMaxClients is -max-clients' default: the most concurrent
+// client sessions (see headeronly.DefaultMaxClients for the memory).
+const DefaultMaxClients = headeronly.DefaultMaxClients
 
 // ErrConfig reports an invalid Config.
 var ErrConfig = errors.New("seqd: invalid config")
@@ -45,7 +50,7 @@ type Config struct {
 	Format       string // "hybrid" (default) or "counter"
 	Mode         string // "spec-s0" (default), "herd" or "atomics"; switchable at run time (SetMode)
 	MaxWindow    int    // default 256
-	MaxClients   int    // default 256
+	MaxClients   int    // default DefaultMaxClients
 	// SessionLease: a client session not renewed (KeepAlive) within it
 	// is disconnected. Default admin.DefaultSessionLease; negative: none.
 	SessionLease time.Duration
@@ -102,6 +107,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Workers == 0 {
 		c.Workers = 1
+	}
+	if c.MaxClients == 0 {
+		c.MaxClients = DefaultMaxClients
 	}
 	switch {
 	case c.SessionLease == 0:
@@ -254,9 +262,11 @@ func recovery(err error) string {
 // oracleStatus completes a data path's Status with the oracle's view: the
 // value handed out last, the persisted mark, clock steps and stalls.
 type oracleStatus struct {
-	*modes.Switch // also promotes SetMode (admin.ModeSetter)
+	*modes.Switch // also promotes SetMode (admin.ModeSetter) and Replace (admin.Replacer)
 	o             *oracle.Oracle
 }
+
+var _ admin.Replacer = oracleStatus{}
 
 func (b oracleStatus) Status(ctx context.Context) (*adminpb.StatusResponse, error) {
 	st, err := b.Switch.Status(ctx)

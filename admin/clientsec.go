@@ -1,0 +1,82 @@
+package admin
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// ErrPlaintextRefused: Dial would have spoken plaintext to an address off
+// loopback without the caller choosing it. The error names what to pass.
+var ErrPlaintextRefused = errors.New("admin: plaintext refused off loopback")
+
+// ErrSecurityFlags: a bad combination of the client security flags.
+var ErrSecurityFlags = errors.New("admin: bad security flags")
+
+// Insecure is the dial option that chooses plaintext knowingly, off
+// loopback too (client.WithInsecure, seqctl -insecure, loadgen -insecure).
+func Insecure() grpc.DialOption {
+	return grpc.WithTransportCredentials(insecure.NewCredentials())
+}
+
+// plaintextRefused is Dial's error for a plaintext dial of addr off
+// loopback: it says what to pass, in the library and in each tool.
+func plaintextRefused(addr string) error {
+	return fmt.Errorf("%w: %s is not a loopback address, so the admin plane needs TLS or an explicit choice of plaintext: "+
+		"for TLS pass -tls-ca FILE (seqctl, loadgen) or client.WithAdminDialOptions(grpc.WithTransportCredentials(creds)); "+
+		"for plaintext pass -insecure (seqctl, loadgen) or client.WithInsecure()", ErrPlaintextRefused, addr)
+}
+
+// ClientSecurity is how a command-line client (seqctl, loadgen) reaches
+// the admin plane: the same flags in both, registered by Register.
+type ClientSecurity struct {
+	TokenFile string // first token of the file: bearer token
+	CAFile    string // verifies the server; turns TLS on
+	CertFile  string // client certificate (mTLS); turns TLS on
+	KeyFile   string
+	Insecure  bool // plaintext off loopback, chosen knowingly
+}
+
+// Register adds -token-file, -tls-ca, -tls-cert, -tls-key and -insecure
+// to fs.
+func (s *ClientSecurity) Register(fs *flag.FlagSet) {
+	fs.StringVar(&s.TokenFile, "token-file", "", "`file` whose first token authorises mutating commands (bearer token)")
+	fs.StringVar(&s.CAFile, "tls-ca", "", "CA `file` (PEM) that verifies the server; turns TLS on")
+	fs.StringVar(&s.CertFile, "tls-cert", "", "client certificate `file` (PEM) for mTLS; turns TLS on")
+	fs.StringVar(&s.KeyFile, "tls-key", "", "client key `file` (PEM) for mTLS")
+	fs.BoolVar(&s.Insecure, "insecure", false, "plaintext admin plane (no TLS) even off loopback; a -token-file token is then sent in the clear")
+}
+
+// DialOptions turns s into dial options for Dial (and
+// client.WithAdminDialOptions). Bad combinations wrap ErrSecurityFlags.
+func (s *ClientSecurity) DialOptions() ([]grpc.DialOption, error) {
+	var opts []grpc.DialOption
+	tlsOn := s.CAFile != "" || s.CertFile != "" || s.KeyFile != ""
+	switch {
+	case tlsOn && s.Insecure:
+		return nil, fmt.Errorf("%w: -insecure excludes -tls-ca, -tls-cert and -tls-key", ErrSecurityFlags)
+	case (s.CertFile == "") != (s.KeyFile == ""):
+		return nil, fmt.Errorf("%w: -tls-cert and -tls-key go together", ErrSecurityFlags)
+	case tlsOn:
+		creds, err := ClientTLS(TLSConfig{CAFile: s.CAFile, CertFile: s.CertFile, KeyFile: s.KeyFile})
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, grpc.WithTransportCredentials(creds))
+	case s.Insecure:
+		opts = append(opts, Insecure())
+	}
+	if s.TokenFile != "" {
+		tok, err := ReadTokenFile(s.TokenFile)
+		if err != nil {
+			return nil, err
+		}
+		// Without TLS the token goes over plaintext: on loopback, or
+		// off it when -insecure chose that.
+		opts = append(opts, grpc.WithPerRPCCredentials(BearerToken(tok, !tlsOn)))
+	}
+	return opts, nil
+}

@@ -1,0 +1,195 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/adminpb"
+	"github.com/seqd/seqd/cmd/seqd/run"
+	"github.com/seqd/seqd/ha/hatest"
+	"github.com/seqd/seqd/internal/netnstest"
+)
+
+// snippet is one ```go block of a document.
+type snippet struct {
+	file string
+	line int
+	src  string
+}
+
+// goSnippets returns the ```go blocks of the markdown file at path.
+func goSnippets(t *testing.T, path string) []snippet {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []snippet
+	var cur *snippet
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		line := sc.Text()
+		switch {
+		case cur == nil && strings.TrimSpace(line) == "```go":
+			cur = &snippet{file: filepath.Base(path), line: n}
+		case cur != nil && strings.TrimSpace(line) == "```":
+			out = append(out, *cur)
+			cur = nil
+		case cur != nil:
+			cur.src += line + "\n"
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if cur != nil {
+		t.Fatalf("%s:%d: unterminated ```go block", path, cur.line)
+	}
+	return out
+}
+
+// TestDocSnippets builds every ```go block of README.md and
+// docs/operations.md as a program of its own, in a module of its own
+// outside this repository's packages (require github.com/seqd/seqd,
+// replaced by this tree; offline, from the module cache), and runs it
+// against seqd as the documents start it: `make run`'s defaults (admin
+// 127.0.0.1:7070, data plane 127.0.0.1:4791), and for a block that dials
+// 127.0.0.1:7071 the README's HA group of three (admin 127.0.0.1:7071-7073,
+// data plane 127.0.0.1:4811/4821/4831, on etcd). It runs in a network
+// namespace of its own so those fixed ports are free (root; it skips
+// without), and needs etcd for the HA block.
+func TestDocSnippets(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: builds a program per snippet")
+	}
+	if !netnstest.Enter(t) {
+		return
+	}
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var snips []snippet
+	for _, doc := range []string{"README.md", "docs/operations.md"} {
+		snips = append(snips, goSnippets(t, filepath.Join(root, doc))...)
+	}
+	if len(snips) == 0 {
+		t.Fatal("no ```go blocks found")
+	}
+	quiet := slog.New(slog.DiscardHandler)
+	// make run: ./bin/seqd with its defaults.
+	startFixed(t, run.Config{Metrics: "off", Data: t.TempDir()}, quiet)
+	for _, s := range snips {
+		name := fmt.Sprintf("%s:%d", s.file, s.line)
+		t.Run(name, func(t *testing.T) {
+			if !strings.HasPrefix(s.src, "package main\n") {
+				t.Fatalf("%s is not a complete program (package main): every Go snippet must run as written", name)
+			}
+			if strings.Contains(s.src, "127.0.0.1:7071") {
+				startHAGroup(t.Context(), t, quiet) // until this subtest ends
+			}
+			out, err := runSnippet(t, root, s.src)
+			t.Logf("%s output:\n%s", name, out)
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+		})
+	}
+}
+
+// startFixed runs seqd in-process with c (its own fixed addresses: the
+// defaults unless c sets them) until the test ends.
+func startFixed(t *testing.T, c run.Config, log *slog.Logger) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan run.Addrs, 1)
+	done := make(chan error, 1)
+	go func() { done <- run.Run(ctx, c, log, func(a run.Addrs) { ready <- a }) }()
+	select {
+	case <-ready:
+		t.Cleanup(func() { cancel(); <-done })
+	case err := <-done:
+		cancel()
+		t.Fatalf("seqd %s: %v", c.Admin, err)
+	case <-time.After(60 * time.Second):
+		cancel()
+		t.Fatalf("seqd %s did not start", c.Admin)
+	}
+}
+
+// startHAGroup starts the README's HA group (three instances, admin
+// 127.0.0.1:7071-7073) on a one-member etcd and waits for a leader. It
+// serves until t ends.
+func startHAGroup(ctx context.Context, t *testing.T, log *slog.Logger) {
+	t.Helper()
+	etcd := hatest.Start(t, 1)
+	for i := 1; i <= 3; i++ {
+		startFixed(t, run.Config{Admin: fmt.Sprintf("127.0.0.1:707%d", i), Device: fmt.Sprintf("127.0.0.1:48%d1", i),
+			Metrics: "off", Data: t.TempDir(),
+			HA: run.HAConfig{EtcdEndpoints: strings.Join(etcd.Endpoints(), ","), EtcdPrefix: "/seqd/prod", LeaseTTL: 3 * time.Second}}, log)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		for i := 1; i <= 3; i++ {
+			if leader(wctx, fmt.Sprintf("127.0.0.1:707%d", i)) {
+				return
+			}
+		}
+		select {
+		case <-wctx.Done():
+			t.Fatal("the HA group elected no leader in 30s")
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func leader(ctx context.Context, addr string) bool {
+	cc, err := admin.Dial(ctx, addr)
+	if err != nil {
+		return false
+	}
+	defer cc.Close()
+	st, err := adminpb.NewAdminClient(cc).Status(ctx, &adminpb.StatusRequest{})
+	return err == nil && st.GetRole() == admin.RoleLeader
+}
+
+// runSnippet builds src as the main package of a fresh module that
+// requires github.com/seqd/seqd (replaced by root) and runs it.
+func runSnippet(t *testing.T, root, src string) (string, error) {
+	t.Helper()
+	dir := t.TempDir()
+	gomod := fmt.Sprintf("module snippet\n\ngo 1.26\n\nrequire github.com/seqd/seqd v0.0.0\n\nreplace github.com/seqd/seqd => %s\n", root)
+	sum, err := os.ReadFile(filepath.Join(root, "go.sum"))
+	if err != nil {
+		return "", err
+	}
+	for name, data := range map[string][]byte{"go.mod": []byte(gomod), "go.sum": sum, "main.go": []byte(src)} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			return "", err
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	build := exec.CommandContext(ctx, "go", "build", "-o", "snippet", ".")
+	build.Dir = dir
+	build.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOPROXY=off", "GOWORK=off", "GOTOOLCHAIN=local", "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		return string(out), fmt.Errorf("go build: %w", err)
+	}
+	rctx, rcancel := context.WithTimeout(t.Context(), time.Minute)
+	defer rcancel()
+	prog := exec.CommandContext(rctx, filepath.Join(dir, "snippet"))
+	out, err := prog.CombinedOutput()
+	return string(out), err
+}

@@ -1,0 +1,7 @@
+// Package multihost runs seqd and its clients on different "hosts":
+// Linux network namespaces joined by a bridge, each with its own address
+// in 198.51.100.0/24 (internal/netnstest). The tests run the real
+// binaries (seqd, seqctl, loadgen, etcd) and rigclient, a client host
+// holding many sessions of the client library, each on its own host, and
+// verify every timestamp handed out. They need root and skip without it.
+package multihost

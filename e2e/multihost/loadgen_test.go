@@ -1,0 +1,84 @@
+package multihost
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/seqd/seqd/internal/netnstest"
+)
+
+// lgReport is the part of loadgen -json this test reads.
+type lgReport struct {
+	Results []struct {
+		Mode          string  `json:"mode"`
+		ThroughputOps float64 `json:"throughput_ops"`
+		P99us         float64 `json:"p99_us"`
+	} `json:"results"`
+	Violations int `json:"violations"`
+}
+
+// loadgenRun runs loadgen on h with args, requires a clean verified run
+// (exit 0, no violations) and returns its spec-s0 result.
+func loadgenRun(t *testing.T, h *netnstest.Host, args ...string) (ops, p99 float64) {
+	t.Helper()
+	js := filepath.Join(t.TempDir(), "lg.json")
+	out, errOut, code := run(t, 2*time.Minute, h, bin(t, "loadgen"),
+		append([]string{"-json", js, "-quiet", "-verify"}, args...)...)
+	if code != 0 {
+		t.Fatalf("loadgen %v on %s: exit %d\n%s\n%s", args, h.Name, code, out, errOut)
+	}
+	data, err := os.ReadFile(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r lgReport
+	if err := json.Unmarshal(data, &r); err != nil {
+		t.Fatalf("loadgen -json: %v", err)
+	}
+	if r.Violations != 0 || len(r.Results) != 1 || r.Results[0].Mode != "spec-s0" || r.Results[0].ThroughputOps <= 0 {
+		t.Fatalf("loadgen %v on %s: %+v\n%s", args, h.Name, r, out)
+	}
+	return r.Results[0].ThroughputOps, r.Results[0].P99us
+}
+
+// loadgen measures a seqd on another host, over a plaintext admin plane
+// chosen with -insecure and its clients' device chosen by route, and, in
+// the same run, a seqd on its own host's loopback: both verified, both
+// printed with their ratio (RIG loadgen ...). The two runs take turns, so
+// they do not share the CPU.
+func TestLoadgenRemoteVsLoopback(t *testing.T) {
+	rig := netnstest.New(t)
+	srv, lg, lo := rig.AddHost("srv"), rig.AddHost("lg"), rig.AddHost("lo")
+	// The remote seqd: plaintext admin on its host's address.
+	start(t, srv, bin(t, "seqd"), append([]string{"-admin", srv.HostPort(7070), "-device", srv.HostPort(4791),
+		"-metrics", "off", "-data", t.TempDir()}, newDeployment(t)...)...)
+	// The loopback seqd: the defaults (127.0.0.1) on a host of its own.
+	start(t, lo, bin(t, "seqd"), append([]string{"-metrics", "off", "-data", t.TempDir()}, newDeployment(t)...)...)
+	for _, c := range []struct {
+		h    *netnstest.Host
+		args []string
+	}{{lg, []string{"-admin", srv.HostPort(7070), "-insecure"}}, {lo, nil}} {
+		waitFor(t, 20*time.Second, "seqd on "+c.h.Name, func() bool {
+			_, _, code := run(t, 5*time.Second, c.h, bin(t, "seqctl"), append(c.args, "-timeout", "1s", "health")...)
+			return code == 0
+		})
+	}
+	common := []string{"-duration", "2s", "-warmup", "500ms", "-echo", "-1s", "-clients", "2", "-window", "64"}
+	var rem, loop, remP99, loopP99 float64
+	for range 2 { // alternate: remote, loopback, remote, loopback; keep the best of each
+		o, p := loadgenRun(t, lg, append([]string{"-admin", srv.HostPort(7070), "-insecure"}, common...)...)
+		if o > rem {
+			rem, remP99 = o, p
+		}
+		o, p = loadgenRun(t, lo, common...)
+		if o > loop {
+			loop, loopP99 = o, p
+		}
+	}
+	t.Logf("RIG loadgen %s remote=%.3f Mops/s (p99 %.0fus, seqd on %s, loadgen on %s) loopback=%.3f Mops/s (p99 %.0fus) remote/loopback=%.2f",
+		strings.Join(common, " "), rem/1e6, remP99, srv.Addr, lg.Addr, loop/1e6, loopP99, rem/loop)
+}
