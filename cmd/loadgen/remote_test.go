@@ -49,7 +49,7 @@ func TestRemoteInsecure(t *testing.T) {
 	ready := make(chan run.Addrs, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- run.Run(ctx, run.Config{Device: "198.51.100.7:0", Admin: "198.51.100.7:0", Metrics: "off", Data: t.TempDir()},
+		done <- run.Run(ctx, run.Config{Device: "198.51.100.7:0", Admin: "198.51.100.7:0", Metrics: "off", Data: t.TempDir(), Init: true},
 			slog.New(slog.DiscardHandler), func(a run.Addrs) { ready <- a })
 	}()
 	var addr string
