@@ -2,6 +2,10 @@ package e2e
 
 import (
 	"context"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,13 +22,15 @@ import (
 // drops the excess under reason "window", and every call of the
 // well-behaved clients succeeds and passes the verifier.
 //
-// What this does NOT show: that no request of a well-behaved client ever
-// found no posted receive. The receive queue is shared by the worker's
-// clients (sized as their windows plus RecvSlack), so a flood that
-// arrives while the worker is not polling (descheduled, or blocked in
-// Wait so that the provider's progress thread drains the backlog) can use
-// every receive; rx_drop_no_recv is logged, not asserted. PROTOCOL.md
-// ("Windows") says what closes that gap (receive queues per session).
+// And the flood uses up only its own receives: no receive queue that a
+// well-behaved client's requests land in ever found no receive posted.
+// Each client QP has a request QP of its own, sized by its window
+// (headeronly.Config.SharedRecv false); seqd_headeronly_sessions_overrun
+// counts the connected sessions whose own QPs dropped a request for want
+// of a receive, and once the flooder has disconnected it must be 0. A
+// server without that gauge (one receive queue per worker, shared by its
+// clients) is judged by the device's rx_drop_no_recv: every one of its
+// receive queues serves well-behaved clients too.
 func TestWindowFlood(t *testing.T) {
 	addrs := startWithMetrics(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -112,4 +118,48 @@ func TestWindowFlood(t *testing.T) {
 	if a := h.answers.Load(); a > sent-windowDrops {
 		t.Errorf("%d flood requests answered, more than the %d not dropped for the window", a, sent-windowDrops)
 	}
+
+	// No well-behaved client's receive queue ran dry.
+	overrun, perSession := gauge(t, addrs.Metrics, "seqd_headeronly_sessions_overrun")
+	if !perSession {
+		if noRecv > 0 {
+			t.Fatalf("%s +%d on receive queues shared with the well-behaved clients: the flood used up receives they need (%d retransmissions)",
+				verbs.CounterDropNoRecv, noRecv, retrans)
+		}
+		return
+	}
+	t.Logf("sessions overrun while the flooder is connected: %v", overrun)
+	if _, err := adm.Disconnect(ctx, &adminpb.DisconnectRequest{SessionId: h.session.GetSessionId(),
+		SessionToken: h.session.GetSessionToken(), Epoch: h.session.GetEpoch()}); err != nil {
+		t.Fatalf("flooder's disconnect: %v", err)
+	}
+	if overrun, _ = gauge(t, addrs.Metrics, "seqd_headeronly_sessions_overrun"); overrun != 0 {
+		t.Fatalf("%v well-behaved sessions dropped requests for want of a receive (%s +%d in all, %d retransmissions)",
+			overrun, verbs.CounterDropNoRecv, noRecv, retrans)
+	}
+}
+
+// gauge scrapes the metric name (no labels); ok is false when the server
+// does not export it.
+func gauge(t testing.TB, metrics, name string) (v float64, ok bool) {
+	t.Helper()
+	resp, err := http.Get("http://" + metrics + "/metrics")
+	if err != nil {
+		t.Fatalf("metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("metrics: %v", err)
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if rest, found := strings.CutPrefix(line, name+" "); found {
+			f, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+			if err != nil {
+				t.Fatalf("metrics line %q: %v", line, err)
+			}
+			return f, true
+		}
+	}
+	return 0, false
 }

@@ -20,12 +20,16 @@ type Currenter interface{ Current() uint64 }
 
 // Defaults filled in by Config.validate.
 const (
-	DefaultWorkers     = 1
-	DefaultRespQPs     = 3
-	DefaultMaxWindow   = 256
-	DefaultMaxClients  = 256
-	DefaultMaxRecv     = 8192
-	DefaultRecvSlack   = 1024
+	DefaultWorkers    = 1
+	DefaultRespQPs    = 3
+	DefaultMaxWindow  = 256
+	DefaultMaxClients = 256
+	DefaultMaxRecv    = 8192
+	DefaultRecvSlack  = 1024
+	// SessionSlack is how many receives a session's request QP has
+	// beyond its window (a retransmission can arrive while the request it
+	// repeats is still queued).
+	SessionSlack       = 4
 	DefaultBatch       = 64
 	DefaultSignalEvery = 32
 	DefaultSendDepth   = 1024
@@ -58,8 +62,11 @@ type Config struct {
 	MaxWindow int
 	// MaxClients is the most concurrent sessions. Default 256.
 	MaxClients int
-	// MaxRecv is the largest receive queue of one worker: the sum of the
-	// windows of its client QPs may not exceed it. Default 8192.
+	// MaxRecv is the largest receive budget of one worker: the sum of the
+	// windows of its client QPs may not exceed it. Default 8192. Request
+	// QPs of their own hold up to SessionSlack more receives each; the
+	// worker's receive CQ has room for 2*MaxRecv, and a Connect whose
+	// windows and slack together would exceed that is refused too.
 	MaxRecv int
 	// RecvSlack is how many receive buffers a worker keeps posted beyond
 	// the sum of its clients' windows (up to MaxRecv), so that a client
@@ -69,6 +76,16 @@ type Config struct {
 	// are registered per worker); posting them costs nothing. Default
 	// 1024; negative posts only the windows.
 	RecvSlack int
+	// SharedRecv makes every client QP of a worker send to the worker's
+	// one request QP, whose receive queue is sized as the sum of their
+	// windows plus RecvSlack (one QP per worker, as in FaSST). A client
+	// that sends beyond its window can then use up receives that other
+	// clients' requests need. By default (false) each admitted client QP
+	// gets a request QP of its own, with its window plus SessionSlack
+	// receives, on its worker's receive CQ: a client can use up only its
+	// own receives. spec/PROTOCOL.md ("Residence and windows") weighs the
+	// two.
+	SharedRecv bool
 	// Batch is the most completions one poll takes. Default 64.
 	Batch int
 	// SignalEvery: one send work request in SignalEvery is signaled.
