@@ -333,11 +333,14 @@ func (w *worker) batch(wcs []verbs.WC) {
 	st := &w.stats
 	peers := *w.peers.Load()
 	valid := 0
+	var q *recvQ            // the receive queue of the previous completion
 	oldest := verbs.Time(0) // arrival of the batch's oldest valid request
 	polled := verbs.Now()
 	for i := range wcs {
 		wc := &wcs[i]
-		q := w.rqOf(wc)
+		if q == nil || q.qpn != wc.QPN || q.serial != wc.ID>>32 { // else the same queue as the previous completion
+			q = w.rqOf(wc)
+		}
 		if q == nil { // a queue retired with its session
 			if wc.Status == verbs.WCSuccess {
 				st.drops[dropUnknownSource].Add(1)
