@@ -15,11 +15,14 @@ import (
 // completion came from, so one client can use up only its own receives.
 //
 // Lifecycle: Connect creates the QP, posts its first receives and hands
-// it to the worker (worker.adopt); from then on only the worker touches
-// it. Disconnect hands it back for retirement (worker.retire), and the
-// worker destroys it at a batch boundary, when it holds no completion of
-// it; a completion of it still in the CQ is then told apart by its WR ID,
-// which carries the recvQ's serial.
+// it to the worker (rqInbox.adopt); from then on only the worker touches
+// it. Disconnect hands it back (rqInbox.retire). The worker, between
+// batches, moves it to the error state, which flushes its receives into
+// flush completions; it destroys the QP and its buffers only once every
+// receive it posted has completed, so no completion of it can still be in
+// the CQ (a provider or NIC that reuses its QPN at once cannot mistake
+// one for the new QP's). WR IDs carry the recvQ's serial as a second
+// check.
 type recvQ struct {
 	qp     verbs.QP
 	qpn    verbs.QPN
@@ -33,6 +36,7 @@ type recvQ struct {
 	sges   []verbs.SGE
 	nre    int         // re-posts gathered in the current batch
 	ready  atomic.Bool // the worker has adopted it
+	dying  bool        // worker-owned: retired, in the error state; destroyed once posted is 0
 }
 
 var rqSerial atomic.Uint64
@@ -95,7 +99,7 @@ func (q *recvQ) post(n int) error {
 func (q *recvQ) completed(id uint64) (first bool) {
 	q.posted--
 	slot := uint32(id)
-	if q.posted+q.nre >= q.size {
+	if q.dying || q.posted+q.nre >= q.size {
 		q.free = append(q.free, slot)
 		return false
 	}

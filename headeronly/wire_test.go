@@ -211,10 +211,20 @@ func testWireRules(t *testing.T, shared bool) {
 	var last uint64
 	for tag := range spec.Tag(12) {
 		imm, _ := spec.RequestImm(tag, spec.NoGuess)
-		cli.send(srv[assigned], srvQPN[assigned], imm, rocev2.DefaultPKey, 0)
-		a, ok := cli.recv(5 * time.Second)
-		if !ok {
-			t.Fatalf("no answer to tag %d", tag)
+		var a answer
+		for try := 0; ; try++ {
+			expired := s.Stats().Drops["expired"]
+			cli.send(srv[assigned], srvQPN[assigned], imm, rocev2.DefaultPKey, 0)
+			var ok bool
+			if a, ok = cli.recv(5 * time.Second); ok {
+				break
+			}
+			// Dropped for its age on a loaded machine (the worker was
+			// descheduled past MaxResidence): retransmitted, as a client
+			// would. Any other loss fails.
+			if s.Stats().Drops["expired"] == expired || try == 3 {
+				t.Fatalf("no answer to tag %d (server %+v)", tag, s.Stats())
+			}
 		}
 		src := verbs.QPN(a.pk.SrcQP)
 		switch {

@@ -92,6 +92,7 @@ type worker struct {
 	shared *recvQ               // reqQP's receives (Config.SharedRecv; else none posted)
 	rqs    map[verbs.QPN]*recvQ // worker-owned: every adopted receive queue, by QPN
 	inbox  rqInbox
+	dying  []*recvQ     // retired queues whose receives have not all completed yet
 	rqLive atomic.Int64 // session receive queues adopted and not yet destroyed
 	dirty  []*recvQ     // receive queues with re-posts gathered in this batch
 	want   atomic.Int64 // receives reqQP should have posted
@@ -250,12 +251,37 @@ func (w *worker) takeInbox(adoptOnly bool) {
 		q.ready.Store(true)
 	}
 	for _, q := range retire {
-		if w.rqs[q.qpn] == q {
-			delete(w.rqs, q.qpn)
+		if w.rqs[q.qpn] != q { // never adopted (the server is closing)
+			q.close()
+			continue
 		}
+		// The error state flushes its receives into completions; it is
+		// destroyed when the last of them has been polled (reapDying).
+		q.dying = true
+		if err := q.qp.Modify(&verbs.QPAttr{State: verbs.StateErr}, verbs.AttrState); err != nil {
+			w.s.log.Warn("retire request QP", "worker", w.id, "qpn", q.qpn, "err", err)
+			q.posted = 0 // destroyed now: a completion still queued is told apart by its WR ID
+		}
+		w.dying = append(w.dying, q)
+	}
+	w.reapDying()
+}
+
+// reapDying destroys the retired queues none of whose receives is still
+// outstanding. Called between batches.
+func (w *worker) reapDying() {
+	keep := w.dying[:0]
+	for _, q := range w.dying {
+		if q.posted > 0 {
+			keep = append(keep, q)
+			continue
+		}
+		delete(w.rqs, q.qpn)
 		q.close()
 		w.rqLive.Add(-1)
 	}
+	clear(w.dying[len(keep):])
+	w.dying = keep
 }
 
 // rqOf returns the receive queue a completion came from, or nil for one
@@ -293,6 +319,9 @@ func (w *worker) run() {
 	for !w.s.closed.Load() {
 		if w.inbox.pending.Load() {
 			w.takeInbox(false)
+		}
+		if len(w.dying) > 0 {
+			w.reapDying()
 		}
 		if err := w.fillRecvs(); err != nil {
 			log.Error("receive queue", "err", err)
@@ -349,6 +378,12 @@ func (w *worker) batch(wcs []verbs.WC) {
 		}
 		if q.completed(wc.ID) {
 			w.dirty = append(w.dirty, q)
+		}
+		if q.dying { // its session is gone; flushed receives are not requests
+			if wc.Status == verbs.WCSuccess {
+				st.drops[dropUnknownSource].Add(1)
+			}
+			continue
 		}
 		switch {
 		case wc.Status != verbs.WCSuccess:
