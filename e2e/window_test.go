@@ -16,7 +16,8 @@ import (
 )
 
 // TestWindowFlood (issue 12, windows enforced): an admitted client QP
-// granted a window of 4 sends bursts of 32 times its window, far beyond
+// granted a window of 4 sends bursts of 512 times its window (more than a
+// worker's shared receive queue of windows plus RecvSlack), far beyond
 // it, from a raw UDP socket, while two well-behaved clients run. The
 // server answers at most the window of that QP's requests at a time and
 // drops the excess under reason "window", and every call of the
@@ -44,16 +45,17 @@ func TestWindowFlood(t *testing.T) {
 
 	h := newHostile(ctx, t, adm)
 	cs := dialN(t, ctx, addrs.Admin, "", 2)
-	_, flood := h.prebuild(nil, 32*h.window*8)
+	const burstWindows = 512
+	_, flood := h.prebuild(nil, burstWindows*h.window)
 	before, dropsBefore := providerCounters(ctx, t, adm), dropReasons(t, addrs.Metrics)
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var sent, bursts uint64
 	wg.Add(1)
-	go func() { // a burst of 32 windows every millisecond
+	go func() { // a burst of burstWindows windows every millisecond
 		defer wg.Done()
-		burst := 32 * h.window
+		burst := burstWindows * h.window
 		tick := time.NewTicker(time.Millisecond)
 		defer tick.Stop()
 		for j := 0; ; j++ {
@@ -113,7 +115,7 @@ func TestWindowFlood(t *testing.T) {
 	t.Logf("well-behaved: %d calls, %d retransmissions; flood: %d requests in %d bursts, %d answered, %d dropped for the window, %d expired; %s +%d",
 		n, retrans, sent, bursts, h.answers.Load(), windowDrops, dropsAfter["expired"]-dropsBefore["expired"], verbs.CounterDropNoRecv, noRecv)
 	if windowDrops == 0 {
-		t.Errorf("none of %d requests sent in bursts of %d (window %d) was dropped for the window", sent, 32*h.window, h.window)
+		t.Errorf("none of %d requests sent in bursts of %d (window %d) was dropped for the window", sent, burstWindows*h.window, h.window)
 	}
 	if a := h.answers.Load(); a > sent-windowDrops {
 		t.Errorf("%d flood requests answered, more than the %d not dropped for the window", a, sent-windowDrops)
