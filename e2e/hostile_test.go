@@ -40,6 +40,7 @@ type hostile struct {
 	rng     *rand.Rand
 	tag     uint32
 	answers atomic.Uint64 // answers the server sent to the admitted QP
+	session *adminpb.ConnectResponse
 }
 
 // hostileKind is one kind of bad input, the counter that must account for
@@ -451,7 +452,7 @@ func newHostile(ctx context.Context, t *testing.T, adm adminpb.AdminClient) *hos
 	if err != nil {
 		t.Fatalf("hostile connect: %v", err)
 	}
-	h.window, h.qkey = int(resp.GetWindow()), resp.GetQkey()
+	h.window, h.qkey, h.session = int(resp.GetWindow()), resp.GetQkey(), resp
 	srv := resp.GetServerQps()[resp.GetAssignment()[0]]
 	var sa verbs.Address
 	if err := sa.UnmarshalBinary(srv.GetAddress()); err != nil {

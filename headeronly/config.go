@@ -23,18 +23,21 @@ const (
 	DefaultWorkers   = 1
 	DefaultRespQPs   = 3
 	DefaultMaxWindow = 256
-	// DefaultMaxClients: a session costs 340 B of heap on the server
-	// (e2e TestDefaultMaxClients: 16384 sessions, 1024 client
-	// addresses) to 630 B (TestManyClientsMemory: an address each), so
-	// 16384 sessions take 5.5 to 10 MiB. MaxRecv bounds the sum of their
-	// windows per worker.
+	// DefaultMaxClients: a session costs 340 B to 630 B of server heap
+	// with a shared receive queue (e2e TestDefaultMaxClients,
+	// TestManyClientsMemory), and about 2.3 to 2.6 KiB with a request QP
+	// of its own per client QP (the default), so 16384 sessions take
+	// about 40 MiB. MaxRecv bounds the sum of their windows per worker.
 	DefaultMaxClients = 16384
 	// DefaultMaxRecv: 32768 receives per worker, the most work requests
 	// a queue of the soft provider (and of common RDMA NICs) holds: 512
-	// client QPs at window 64, 4096 at window 8. Registered at start:
-	// seqd's RSS at start is 21.3 MB with it, 19.6 MB with 8192.
-	DefaultMaxRecv     = 32768
-	DefaultRecvSlack   = 1024
+	// client QPs at window 64, 4096 at window 8.
+	DefaultMaxRecv   = 32768
+	DefaultRecvSlack = 1024
+	// SessionSlack is how many receives a session's request QP has
+	// beyond its window (a retransmission can arrive while the request it
+	// repeats is still queued).
+	SessionSlack       = 4
 	DefaultBatch       = 64
 	DefaultSignalEvery = 32
 	DefaultSendDepth   = 1024
@@ -68,9 +71,12 @@ type Config struct {
 	// MaxClients is the most concurrent sessions. Default
 	// DefaultMaxClients.
 	MaxClients int
-	// MaxRecv is the largest receive queue of one worker: the sum of the
+	// MaxRecv is the largest receive budget of one worker: the sum of the
 	// windows of its client QPs may not exceed it. Default
-	// DefaultMaxRecv.
+	// DefaultMaxRecv. Request QPs of their own hold up to SessionSlack
+	// more receives each; the worker's receive CQ has room for 2*MaxRecv,
+	// and a Connect whose windows and slack together would exceed that is
+	// refused too.
 	MaxRecv int
 	// RecvSlack is how many receive buffers a worker keeps posted beyond
 	// the sum of its clients' windows (up to MaxRecv), so that a client
@@ -80,6 +86,16 @@ type Config struct {
 	// are registered per worker); posting them costs nothing. Default
 	// 1024; negative posts only the windows.
 	RecvSlack int
+	// SharedRecv makes every client QP of a worker send to the worker's
+	// one request QP, whose receive queue is sized as the sum of their
+	// windows plus RecvSlack (one QP per worker, as in FaSST). A client
+	// that sends beyond its window can then use up receives that other
+	// clients' requests need. By default (false) each admitted client QP
+	// gets a request QP of its own, with its window plus SessionSlack
+	// receives, on its worker's receive CQ: a client can use up only its
+	// own receives. spec/PROTOCOL.md ("Residence and windows") weighs the
+	// two.
+	SharedRecv bool
 	// Batch is the most completions one poll takes. Default 64.
 	Batch int
 	// SignalEvery: one send work request in SignalEvery is signaled.

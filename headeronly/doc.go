@@ -1,11 +1,16 @@
 // Package headeronly is the Spec-S0 server: header-only UD SENDs with
 // speculation (spec/PROTOCOL.md), over any verbs provider.
 //
-// A Server runs N workers. Each owns one request UD QP with its own
-// receive CQ, and Q response UD QPs that it rotates over per batch (the
-// thesis's multi-queue guideline). A worker polls a batch of requests,
-// re-posts their RECVs as one chain, validates each (its source must be a
-// connected session's QP), claims ONCE per batch from the oracle, builds
+// A Server runs N workers. Each owns a receive CQ, and Q response UD QPs
+// that it rotates over per batch (the thesis's multi-queue guideline).
+// Each admitted client QP gets a request UD QP of its own on its worker's
+// receive CQ, with its window plus a small slack of receives and the
+// session's own request Q_Key, so that a client sending beyond its window
+// uses up only its own receives (Config.SharedRecv instead shares one
+// request QP per worker among its clients). A worker polls a batch of
+// requests, re-posts their RECVs to the QPs they came from (one chain per
+// QP), validates each (its source must be the connected session's QP
+// that the request QP belongs to), claims ONCE per batch from the oracle, builds
 // the answers (header-only confirmations, or the full value as an 8-byte
 // payload) and posts them as one chain: one doorbell. Send completions are
 // selectively signaled. The steady state allocates nothing.
@@ -23,16 +28,19 @@
 // Admission (Connect, Disconnect, Status) implements admin.Backend. A
 // Connect whose windows would exceed a worker's MaxRecv receive buffers,
 // or MaxClients sessions, is refused (admin.ErrNoCapacity, gRPC
-// ResourceExhausted); nothing is overcommitted. Each worker keeps
-// RecvSlack receives posted beyond its clients' windows, so that a client
-// sending beyond its window, or a burst of packets that are not requests,
-// does not use up the receives well-behaved clients need.
+// ResourceExhausted); nothing is overcommitted. Connect creates the
+// session's request QPs and posts their receives, then hands them to the
+// workers; Disconnect hands them back, and each worker destroys them
+// between batches, when it holds no completion of them (recvq.go). With
+// SharedRecv, each worker keeps RecvSlack receives posted on its shared
+// QP beyond its clients' windows.
 //
 // Memory per client: a session, a peer per QP, an entry in its worker's
 // copy-on-write peer table and a reference to a cached address handle,
-// about 600-700 bytes of heap per one-QP client (e2e
-// TestManyClientsMemory, 10,000 clients). Receive buffers do not grow
-// with clients: MaxRecv of them per worker are registered at start. An
+// about 2.3 KB of heap per one-QP client (600-700 bytes with SharedRecv; e2e
+// TestManyClientsMemory, 10,000 clients), including its request QP and
+// window + slack receive buffers of 64 bytes (SharedRecv: MaxRecv of them
+// per worker are registered at start). An
 // address handle is closed a second after its last client QP left, so
 // memory is bounded by the clients connected, not by every address ever
 // seen. Clients that die without disconnecting are reclaimed by the admin

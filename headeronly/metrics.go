@@ -37,6 +37,11 @@ func (s *Server) Collectors() []prometheus.Collector {
 	if c, ok := s.cfg.Device.(verbs.Counters); ok {
 		cs = append(cs, &providerCollector{c: c})
 	}
+	if _, ok := s.OverrunSessions(); ok {
+		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "seqd_headeronly_sessions_overrun",
+			Help: "Connected sessions one of whose own request QPs dropped a request for want of a posted receive (the client sent beyond its window)."},
+			func() float64 { n, _ := s.OverrunSessions(); return float64(n) }))
+	}
 	return cs
 }
 

@@ -42,9 +42,11 @@ type session struct {
 	id     uint64
 	name   string
 	window int
+	perQP  int    // receives posted per client QP: the window, plus the slack on its own QP
 	qkey   uint32 // the Q_Key its answers carry (ConnectResponse.answer_qkey)
 	peers  []*peer
 	worker []int
+	rqs    []*recvQ // its own request QPs, one per peer (none with SharedRecv)
 }
 
 var (
@@ -175,7 +177,8 @@ func (s *Server) admit(ctx context.Context, req *adminpb.ConnectRequest, old *ad
 	// The session being replaced, whose QPs and budget the new one may
 	// take (nil: none, or not of this epoch, or gone already).
 	var prev *session
-	freed := make([]int, len(s.workers))
+	freed := make([]int, len(s.workers))      // windows the replaced session frees
+	freedSlack := make([]int, len(s.workers)) // and the slack of its own request QPs
 	if old != nil && admin.CheckEpoch(old, s.cfg.Epoch) == nil {
 		prev = s.sessions[old.GetSessionId()]
 	}
@@ -184,6 +187,7 @@ func (s *Server) admit(ctx context.Context, req *adminpb.ConnectRequest, old *ad
 		n--
 		for i := range prev.peers {
 			freed[prev.worker[i]] += prev.window
+			freedSlack[prev.worker[i]] += prev.perQP - prev.window
 		}
 	}
 	if n >= s.cfg.MaxClients {
@@ -197,6 +201,10 @@ func (s *Server) admit(ctx context.Context, req *adminpb.ConnectRequest, old *ad
 		}
 	}
 	// Assign round-robin, checking every worker's receive budget first.
+	perQP := window
+	if !s.cfg.SharedRecv {
+		perQP += min(SessionSlack, s.cfg.RecvSlack, window)
+	}
 	assign := make([]uint32, len(keys))
 	extra := make([]int, len(s.workers))
 	for i := range keys {
@@ -205,19 +213,35 @@ func (s *Server) admit(ctx context.Context, req *adminpb.ConnectRequest, old *ad
 		extra[wi] += window
 	}
 	for wi, e := range extra {
-		if b := s.workers[wi].budget + e - freed[wi]; b > s.cfg.MaxRecv {
+		w := s.workers[wi]
+		if b := w.budget + e - freed[wi]; b > s.cfg.MaxRecv {
 			return nil, fmt.Errorf("%w: worker %d would need %d receive buffers, the maximum is %d", admin.ErrNoCapacity, wi, b, s.cfg.MaxRecv)
+		}
+		if b := w.budget + w.slack + e/window*perQP - freed[wi] - freedSlack[wi]; b > w.cqSize {
+			return nil, fmt.Errorf("%w: worker %d would have %d receives posted, its CQ holds %d", admin.ErrNoCapacity, wi, b, w.cqSize)
 		}
 	}
 	s.nextID++
 	// The session's own Q_Key: its answers carry it, so no other client
 	// (which knows only the request Q_Key and its own) can address them.
-	sess := &session{id: s.nextID, name: req.GetClientName(), window: window, qkey: verbs.RandomQKey(s.cfg.QKey)}
+	sess := &session{id: s.nextID, name: req.GetClientName(), window: window, perQP: perQP, qkey: verbs.RandomQKey(s.cfg.QKey)}
+	reqQKey := s.cfg.QKey
+	if !s.cfg.SharedRecv {
+		// Its own request QPs, with a Q_Key of their own: no other
+		// client can reach (and use up) their receives.
+		reqQKey = verbs.RandomQKey(s.cfg.QKey, sess.qkey)
+		if err := s.sessionRQs(sess, assign, reqQKey); err != nil {
+			return nil, err
+		}
+	}
 	for i, k := range keys {
 		ah, err := s.ahs.Get(k.addr, time.Now())
 		if err != nil {
 			for _, p := range sess.peers {
 				s.ahs.Put(p.key.addr, time.Now())
+			}
+			for _, q := range sess.rqs {
+				q.close() // never handed to a worker
 			}
 			return nil, fmt.Errorf("%w: address handle for %v: %v", admin.ErrInvalidArgument, k.addr, err)
 		}
@@ -231,28 +255,45 @@ func (s *Server) admit(ctx context.Context, req *adminpb.ConnectRequest, old *ad
 	for i, p := range sess.peers {
 		w := s.workers[sess.worker[i]]
 		w.budget += window
+		w.slack += perQP - window
 		w.setPeers(func(t peerTable) { t[p.key] = p })
 	}
-	for wi, e := range extra {
-		if e > 0 {
-			s.workers[wi].want.Store(s.recvTarget(s.workers[wi].budget))
-			s.workers[wi].wake()
+	serverQPs := s.Endpoints()
+	if s.cfg.SharedRecv {
+		for wi, e := range extra {
+			if e > 0 {
+				s.workers[wi].want.Store(s.recvTarget(s.workers[wi].budget))
+				s.workers[wi].wake()
+			}
 		}
-	}
-	// Admission means RECVs are posted for the granted window before the
-	// client hears yes: otherwise its first requests could find no RECV
-	// and be dropped.
-	for wi, e := range extra {
-		if e > 0 {
-			s.awaitRecvs(ctx, s.workers[wi])
+		// Admission means RECVs are posted for the granted window before
+		// the client hears yes: otherwise its first requests could find
+		// no RECV and be dropped.
+		for wi, e := range extra {
+			if e > 0 {
+				s.awaitRecvs(ctx, s.workers[wi])
+			}
 		}
+	} else {
+		// Each client QP sends to its own request QP, whose receives are
+		// posted already; the worker adopts it before its first batch
+		// that could hold a completion of it.
+		serverQPs = make([]*adminpb.Endpoint, len(sess.rqs))
+		for i, q := range sess.rqs {
+			a, _ := q.qp.Address().MarshalBinary()
+			serverQPs[i] = &adminpb.Endpoint{Address: a, Qpn: uint32(q.qpn)}
+			assign[i] = uint32(i)
+			s.workers[sess.worker[i]].inbox.add([]*recvQ{q}, nil)
+			s.workers[sess.worker[i]].wake()
+		}
+		s.awaitAdopted(ctx, sess.rqs)
 	}
 	s.sessions[sess.id] = sess
 	s.nsessions.Store(int64(len(s.sessions)))
 	s.log.Info("client connected", "session", sess.id, "name", sess.name, "qps", len(keys), "window", window)
 	resp := &adminpb.ConnectResponse{
-		SessionId: sess.id, Mode: spec.ModeSpecS0, Format: s.cfg.Format.String(), Qkey: s.cfg.QKey,
-		ServerQps: s.Endpoints(), Assignment: assign, Window: uint32(window),
+		SessionId: sess.id, Mode: spec.ModeSpecS0, Format: s.cfg.Format.String(), Qkey: reqQKey,
+		ServerQps: serverQPs, Assignment: assign, Window: uint32(window),
 		ProtocolVersion: spec.ProtocolVersion, Epoch: s.cfg.Epoch,
 		AnswerQkey: sess.qkey, AnswerQps: s.answerQPs,
 	}
@@ -260,6 +301,64 @@ func (s *Server) admit(ctx context.Context, req *adminpb.ConnectRequest, old *ad
 		resp.High = c.Current()
 	}
 	return resp, nil
+}
+
+// sessionRQs creates sess's request QPs, one per client QP on the
+// worker assign names, each with its window plus SessionSlack receives
+// posted. Called with s.mu held, before the session's peers exist.
+func (s *Server) sessionRQs(sess *session, assign []uint32, qkey uint32) error {
+	size := sess.perQP
+	for _, wi := range assign {
+		w := s.workers[wi]
+		q, err := s.newSessionRQ(w, sess.id, size, qkey)
+		if err != nil {
+			for _, q := range sess.rqs {
+				q.close()
+			}
+			sess.rqs = nil
+			return fmt.Errorf("%w: worker %d: a request QP of %d receives: %v", admin.ErrNoCapacity, wi, size, err)
+		}
+		sess.rqs = append(sess.rqs, q)
+	}
+	return nil
+}
+
+func (s *Server) newSessionRQ(w *worker, sess uint64, size int, qkey uint32) (*recvQ, error) {
+	qp, err := s.pd.CreateQP(verbs.QPInitAttr{Type: verbs.UD, SendCQ: w.sendCQ, RecvCQ: w.reqCQ,
+		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: size, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		return nil, err
+	}
+	if err := verbs.BringUpUD(qp, qkey, 0); err != nil {
+		qp.Close()
+		return nil, err
+	}
+	q, err := newRecvQ(s.pd, qp, sess, size, size, size)
+	if err != nil {
+		qp.Close()
+		return nil, err
+	}
+	if err := q.fill(); err != nil || q.posted != size {
+		q.close()
+		return nil, fmt.Errorf("posted %d of %d receives: %v", q.posted, size, err)
+	}
+	return q, nil
+}
+
+// awaitAdopted waits, bounded, until the workers have adopted rqs.
+// Called with s.mu held; the workers do not take it. A completion of a
+// queue not adopted yet makes its worker adopt it at once, so this only
+// keeps the first batches simple.
+func (s *Server) awaitAdopted(ctx context.Context, rqs []*recvQ) {
+	deadline := time.Now().Add(2 * time.Second)
+	for _, q := range rqs {
+		for !q.ready.Load() {
+			if ctx.Err() != nil || time.Now().After(deadline) || s.closed.Load() {
+				return
+			}
+			time.Sleep(20 * time.Microsecond)
+		}
+	}
 }
 
 // recvTarget is how many receives a worker whose clients' windows sum to
@@ -291,6 +390,31 @@ func (s *Server) AddressHandles() int {
 	defer s.mu.Unlock()
 	s.ahs.Reap(time.Now())
 	return s.ahs.Len()
+}
+
+// OverrunSessions is the number of connected sessions one of whose own
+// request QPs dropped a request because none of its receives was posted:
+// only a client that sends beyond its window can cause that, and only on
+// its own QPs. ok is false with Config.SharedRecv (no such QPs) or when
+// the provider does not count drops per QP.
+func (s *Server) OverrunSessions() (n int, ok bool) {
+	if s.cfg.SharedRecv || len(s.workers) == 0 {
+		return 0, false
+	}
+	if _, ok := s.workers[0].reqQP.(verbs.Counters); !ok {
+		return 0, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, sess := range s.sessions {
+		for _, q := range sess.rqs {
+			if d, _ := q.noRecvDrops(); d > 0 {
+				n++
+				break
+			}
+		}
+	}
+	return n, true
 }
 
 // setPeers replaces w's peer table by a modified copy (copy-on-write: the
@@ -330,8 +454,16 @@ func (s *Server) release(sess *session) {
 		s.ahs.Put(p.key.addr, now) // closed ahcache.Grace later: a worker may hold it in a batch
 		w := s.workers[sess.worker[i]]
 		w.budget -= sess.window
-		w.want.Store(s.recvTarget(w.budget))
+		w.slack -= sess.perQP - sess.window
+		if s.cfg.SharedRecv {
+			w.want.Store(s.recvTarget(w.budget))
+		}
 		w.setPeers(func(t peerTable) { delete(t, p.key) })
+	}
+	for i, q := range sess.rqs { // destroyed by their workers between batches
+		w := s.workers[sess.worker[i]]
+		w.inbox.add(nil, []*recvQ{q})
+		w.wake()
 	}
 	s.log.Info("client disconnected", "session", sess.id, "name", sess.name)
 }

@@ -87,21 +87,24 @@ type worker struct {
 
 	reqCQ, sendCQ verbs.CQ
 	reqQP         verbs.QP
-	recvMR        verbs.MR
 	resp          *respq.Set // the Q response QPs
 
-	free   []uint32 // receive slots not posted
-	posted int
-	want   atomic.Int64 // receive slots that should be posted
-	filled atomic.Int64 // receive slots posted, published after each fill
+	shared *recvQ               // reqQP's receives (Config.SharedRecv; else none posted)
+	rqs    map[verbs.QPN]*recvQ // worker-owned: every adopted receive queue, by QPN
+	inbox  rqInbox
+	dying  []*recvQ     // retired queues whose receives have not all completed yet
+	rqLive atomic.Int64 // session receive queues adopted and not yet destroyed
+	dirty  []*recvQ     // receive queues with re-posts gathered in this batch
+	want   atomic.Int64 // receives reqQP should have posted
+	filled atomic.Int64 // receives posted on reqQP, published after each fill
 	peers  atomic.Pointer[peerTable]
 	budget int // sum of granted windows; guarded by Server.mu
+	slack  int // sum of the slack receives of its session QPs; guarded by Server.mu
+	cqSize int // reqCQ's entries: 2*MaxRecv
 
 	kick atomic.Pointer[kicker]
 
 	wcs     []verbs.WC
-	recvWRs []verbs.RecvWR
-	recvSGE []verbs.SGE
 	sendWRs []verbs.SendWR
 	sendSGE []verbs.SGE
 	pend    []pending
@@ -129,7 +132,8 @@ func newWorker(s *Server, id int) (w *worker, err error) {
 		}
 	}()
 	dev := s.cfg.Device
-	if w.reqCQ, err = dev.CreateCQ(c.MaxRecv); err != nil {
+	w.cqSize = 2 * c.MaxRecv
+	if w.reqCQ, err = dev.CreateCQ(w.cqSize); err != nil {
 		return nil, fmt.Errorf("headeronly: worker %d: request CQ: %w", id, err)
 	}
 	if w.sendCQ, err = dev.CreateCQ(c.RespQPs * c.SendDepth); err != nil {
@@ -142,29 +146,28 @@ func newWorker(s *Server, id int) (w *worker, err error) {
 	if err = verbs.BringUpUD(w.reqQP, c.QKey, 0); err != nil {
 		return nil, fmt.Errorf("headeronly: worker %d: request QP bring-up: %w", id, err)
 	}
-	if w.recvMR, err = s.pd.RegMR(c.MaxRecv*recvSlot, verbs.AccessLocalWrite); err != nil {
-		return nil, fmt.Errorf("headeronly: worker %d: receive buffers: %w", id, err)
+	slots := 1 // nothing is posted on reqQP unless it is shared
+	if c.SharedRecv {
+		slots = c.MaxRecv
 	}
+	if w.shared, err = newRecvQ(s.pd, w.reqQP, 0, 0, slots, max(c.Batch, slots)); err != nil {
+		return nil, fmt.Errorf("headeronly: worker %d: %w", id, err)
+	}
+	w.rqs = map[verbs.QPN]*recvQ{w.shared.qpn: w.shared}
+	w.dirty = make([]*recvQ, 0, c.Batch)
 	if w.resp, err = respq.New(respq.Config{PD: s.pd, CQ: w.sendCQ, QPs: c.RespQPs, Depth: c.SendDepth,
 		SignalEvery: c.SignalEvery, SlotLen: spec.FullLen, QKey: c.QKey, Batch: c.Batch}); err != nil {
 		return nil, fmt.Errorf("headeronly: worker %d: %w", id, err)
 	}
-	w.free = make([]uint32, c.MaxRecv)
-	for i := range w.free {
-		w.free[i] = uint32(c.MaxRecv - 1 - i)
-	}
 	w.wcs = make([]verbs.WC, c.Batch)
-	w.recvWRs = make([]verbs.RecvWR, max(c.Batch, c.MaxRecv))
-	w.recvSGE = make([]verbs.SGE, len(w.recvWRs))
-	for i := range w.recvWRs {
-		w.recvWRs[i].SG = w.recvSGE[i : i+1]
-	}
 	w.sendWRs = make([]verbs.SendWR, c.Batch)
 	w.sendSGE = make([]verbs.SGE, c.Batch)
 	w.pend = make([]pending, c.Batch)
 	empty := peerTable{}
 	w.peers.Store(&empty)
-	w.want.Store(s.recvTarget(0))
+	if c.SharedRecv {
+		w.want.Store(s.recvTarget(0))
+	}
 	w.newKick()
 	return w, nil
 }
@@ -181,11 +184,23 @@ func (w *worker) wake() {
 	}
 }
 
+// close destroys the worker's resources, the receive queues it adopted
+// and those still in its inbox. The worker is not running.
 func (w *worker) close() {
 	if w.resp != nil {
 		w.resp.Close()
 	}
-	for _, c := range []interface{ Close() error }{w.reqQP, w.recvMR, w.reqCQ, w.sendCQ} {
+	w.takeInbox(false)
+	for _, q := range w.rqs {
+		if q != w.shared {
+			q.close()
+		}
+	}
+	w.rqs = nil
+	if w.shared != nil {
+		w.shared.mr.Close()
+	}
+	for _, c := range []interface{ Close() error }{w.reqQP, w.reqCQ, w.sendCQ} {
 		if c != nil && !isNilIface(c) {
 			c.Close()
 		}
@@ -204,37 +219,85 @@ func isNilIface(c interface{ Close() error }) bool {
 	return false
 }
 
-// fillRecvs posts receive buffers until want are posted, as one chain.
+// fillRecvs posts reqQP's receives until want are posted.
 func (w *worker) fillRecvs() error {
-	want := int(w.want.Load())
-	n := 0
-	for w.posted+n < want && len(w.free) > 0 && n < len(w.recvWRs) {
-		slot := w.free[len(w.free)-1]
-		w.free = w.free[:len(w.free)-1]
-		w.setRecv(n, slot)
-		n++
-	}
-	return w.postRecvs(n)
-}
-
-func (w *worker) setRecv(i int, slot uint32) {
-	w.recvWRs[i].ID = uint64(slot)
-	w.recvSGE[i] = verbs.SGE{Addr: w.recvMR.Addr() + uint64(slot)*recvSlot, Length: recvSlot, LKey: w.recvMR.LKey()}
-}
-
-func (w *worker) postRecvs(n int) error {
-	if n == 0 {
-		return nil
-	}
-	done, err := w.reqQP.PostRecv(w.recvWRs[:n])
-	w.posted += done
-	for i := done; i < n; i++ { // refused: back to the free list
-		w.free = append(w.free, uint32(w.recvWRs[i].ID))
-	}
-	if err != nil {
-		return fmt.Errorf("headeronly: worker %d: post %d receives: %w", w.id, n, err)
+	w.shared.size = int(w.want.Load())
+	if err := w.shared.fill(); err != nil {
+		return fmt.Errorf("headeronly: worker %d: %w", w.id, err)
 	}
 	return nil
+}
+
+// takeInbox adopts the receive queues Connect handed over (their first
+// receives are posted) and, unless adoptOnly, destroys those Disconnect
+// retired. Retiring happens between batches only: the worker then holds
+// no completion of a retired queue and has no re-post gathered for it.
+func (w *worker) takeInbox(adoptOnly bool) {
+	b := &w.inbox
+	b.mu.Lock()
+	adopt, retire := b.adopt, b.retire
+	b.adopt = nil
+	if !adoptOnly {
+		b.retire = nil
+	}
+	b.pending.Store(len(b.retire) > 0)
+	b.mu.Unlock()
+	if adoptOnly {
+		retire = nil
+	}
+	for _, q := range adopt {
+		w.rqs[q.qpn] = q
+		w.rqLive.Add(1)
+		q.ready.Store(true)
+	}
+	for _, q := range retire {
+		if w.rqs[q.qpn] != q { // never adopted (the server is closing)
+			q.close()
+			continue
+		}
+		// The error state flushes its receives into completions; it is
+		// destroyed when the last of them has been polled (reapDying).
+		q.dying = true
+		if err := q.qp.Modify(&verbs.QPAttr{State: verbs.StateErr}, verbs.AttrState); err != nil {
+			w.s.log.Warn("retire request QP", "worker", w.id, "qpn", q.qpn, "err", err)
+			q.posted = 0 // destroyed now: a completion still queued is told apart by its WR ID
+		}
+		w.dying = append(w.dying, q)
+	}
+	w.reapDying()
+}
+
+// reapDying destroys the retired queues none of whose receives is still
+// outstanding. Called between batches.
+func (w *worker) reapDying() {
+	keep := w.dying[:0]
+	for _, q := range w.dying {
+		if q.posted > 0 {
+			keep = append(keep, q)
+			continue
+		}
+		delete(w.rqs, q.qpn)
+		q.close()
+		w.rqLive.Add(-1)
+	}
+	clear(w.dying[len(keep):])
+	w.dying = keep
+}
+
+// rqOf returns the receive queue a completion came from, or nil for one
+// of a queue already retired.
+func (w *worker) rqOf(wc *verbs.WC) *recvQ {
+	q := w.rqs[wc.QPN]
+	if q == nil && w.inbox.pending.Load() {
+		// Adopted after this loop looked at the inbox (Connect returned,
+		// the client sent): take it now.
+		w.takeInbox(true)
+		q = w.rqs[wc.QPN]
+	}
+	if q == nil || q.serial != wc.ID>>32 {
+		return nil
+	}
+	return q
 }
 
 // run is the worker's loop. It returns when the server closes.
@@ -254,10 +317,16 @@ func (w *worker) run() {
 	w.guard = spec.NewGuard(time.Since(start))
 	idleSince := time.Duration(-1)
 	for !w.s.closed.Load() {
+		if w.inbox.pending.Load() {
+			w.takeInbox(false)
+		}
+		if len(w.dying) > 0 {
+			w.reapDying()
+		}
 		if err := w.fillRecvs(); err != nil {
 			log.Error("receive queue", "err", err)
 		}
-		w.filled.Store(int64(w.posted))
+		w.filled.Store(int64(w.shared.posted))
 		n, err := w.reqCQ.Poll(w.wcs)
 		if err != nil {
 			if w.s.closed.Load() {
@@ -293,19 +362,28 @@ func (w *worker) batch(wcs []verbs.WC) {
 	st := &w.stats
 	peers := *w.peers.Load()
 	valid := 0
-	reposts := 0
-	want := int(w.want.Load())
+	var q *recvQ            // the receive queue of the previous completion
 	oldest := verbs.Time(0) // arrival of the batch's oldest valid request
 	polled := verbs.Now()
 	for i := range wcs {
 		wc := &wcs[i]
-		slot := uint32(wc.ID)
-		w.posted--
-		if w.posted+reposts < want {
-			w.setRecv(reposts, slot)
-			reposts++
-		} else {
-			w.free = append(w.free, slot)
+		if q == nil || q.qpn != wc.QPN || q.serial != wc.ID>>32 { // else the same queue as the previous completion
+			q = w.rqOf(wc)
+		}
+		if q == nil { // a queue retired with its session
+			if wc.Status == verbs.WCSuccess {
+				st.drops[dropUnknownSource].Add(1)
+			}
+			continue
+		}
+		if q.completed(wc.ID) {
+			w.dirty = append(w.dirty, q)
+		}
+		if q.dying { // its session is gone; flushed receives are not requests
+			if wc.Status == verbs.WCSuccess {
+				st.drops[dropUnknownSource].Add(1)
+			}
+			continue
 		}
 		switch {
 		case wc.Status != verbs.WCSuccess:
@@ -319,7 +397,7 @@ func (w *worker) batch(wcs []verbs.WC) {
 			continue
 		}
 		p := peers[peerKey{wc.Src, wc.SrcQP}]
-		if p == nil {
+		if p == nil || q.sess != 0 && q.sess != p.session {
 			st.drops[dropUnknownSource].Add(1)
 			continue
 		}
@@ -351,9 +429,14 @@ func (w *worker) batch(wcs []verbs.WC) {
 	for i := range w.pend[:valid] {
 		w.pend[i].p.inBatch = 0
 	}
-	if err := w.postRecvs(reposts); err != nil {
-		w.s.log.Error("re-post receives", "worker", w.id, "err", err)
+	for i, q := range w.dirty {
+		if err := q.post(q.nre); err != nil {
+			w.s.log.Error("re-post receives", "worker", w.id, "err", err)
+		}
+		q.nre = 0
+		w.dirty[i] = nil
 	}
+	w.dirty = w.dirty[:0]
 	if valid == 0 {
 		return
 	}

@@ -24,7 +24,7 @@ const (
 	maxSGE       = 8
 	maxInline    = 4096
 	maxMsgUD     = 4096
-	defaultMaxQP = 4096
+	defaultMaxQP = 1 << 16
 	maxMR        = 1 << 16
 	qpnBase      = 0x100
 	activeMTU    = verbs.MTU4096

@@ -82,7 +82,7 @@
 //	gso=on|off    UDP GSO on transmit (default on)
 //	gro=on|off    UDP GRO on receive (default on)
 //	rcvbuf=BYTES sndbuf=BYTES  socket buffer sizes (default 4 MiB)
-//	max_qp=N      queue pairs per device (default 4096)
+//	max_qp=N      queue pairs per device (default 65536)
 //	advertise=IP  with device 0.0.0.0:port (listen on every address, as in
 //	              a container): the address peers reach the device at. It
 //	              is the source address in every ICRC; each received

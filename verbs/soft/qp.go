@@ -71,9 +71,20 @@ type qp struct {
 	req  requester
 
 	closed atomic.Bool
+
+	noRecv atomic.Uint64 // SENDs dropped because no RECV was posted
 }
 
-var _ verbs.QP = (*qp)(nil)
+var (
+	_ verbs.QP       = (*qp)(nil)
+	_ verbs.Counters = (*qp)(nil)
+)
+
+// VisitCounters reports this QP's own counts (a subset of the device's):
+// verbs.CounterDropNoRecv. They stay readable after Close.
+func (x *qp) VisitCounters(f func(name string, v uint64)) {
+	f(verbs.CounterDropNoRecv, x.noRecv.Load())
+}
 
 func (p *pd) CreateQP(attr verbs.QPInitAttr) (verbs.QP, error) {
 	if p.closed.Load() {

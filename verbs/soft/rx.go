@@ -209,6 +209,7 @@ func (x *qp) recvUD(pk *rocev2.Packet, c *rxFlow) {
 	q.lockRQ(x)
 	if x.rqN == 0 {
 		d.ctr.dropNoRecv.Add(1)
+		x.noRecv.Add(1)
 		return
 	}
 	t := x.rqHead
@@ -317,6 +318,7 @@ func (x *qp) recvUC(pk *rocev2.Packet) {
 	if op.IsStart() {
 		if x.rqN == 0 {
 			d.ctr.dropNoRecv.Add(1)
+			x.noRecv.Add(1)
 			return
 		}
 		r.inMsg, r.write, r.off = true, false, 0
@@ -378,6 +380,7 @@ func (x *qp) ucWrite(pk *rocev2.Packet) {
 		s, ok := x.popRecv()
 		if !ok {
 			d.ctr.dropNoRecv.Add(1)
+			x.noRecv.Add(1)
 			return
 		}
 		x.recvCQ.push(&verbs.WC{ID: s.id, Opcode: verbs.WCRecvRDMAWithImm, Flags: verbs.WCWithImm,
