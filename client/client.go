@@ -34,8 +34,10 @@ const (
 	// atomics QP broke.
 	retryConnectAfter = 5 * time.Millisecond
 	// maxRetryConnect caps the backoff between failed reconnects (while
-	// an HA group elects a new leader, say).
-	maxRetryConnect = 100 * time.Millisecond
+	// an HA group elects a new leader, say). A thousand clients retrying
+	// every 100 ms sent 10,000 Status and Connect calls a second to the
+	// instances electing a leader; at 1 s (jittered) they send ~1,000.
+	maxRetryConnect = time.Second
 	// slowProbesBeforeReconnect: Status probes in a row that time out
 	// before the client reconnects (keepOnSlowProbe).
 	slowProbesBeforeReconnect = 3
