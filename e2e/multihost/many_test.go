@@ -18,12 +18,14 @@ const (
 	clientHosts  = 4
 )
 
-// stormGate skips the 1,000-session connect storms unless SEQD_RIG_STORM
-// is set (make storm, which CI runs): each takes one to three minutes
-// on a 2-core machine, too long for every go test ./... run.
+// stormGate skips the HA group's 1,000-session failover storm unless
+// SEQD_RIG_STORM is set (make storm, which CI runs): on a loaded 2-core
+// machine its recovery takes 15-30 s against the rig clients' 30 s call
+// deadline, and a run in three failed some calls at that deadline
+// (notes/i11-storm.md). The restart storm runs in every go test.
 func stormGate(t *testing.T) {
 	if os.Getenv("SEQD_RIG_STORM") == "" {
-		t.Skip("1,000-session connect storm: minutes long; make storm (SEQD_RIG_STORM=1) runs it")
+		t.Skip("HA failover storm of 1,000 sessions: make storm (SEQD_RIG_STORM=1) runs it")
 	}
 }
 
@@ -142,7 +144,7 @@ func healthy(t *testing.T, from *netnstest.Host, tf tlsFiles, admin string) bool
 // own. The time until all are served again is measured, and no call may
 // fail (each has a 30 s deadline).
 func TestRestartReconnect(t *testing.T) { restartStorm(t, fewSessions) }
-func TestRestartStorm1000(t *testing.T) { stormGate(t); restartStorm(t, manySessions) }
+func TestRestartStorm1000(t *testing.T) { restartStorm(t, manySessions) }
 
 func restartStorm(t *testing.T, sessions int) {
 	rig := netnstest.New(t)
