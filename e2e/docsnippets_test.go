@@ -111,6 +111,7 @@ func TestDocSnippets(t *testing.T) {
 // defaults unless c sets them) until the test ends.
 func startFixed(t *testing.T, c run.Config, log *slog.Logger) {
 	t.Helper()
+	c.Init = true // a fresh data directory: a new deployment
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan run.Addrs, 1)
 	done := make(chan error, 1)

@@ -49,17 +49,19 @@ func TestRemoteInsecure(t *testing.T) {
 	ready := make(chan run.Addrs, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- run.Run(ctx, run.Config{Device: "198.51.100.7:0", Admin: "198.51.100.7:0", Metrics: "off", Data: t.TempDir()},
+		done <- run.Run(ctx, run.Config{Device: "198.51.100.7:0", Admin: "198.51.100.7:0", Metrics: "off", Data: t.TempDir(), Init: true},
 			slog.New(slog.DiscardHandler), func(a run.Addrs) { ready <- a })
 	}()
-	defer func() { cancel(); <-done }()
 	var addr string
 	select {
 	case a := <-ready:
 		addr = a.Admin
+		defer func() { cancel(); <-done }()
 	case err := <-done:
+		cancel()
 		t.Fatalf("seqd: %v", err)
 	case <-time.After(30 * time.Second):
+		cancel()
 		t.Fatal("seqd did not start in 30s")
 	}
 	for _, extra := range [][]string{nil, {"-device", "198.51.100.8:0"}} {
