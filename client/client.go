@@ -34,11 +34,13 @@ const (
 	// atomics QP broke.
 	retryConnectAfter = 5 * time.Millisecond
 	// maxRetryConnect caps the backoff between failed reconnects (while
-	// an HA group elects a new leader, say).
-	maxRetryConnect = 100 * time.Millisecond
-	// slowProbesBeforeFailover: Status probes in a row that time out
-	// before a client that knows other instances leaves its server.
-	slowProbesBeforeFailover = 3
+	// an HA group elects a new leader, say). A thousand clients retrying
+	// every 100 ms sent 10,000 Status and Connect calls a second to the
+	// instances electing a leader; at 1 s (jittered) they send ~1,000.
+	maxRetryConnect = time.Second
+	// slowProbesBeforeReconnect: Status probes in a row that time out
+	// before the client reconnects (keepOnSlowProbe).
+	slowProbesBeforeReconnect = 3
 )
 
 // Request is one asynchronous request. Callers own it and may reuse it
@@ -313,7 +315,8 @@ func (c *Client) connectAny(ctx context.Context, perTry time.Duration, skipCurre
 		}
 	}
 	// Every known address, starting after the current one.
-	cur := slices.Index(c.addrs, c.Endpoint())
+	failed := c.Endpoint() // the one that just failed to answer, when skipCurrent
+	cur := slices.Index(c.addrs, failed)
 	for i := range c.addrs {
 		cands = append(cands, c.addrs[(cur+1+i)%len(c.addrs)])
 	}
@@ -333,7 +336,7 @@ func (c *Client) connectAny(ctx context.Context, perTry time.Duration, skipCurre
 			lastErr = fmt.Errorf("%w: %w", ErrUnavailable, err)
 			continue
 		}
-		oldCC, oldAdm := c.cc, c.adm
+		oldCC := c.cc
 		c.cc, c.adm = cc, adminpb.NewAdminClient(cc)
 		err = c.connect(tctx)
 		cancel()
@@ -345,12 +348,17 @@ func (c *Client) connectAny(ctx context.Context, perTry time.Duration, skipCurre
 			c.learn(addr)
 			return nil
 		}
-		cc.Close()
-		c.cc, c.adm = oldCC, oldAdm
+		// The server answered the dial: keep this connection for the next
+		// attempt, which starts with it (one TLS handshake less for a
+		// busy server); the old one failed or is elsewhere.
+		if oldCC != nil {
+			oldCC.Close()
+		}
+		c.curAddr.Store(&addr)
 		lastErr = err
 		// A redirect to the server that just failed to answer (etcd
 		// still names a paused leader) is not followed: it stays last.
-		if l := redirectTo(err); l != "" && !tried[l] && !(skipCurrent && l == c.Endpoint()) && hops < maxRedirects*len(c.addrs) {
+		if l := redirectTo(err); l != "" && !tried[l] && !(skipCurrent && l == failed) && hops < maxRedirects*len(c.addrs) {
 			hops++
 			c.log.Debug("following redirect", "from", addr, "to", l)
 			cands = append([]string{l}, cands...)

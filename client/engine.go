@@ -441,23 +441,24 @@ func (c *Client) reconnect(now time.Duration, force bool) {
 
 // keepOnSlowProbe reports whether a Status probe that failed with err
 // leaves the session in place: a probe that timed out found a server
-// that is alive but slow (busy admitting others after a restart, say),
-// which has not lost our session: the requests are retransmitted, and
-// the lease renewer tells when the session is really gone. Only with
-// other instances to turn to (an HA group: the leader may be paused)
-// does the client move on, after slowProbesBeforeFailover probes in a
-// row without an answer between them.
+// that may be alive but slow (busy admitting others, say), which need not
+// have lost our session, and a reconnect would only add to its load: the
+// requests are retransmitted meanwhile. After slowProbesBeforeReconnect
+// such probes in a row with no answer between them (a paused server, a
+// leader to leave, a restarted one still reconnecting our admin
+// connection) the client reconnects; naming its session in the Connect
+// makes that safe even when the session was alive.
 func (c *Client) keepOnSlowProbe(err error) bool {
-	if status.Code(err) != codes.DeadlineExceeded {
-		return false // refused, reset: the server is gone
+	if status.Code(err) != codes.DeadlineExceeded || c.sessionLost.Load() {
+		return false // refused, reset, or the lease renewer knows it is gone
 	}
 	if c.slowAns != c.lastAns {
 		c.slowAns, c.slowProbes = c.lastAns, 0
 	}
 	c.slowProbes++
-	keep := len(c.addrs) == 1 || c.slowProbes < slowProbesBeforeFailover
+	keep := c.slowProbes < slowProbesBeforeReconnect
 	if keep {
-		c.log.Debug("status probe timed out on a live server: keeping the session", "admin", c.Endpoint(), "probes", c.slowProbes)
+		c.log.Debug("status probe timed out: keeping the session", "admin", c.Endpoint(), "probes", c.slowProbes)
 	}
 	return keep
 }

@@ -18,23 +18,20 @@ const (
 	clientHosts  = 4
 )
 
-// stormGate skips the 1,000-session connect storms unless SEQD_RIG_STORM
-// is set: with today's client they do not recover (see stormBug).
+// stormGate skips the HA group's 1,000-session failover storm unless
+// SEQD_RIG_STORM is set (make storm, which CI runs): on a loaded 2-core
+// machine its recovery takes 15-30 s against the rig clients' 30 s call
+// deadline, and a run in three failed some calls at that deadline
+// (notes/i11-storm.md). The restart storm runs in every go test.
 func stormGate(t *testing.T) {
 	if os.Getenv("SEQD_RIG_STORM") == "" {
-		t.Skip("1,000-session connect storm: " + stormBug + "; set SEQD_RIG_STORM=1 to run it")
+		t.Skip("HA failover storm of 1,000 sessions: make storm (SEQD_RIG_STORM=1) runs it")
 	}
 }
 
-// stormBug is why the storms are gated.
-const stormBug = "known to fail: a client whose Status (500 ms) or Connect times out on a busy server re-Connects its QP while a session (its own, or an orphan it never learnt) still holds it, " +
-	"and every retry is refused as \"already connected\"; client/engine.go reconnect"
-
 // orphanLease is the session lease of the seqd instances the reconnect
-// tests restart or fail over: a Connect that timed out on the client but
-// was admitted leaves a session the client does not know (stormBug), and
-// only the lease frees the QP it holds; with the default 30s lease a call
-// with a 30s deadline can fail waiting for it.
+// tests restart or fail over (short, so that the lease reaper runs in
+// them too).
 const orphanLease = "5s"
 
 // leaseFlags are seqd's session-lease flags for a reconnect test with
@@ -147,7 +144,7 @@ func healthy(t *testing.T, from *netnstest.Host, tf tlsFiles, admin string) bool
 // own. The time until all are served again is measured, and no call may
 // fail (each has a 30 s deadline).
 func TestRestartReconnect(t *testing.T) { restartStorm(t, fewSessions) }
-func TestRestartStorm1000(t *testing.T) { stormGate(t); restartStorm(t, manySessions) }
+func TestRestartStorm1000(t *testing.T) { restartStorm(t, manySessions) }
 
 func restartStorm(t *testing.T, sessions int) {
 	rig := netnstest.New(t)
