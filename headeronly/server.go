@@ -138,18 +138,32 @@ func (s *Server) Replace(ctx context.Context, old *adminpb.DisconnectRequest, re
 	return s.admit(ctx, req, old)
 }
 
+// admit admits req (replacing the session old names, if any). The
+// session's own request QPs are adopted by their workers before the
+// client hears yes, so that its first requests find their receives; that
+// wait is outside s.mu, so a storm of Connects is not serialised behind
+// the workers' batches (each worker adopts every QP handed to it at once).
 func (s *Server) admit(ctx context.Context, req *adminpb.ConnectRequest, old *adminpb.DisconnectRequest) (*adminpb.ConnectResponse, error) {
+	resp, rqs, err := s.admitLocked(ctx, req, old)
+	if err != nil {
+		return nil, err
+	}
+	s.awaitAdopted(ctx, rqs)
+	return resp, nil
+}
+
+func (s *Server) admitLocked(ctx context.Context, req *adminpb.ConnectRequest, old *adminpb.DisconnectRequest) (*adminpb.ConnectResponse, []*recvQ, error) {
 	if s.closed.Load() {
-		return nil, fmt.Errorf("%w: server closing", admin.ErrUnavailable)
+		return nil, nil, fmt.Errorf("%w: server closing", admin.ErrUnavailable)
 	}
 	if m := req.GetMode(); m != "" && m != spec.ModeSpecS0 {
-		return nil, fmt.Errorf("%w: this server runs %s, not %s", admin.ErrFailedPrecondition, spec.ModeSpecS0, m)
+		return nil, nil, fmt.Errorf("%w: this server runs %s, not %s", admin.ErrFailedPrecondition, spec.ModeSpecS0, m)
 	}
 	if v := req.GetProtocolVersion(); v < spec.ProtocolVersion {
-		return nil, fmt.Errorf("%w: protocol version %d, server speaks %d", admin.ErrFailedPrecondition, v, spec.ProtocolVersion)
+		return nil, nil, fmt.Errorf("%w: protocol version %d, server speaks %d", admin.ErrFailedPrecondition, v, spec.ProtocolVersion)
 	}
 	if len(req.GetQps()) == 0 {
-		return nil, fmt.Errorf("%w: no queue pairs", admin.ErrInvalidArgument)
+		return nil, nil, fmt.Errorf("%w: no queue pairs", admin.ErrInvalidArgument)
 	}
 	window := int(req.GetWindow())
 	if window == 0 {
@@ -159,10 +173,10 @@ func (s *Server) admit(ctx context.Context, req *adminpb.ConnectRequest, old *ad
 	keys := make([]peerKey, len(req.GetQps()))
 	for i, ep := range req.GetQps() {
 		if err := keys[i].addr.UnmarshalBinary(ep.GetAddress()); err != nil {
-			return nil, fmt.Errorf("%w: qps[%d]: %v", admin.ErrInvalidArgument, i, err)
+			return nil, nil, fmt.Errorf("%w: qps[%d]: %v", admin.ErrInvalidArgument, i, err)
 		}
 		if ep.GetQpn() > uint32(verbs.MaxQPN) {
-			return nil, fmt.Errorf("%w: qps[%d]: QPN %d above 24 bits", admin.ErrInvalidArgument, i, ep.GetQpn())
+			return nil, nil, fmt.Errorf("%w: qps[%d]: QPN %d above 24 bits", admin.ErrInvalidArgument, i, ep.GetQpn())
 		}
 		keys[i].qpn = verbs.QPN(ep.GetQpn())
 	}
@@ -172,7 +186,7 @@ func (s *Server) admit(ctx context.Context, req *adminpb.ConnectRequest, old *ad
 	if err := ctx.Err(); err != nil {
 		// The caller gave up while waiting for the lock: admitting it
 		// now would leave a session nobody knows of.
-		return nil, fmt.Errorf("%w: connect: %v", admin.ErrUnavailable, err)
+		return nil, nil, fmt.Errorf("%w: connect: %v", admin.ErrUnavailable, err)
 	}
 	// The session being replaced, whose QPs and budget the new one may
 	// take (nil: none, or not of this epoch, or gone already).
@@ -191,12 +205,12 @@ func (s *Server) admit(ctx context.Context, req *adminpb.ConnectRequest, old *ad
 		}
 	}
 	if n >= s.cfg.MaxClients {
-		return nil, fmt.Errorf("%w: %d sessions, the maximum", admin.ErrNoCapacity, n)
+		return nil, nil, fmt.Errorf("%w: %d sessions, the maximum", admin.ErrNoCapacity, n)
 	}
 	for _, k := range keys {
 		for _, w := range s.workers {
 			if p := (*w.peers.Load())[k]; p != nil && (prev == nil || p.session != prev.id) {
-				return nil, fmt.Errorf("%w: QP %v at %v is already connected", admin.ErrFailedPrecondition, k.qpn, k.addr)
+				return nil, nil, fmt.Errorf("%w: QP %v at %v is already connected", admin.ErrFailedPrecondition, k.qpn, k.addr)
 			}
 		}
 	}
@@ -215,10 +229,10 @@ func (s *Server) admit(ctx context.Context, req *adminpb.ConnectRequest, old *ad
 	for wi, e := range extra {
 		w := s.workers[wi]
 		if b := w.budget + e - freed[wi]; b > s.cfg.MaxRecv {
-			return nil, fmt.Errorf("%w: worker %d would need %d receive buffers, the maximum is %d", admin.ErrNoCapacity, wi, b, s.cfg.MaxRecv)
+			return nil, nil, fmt.Errorf("%w: worker %d would need %d receive buffers, the maximum is %d", admin.ErrNoCapacity, wi, b, s.cfg.MaxRecv)
 		}
 		if b := w.budget + w.slack + e/window*perQP - freed[wi] - freedSlack[wi]; b > w.cqSize {
-			return nil, fmt.Errorf("%w: worker %d would have %d receives posted, its CQ holds %d", admin.ErrNoCapacity, wi, b, w.cqSize)
+			return nil, nil, fmt.Errorf("%w: worker %d would have %d receives posted, its CQ holds %d", admin.ErrNoCapacity, wi, b, w.cqSize)
 		}
 	}
 	s.nextID++
@@ -231,7 +245,7 @@ func (s *Server) admit(ctx context.Context, req *adminpb.ConnectRequest, old *ad
 		// client can reach (and use up) their receives.
 		reqQKey = verbs.RandomQKey(s.cfg.QKey, sess.qkey)
 		if err := s.sessionRQs(sess, assign, reqQKey); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	for i, k := range keys {
@@ -243,7 +257,7 @@ func (s *Server) admit(ctx context.Context, req *adminpb.ConnectRequest, old *ad
 			for _, q := range sess.rqs {
 				q.close() // never handed to a worker
 			}
-			return nil, fmt.Errorf("%w: address handle for %v: %v", admin.ErrInvalidArgument, k.addr, err)
+			return nil, nil, fmt.Errorf("%w: address handle for %v: %v", admin.ErrInvalidArgument, k.addr, err)
 		}
 		sess.peers = append(sess.peers, &peer{key: k, ah: ah, session: sess.id, qkey: sess.qkey, window: window})
 		sess.worker = append(sess.worker, int(assign[i]))
@@ -286,7 +300,6 @@ func (s *Server) admit(ctx context.Context, req *adminpb.ConnectRequest, old *ad
 			s.workers[sess.worker[i]].inbox.add([]*recvQ{q}, nil)
 			s.workers[sess.worker[i]].wake()
 		}
-		s.awaitAdopted(ctx, sess.rqs)
 	}
 	s.sessions[sess.id] = sess
 	s.nsessions.Store(int64(len(s.sessions)))
@@ -300,7 +313,7 @@ func (s *Server) admit(ctx context.Context, req *adminpb.ConnectRequest, old *ad
 	if c, ok := s.cfg.Oracle.(Currenter); ok {
 		resp.High = c.Current()
 	}
-	return resp, nil
+	return resp, sess.rqs, nil
 }
 
 // sessionRQs creates sess's request QPs, one per client QP on the
