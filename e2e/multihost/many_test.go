@@ -20,9 +20,10 @@ const (
 
 // stormGate skips the HA group's 1,000-session failover storm unless
 // SEQD_RIG_STORM is set (make storm, which CI runs): on a loaded 2-core
-// machine its recovery takes 15-30 s against the rig clients' 30 s call
-// deadline, and a run in three failed some calls at that deadline
-// (notes/i11-storm.md). The restart storm runs in every go test.
+// machine its recovery took 15-65 s against the rig clients' 30 s call
+// deadline, and two runs in four failed calls at that deadline (the HA
+// terms flap under that load; notes/i11-storm.md). The restart storm
+// runs in every go test.
 func stormGate(t *testing.T) {
 	if os.Getenv("SEQD_RIG_STORM") == "" {
 		t.Skip("HA failover storm of 1,000 sessions: make storm (SEQD_RIG_STORM=1) runs it")
