@@ -123,15 +123,7 @@ func (s *Switch) Mode() string {
 
 // Connect admits a client to the current mode.
 func (s *Switch) Connect(ctx context.Context, req *adminpb.ConnectRequest) (*adminpb.ConnectResponse, error) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if m := req.GetMode(); m != "" && m != s.mode {
-		return nil, fmt.Errorf("%w: the server runs %s, not %s", admin.ErrFailedPrecondition, s.mode, m)
-	}
-	if s.dp == nil {
-		return nil, errNoMode
-	}
-	return s.dp.Connect(ctx, req)
+	return s.admit(ctx, nil, req)
 }
 
 // Replace releases the session old names and admits req in the current
@@ -139,6 +131,12 @@ func (s *Switch) Connect(ctx context.Context, req *adminpb.ConnectRequest) (*adm
 // whose sessions never share QPs, as a release followed by an admission
 // under the switch's lock.
 func (s *Switch) Replace(ctx context.Context, old *adminpb.DisconnectRequest, req *adminpb.ConnectRequest) (*adminpb.ConnectResponse, error) {
+	return s.admit(ctx, old, req)
+}
+
+// admit admits req to the current mode, replacing the session old names
+// (nil: none).
+func (s *Switch) admit(ctx context.Context, old *adminpb.DisconnectRequest, req *adminpb.ConnectRequest) (*adminpb.ConnectResponse, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if m := req.GetMode(); m != "" && m != s.mode {
@@ -146,6 +144,9 @@ func (s *Switch) Replace(ctx context.Context, old *adminpb.DisconnectRequest, re
 	}
 	if s.dp == nil {
 		return nil, errNoMode
+	}
+	if old == nil {
+		return s.dp.Connect(ctx, req)
 	}
 	if r, ok := s.dp.(admin.Replacer); ok {
 		return r.Replace(ctx, old, req)
