@@ -5,9 +5,10 @@
 // The generated files are committed so that a build needs no protoc. To
 // regenerate after editing admin.proto, install the plugins once:
 //
-//	go install google.golang.org/protobuf/cmd/protoc-gen-go@latest
-//	go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@latest
+//	go install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+//	go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
 //
+// (the versions that generated the committed files, with protoc 3.21.12)
 // and run `go generate ./admin/adminpb` (protoc from the protobuf-compiler
 // package must be on PATH, and so must $(go env GOPATH)/bin).
 package adminpb
