@@ -96,9 +96,17 @@ mount -t tmpfs tmpfs /var/backups 2>/dev/null || { mkdir -p /var/backups && moun
 mkdir -p /run/netns && mount -t tmpfs tmpfs /run/netns
 guide_hosts() { ip netns list 2>/dev/null | awk '/^guide-/ { print $1 }'; }
 cleanup() {
-  local p ns
+  local p ns i
   for p in $(jobs -p); do kill "$p" 2>/dev/null || true; done
   for ns in $(guide_hosts); do for p in $(ip netns pids "$ns"); do kill "$p" 2>/dev/null || true; done; done
+  # Up to 10 s to stop on SIGTERM; whatever is left is named and killed.
+  for i in $(seq 50); do [ -z "$(jobs -pr)" ] && break; sleep 0.2; done
+  if [ -n "$(jobs -pr)" ]; then
+    echo "check-guide: still running 10s after SIGTERM (killed):" >&2
+    jobs -lr >&2
+    for p in $(jobs -pr); do kill -9 "$p" 2>/dev/null || true; done
+  fi
+  for ns in $(guide_hosts); do for p in $(ip netns pids "$ns"); do kill -9 "$p" 2>/dev/null || true; done; done
   wait 2>/dev/null || true
 }
 trap cleanup EXIT
