@@ -71,40 +71,7 @@ func TestHealthServing(t *testing.T) {
 }
 
 func TestKill9Restart(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the seqd binary")
-	}
-	if _, err := exec.LookPath("go"); err != nil {
-		t.Skip("go tool not on PATH: cannot build cmd/seqd")
-	}
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "seqd")
-	build := exec.Command("go", "build", "-o", bin, "github.com/seqd/seqd/cmd/seqd")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	data := filepath.Join(dir, "data")
-	adminAddr, dev := freePort(t, "tcp"), freePort(t, "udp")
-	starts := 0
-	start := func() *exec.Cmd {
-		args := []string{"-data", data, "-admin", adminAddr, "-device", dev, "-metrics", "off"}
-		if starts++; starts == 1 {
-			args = append(args, "-init") // only the first start is a new deployment
-		}
-		cmd := exec.Command(bin, args...)
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		defer cancel()
-		if err := waitServing(ctx, adminAddr); err != nil {
-			cmd.Process.Kill()
-			cmd.Wait()
-			t.Fatal(err)
-		}
-		return cmd
-	}
+	adminAddr, start := seqdBinary(t)
 	srv := start()
 	defer func() { srv.Process.Kill(); srv.Wait() }()
 
@@ -198,4 +165,47 @@ func TestKill9Restart(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("%d calls, max before kill %d, %d after restart; client %+v", v.Len(), maxBefore, after, c.Stats())
+}
+
+// seqdBinary builds cmd/seqd and returns its admin address and a function
+// that starts it on one data directory and fixed ports, waiting until it
+// serves: only the first start passes -init (a new deployment); a restart
+// must find the mark the first one left. It skips under -short or without
+// the go tool.
+func seqdBinary(t *testing.T) (string, func() *exec.Cmd) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds and runs the seqd binary")
+	}
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("go tool not on PATH: cannot build cmd/seqd")
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "seqd")
+	build := exec.Command("go", "build", "-o", bin, "github.com/seqd/seqd/cmd/seqd")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	data := filepath.Join(dir, "data")
+	adminAddr, dev := freePort(t, "tcp"), freePort(t, "udp")
+	starts := 0
+	return adminAddr, func() *exec.Cmd {
+		args := []string{"-data", data, "-admin", adminAddr, "-device", dev, "-metrics", "off"}
+		if starts++; starts == 1 {
+			args = append(args, "-init") // only the first start is a new deployment
+		}
+		cmd := exec.Command(bin, args...)
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		if err := waitServing(ctx, adminAddr); err != nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatal(err)
+		}
+		return cmd
+	}
 }

@@ -3,9 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -27,34 +24,7 @@ import (
 // again within a bound, and the verifier checks every value across the
 // restarts (issue 12, defect 1). The longest gap per client is logged.
 func TestKill9RestartsManyClients(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the seqd binary")
-	}
-	if _, err := exec.LookPath("go"); err != nil {
-		t.Skip("go tool not on PATH: cannot build cmd/seqd")
-	}
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "seqd")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/seqd/seqd/cmd/seqd").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	data := filepath.Join(dir, "data")
-	adminAddr, dev := freePort(t, "tcp"), freePort(t, "udp")
-	start := func() *exec.Cmd {
-		cmd := exec.Command(bin, "-init", "-data", data, "-admin", adminAddr, "-device", dev, "-metrics", "off")
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		defer cancel()
-		if err := waitServing(ctx, adminAddr); err != nil {
-			cmd.Process.Kill()
-			cmd.Wait()
-			t.Fatal(err)
-		}
-		return cmd
-	}
+	adminAddr, start := seqdBinary(t)
 	srv := start()
 	defer func() { srv.Process.Kill(); srv.Wait() }()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
