@@ -30,8 +30,8 @@ const MaxClientNameLen = 128
 // (ErrFailedPrecondition); a name outside Config.Modes is a malformed request.
 const (
 	ModeSpecS0  = spec.ModeSpecS0
-	ModeHERD    = "herd"
-	ModeAtomics = "atomics"
+	ModeHERD    = spec.ModeHERD
+	ModeAtomics = spec.ModeAtomics
 )
 
 // Config configures a Server. The zero value is usable: validate fills every

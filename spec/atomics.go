@@ -2,10 +2,6 @@ package spec
 
 import "time"
 
-// ModeAtomics is the admin-plane name of the fetch-and-add baseline
-// (PROTOCOL.md, "Atomics").
-const ModeAtomics = "atomics"
-
 // Atomics-mode constants shared by client and server.
 const (
 	// CounterLen is the size of the counter word clients FETCH_AND_ADD:

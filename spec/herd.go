@@ -6,10 +6,6 @@ import (
 	"fmt"
 )
 
-// ModeHERD is the admin-plane name of the HERD-RPC mode (PROTOCOL.md,
-// "HERD").
-const ModeHERD = "herd"
-
 // HERDVersion is the version byte every HERD request slot carries.
 const HERDVersion = 1
 

@@ -10,9 +10,6 @@ import (
 // describes. Connect carries it both ways.
 const ProtocolVersion = 2
 
-// ModeSpecS0 is the admin-plane name of this protocol.
-const ModeSpecS0 = "spec-s0"
-
 // Layout of the 32-bit immediate of every Spec-S0 packet (requests and
 // answers alike): a TagBits-bit tag on top, a LowBits-bit field below.
 //
