@@ -1,0 +1,379 @@
+package fasst
+
+import (
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"time"
+
+	"github.com/seqd/seqd/internal/claim"
+	"github.com/seqd/seqd/internal/respq"
+	"github.com/seqd/seqd/spec"
+	"github.com/seqd/seqd/verbs"
+)
+
+// dropReason says why a request was not answered.
+type dropReason int
+
+const (
+	dropWCError dropReason = iota
+	dropBadOpcode
+	dropMalformed
+	dropUnknownSource
+	dropWindow
+	dropExpired
+	dropSendError
+	dropOracle
+	dropLate
+	numDropReasons
+)
+
+var dropReasonNames = [numDropReasons]string{
+	"wc_error", "bad_opcode", "malformed", "unknown_source", "window", "expired", "send_error", "oracle_error", "late",
+}
+
+// workerStats are written by the worker only, read by Stats at any time.
+type workerStats struct {
+	batches  atomic.Uint64
+	requests atomic.Uint64 // requests answered
+	values   atomic.Uint64 // values handed out in them
+	dupIDs   atomic.Uint64
+	stalls   atomic.Uint64
+	drops    [numDropReasons]atomic.Uint64
+	_        [64]byte
+}
+
+// peerKey identifies a client QP: its address (with UDP port) and QPN.
+type peerKey struct {
+	addr verbs.Address
+	qpn  verbs.QPN
+}
+
+// peer is a client QP admitted to a worker. Fields other than the
+// worker-owned ones are fixed at admission.
+type peer struct {
+	key     peerKey
+	ah      verbs.AH
+	session uint64
+	qkey    uint32 // the session's answer Q_Key
+	window  int    // values one polled batch answers for this QP
+	lastID  spec.FaSSTID
+	seen    bool // worker-owned: lastID is set
+	inBatch int  // worker-owned: values asked in the current batch
+}
+
+type peerTable map[peerKey]*peer
+
+// pending is a valid request of the current batch.
+type pending struct {
+	p  *peer
+	id spec.FaSSTID
+	k  int
+}
+
+type worker struct {
+	id   int
+	core int
+	s    *Server
+
+	reqCQ, sendCQ verbs.CQ
+	reqQP         verbs.QP
+	recvMR        verbs.MR
+	// rwrs are the receive descriptors, built once (FaSST's cheap RECV
+	// posting): receive slot i is always rwrs[i]. chain collects the
+	// batch's re-posts, posted as one chain.
+	rwrs  []verbs.RecvWR
+	rsge  []verbs.SGE
+	chain []verbs.RecvWR
+	resp  *respq.Set
+
+	peers  atomic.Pointer[peerTable]
+	budget int // sum of admitted windows; guarded by Server.mu
+
+	wcs     []verbs.WC
+	pend    []pending
+	sendWRs []verbs.SendWR
+	sendSGE []verbs.SGE
+	stats   workerStats
+}
+
+func newWorker(s *Server, id int) (w *worker, err error) {
+	c := &s.cfg
+	w = &worker{id: id, core: c.core(id), s: s}
+	defer func() {
+		if err != nil {
+			w.close()
+		}
+	}()
+	dev := c.Device
+	if w.reqCQ, err = dev.CreateCQ(c.recvQueue); err != nil {
+		return nil, fmt.Errorf("fasst: worker %d: request CQ: %w", id, err)
+	}
+	if w.sendCQ, err = dev.CreateCQ(c.RespQPs * c.sendDepth); err != nil {
+		return nil, fmt.Errorf("fasst: worker %d: send CQ: %w", id, err)
+	}
+	if w.reqQP, err = s.pd.CreateQP(verbs.QPInitAttr{Type: verbs.UD, SendCQ: w.sendCQ, RecvCQ: w.reqCQ,
+		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: c.recvQueue, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+		return nil, fmt.Errorf("fasst: worker %d: request QP: %w", id, err)
+	}
+	if err = verbs.BringUpUD(w.reqQP, c.QKey, 0); err != nil {
+		return nil, fmt.Errorf("fasst: worker %d: request QP bring-up: %w", id, err)
+	}
+	if w.recvMR, err = s.pd.RegMR(c.recvQueue*recvSlot, verbs.AccessLocalWrite); err != nil {
+		return nil, fmt.Errorf("fasst: worker %d: receive buffers: %w", id, err)
+	}
+	w.rwrs = make([]verbs.RecvWR, c.recvQueue)
+	w.rsge = make([]verbs.SGE, c.recvQueue)
+	for i := range w.rwrs {
+		w.rsge[i] = verbs.SGE{Addr: w.recvMR.Addr() + uint64(i*recvSlot), Length: recvSlot, LKey: w.recvMR.LKey()}
+		w.rwrs[i] = verbs.RecvWR{ID: uint64(i), SG: w.rsge[i : i+1]}
+	}
+	for off := 0; off < len(w.rwrs); {
+		n, err := w.reqQP.PostRecv(w.rwrs[off:])
+		if err != nil {
+			return nil, fmt.Errorf("fasst: worker %d: post receives: %w", id, err)
+		}
+		off += n
+	}
+	if w.resp, err = respq.New(respq.Config{PD: s.pd, CQ: w.sendCQ, QPs: c.RespQPs, Depth: c.sendDepth,
+		SignalEvery: c.signalEvery, SlotLen: spec.FaSSTAnswerLen, QKey: c.QKey, Batch: c.batch}); err != nil {
+		return nil, fmt.Errorf("fasst: worker %d: %w", id, err)
+	}
+	w.wcs = make([]verbs.WC, c.batch)
+	w.chain = make([]verbs.RecvWR, c.batch)
+	w.pend = make([]pending, c.batch)
+	w.sendWRs = make([]verbs.SendWR, c.batch)
+	w.sendSGE = make([]verbs.SGE, c.batch)
+	empty := peerTable{}
+	w.peers.Store(&empty)
+	return w, nil
+}
+
+// setPeers publishes a copy of the peer table changed by f. Server.mu is
+// held.
+func (w *worker) setPeers(f func(peerTable)) {
+	old := *w.peers.Load()
+	t := make(peerTable, len(old)+1)
+	for k, v := range old {
+		t[k] = v
+	}
+	f(t)
+	w.peers.Store(&t)
+}
+
+func (w *worker) toErr() {
+	if w.reqQP != nil {
+		w.reqQP.Modify(&verbs.QPAttr{State: verbs.StateErr}, verbs.AttrState)
+	}
+	if w.resp != nil {
+		w.resp.ToErr()
+	}
+}
+
+// close destroys the worker's resources; it is not running.
+func (w *worker) close() {
+	if w.resp != nil {
+		w.resp.Close()
+	}
+	if w.reqQP != nil {
+		w.reqQP.Close()
+	}
+	if w.recvMR != nil {
+		w.recvMR.Close()
+	}
+	for _, cq := range []verbs.CQ{w.reqCQ, w.sendCQ} {
+		if cq != nil {
+			cq.Close()
+		}
+	}
+}
+
+// run is the worker's loop; it returns when the mode stops.
+func (w *worker) run() {
+	log := w.s.log.With("worker", w.id)
+	spin := w.s.cfg.spin
+	idleSince := time.Duration(-1)
+	for !w.s.stopped.Load() {
+		n, err := w.reqCQ.Poll(w.wcs)
+		if err != nil {
+			log.Error("poll requests", "err", err)
+			n = 0
+		}
+		w.reapSends()
+		if n == 0 {
+			now := time.Since(w.s.start)
+			if idleSince < 0 {
+				idleSince = now
+			} else if now-idleSince > spin {
+				w.reqCQ.Wait(w.s.ctx)
+				idleSince = -1
+			} else {
+				runtime.Gosched()
+			}
+			continue
+		}
+		idleSince = -1
+		w.batch(w.wcs[:n])
+	}
+}
+
+// batch answers one polled batch of requests: every receive buffer goes
+// back in one chain, the values of every valid request are claimed at
+// once, and the answers leave as one chain on the next response QP.
+func (w *worker) batch(wcs []verbs.WC) {
+	st := &w.stats
+	peers := *w.peers.Load()
+	buf := w.recvMR.Bytes()
+	valid, values, nre := 0, 0, 0
+	oldest := verbs.Time(0)
+	polled := verbs.Now()
+	for i := range wcs {
+		wc := &wcs[i]
+		slot := int(wc.ID)
+		if slot < 0 || slot >= len(w.rwrs) {
+			continue
+		}
+		if wc.Status == verbs.WCWRFlushErr {
+			continue // the QP is in ERR (stopping): nothing to re-post
+		}
+		w.chain[nre] = w.rwrs[slot]
+		nre++
+		if wc.Status != verbs.WCSuccess {
+			st.drops[dropWCError].Add(1)
+			continue
+		}
+		if wc.Opcode != verbs.WCRecv || wc.Flags&verbs.WCWithImm != 0 {
+			st.drops[dropBadOpcode].Add(1)
+			continue
+		}
+		if wc.ByteLen < verbs.GRHLen || wc.ByteLen > recvSlot {
+			st.drops[dropMalformed].Add(1)
+			continue
+		}
+		off := slot * recvSlot
+		h, err := spec.DecodeFaSSTRequest(buf[off+verbs.GRHLen : off+int(wc.ByteLen)])
+		if err != nil {
+			st.drops[dropMalformed].Add(1)
+			continue
+		}
+		p := peers[peerKey{wc.Src, wc.SrcQP}]
+		if p == nil {
+			st.drops[dropUnknownSource].Add(1)
+			continue
+		}
+		if a := wc.Arrived; a != 0 && polled.Sub(a) > spec.MaxResidence {
+			st.drops[dropExpired].Add(1) // dropped alone: it does not age the batch
+			continue
+		}
+		if p.inBatch+h.Count > p.window {
+			// More values asked by this QP in one batch than its window
+			// (a single request above it included): not answered.
+			st.drops[dropWindow].Add(1)
+			continue
+		}
+		p.inBatch += h.Count
+		if p.seen && p.lastID == h.ID {
+			st.dupIDs.Add(1)
+		}
+		p.lastID, p.seen = h.ID, true
+		if a := wc.Arrived; oldest == 0 || a != 0 && a < oldest {
+			oldest = a
+		}
+		w.pend[valid] = pending{p, h.ID, h.Count}
+		valid++
+		values += h.Count
+	}
+	for i := range w.pend[:valid] {
+		w.pend[i].p.inBatch = 0
+	}
+	// The buffers' requests are decoded: back to the receive queue, one
+	// chain (one doorbell) for the batch.
+	if nre > 0 {
+		if _, err := w.reqQP.PostRecv(w.chain[:nre]); err != nil && !w.s.stopped.Load() {
+			w.s.log.Error("re-post receives", "worker", w.id, "err", err)
+		}
+	}
+	if valid == 0 {
+		return
+	}
+	if oldest == 0 { // a provider that does not stamp: from now on
+		oldest = verbs.Now()
+	}
+	defer clear(w.pend[:valid])
+	first, ok := w.claim(oldest, valid, values)
+	if !ok {
+		return
+	}
+	if w.answer(w.pend[:valid], first, oldest) {
+		st.batches.Add(1)
+		st.requests.Add(uint64(valid))
+		st.values.Add(uint64(values))
+	}
+}
+
+// claim claims n values (for reqs requests) with one claim on the
+// oracle, retrying while it is behind, giving up once the batch is older
+// than spec.MaxResidence.
+func (w *worker) claim(oldest verbs.Time, reqs, n int) (uint64, bool) {
+	first, stalls, out, err := claim.Batch(w.s.cfg.Oracle, w.s.cfg.Behind, n, func() bool {
+		return verbs.Now().Sub(oldest) > spec.MaxResidence || w.s.stopped.Load()
+	})
+	w.stats.stalls.Add(uint64(stalls))
+	switch out {
+	case claim.Failed:
+		w.stats.drops[dropOracle].Add(uint64(reqs))
+		w.s.log.Error("claim", "worker", w.id, "n", n, "err", err)
+		return 0, false
+	case claim.Expired:
+		w.stats.drops[dropExpired].Add(uint64(reqs))
+		return 0, false
+	}
+	return first, true
+}
+
+// answer posts one answer per request, request i getting the next
+// reqs[i].k values from first on, as one chain on the next response QP,
+// unless the batch is by then older than spec.MaxResidence (checked after
+// every wait, immediately before the doorbell): then its values are
+// skipped, never handed out. It reports whether the answers were posted.
+func (w *worker) answer(reqs []pending, first uint64, oldest verbs.Time) bool {
+	b, ok := w.resp.Next(len(reqs))
+	if !ok {
+		w.s.log.Error("send queue never drained", "worker", w.id)
+		w.stats.drops[dropSendError].Add(uint64(len(reqs)))
+		return false
+	}
+	v := first
+	for i := range reqs {
+		r := &reqs[i]
+		wr := &w.sendWRs[i]
+		wr.Opcode = verbs.OpSend
+		wr.Flags = 0
+		b.Prepare(wr, i)
+		slot, sge := b.Slot(i)
+		spec.PutFaSSTAnswer(slot, r.k, r.id, v) // k was validated by the decoder
+		v += uint64(r.k)
+		w.sendSGE[i] = sge
+		wr.SG = w.sendSGE[i : i+1]
+		wr.AH = r.p.ah
+		wr.RemoteQPN = r.p.key.qpn
+		wr.RemoteQKey = r.p.qkey // the session's own: only its QPs accept it
+	}
+	if verbs.Now().Sub(oldest) > spec.MaxResidence {
+		w.stats.drops[dropLate].Add(uint64(len(reqs)))
+		return false
+	}
+	n, err := b.Post(w.sendWRs[:len(reqs)])
+	if err != nil {
+		w.stats.drops[dropSendError].Add(uint64(len(reqs) - n))
+		w.s.log.Error("post answers", "worker", w.id, "posted", n, "of", len(reqs), "err", err)
+	}
+	return n > 0
+}
+
+// reapSends frees send queue slots and counts answers that failed.
+func (w *worker) reapSends() {
+	if _, failed := w.resp.Reap(); failed > 0 {
+		w.stats.drops[dropSendError].Add(uint64(failed))
+	}
+}
