@@ -31,10 +31,23 @@ const (
 	FaSSTRequestLen = FaSSTHeaderLen
 	FaSSTAnswerLen  = FaSSTHeaderLen + 8
 
-	// FaSSTMaxCount is the most values one request asks for. A server
-	// further refuses a count above the session's window.
+	// FaSSTMaxCount is the most values one request asks for, and the
+	// most request IDs (slots) of one client QP. A server further refuses
+	// a count above the session's window.
 	FaSSTMaxCount = MaxWindow
+
+	// FaSSTGenBits is the least width of a request ID's generation (the
+	// ID's bits above the slot number, at most 11 of them with
+	// FaSSTMaxCount slots). An ID repeats only after 2^FaSSTGenBits
+	// transmissions from one slot: within MaxAnswerDelay (8 ms) that
+	// would take 2^21 / 8 ms = 262 M packets/s from one QP, beyond any
+	// NIC's message rate, so no answer can be late enough to match a
+	// later transmission (PROTOCOL.md, "FaSST").
+	FaSSTGenBits = 32 - 11
 )
+
+// The slot number must leave FaSSTGenBits of the ID to the generation.
+var _ = [1]struct{}{}[boolToInt(FaSSTMaxCount <= 1<<(32-FaSSTGenBits))-1]
 
 // Errors of the FaSST decoders (besides ErrBadLength).
 var (
