@@ -261,13 +261,17 @@ func (w *worker) batch(wcs []verbs.WC) {
 			st.drops[dropUnknownSource].Add(1)
 			continue
 		}
+		if h.Count > p.window {
+			st.drops[dropWindow].Add(1) // more values than the window in one request
+			continue
+		}
 		if a := wc.Arrived; a != 0 && polled.Sub(a) > spec.MaxResidence {
 			st.drops[dropExpired].Add(1) // dropped alone: it does not age the batch
 			continue
 		}
 		if p.inBatch+h.Count > p.window {
-			// More values asked by this QP in one batch than its window
-			// (a single request above it included): not answered.
+			// More values asked by this QP in one batch than its window:
+			// the excess requests are not answered.
 			st.drops[dropWindow].Add(1)
 			continue
 		}
