@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"sync"
@@ -415,5 +416,35 @@ func TestFaSSTSendRefusesBusyID(t *testing.T) {
 	}
 	if n, _ := tr.Send(0, []int{9}); n != 0 {
 		t.Fatalf("took ID 9 of capacity 4")
+	}
+}
+
+// BenchmarkFaSSTCalls measures the transport's path (Send, Poll,
+// Expire) against a real server on the userspace provider, burst
+// callers per Send; -benchmem shows its allocations.
+func BenchmarkFaSSTCalls(b *testing.B) {
+	for _, burst := range []int{1, 8} {
+		b.Run(fmt.Sprintf("burst=%d", burst), func(b *testing.B) {
+			r := newFaSSTRig(b, "", "", 1, 8)
+			ids := make([]int, burst)
+			for i := range ids {
+				ids[i] = i
+			}
+			res := make([]result, 64)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for done := 0; done < b.N; {
+				now := r.now()
+				n, err := r.tr.Send(now, ids)
+				if err != nil || n != burst {
+					b.Fatal(n, err)
+				}
+				for got := 0; got < burst; {
+					got += r.tr.Poll(r.now(), res)
+					r.tr.Expire(r.now())
+				}
+				done += burst
+			}
+		})
 	}
 }
