@@ -6,9 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/seqd/seqd/verbs/rocev2"
@@ -102,27 +99,7 @@ func describeSend(b []byte) string {
 }
 
 func TestGoldenFaSST(t *testing.T) {
-	var b strings.Builder
-	for _, v := range fasstVectors() {
-		line, err := v.line()
-		if err != nil {
-			t.Fatalf("%s: %v", v.name, err)
-		}
-		fmt.Fprintf(&b, "%s: %s\n", v.name, line)
-	}
-	path := filepath.Join("testdata", "fasst.golden")
-	if *update {
-		if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test ./spec -update to create it)", err)
-	}
-	if got := b.String(); got != string(want) {
-		t.Errorf("FaSST layouts differ from %s (go test ./spec -update rewrites it):\ngot:\n%swant:\n%s", path, got, want)
-	}
+	checkGolden(t, "fasst.golden", "FaSST layouts", renderVectors(t, fasstVectors()))
 }
 
 func TestFaSSTDecodeErrors(t *testing.T) {
