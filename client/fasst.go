@@ -435,6 +435,9 @@ func (t *fasstTransport) drainCarry(res []result) int {
 // ID, for the callers still waiting in it, and returns how many it
 // resent.
 func (t *fasstTransport) Expire(now time.Duration) int {
+	if d, ok := t.NextDeadline(); !ok || now < d {
+		return 0
+	}
 	if b, ok := t.dev.(verbs.DoorbellBatcher); ok {
 		b.HoldDoorbell()
 		defer b.RingDoorbell()
