@@ -269,6 +269,10 @@ func (w *worker) batch(wcs []verbs.WC) {
 			st.drops[dropExpired].Add(1) // dropped alone: it does not age the batch
 			continue
 		}
+		if p.seen && p.lastID == h.ID {
+			st.dupIDs.Add(1) // a network duplicate (answered, if in the window, with new values)
+		}
+		p.lastID, p.seen = h.ID, true
 		if p.inBatch+h.Count > p.window {
 			// More values asked by this QP in one batch than its window:
 			// the excess requests are not answered.
@@ -276,10 +280,6 @@ func (w *worker) batch(wcs []verbs.WC) {
 			continue
 		}
 		p.inBatch += h.Count
-		if p.seen && p.lastID == h.ID {
-			st.dupIDs.Add(1)
-		}
-		p.lastID, p.seen = h.ID, true
 		if a := wc.Arrived; oldest == 0 || a != 0 && a < oldest {
 			oldest = a
 		}
