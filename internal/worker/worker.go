@@ -1,0 +1,273 @@
+// Package worker is the skeleton every CPU mode's worker shares (spec-s0,
+// herd and the modes after them): the configuration common to their
+// worker pools, core pinning, the claim of a batch's values from the
+// oracle within the residence bound, and the response QPs a batch's
+// answers leave on (package respq).
+//
+// A mode embeds Config in its own configuration and Base in its worker:
+//
+//	w.Init(&cfg.Config, id, pd, sendCQ, slotLen, &s.stopped, worker.Counters{...})
+//	defer w.Pin()()
+//	...
+//	first, ok := w.Claim(oldest, n)
+//	b, ok := w.Next(n) // fill b.Prepare / b.Slot
+//	w.Post(b, wrs, oldest)
+//	w.ReapSends()
+//
+// Nothing here allocates on the hot path (Claim, Next, Post, ReapSends).
+package worker
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"sync/atomic"
+	"time"
+
+	"github.com/seqd/seqd/internal/claim"
+	"github.com/seqd/seqd/internal/respq"
+	"github.com/seqd/seqd/spec"
+	"github.com/seqd/seqd/verbs"
+)
+
+// Defaults of the common fields, filled in by Config.Fill.
+const (
+	DefaultWorkers     = 1
+	DefaultRespQPs     = 3
+	DefaultBatch       = 64
+	DefaultSignalEvery = 32
+	DefaultSendDepth   = 1024
+)
+
+// Config is the configuration every CPU mode's worker pool shares.
+type Config struct {
+	// Device the mode's QPs live on. Required.
+	Device verbs.Device
+	// Oracle hands out values. Required.
+	Oracle claim.Claimer
+	// Behind is the error Oracle.Claim returns when persistence lags
+	// (oracle.ErrBehind): the batch is kept and the claim retried.
+	Behind error
+	// Workers is the number of polling workers. Default 1.
+	Workers int
+	// RespQPs is the number of response UD QPs per worker. Default 3.
+	RespQPs int
+	// Cores pins worker i to Cores[i]; -1 or a missing entry leaves it
+	// unpinned.
+	Cores []int
+	// Batch is the most requests one batch answers. Default 64.
+	Batch int
+	// SignalEvery: one send work request in SignalEvery is signaled.
+	// Default 32.
+	SignalEvery int
+	// SendDepth is the send queue depth of each response QP. Default 1024.
+	SendDepth int
+	// QKey of the data-path packets. Default verbs.DefaultQKey.
+	QKey uint32
+	// Epoch identifies this run of the mode. Default: the start time in ns.
+	Epoch uint64
+	// Logger. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Fill fills in the defaults of c and checks it; errors wrap errConfig
+// (the mode's own ErrConfig).
+func (c *Config) Fill(errConfig error) error {
+	if c.Device == nil || c.Oracle == nil {
+		return fmt.Errorf("%w: Device and Oracle are required", errConfig)
+	}
+	for _, f := range []struct {
+		p    *int
+		d    int
+		name string
+	}{
+		{&c.Workers, DefaultWorkers, "Workers"}, {&c.RespQPs, DefaultRespQPs, "RespQPs"},
+		{&c.Batch, DefaultBatch, "Batch"}, {&c.SignalEvery, DefaultSignalEvery, "SignalEvery"},
+		{&c.SendDepth, DefaultSendDepth, "SendDepth"},
+	} {
+		if err := Default(errConfig, f.name, f.p, f.d); err != nil {
+			return err
+		}
+	}
+	if c.SendDepth < 2*c.Batch || c.SignalEvery > c.SendDepth/2 {
+		return fmt.Errorf("%w: SendDepth %d must be at least 2*Batch (%d) and 2*SignalEvery (%d)", errConfig, c.SendDepth, c.Batch, c.SignalEvery)
+	}
+	if len(c.Cores) > c.Workers {
+		return fmt.Errorf("%w: %d cores for %d workers", errConfig, len(c.Cores), c.Workers)
+	}
+	if c.QKey == 0 {
+		c.QKey = verbs.DefaultQKey
+	}
+	if c.Epoch == 0 {
+		c.Epoch = uint64(time.Now().UnixNano())
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+// Default sets *p to d when it is 0; a negative *p is an error wrapping
+// errConfig.
+func Default(errConfig error, name string, p *int, d int) error {
+	if *p == 0 {
+		*p = d
+	}
+	if *p < 0 {
+		return fmt.Errorf("%w: %s %d is negative", errConfig, name, *p)
+	}
+	return nil
+}
+
+// Core is the core worker i is pinned to, -1 for none.
+func (c *Config) Core(i int) int {
+	if i < len(c.Cores) {
+		return c.Cores[i]
+	}
+	return -1
+}
+
+// Counters are where a Base counts: the mode's own counters (each a
+// drop reason or a statistic of its worker). Every field is required.
+type Counters struct {
+	// Stalls counts claims refused with Config.Behind.
+	Stalls *atomic.Uint64
+	// Expired counts requests that grew older than spec.MaxResidence
+	// before their values were claimed; Late those whose claimed values
+	// were then skipped because the doorbell would have come too late.
+	Expired, Late *atomic.Uint64
+	// Oracle counts requests the oracle refused; Send those whose answer
+	// could not be posted or completed in error.
+	Oracle, Send *atomic.Uint64
+}
+
+// Base is the part every CPU worker shares: its identity, its response
+// QPs, its claims. Embed it in the worker and call Init before use; it
+// is owned by the worker goroutine (Stall excepted).
+type Base struct {
+	ID int
+	// Core the worker runs on: -1 unpinned (or pinning failed).
+	Core int
+	Log  *slog.Logger
+	// Resp are the worker's response QPs.
+	Resp *respq.Set
+	// Stall, when set (tests only), runs between a batch's claim and its
+	// answers' doorbell (in Next): a worker descheduled there, or a send
+	// queue that drains slowly. Loaded once per batch.
+	Stall atomic.Pointer[func()]
+
+	cfg     *Config
+	stopped *atomic.Bool
+	count   Counters
+}
+
+// Init sets b up as worker id of cfg, with response QPs on pd whose sends
+// complete on sendCQ, each with slotLen payload bytes per entry. stopped
+// tells the claim to give up when the mode stops.
+func (b *Base) Init(cfg *Config, id int, pd verbs.PD, sendCQ verbs.CQ, slotLen int, stopped *atomic.Bool, c Counters) error {
+	if c.Stalls == nil || c.Expired == nil || c.Late == nil || c.Oracle == nil || c.Send == nil {
+		return errors.New("worker: every counter is required")
+	}
+	b.ID, b.Core, b.Log, b.cfg, b.stopped, b.count = id, cfg.Core(id), cfg.Logger.With("worker", id), cfg, stopped, c
+	var err error
+	if b.Resp, err = respq.New(respq.Config{PD: pd, CQ: sendCQ, QPs: cfg.RespQPs, Depth: cfg.SendDepth,
+		SignalEvery: cfg.SignalEvery, SlotLen: slotLen, QKey: cfg.QKey, Batch: cfg.Batch}); err != nil {
+		return fmt.Errorf("worker %d: %w", id, err)
+	}
+	return nil
+}
+
+// Close releases the response QPs.
+func (b *Base) Close() {
+	if b.Resp != nil {
+		b.Resp.Close()
+		b.Resp = nil
+	}
+}
+
+// Pin locks the calling goroutine to its thread and binds that to the
+// worker's core, if it has one; the function it returns undoes the lock.
+// When pinning fails the worker runs unpinned (Core -1).
+func (b *Base) Pin() (unlock func()) {
+	if b.Core < 0 {
+		return func() {}
+	}
+	runtime.LockOSThread()
+	if err := Pin(b.Core); err != nil {
+		b.Log.Warn("running unpinned", "err", err)
+		b.Core = -1
+	} else {
+		b.Log.Debug("pinned", "core", b.Core)
+	}
+	return runtime.UnlockOSThread
+}
+
+// Expired reports whether a batch whose oldest request arrived at oldest
+// is older than spec.MaxResidence.
+func Expired(oldest verbs.Time) bool { return verbs.Now().Sub(oldest) > spec.MaxResidence }
+
+// Claim claims n values for a batch whose oldest request arrived at
+// oldest, through claim.Batch: retrying while the oracle is behind,
+// giving up (and counting the n requests) once the batch is older than
+// spec.MaxResidence, the mode stopped, or the oracle failed.
+func (b *Base) Claim(oldest verbs.Time, n int) (uint64, bool) {
+	if Expired(oldest) {
+		b.count.Expired.Add(uint64(n))
+		return 0, false
+	}
+	first, stalls, out, err := claim.Batch(b.cfg.Oracle, b.cfg.Behind, n, func() bool {
+		return Expired(oldest) || b.stopped.Load()
+	})
+	b.count.Stalls.Add(uint64(stalls))
+	switch out {
+	case claim.Failed:
+		b.count.Oracle.Add(uint64(n))
+		b.Log.Error("claim", "n", n, "err", err)
+		return 0, false
+	case claim.Expired:
+		b.count.Expired.Add(uint64(n))
+		return 0, false
+	}
+	return first, true
+}
+
+// Next runs the Stall hook, if any, and returns the response QP batch n
+// answers are prepared in (respq.Set.Next); false, with the n counted,
+// when the send queue never drained.
+func (b *Base) Next(n int) (respq.Batch, bool) {
+	if f := b.Stall.Load(); f != nil {
+		(*f)()
+	}
+	r, ok := b.Resp.Next(n)
+	if !ok {
+		b.Log.Error("send queue never drained")
+		b.count.Send.Add(uint64(n))
+	}
+	return r, ok
+}
+
+// Post rings the doorbell for wrs, prepared in r, unless the batch, whose
+// oldest request arrived at oldest, is by then older than
+// spec.MaxResidence (its values are skipped, never handed out): no answer
+// leaves later than that after its request arrived. It reports whether
+// any answer was posted.
+func (b *Base) Post(r respq.Batch, wrs []verbs.SendWR, oldest verbs.Time) bool {
+	if Expired(oldest) {
+		b.count.Late.Add(uint64(len(wrs)))
+		return false
+	}
+	n, err := r.Post(wrs)
+	if err != nil {
+		b.count.Send.Add(uint64(len(wrs) - n))
+		b.Log.Error("post answers", "posted", n, "of", len(wrs), "err", err)
+	}
+	return n > 0
+}
+
+// ReapSends frees send queue slots and counts answers that failed.
+func (b *Base) ReapSends() {
+	if _, failed := b.Resp.Reap(); failed > 0 {
+		b.count.Send.Add(uint64(failed))
+	}
+}
