@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seqd/seqd/dataplane"
 	"github.com/seqd/seqd/verbs"
 	_ "github.com/seqd/seqd/verbs/soft"
 )
@@ -71,7 +72,7 @@ func newRig(t testing.TB, cfg Config, srvOpts, cliOpts string, qps, window int) 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.conn.Close(); pd.Close() })
-	g, err := r.srv.Admit("test", r.conn.QPs())
+	g, err := admit(r.srv, "test", r.conn.QPs())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +95,7 @@ func (r *rig) run(t testing.TB, total int) []uint64 {
 	deadline := time.Now().Add(20 * time.Second)
 	for len(out) < total {
 		if time.Now().After(deadline) || r.conn.Broken() {
-			t.Fatalf("%d of %d done (broken %v, stats %+v)", len(out), total, r.conn.Broken(), r.srv.Stats())
+			t.Fatalf("%d of %d done (broken %v, stats %+v)", len(out), total, r.conn.Broken(), r.srv.lease())
 		}
 		if want := min(r.conn.Free(), total-sent); want > 0 {
 			n, err := r.conn.Send(0, ids[:want])
@@ -166,19 +167,19 @@ func TestLeaseRenewsAndFences(t *testing.T) {
 	r := newRig(t, Config{Block: 64, FenceMargin: 16, Interval: 200 * time.Microsecond}, "", "", 1, 4)
 	vs := r.run(t, 300)
 	checkUnique(t, vs)
-	if st := r.srv.Stats(); st.Renewals == 0 {
+	if st := r.srv.lease(); st.Renewals == 0 {
 		t.Fatalf("no renewal after %d values with 64-value leases: %+v", len(vs), st)
 	}
 	r.orc.mu.Lock()
 	r.orc.refuse = true
 	r.orc.mu.Unlock()
-	hi := r.srv.Stats().LeaseHi
+	hi := r.srv.lease().LeaseHi
 	ids := make([]int, 4)
 	res := make([]Result, 8)
 	deadline := time.Now().Add(10 * time.Second)
 	for !r.conn.Broken() {
 		if time.Now().After(deadline) {
-			t.Fatalf("never fenced: %+v", r.srv.Stats())
+			t.Fatalf("never fenced: %+v", r.srv.lease())
 		}
 		r.conn.Send(0, ids[:r.conn.Free()])
 		n := r.conn.Poll(0, res)
@@ -188,16 +189,16 @@ func TestLeaseRenewsAndFences(t *testing.T) {
 			}
 		}
 	}
-	if st := r.srv.Stats(); !st.Fenced || st.Fences != 1 {
+	if st := r.srv.lease(); !st.Fenced || st.Fences != 1 {
 		t.Fatalf("stats %+v", st)
 	}
-	if _, err := r.srv.Admit("x", r.conn.QPs()); !errors.Is(err, ErrFenced) {
+	if _, err := admit(r.srv, "x", r.conn.QPs()); !errors.Is(err, ErrFenced) {
 		t.Fatalf("Admit while fenced = %v", err)
 	}
 	r.orc.mu.Lock()
 	r.orc.refuse = false
 	r.orc.mu.Unlock()
-	for r.srv.Stats().Fenced {
+	for r.srv.lease().Fenced {
 		if time.Now().After(deadline) {
 			t.Fatal("fence never lifted")
 		}
@@ -225,7 +226,25 @@ func TestStopNoLateAnswers(t *testing.T) {
 			failed++
 		}
 	}
-	if _, err := r.srv.Admit("x", r.conn.QPs()); !errors.Is(err, ErrClosed) {
+	if _, err := admit(r.srv, "x", r.conn.QPs()); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Admit after Stop = %v", err)
 	}
+}
+
+// admit admits qps through the server's dataplane.Mode API and returns
+// the grant as Conn takes it.
+func admit(srv *Server, name string, qps []Endpoint) (Grant, error) {
+	a := dataplane.Admission{Name: name}
+	for _, q := range qps {
+		a.QPs = append(a.QPs, dataplane.Endpoint(q))
+	}
+	dg, err := srv.Admit(context.Background(), a, dataplane.SessionRef{})
+	if err != nil {
+		return Grant{}, err
+	}
+	g := Grant{Session: dg.Session, Addr: dg.RemoteAddr[0], RKey: dg.RKey[0], Epoch: dg.Epoch, PSNs: dg.ConnPSNs}
+	for _, e := range dg.ServerConnQPs {
+		g.Server = append(g.Server, Endpoint(e))
+	}
+	return g, nil
 }

@@ -112,10 +112,12 @@ type WorkerStats struct {
 	Batches, Requests, SpecMisses, Retransmits, Drops uint64
 }
 
-// Counter is one monotonic counter of a mode.
+// Counter is one monotonic counter of a mode (or, with Gauge, a level
+// that goes up and down).
 type Counter struct {
 	Name, Help, Reason string
 	Value              uint64
+	Gauge              bool
 }
 
 // Mode is a running data path.

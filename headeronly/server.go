@@ -8,14 +8,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/seqd/seqd/admin"
-	"github.com/seqd/seqd/admin/adminpb"
+	"github.com/seqd/seqd/dataplane"
 	"github.com/seqd/seqd/internal/ahcache"
-	"github.com/seqd/seqd/spec"
+	wk "github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/verbs"
 )
 
-// Server is a running Spec-S0 data path. It implements admin.Backend.
+// Server is a running Spec-S0 data path. It implements dataplane.Mode.
 type Server struct {
 	cfg    Config
 	log    *slog.Logger
@@ -27,7 +26,7 @@ type Server struct {
 	wg     sync.WaitGroup
 
 	workers   []*worker
-	answerQPs []*adminpb.Endpoint // every worker's response QPs: answers come only from these
+	answerQPs []dataplane.Endpoint // every worker's response QPs: answers come only from these
 
 	mu        sync.Mutex
 	sessions  map[uint64]*session
@@ -49,10 +48,15 @@ type session struct {
 	rqs    []*recvQ // its own request QPs, one per peer (none with SharedRecv)
 }
 
-var (
-	_ admin.Backend  = (*Server)(nil)
-	_ admin.Replacer = (*Server)(nil)
-)
+var _ dataplane.Mode = (*Server)(nil)
+
+// Start starts the Spec-S0 data path with the settings every mode takes
+// and the defaults of the rest (dataplane.Factory).
+func Start(ctx context.Context, c dataplane.Config) (dataplane.Mode, error) {
+	return New(Config{Config: wk.Config{Device: c.Device, Oracle: c.Oracle, Behind: c.Behind, Workers: c.Workers,
+		RespQPs: c.RespQPs, Cores: c.Cores, QKey: c.QKey, Epoch: c.Epoch, Logger: c.Logger},
+		Format: c.Format, MaxWindow: c.MaxWindow, MaxClients: c.MaxClients})
+}
 
 // New creates the server's queue pairs and starts its workers.
 func New(cfg Config) (*Server, error) {
@@ -75,9 +79,8 @@ func New(cfg Config) (*Server, error) {
 		s.workers = append(s.workers, w)
 	}
 	for _, w := range s.workers {
-		for _, qp := range w.resp.QPs() {
-			a, _ := qp.Address().MarshalBinary()
-			s.answerQPs = append(s.answerQPs, &adminpb.Endpoint{Address: a, Qpn: uint32(qp.QPN())})
+		for _, qp := range w.Resp.QPs() {
+			s.answerQPs = append(s.answerQPs, dataplane.Endpoint{Addr: qp.Address(), QPN: qp.QPN()})
 		}
 	}
 	for _, w := range s.workers {
@@ -93,11 +96,10 @@ func New(cfg Config) (*Server, error) {
 }
 
 // Endpoints returns the request QP of each worker.
-func (s *Server) Endpoints() []*adminpb.Endpoint {
-	eps := make([]*adminpb.Endpoint, len(s.workers))
+func (s *Server) Endpoints() []dataplane.Endpoint {
+	eps := make([]dataplane.Endpoint, len(s.workers))
 	for i, w := range s.workers {
-		a, _ := w.reqQP.Address().MarshalBinary()
-		eps[i] = &adminpb.Endpoint{Address: a, Qpn: uint32(w.reqQP.QPN())}
+		eps[i] = dataplane.Endpoint{Addr: w.reqQP.Address(), QPN: w.reqQP.QPN()}
 	}
 	return eps
 }
@@ -124,61 +126,47 @@ func (s *Server) Close() error {
 	return nil
 }
 
-// Connect admits a client: each of its QPs is assigned to a worker
-// (round-robin) whose receive queue grows by the granted window.
-func (s *Server) Connect(ctx context.Context, req *adminpb.ConnectRequest) (*adminpb.ConnectResponse, error) {
-	return s.admit(ctx, req, nil)
-}
+// Stop closes the server: its QPs are destroyed, so late requests are
+// dropped by the provider; every value it handed out was claimed.
+func (s *Server) Stop() (uint64, error) { return 0, s.Close() }
 
-// Replace releases the session old names (if this data path's epoch
-// still holds it) and admits req in one step: req may take the old
-// session's QPs and receive budget; when req is refused, the old session
-// stays (admin.Replacer).
-func (s *Server) Replace(ctx context.Context, old *adminpb.DisconnectRequest, req *adminpb.ConnectRequest) (*adminpb.ConnectResponse, error) {
-	return s.admit(ctx, req, old)
-}
-
-// admit admits req (replacing the session old names, if any). The
-// session's own request QPs are adopted by their workers before the
+// Admit admits a client: each of its QPs is assigned to a worker
+// (round-robin) whose receive queue grows by the granted window. When
+// replaces names a session of this epoch, it is released in the same
+// step: the new session may take its QPs and receive budget; when the
+// admission is refused, the old session stays.
+// The session's own request QPs are adopted by their workers before the
 // client hears yes, so that its first requests find their receives; that
 // wait is outside s.mu, so a storm of Connects is not serialised behind
 // the workers' batches (each worker adopts every QP handed to it at once).
-func (s *Server) admit(ctx context.Context, req *adminpb.ConnectRequest, old *adminpb.DisconnectRequest) (*adminpb.ConnectResponse, error) {
-	resp, rqs, err := s.admitLocked(ctx, req, old)
+func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces dataplane.SessionRef) (dataplane.Grant, error) {
+	g, rqs, err := s.admitLocked(ctx, a, replaces)
 	if err != nil {
-		return nil, err
+		return dataplane.Grant{}, err
 	}
 	s.awaitAdopted(ctx, rqs)
-	return resp, nil
+	return g, nil
 }
 
-func (s *Server) admitLocked(ctx context.Context, req *adminpb.ConnectRequest, old *adminpb.DisconnectRequest) (*adminpb.ConnectResponse, []*recvQ, error) {
+func (s *Server) admitLocked(ctx context.Context, a dataplane.Admission, old dataplane.SessionRef) (dataplane.Grant, []*recvQ, error) {
+	var no dataplane.Grant
 	if s.closed.Load() {
-		return nil, nil, fmt.Errorf("%w: server closing", admin.ErrUnavailable)
+		return no, nil, fmt.Errorf("%w: server closing", dataplane.ErrUnavailable)
 	}
-	if m := req.GetMode(); m != "" && m != spec.ModeSpecS0 {
-		return nil, nil, fmt.Errorf("%w: this server runs %s, not %s", admin.ErrFailedPrecondition, spec.ModeSpecS0, m)
+	if len(a.QPs) == 0 {
+		return no, nil, fmt.Errorf("%w: no queue pairs", dataplane.ErrInvalidArgument)
 	}
-	if v := req.GetProtocolVersion(); v < spec.ProtocolVersion {
-		return nil, nil, fmt.Errorf("%w: protocol version %d, server speaks %d", admin.ErrFailedPrecondition, v, spec.ProtocolVersion)
-	}
-	if len(req.GetQps()) == 0 {
-		return nil, nil, fmt.Errorf("%w: no queue pairs", admin.ErrInvalidArgument)
-	}
-	window := int(req.GetWindow())
-	if window == 0 {
+	window := a.Window
+	if window <= 0 {
 		window = min(DefaultWindow, s.cfg.MaxWindow)
 	}
 	window = min(window, s.cfg.MaxWindow)
-	keys := make([]peerKey, len(req.GetQps()))
-	for i, ep := range req.GetQps() {
-		if err := keys[i].addr.UnmarshalBinary(ep.GetAddress()); err != nil {
-			return nil, nil, fmt.Errorf("%w: qps[%d]: %v", admin.ErrInvalidArgument, i, err)
+	keys := make([]peerKey, len(a.QPs))
+	for i, ep := range a.QPs {
+		if ep.QPN > verbs.MaxQPN {
+			return no, nil, fmt.Errorf("%w: qps[%d]: QPN %d above 24 bits", dataplane.ErrInvalidArgument, i, ep.QPN)
 		}
-		if ep.GetQpn() > uint32(verbs.MaxQPN) {
-			return nil, nil, fmt.Errorf("%w: qps[%d]: QPN %d above 24 bits", admin.ErrInvalidArgument, i, ep.GetQpn())
-		}
-		keys[i].qpn = verbs.QPN(ep.GetQpn())
+		keys[i] = peerKey{ep.Addr, ep.QPN}
 	}
 
 	s.mu.Lock()
@@ -186,15 +174,15 @@ func (s *Server) admitLocked(ctx context.Context, req *adminpb.ConnectRequest, o
 	if err := ctx.Err(); err != nil {
 		// The caller gave up while waiting for the lock: admitting it
 		// now would leave a session nobody knows of.
-		return nil, nil, fmt.Errorf("%w: connect: %v", admin.ErrUnavailable, err)
+		return no, nil, fmt.Errorf("%w: connect: %v", dataplane.ErrUnavailable, err)
 	}
 	// The session being replaced, whose QPs and budget the new one may
 	// take (nil: none, or not of this epoch, or gone already).
 	var prev *session
 	freed := make([]int, len(s.workers))      // windows the replaced session frees
 	freedSlack := make([]int, len(s.workers)) // and the slack of its own request QPs
-	if old != nil && admin.CheckEpoch(old, s.cfg.Epoch) == nil {
-		prev = s.sessions[old.GetSessionId()]
+	if old.ID != 0 && s.ofEpoch(old) == nil {
+		prev = s.sessions[old.ID]
 	}
 	n := len(s.sessions)
 	if prev != nil {
@@ -205,12 +193,12 @@ func (s *Server) admitLocked(ctx context.Context, req *adminpb.ConnectRequest, o
 		}
 	}
 	if n >= s.cfg.MaxClients {
-		return nil, nil, fmt.Errorf("%w: %d sessions, the maximum", admin.ErrNoCapacity, n)
+		return no, nil, fmt.Errorf("%w: %d sessions, the maximum", dataplane.ErrNoCapacity, n)
 	}
 	for _, k := range keys {
 		for _, w := range s.workers {
 			if p := (*w.peers.Load())[k]; p != nil && (prev == nil || p.session != prev.id) {
-				return nil, nil, fmt.Errorf("%w: QP %v at %v is already connected", admin.ErrFailedPrecondition, k.qpn, k.addr)
+				return no, nil, fmt.Errorf("%w: QP %v at %v is already connected", dataplane.ErrFailedPrecondition, k.qpn, k.addr)
 			}
 		}
 	}
@@ -229,23 +217,23 @@ func (s *Server) admitLocked(ctx context.Context, req *adminpb.ConnectRequest, o
 	for wi, e := range extra {
 		w := s.workers[wi]
 		if b := w.budget + e - freed[wi]; b > s.cfg.MaxRecv {
-			return nil, nil, fmt.Errorf("%w: worker %d would need %d receive buffers, the maximum is %d", admin.ErrNoCapacity, wi, b, s.cfg.MaxRecv)
+			return no, nil, fmt.Errorf("%w: worker %d would need %d receive buffers, the maximum is %d", dataplane.ErrNoCapacity, wi, b, s.cfg.MaxRecv)
 		}
 		if b := w.budget + w.slack + e/window*perQP - freed[wi] - freedSlack[wi]; b > w.cqSize {
-			return nil, nil, fmt.Errorf("%w: worker %d would have %d receives posted, its CQ holds %d", admin.ErrNoCapacity, wi, b, w.cqSize)
+			return no, nil, fmt.Errorf("%w: worker %d would have %d receives posted, its CQ holds %d", dataplane.ErrNoCapacity, wi, b, w.cqSize)
 		}
 	}
 	s.nextID++
 	// The session's own Q_Key: its answers carry it, so no other client
 	// (which knows only the request Q_Key and its own) can address them.
-	sess := &session{id: s.nextID, name: req.GetClientName(), window: window, perQP: perQP, qkey: verbs.RandomQKey(s.cfg.QKey)}
+	sess := &session{id: s.nextID, name: a.Name, window: window, perQP: perQP, qkey: verbs.RandomQKey(s.cfg.QKey)}
 	reqQKey := s.cfg.QKey
 	if !s.cfg.SharedRecv {
 		// Its own request QPs, with a Q_Key of their own: no other
 		// client can reach (and use up) their receives.
 		reqQKey = verbs.RandomQKey(s.cfg.QKey, sess.qkey)
 		if err := s.sessionRQs(sess, assign, reqQKey); err != nil {
-			return nil, nil, err
+			return no, nil, err
 		}
 	}
 	for i, k := range keys {
@@ -257,7 +245,7 @@ func (s *Server) admitLocked(ctx context.Context, req *adminpb.ConnectRequest, o
 			for _, q := range sess.rqs {
 				q.close() // never handed to a worker
 			}
-			return nil, nil, fmt.Errorf("%w: address handle for %v: %v", admin.ErrInvalidArgument, k.addr, err)
+			return no, nil, fmt.Errorf("%w: address handle for %v: %v", dataplane.ErrInvalidArgument, k.addr, err)
 		}
 		sess.peers = append(sess.peers, &peer{key: k, ah: ah, session: sess.id, qkey: sess.qkey, window: window})
 		sess.worker = append(sess.worker, int(assign[i]))
@@ -292,10 +280,9 @@ func (s *Server) admitLocked(ctx context.Context, req *adminpb.ConnectRequest, o
 		// Each client QP sends to its own request QP, whose receives are
 		// posted already; the worker adopts it before its first batch
 		// that could hold a completion of it.
-		serverQPs = make([]*adminpb.Endpoint, len(sess.rqs))
+		serverQPs = make([]dataplane.Endpoint, len(sess.rqs))
 		for i, q := range sess.rqs {
-			a, _ := q.qp.Address().MarshalBinary()
-			serverQPs[i] = &adminpb.Endpoint{Address: a, Qpn: uint32(q.qpn)}
+			serverQPs[i] = dataplane.Endpoint{Addr: q.qp.Address(), QPN: q.qpn}
 			assign[i] = uint32(i)
 			s.workers[sess.worker[i]].inbox.add([]*recvQ{q}, nil)
 			s.workers[sess.worker[i]].wake()
@@ -304,16 +291,12 @@ func (s *Server) admitLocked(ctx context.Context, req *adminpb.ConnectRequest, o
 	s.sessions[sess.id] = sess
 	s.nsessions.Store(int64(len(s.sessions)))
 	s.log.Info("client connected", "session", sess.id, "name", sess.name, "qps", len(keys), "window", window)
-	resp := &adminpb.ConnectResponse{
-		SessionId: sess.id, Mode: spec.ModeSpecS0, Format: s.cfg.Format.String(), Qkey: reqQKey,
-		ServerQps: serverQPs, Assignment: assign, Window: uint32(window),
-		ProtocolVersion: spec.ProtocolVersion, Epoch: s.cfg.Epoch,
-		AnswerQkey: sess.qkey, AnswerQps: s.answerQPs,
-	}
+	g := dataplane.Grant{Session: sess.id, Epoch: s.cfg.Epoch, Window: window, QKey: reqQKey, AnswerQKey: sess.qkey,
+		ServerQPs: serverQPs, Assignment: assign, AnswerQPs: s.answerQPs}
 	if c, ok := s.cfg.Oracle.(Currenter); ok {
-		resp.High = c.Current()
+		g.High = c.Current()
 	}
-	return resp, sess.rqs, nil
+	return g, sess.rqs, nil
 }
 
 // sessionRQs creates sess's request QPs, one per client QP on the
@@ -329,7 +312,7 @@ func (s *Server) sessionRQs(sess *session, assign []uint32, qkey uint32) error {
 				q.close()
 			}
 			sess.rqs = nil
-			return fmt.Errorf("%w: worker %d: a request QP of %d receives: %v", admin.ErrNoCapacity, wi, size, err)
+			return fmt.Errorf("%w: worker %d: a request QP of %d receives: %v", dataplane.ErrNoCapacity, wi, size, err)
 		}
 		sess.rqs = append(sess.rqs, q)
 	}
@@ -387,7 +370,7 @@ func (s *Server) awaitRecvs(ctx context.Context, w *worker) {
 	deadline := time.Now().Add(2 * time.Second)
 	for w.filled.Load() < want {
 		if ctx.Err() != nil || time.Now().After(deadline) || s.closed.Load() {
-			s.log.Warn("admitting before the worker posted its receives", "worker", w.id, "posted", w.filled.Load(), "want", want)
+			s.log.Warn("admitting before the worker posted its receives", "worker", w.ID, "posted", w.filled.Load(), "want", want)
 			return
 		}
 		w.wake()
@@ -442,16 +425,25 @@ func (w *worker) setPeers(f func(peerTable)) {
 	w.peers.Store(&t)
 }
 
-// Disconnect releases a session of this data path's epoch.
-func (s *Server) Disconnect(ctx context.Context, req *adminpb.DisconnectRequest) error {
-	if err := admin.CheckEpoch(req, s.cfg.Epoch); err != nil {
+// ofEpoch is nil when r may name a session of this data path: its epoch
+// is this one's, or not given.
+func (s *Server) ofEpoch(r dataplane.SessionRef) error {
+	if r.Epoch != 0 && r.Epoch != s.cfg.Epoch {
+		return fmt.Errorf("%w: session %d of epoch %d; this data path runs epoch %d", dataplane.ErrUnknownSession, r.ID, r.Epoch, s.cfg.Epoch)
+	}
+	return nil
+}
+
+// Release releases a session of this data path's epoch.
+func (s *Server) Release(ctx context.Context, r dataplane.SessionRef) error {
+	if err := s.ofEpoch(r); err != nil {
 		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	sess, ok := s.sessions[req.GetSessionId()]
+	sess, ok := s.sessions[r.ID]
 	if !ok {
-		return fmt.Errorf("%w: %d", admin.ErrUnknownSession, req.GetSessionId())
+		return fmt.Errorf("%w: %d", dataplane.ErrUnknownSession, r.ID)
 	}
 	s.release(sess)
 	return nil
@@ -481,15 +473,15 @@ func (s *Server) release(sess *session) {
 	s.log.Info("client disconnected", "session", sess.id, "name", sess.name)
 }
 
-// Stats are a snapshot of the data path's counters.
-type Stats struct {
+// totals are a snapshot of the data path's counters.
+type totals struct {
 	Batches, Requests, SpecMisses, NoGuess, DupTags, Stalls, GuardHolds uint64
 	Drops                                                               map[string]uint64
 }
 
-// Stats sums the workers' counters.
-func (s *Server) Stats() Stats {
-	st := Stats{Drops: map[string]uint64{}}
+// totals sums the workers' counters.
+func (s *Server) totals() totals {
+	st := totals{Drops: map[string]uint64{}}
 	for _, w := range s.workers {
 		ws := &w.stats
 		st.Batches += ws.batches.Load()
@@ -506,36 +498,43 @@ func (s *Server) Stats() Stats {
 	return st
 }
 
-// Status reports the workers and the data path.
-func (s *Server) Status(ctx context.Context) (*adminpb.StatusResponse, error) {
-	resp := &adminpb.StatusResponse{Version: s.cfg.Version, Mode: spec.ModeSpecS0, Format: s.cfg.Format.String(), Epoch: s.cfg.Epoch}
+// Stats reports the workers and the data path. Its Counters are the
+// metrics seqd_headeronly_*.
+func (s *Server) Stats() dataplane.Stats {
+	var st dataplane.Stats
 	for _, w := range s.workers {
 		ws := &w.stats
-		b, r := ws.batches.Load(), ws.requests.Load()
 		var drops uint64
 		for i := range ws.drops {
 			drops += ws.drops[i].Load()
 		}
-		st := &adminpb.WorkerStatus{Id: uint32(w.id), Core: int32(w.core), Batches: b, Requests: r,
+		x := dataplane.WorkerStats{ID: w.ID, Core: w.Core, Batches: ws.batches.Load(), Requests: ws.requests.Load(),
 			SpecMisses: ws.specMisses.Load(), Retransmits: ws.dupTags.Load(), Drops: drops}
-		if b > 0 {
-			st.AvgBatch = float64(r) / float64(b)
-		}
-		resp.Workers = append(resp.Workers, st)
-		resp.Served += r
-		resp.SpecMisses += st.SpecMisses
-		resp.Drops += drops
-		resp.PersistStalls += ws.stalls.Load()
-	}
-	if c, ok := s.cfg.Oracle.(Currenter); ok {
-		resp.Current = c.Current()
+		st.Workers = append(st.Workers, x)
+		st.Served += x.Requests
+		st.Batches += x.Batches
+		st.SpecMisses += x.SpecMisses
+		st.Retransmits += x.Retransmits
+		st.Drops += drops
+		st.Stalls += ws.stalls.Load()
 	}
 	// Not under mu: a Connect holds it while its receives are posted,
 	// and a Status probe must not wait behind a storm of them.
-	resp.Sessions = uint64(s.nsessions.Load())
-	if c, ok := s.cfg.Device.(verbs.Counters); ok {
-		resp.ProviderCounters = map[string]uint64{}
-		c.VisitCounters(func(name string, v uint64) { resp.ProviderCounters[name] = v })
+	st.Sessions = int(s.nsessions.Load())
+	t := s.totals()
+	st.Counters = []dataplane.Counter{
+		{Name: "spec_misses_total", Help: "Answers that carried the full value (wrong guess, no guess or guard hold).", Value: st.SpecMisses},
+		{Name: "retransmits_seen_total", Help: "Requests repeating the previous tag of their QP (duplicates).", Value: st.Retransmits},
+		{Name: "no_guess_total", Help: "Requests that carried no guess.", Value: t.NoGuess},
+		{Name: "guard_holds_total", Help: "Batches answered in full because the aliasing guard held confirmations.", Value: t.GuardHolds},
 	}
-	return resp, nil
+	for r := range numDropReasons {
+		st.Counters = append(st.Counters, dataplane.Counter{Name: "drops_total", Help: "Requests not answered, by reason.",
+			Reason: r.String(), Value: t.Drops[r.String()]})
+	}
+	if n, ok := s.OverrunSessions(); ok {
+		st.Counters = append(st.Counters, dataplane.Counter{Name: "sessions_overrun", Gauge: true, Value: uint64(n),
+			Help: "Connected sessions one of whose own request QPs dropped a request for want of a posted receive (the client sent beyond its window)."})
+	}
+	return st
 }

@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"context"
+	"github.com/seqd/seqd/dataplane"
+	wk "github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/verbs"
 )
 
@@ -14,7 +17,7 @@ import (
 // return to zero once their grace period is over (issue 12, defect 4:
 // herd kept one handle per address ever seen until Close).
 func TestChurnBoundsState(t *testing.T) {
-	srv, err := New(Config{Device: open(t, ""), Oracle: &fakeOracle{}, MaxQPs: 8, MaxWindow: 4})
+	srv, err := New(Config{Config: wk.Config{Device: open(t, ""), Oracle: &fakeOracle{}}, MaxQPs: 8, MaxWindow: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,7 +31,7 @@ func TestChurnBoundsState(t *testing.T) {
 		var g Grant
 		deadline := time.Now().Add(5 * time.Second)
 		for {
-			if g, err = srv.Admit("churn", []ClientQP{q}, 4); err == nil {
+			if g, err = admit(srv, "churn", []ClientQP{q}, 4); err == nil {
 				break
 			}
 			if !errors.Is(err, ErrNoRoom) || time.Now().After(deadline) {
@@ -36,12 +39,12 @@ func TestChurnBoundsState(t *testing.T) {
 			}
 			time.Sleep(100 * time.Microsecond) // the worker frees released blocks after its next sweep
 		}
-		if err := srv.Release(g.Session); err != nil {
+		if err := srv.Release(context.Background(), dataplane.SessionRef{ID: g.Session}); err != nil {
 			t.Fatalf("cycle %d: Release = %v", i, err)
 		}
 		peak = max(peak, srv.AddressHandles())
 	}
-	if n := srv.Sessions(); n != 0 {
+	if n := srv.sessionCount(); n != 0 {
 		t.Fatalf("%d sessions after %d admit/release cycles, want 0", n, cycles)
 	}
 	deadline := time.Now().Add(10 * time.Second)

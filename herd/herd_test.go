@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"context"
+	"github.com/seqd/seqd/dataplane"
+	wk "github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 	_ "github.com/seqd/seqd/verbs/soft"
@@ -68,7 +71,7 @@ func newRig(t testing.TB, srvOpts, cliOpts string, qps, window int) *rig {
 	t.Helper()
 	r := &rig{orc: &fakeOracle{behindEvery: 7}, t0: time.Now()}
 	var err error
-	r.srv, err = New(Config{Device: open(t, srvOpts), Oracle: r.orc, Behind: errBehind, Workers: 2, MaxWindow: 32, MaxQPs: 8})
+	r.srv, err = New(Config{Config: wk.Config{Device: open(t, srvOpts), Oracle: r.orc, Behind: errBehind, Workers: 2}, MaxWindow: 32, MaxQPs: 8})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +85,7 @@ func newRig(t testing.TB, srvOpts, cliOpts string, qps, window int) *rig {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.conn.Close(); r.pd.Close() })
-	g, err := r.srv.Admit("test", r.conn.QPs(), window)
+	g, err := admit(r.srv, "test", r.conn.QPs(), window)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +111,7 @@ func (r *rig) run(t testing.TB, total int) []uint64 {
 	deadline := time.Now().Add(20 * time.Second)
 	for len(out) < total {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d answered before the deadline (stats %+v)", len(out), total, r.srv.Stats())
+			t.Fatalf("%d of %d answered before the deadline (stats %+v)", len(out), total, r.srv.totals())
 		}
 		now := r.now()
 		if want := min(r.conn.Free(), total-sent); want > 0 {
@@ -149,7 +152,7 @@ func TestServeClean(t *testing.T) {
 	r := newRig(t, "", "", 2, 8)
 	vs := r.run(t, 3000)
 	checkUnique(t, vs)
-	st := r.srv.Stats()
+	st := r.srv.totals()
 	if st.Requests < 3000 || st.Batches == 0 {
 		t.Fatalf("server stats %+v", st)
 	}
@@ -163,7 +166,7 @@ func TestServeFaults(t *testing.T) {
 	r := newRig(t, opts, opts, 2, 8)
 	vs := r.run(t, 2000)
 	checkUnique(t, vs)
-	st := r.srv.Stats()
+	st := r.srv.totals()
 	t.Logf("server %+v client retransmits=%d stale=%d", st, r.conn.Retransmits, r.conn.Stale)
 	if r.conn.Retransmits == 0 {
 		t.Errorf("5%% loss but no retransmission")
@@ -200,7 +203,7 @@ func TestNeverAnswersTwice(t *testing.T) {
 			t.Fatal("no answer")
 		}
 		got += r.conn.Poll(r.now(), res)
-		if st := r.srv.Stats(); got == 0 && st.Drops["expired"]+st.Drops["late"] > 0 {
+		if st := r.srv.totals(); got == 0 && st.Drops["expired"]+st.Drops["late"] > 0 {
 			// Dropped by age (a loaded machine overslept the idle
 			// worker's sweep): retransmit, as a client does.
 			r.conn.Expire(r.now())
@@ -213,9 +216,9 @@ func TestNeverAnswersTwice(t *testing.T) {
 	if _, err := q.uc.PostSend([]verbs.SendWR{wr}); err != nil {
 		t.Fatal(err)
 	}
-	for r.srv.Stats().Duplicates == 0 {
+	for r.srv.totals().Duplicates == 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("duplicate never seen: %+v", r.srv.Stats())
+			t.Fatalf("duplicate never seen: %+v", r.srv.totals())
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -223,7 +226,7 @@ func TestNeverAnswersTwice(t *testing.T) {
 	if n := r.conn.Poll(r.now(), res); n != 0 {
 		t.Fatalf("got %d answers to a replayed WRITE", n)
 	}
-	if st := r.srv.Stats(); st.Requests != 1 {
+	if st := r.srv.totals(); st.Requests != 1 {
 		t.Fatalf("server answered %d requests, want 1", st.Requests)
 	}
 }
@@ -232,14 +235,14 @@ func TestNeverAnswersTwice(t *testing.T) {
 func TestStopMovesToErr(t *testing.T) {
 	r := newRig(t, "", "", 1, 4)
 	r.run(t, 10)
-	if err := r.srv.Stop(); err != nil {
+	if _, err := r.srv.Stop(); err != nil {
 		t.Fatal(err)
 	}
 	ids := make([]int, 4)
 	if _, err := r.conn.Send(r.now(), ids); err != nil {
 		t.Fatal(err)
 	}
-	served := r.srv.Stats().Requests
+	served := r.srv.totals().Requests
 	res := make([]Result, 4)
 	end := time.Now().Add(50 * time.Millisecond)
 	for time.Now().Before(end) {
@@ -247,21 +250,21 @@ func TestStopMovesToErr(t *testing.T) {
 			t.Fatalf("answer after Stop: %+v", res[:n])
 		}
 	}
-	if got := r.srv.Stats().Requests; got != served {
+	if got := r.srv.totals().Requests; got != served {
 		t.Fatalf("served %d after Stop", got-served)
 	}
-	if _, err := r.srv.Admit("late", r.conn.QPs(), 4); !errors.Is(err, ErrClosed) {
+	if _, err := admit(r.srv, "late", r.conn.QPs(), 4); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Admit after Stop = %v", err)
 	}
 }
 
 func TestAdmitRelease(t *testing.T) {
-	srv, err := New(Config{Device: open(t, ""), Oracle: &fakeOracle{}, MaxQPs: 1, MaxWindow: 4})
+	srv, err := New(Config{Config: wk.Config{Device: open(t, ""), Oracle: &fakeOracle{}}, MaxQPs: 1, MaxWindow: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	if _, err := srv.Admit("x", nil, 4); !errors.Is(err, ErrArgument) {
+	if _, err := admit(srv, "x", nil, 4); !errors.Is(err, ErrArgument) {
 		t.Fatalf("Admit(no QPs) = %v", err)
 	}
 	dev := open(t, "")
@@ -271,23 +274,23 @@ func TestAdmitRelease(t *testing.T) {
 	defer c1.Close()
 	c2, _ := NewConn(pd, dev, 1, 4, time.Millisecond)
 	defer c2.Close()
-	g, err := srv.Admit("a", c1.QPs(), 100)
+	g, err := admit(srv, "a", c1.QPs(), 100)
 	if err != nil || g.Window != 4 {
 		t.Fatalf("Admit = %+v, %v", g, err)
 	}
-	if _, err := srv.Admit("b", c2.QPs(), 4); !errors.Is(err, ErrNoRoom) {
+	if _, err := admit(srv, "b", c2.QPs(), 4); !errors.Is(err, ErrNoRoom) {
 		t.Fatalf("Admit over capacity = %v", err)
 	}
-	if err := srv.Release(g.Session); err != nil {
+	if err := srv.Release(context.Background(), dataplane.SessionRef{ID: g.Session}); err != nil {
 		t.Fatal(err)
 	}
-	if err := srv.Release(g.Session); !errors.Is(err, ErrNoSession) {
+	if err := srv.Release(context.Background(), dataplane.SessionRef{ID: g.Session}); !errors.Is(err, ErrNoSession) {
 		t.Fatalf("double Release = %v", err)
 	}
 	// The block comes back once the worker has swept past the release.
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		if _, err = srv.Admit("b", c2.QPs(), 4); err == nil {
+		if _, err = admit(srv, "b", c2.QPs(), 4); err == nil {
 			break
 		}
 		if !errors.Is(err, ErrNoRoom) || time.Now().After(deadline) {
@@ -296,4 +299,26 @@ func TestAdmitRelease(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	_ = spec.SlotLen
+}
+
+// admit admits qps through the server's dataplane.Mode API and returns
+// the grant as Conn takes it.
+func admit(srv *Server, name string, qps []ClientQP, window int) (Grant, error) {
+	a := dataplane.Admission{Name: name, Window: window}
+	for _, q := range qps {
+		a.QPs = append(a.QPs, dataplane.Endpoint(q.Recv))
+		a.ConnQPs = append(a.ConnQPs, dataplane.Endpoint(q.Write))
+	}
+	dg, err := srv.Admit(context.Background(), a, dataplane.SessionRef{})
+	if err != nil {
+		return Grant{}, err
+	}
+	g := Grant{Session: dg.Session, QKey: dg.AnswerQKey, Window: dg.Window, Epoch: dg.Epoch}
+	for i, e := range dg.ServerConnQPs {
+		g.QPs = append(g.QPs, QPGrant{Server: Endpoint(e), Addr: dg.RemoteAddr[i], RKey: dg.RKey[i]})
+	}
+	for _, e := range dg.AnswerQPs {
+		g.AnswerFrom = append(g.AnswerFrom, verbs.SenderOf(e.Addr, e.QPN))
+	}
+	return g, nil
 }

@@ -26,14 +26,14 @@ func TestNoAnswerAfterMaxResidence(t *testing.T) {
 	}
 	res := make([]Result, 4)
 	deadline := time.Now().Add(10 * time.Second)
-	for r.srv.Stats().Drops["late"] == 0 {
+	for r.srv.totals().Drops["late"] == 0 {
 		if n := r.conn.Poll(r.now(), res); n > 0 {
 			t.Fatalf("answered %d although the claim took %v, longer than MaxResidence %v", res[0].Value, 3*spec.MaxResidence, spec.MaxResidence)
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("neither answered nor dropped: %+v", r.srv.Stats())
+			t.Fatalf("neither answered nor dropped: %+v", r.srv.totals())
 		}
-		if r.srv.Stats().Drops["expired"] > 0 {
+		if r.srv.totals().Drops["expired"] > 0 {
 			// Too old when swept (a loaded machine): rewrite it, as a
 			// client does, until one is claimed.
 			r.conn.Expire(r.now())
@@ -43,7 +43,7 @@ func TestNoAnswerAfterMaxResidence(t *testing.T) {
 	if n := r.conn.Poll(r.now(), res); n > 0 {
 		t.Fatalf("answered and counted late: %+v", res[0])
 	}
-	if st := r.srv.Stats(); st.Drops["late"] == 0 || st.Requests != 0 {
+	if st := r.srv.totals(); st.Drops["late"] == 0 || st.Requests != 0 {
 		t.Fatalf("stats %+v, want one late drop and nothing served", st)
 	}
 	// Prompt claims are answered as usual: the client's retransmission
@@ -51,7 +51,7 @@ func TestNoAnswerAfterMaxResidence(t *testing.T) {
 	r.orc.delay.Store(0)
 	for r.conn.Poll(r.now(), res) == 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("the retransmission was never answered: %+v", r.srv.Stats())
+			t.Fatalf("the retransmission was never answered: %+v", r.srv.totals())
 		}
 		r.conn.Expire(r.now())
 		time.Sleep(time.Millisecond)
@@ -75,7 +75,7 @@ func TestWindowFlood(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fl.Close()
-	g, err := r.srv.Admit("flooder", fl.QPs(), fwin)
+	g, err := admit(r.srv, "flooder", fl.QPs(), fwin)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func TestWindowFlood(t *testing.T) {
 	close(stop)
 	writes := <-done
 	checkUnique(t, vs)
-	st := r.srv.Stats()
+	st := r.srv.totals()
 	flooderAnswered := st.Requests - uint64(len(vs))
 	t.Logf("flooder: %d WRITEs into its window, %d beyond it; server answered %d of the flooder's; well-behaved: %d answered",
 		writes[0], writes[1], flooderAnswered, len(vs))
