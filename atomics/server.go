@@ -12,6 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/seqd/seqd/dataplane"
+	wk "github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 )
@@ -352,15 +353,7 @@ func (s *Server) Close() error {
 		}
 		delete(s.sessions, id)
 	}
-	if s.mr != nil {
-		s.mr.Close()
-	}
-	if s.cq != nil {
-		s.cq.Close()
-	}
-	if s.pd != nil {
-		s.pd.Close()
-	}
+	wk.CloseAll(s.mr, s.cq, s.pd)
 	return nil
 }
 

@@ -192,15 +192,7 @@ func (w *worker) close() {
 	if w.shared != nil {
 		w.shared.mr.Close()
 	}
-	if w.reqQP != nil {
-		w.reqQP.Close()
-	}
-	if w.reqCQ != nil {
-		w.reqCQ.Close()
-	}
-	if w.sendCQ != nil {
-		w.sendCQ.Close()
-	}
+	wk.CloseAll(w.reqQP, w.reqCQ, w.sendCQ)
 }
 
 // fillRecvs posts reqQP's receives until want are posted.

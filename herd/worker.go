@@ -231,15 +231,7 @@ func (w *worker) close() {
 	}
 	w.all, w.limbo = nil, nil
 	w.Base.Close()
-	if w.region != nil {
-		w.region.Close()
-	}
-	if w.ucCQ != nil {
-		w.ucCQ.Close()
-	}
-	if w.sendCQ != nil {
-		w.sendCQ.Close()
-	}
+	wk.CloseAll(w.region, w.ucCQ, w.sendCQ)
 }
 
 // run is the worker's loop. It returns when the server stops.

@@ -271,3 +271,13 @@ func (b *Base) ReapSends() {
 		b.count.Send.Add(uint64(failed))
 	}
 }
+
+// CloseAll closes, in order, each of rs that is not nil (the verbs
+// resources of a worker or mode, some never created).
+func CloseAll(rs ...interface{ Close() error }) {
+	for _, r := range rs {
+		if r != nil {
+			r.Close()
+		}
+	}
+}
