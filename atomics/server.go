@@ -235,9 +235,6 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 
 // Release closes a session's QPs.
 func (s *Server) Release(ctx context.Context, r dataplane.SessionRef) error {
-	if r.Epoch != 0 && r.Epoch != s.cfg.Epoch {
-		return fmt.Errorf("%w: session %d of epoch %d; this data path runs epoch %d", ErrNoSession, r.ID, r.Epoch, s.cfg.Epoch)
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	qps, ok := s.sessions[r.ID]

@@ -181,7 +181,7 @@ func (s *Server) admitLocked(ctx context.Context, a dataplane.Admission, old dat
 	var prev *session
 	freed := make([]int, len(s.workers))      // windows the replaced session frees
 	freedSlack := make([]int, len(s.workers)) // and the slack of its own request QPs
-	if old.ID != 0 && s.ofEpoch(old) == nil {
+	if old.ID != 0 {
 		prev = s.sessions[old.ID]
 	}
 	n := len(s.sessions)
@@ -425,20 +425,9 @@ func (w *worker) setPeers(f func(peerTable)) {
 	w.peers.Store(&t)
 }
 
-// ofEpoch is nil when r may name a session of this data path: its epoch
-// is this one's, or not given.
-func (s *Server) ofEpoch(r dataplane.SessionRef) error {
-	if r.Epoch != 0 && r.Epoch != s.cfg.Epoch {
-		return fmt.Errorf("%w: session %d of epoch %d; this data path runs epoch %d", dataplane.ErrUnknownSession, r.ID, r.Epoch, s.cfg.Epoch)
-	}
-	return nil
-}
-
-// Release releases a session of this data path's epoch.
+// Release releases a session (its epoch is checked by the caller,
+// package modes).
 func (s *Server) Release(ctx context.Context, r dataplane.SessionRef) error {
-	if err := s.ofEpoch(r); err != nil {
-		return err
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sess, ok := s.sessions[r.ID]

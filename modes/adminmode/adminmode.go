@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/seqd/seqd/admin"
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/dataplane"
 	"github.com/seqd/seqd/spec"
@@ -19,6 +20,8 @@ import (
 
 // Backend is one running mode as an admin backend (admin.Backend and
 // admin.Replacer). Mode errors are dataplane's kinds, which are admin's.
+// A session of another epoch than Epoch is unknown here: the mode is not
+// asked.
 type Backend struct {
 	Mode dataplane.Mode
 	// Name is the mode's name (spec.Mode*): a ConnectRequest for another
@@ -49,8 +52,8 @@ func (b *Backend) Replace(ctx context.Context, old *adminpb.DisconnectRequest, r
 	if err != nil {
 		return nil, err
 	}
-	var ref dataplane.SessionRef
-	if old != nil {
+	var ref dataplane.SessionRef // none, or not of this epoch: nothing to release
+	if old != nil && admin.CheckEpoch(old, b.Epoch) == nil {
 		ref = SessionRef(old)
 	}
 	g, err := b.Mode.Admit(ctx, a, ref)
@@ -63,8 +66,11 @@ func (b *Backend) Replace(ctx context.Context, old *adminpb.DisconnectRequest, r
 	return ConnectResponse(g, b.Name, b.Format), nil
 }
 
-// Disconnect releases a session.
+// Disconnect releases a session of this epoch.
 func (b *Backend) Disconnect(ctx context.Context, req *adminpb.DisconnectRequest) error {
+	if err := admin.CheckEpoch(req, b.Epoch); err != nil {
+		return err
+	}
 	return b.Mode.Release(ctx, SessionRef(req))
 }
 
