@@ -70,26 +70,11 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("headeronly: protection domain: %w", err)
 	}
 	s.ahs = ahcache.New(s.pd, 0)
-	for i := range cfg.Workers {
-		w, err := newWorker(s, i)
-		if err != nil {
-			s.Close()
-			return nil, err
-		}
-		s.workers = append(s.workers, w)
+	if s.workers, s.answerQPs, err = wk.Create(cfg.Workers, func(i int) (*worker, error) { return newWorker(s, i) }); err != nil {
+		s.Close()
+		return nil, err
 	}
-	for _, w := range s.workers {
-		for _, qp := range w.Resp.QPs() {
-			s.answerQPs = append(s.answerQPs, dataplane.Endpoint{Addr: qp.Address(), QPN: qp.QPN()})
-		}
-	}
-	for _, w := range s.workers {
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			w.run()
-		}()
-	}
+	wk.Run(&s.wg, s.workers)
 	s.log.Info("spec-s0 data path up", "device", cfg.Device.Name(), "workers", cfg.Workers,
 		"resp_qps", cfg.RespQPs, "format", cfg.Format, "epoch", cfg.Epoch)
 	return s, nil

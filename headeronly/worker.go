@@ -276,8 +276,8 @@ func (w *worker) rqOf(wc *verbs.WC) *recvQ {
 	return q
 }
 
-// run is the worker's loop. It returns when the server closes.
-func (w *worker) run() {
+// Run is the worker's loop. It returns when the server closes.
+func (w *worker) Run() {
 	log := w.Log
 	defer w.Pin()()
 	start := w.s.start

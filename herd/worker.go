@@ -234,8 +234,8 @@ func (w *worker) close() {
 	wk.CloseAll(w.region, w.ucCQ, w.sendCQ)
 }
 
-// run is the worker's loop. It returns when the server stops.
-func (w *worker) run() {
+// Run is the worker's loop. It returns when the server stops.
+func (w *worker) Run() {
 	defer w.Pin()()
 	cfg := &w.s.cfg
 	start := w.s.start

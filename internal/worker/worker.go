@@ -22,9 +22,11 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/seqd/seqd/dataplane"
 	"github.com/seqd/seqd/internal/claim"
 	"github.com/seqd/seqd/internal/respq"
 	"github.com/seqd/seqd/spec"
@@ -279,5 +281,45 @@ func CloseAll(rs ...interface{ Close() error }) {
 		if r != nil {
 			r.Close()
 		}
+	}
+}
+
+// Worker is a mode's worker as Create and Run handle it: it embeds Base
+// and has a loop, Run, that returns when the mode stops.
+type Worker interface {
+	Run()
+	base() *Base
+}
+
+func (b *Base) base() *Base { return b }
+
+// Create makes n workers with create and lists the response QPs of all
+// of them (the QPs answers come from: a client drops any other sender).
+// On an error it returns the workers made so far, for the caller to
+// close.
+func Create[W Worker](n int, create func(id int) (W, error)) (ws []W, answerQPs []dataplane.Endpoint, err error) {
+	for i := range n {
+		w, err := create(i)
+		if err != nil {
+			return ws, nil, err
+		}
+		ws = append(ws, w)
+	}
+	for _, w := range ws {
+		for _, qp := range w.base().Resp.QPs() {
+			answerQPs = append(answerQPs, dataplane.Endpoint{Addr: qp.Address(), QPN: qp.QPN()})
+		}
+	}
+	return ws, answerQPs, nil
+}
+
+// Run runs each worker's loop on a goroutine of its own, counted by wg.
+func Run[W Worker](wg *sync.WaitGroup, ws []W) {
+	for _, w := range ws {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.Run()
+		}()
 	}
 }
