@@ -184,10 +184,8 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 	if len(a.QPs) == 0 {
 		return no, fmt.Errorf("%w: no queue pairs", ErrArgument)
 	}
-	if replaces.ID != 0 {
-		if err := s.Release(ctx, replaces); err != nil && !errors.Is(err, dataplane.ErrUnknownSession) {
-			return no, err
-		}
+	if err := dataplane.ReleaseReplaced(ctx, s, replaces); err != nil {
+		return no, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

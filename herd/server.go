@@ -2,7 +2,6 @@ package herd
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -114,10 +113,8 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 			return no, fmt.Errorf("%w: qps[%d]: QPN above 24 bits", ErrArgument, i)
 		}
 	}
-	if replaces.ID != 0 {
-		if err := s.Release(ctx, replaces); err != nil && !errors.Is(err, dataplane.ErrUnknownSession) {
-			return no, err
-		}
+	if err := dataplane.ReleaseReplaced(ctx, s, replaces); err != nil {
+		return no, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
