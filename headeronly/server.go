@@ -447,65 +447,44 @@ func (s *Server) release(sess *session) {
 	s.log.Info("client disconnected", "session", sess.id, "name", sess.name)
 }
 
-// totals are a snapshot of the data path's counters.
+// totals are a snapshot of the data path's counters (tests).
 type totals struct {
-	Batches, Requests, SpecMisses, NoGuess, DupTags, Stalls, GuardHolds uint64
-	Drops                                                               map[string]uint64
+	Batches, Requests uint64
+	Drops             map[string]uint64
 }
 
-// totals sums the workers' counters.
 func (s *Server) totals() totals {
-	st := totals{Drops: map[string]uint64{}}
+	var t totals
 	for _, w := range s.workers {
-		ws := &w.stats
-		st.Batches += ws.batches.Load()
-		st.Requests += ws.requests.Load()
-		st.SpecMisses += ws.specMisses.Load()
-		st.NoGuess += ws.noGuess.Load()
-		st.DupTags += ws.dupTags.Load()
-		st.Stalls += ws.stalls.Load()
-		st.GuardHolds += ws.guardHolds.Load()
-		for r := range numDropReasons {
-			st.Drops[dropReasonNames[r]] += ws.drops[r].Load()
-		}
+		t.Batches += w.Batches.Load()
+		t.Requests += w.Requests.Load()
 	}
-	return st
+	t.Drops = wk.DropsByReason(s.workers)
+	return t
 }
 
 // Stats reports the workers and the data path. Its Counters are the
 // metrics seqd_headeronly_*.
 func (s *Server) Stats() dataplane.Stats {
-	var st dataplane.Stats
-	for _, w := range s.workers {
+	st := wk.Sum(s.workers)
+	var noGuess, guardHolds uint64
+	for i, w := range s.workers {
 		ws := &w.stats
-		var drops uint64
-		for i := range ws.drops {
-			drops += ws.drops[i].Load()
-		}
-		x := dataplane.WorkerStats{ID: w.ID, Core: w.Core, Batches: ws.batches.Load(), Requests: ws.requests.Load(),
-			SpecMisses: ws.specMisses.Load(), Retransmits: ws.dupTags.Load(), Drops: drops}
-		st.Workers = append(st.Workers, x)
-		st.Served += x.Requests
-		st.Batches += x.Batches
+		x := &st.Workers[i]
+		x.SpecMisses, x.Retransmits = ws.specMisses.Load(), ws.dupTags.Load()
 		st.SpecMisses += x.SpecMisses
 		st.Retransmits += x.Retransmits
-		st.Drops += drops
-		st.Stalls += ws.stalls.Load()
+		noGuess += ws.noGuess.Load()
+		guardHolds += ws.guardHolds.Load()
 	}
 	// Not under mu: a Connect holds it while its receives are posted,
 	// and a Status probe must not wait behind a storm of them.
 	st.Sessions = int(s.nsessions.Load())
-	t := s.totals()
-	st.Counters = []dataplane.Counter{
-		{Name: "spec_misses_total", Help: "Answers that carried the full value (wrong guess, no guess or guard hold).", Value: st.SpecMisses},
-		{Name: "retransmits_seen_total", Help: "Requests repeating the previous tag of their QP (duplicates).", Value: st.Retransmits},
-		{Name: "no_guess_total", Help: "Requests that carried no guess.", Value: t.NoGuess},
-		{Name: "guard_holds_total", Help: "Batches answered in full because the aliasing guard held confirmations.", Value: t.GuardHolds},
-	}
-	for r := range numDropReasons {
-		st.Counters = append(st.Counters, dataplane.Counter{Name: "drops_total", Help: "Requests not answered, by reason.",
-			Reason: r.String(), Value: t.Drops[r.String()]})
-	}
+	st.Counters = append(st.Counters,
+		dataplane.Counter{Name: "spec_misses_total", Help: "Answers that carried the full value (wrong guess, no guess or guard hold).", Value: st.SpecMisses},
+		dataplane.Counter{Name: "retransmits_seen_total", Help: "Requests repeating the previous tag of their QP (duplicates).", Value: st.Retransmits},
+		dataplane.Counter{Name: "no_guess_total", Help: "Requests that carried no guess.", Value: noGuess},
+		dataplane.Counter{Name: "guard_holds_total", Help: "Batches answered in full because the aliasing guard held confirmations.", Value: guardHolds})
 	if n, ok := s.OverrunSessions(); ok {
 		st.Counters = append(st.Counters, dataplane.Counter{Name: "sessions_overrun", Gauge: true, Value: uint64(n),
 			Help: "Connected sessions one of whose own request QPs dropped a request for want of a posted receive (the client sent beyond its window)."})

@@ -16,40 +16,25 @@ import (
 // rather than silently truncated.
 const recvSlot = verbs.GRHLen + 24
 
-// dropReason says why a request was not answered.
-type dropReason int
-
+// The reasons a request goes unanswered besides internal/worker's
+// (expired, late, oracle_error, send_error).
 const (
-	dropWCError dropReason = iota
+	dropWCError = wk.NumDrops + iota
 	dropBadOpcode
 	dropBadLength
 	dropUnknownSource
-	dropExpired
-	dropSendError
-	dropOracle
-	dropLate
 	dropWindow
-	numDropReasons
 )
 
-var dropReasonNames = [numDropReasons]string{
-	"wc_error", "bad_opcode", "bad_length", "unknown_source", "expired", "send_error", "oracle_error",
-	"late", "window",
-}
+var dropNames = []string{"wc_error", "bad_opcode", "bad_length", "unknown_source", "window"}
 
-func (r dropReason) String() string { return dropReasonNames[r] }
-
-// workerStats are written by the worker only, read by Status and the
-// metrics collectors at any time.
+// workerStats are what a worker counts besides internal/worker's Counts:
+// written by the worker only, read by Stats at any time.
 type workerStats struct {
-	batches    atomic.Uint64
-	requests   atomic.Uint64 // requests answered
 	specMisses atomic.Uint64 // answers that carried the full value
 	noGuess    atomic.Uint64 // of which the client sent NoGuess
 	dupTags    atomic.Uint64 // same tag as the previous request of that QP
-	stalls     atomic.Uint64 // claims refused with Behind
 	guardHolds atomic.Uint64 // batches answered in full because of the guard
-	drops      [numDropReasons]atomic.Uint64
 	_          [64]byte
 }
 
@@ -147,10 +132,7 @@ func newWorker(s *Server, id int) (w *worker, err error) {
 	}
 	w.rqs = map[verbs.QPN]*recvQ{w.shared.qpn: w.shared}
 	w.dirty = make([]*recvQ, 0, c.Batch)
-	st := &w.stats
-	if err = w.Init(&c.Config, id, s.pd, w.sendCQ, spec.FullLen, &s.closed, wk.Counters{Stalls: &st.stalls,
-		Expired: &st.drops[dropExpired], Late: &st.drops[dropLate], Oracle: &st.drops[dropOracle],
-		Send: &st.drops[dropSendError]}); err != nil {
+	if err = w.Init(&c.Config, id, s.pd, w.sendCQ, spec.FullLen, &s.closed, dropNames...); err != nil {
 		return nil, fmt.Errorf("headeronly: %w", err)
 	}
 	w.wcs = make([]verbs.WC, c.Batch)
@@ -339,7 +321,7 @@ func (w *worker) batch(wcs []verbs.WC) {
 		}
 		if q == nil { // a queue retired with its session
 			if wc.Status == verbs.WCSuccess {
-				st.drops[dropUnknownSource].Add(1)
+				w.Drops[dropUnknownSource].Add(1)
 			}
 			continue
 		}
@@ -348,37 +330,37 @@ func (w *worker) batch(wcs []verbs.WC) {
 		}
 		if q.dying { // its session is gone; flushed receives are not requests
 			if wc.Status == verbs.WCSuccess {
-				st.drops[dropUnknownSource].Add(1)
+				w.Drops[dropUnknownSource].Add(1)
 			}
 			continue
 		}
 		switch {
 		case wc.Status != verbs.WCSuccess:
-			st.drops[dropWCError].Add(1)
+			w.Drops[dropWCError].Add(1)
 			continue
 		case wc.Opcode != verbs.WCRecv || wc.Flags&verbs.WCWithImm == 0:
-			st.drops[dropBadOpcode].Add(1)
+			w.Drops[dropBadOpcode].Add(1)
 			continue
 		case spec.CheckRequestLen(int(wc.ByteLen)-verbs.GRHLen) != nil:
-			st.drops[dropBadLength].Add(1)
+			w.Drops[dropBadLength].Add(1)
 			continue
 		}
 		p := peers[peerKey{wc.Src, wc.SrcQP}]
 		if p == nil || q.sess != 0 && q.sess != p.session {
-			st.drops[dropUnknownSource].Add(1)
+			w.Drops[dropUnknownSource].Add(1)
 			continue
 		}
 		if a := wc.Arrived; a != 0 && polled.Sub(a) > spec.MaxResidence {
 			// Too old already (it waited behind a stall): dropped alone,
 			// so that it does not age the fresh requests of the batch.
-			st.drops[dropExpired].Add(1)
+			w.Drops[wk.DropExpired].Add(1)
 			continue
 		}
 		if p.inBatch++; p.inBatch > p.window && p.window > 0 {
 			// More requests of this QP at the server than its window: the
 			// excess is not answered (the client broke the contract that
 			// sized the receive queue for everyone).
-			st.drops[dropWindow].Add(1)
+			w.Drops[dropWindow].Add(1)
 			continue
 		}
 		imm := spec.Imm(wc.Imm)
@@ -420,8 +402,8 @@ func (w *worker) batch(wcs []verbs.WC) {
 		st.guardHolds.Add(1)
 	}
 	if w.answer(w.pend[:valid], first, confirm, oldest) {
-		st.batches.Add(1)
-		st.requests.Add(uint64(valid))
+		w.Batches.Add(1)
+		w.Requests.Add(uint64(valid))
 	}
 }
 

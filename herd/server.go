@@ -245,55 +245,36 @@ func (s *Server) Close() error {
 	return nil
 }
 
-// totals are a snapshot of the data path's counters.
+// totals are a snapshot of the data path's counters (tests).
 type totals struct {
-	Batches, Requests, Stalls, Duplicates, Malformed uint64
-	Drops                                            map[string]uint64
+	Batches, Requests, Duplicates uint64
+	Drops                         map[string]uint64
 }
 
-// totals sums the workers' counters.
 func (s *Server) totals() totals {
-	st := totals{Drops: map[string]uint64{}}
+	var t totals
 	for _, w := range s.workers {
-		ws := &w.stats
-		st.Batches += ws.batches.Load()
-		st.Requests += ws.requests.Load()
-		st.Stalls += ws.stalls.Load()
-		st.Duplicates += ws.duplicates.Load()
-		st.Malformed += ws.malformed.Load()
-		for r := range numDropReasons {
-			st.Drops[dropReasonNames[r]] += ws.drops[r].Load()
-		}
+		t.Batches += w.Batches.Load()
+		t.Requests += w.Requests.Load()
+		t.Duplicates += w.stats.duplicates.Load()
 	}
-	return st
+	t.Drops = wk.DropsByReason(s.workers)
+	return t
 }
 
 // Stats reports each worker and the data path. Its Counters are the
 // metrics seqd_herd_*.
 func (s *Server) Stats() dataplane.Stats {
-	st := dataplane.Stats{Sessions: s.sessionCount()}
-	for _, w := range s.workers {
-		ws := &w.stats
-		x := dataplane.WorkerStats{ID: w.ID, Core: w.Core, Batches: ws.batches.Load(), Requests: ws.requests.Load(),
-			Retransmits: ws.duplicates.Load()}
-		for r := range ws.drops {
-			x.Drops += ws.drops[r].Load()
-		}
-		st.Workers = append(st.Workers, x)
-		st.Served += x.Requests
-		st.Batches += x.Batches
-		st.Retransmits += x.Retransmits
-		st.Drops += x.Drops
-		st.Stalls += ws.stalls.Load()
+	st := wk.Sum(s.workers)
+	st.Sessions = s.sessionCount()
+	var malformed uint64
+	for i, w := range s.workers {
+		st.Workers[i].Retransmits = w.stats.duplicates.Load()
+		st.Retransmits += st.Workers[i].Retransmits
+		malformed += w.stats.malformed.Load()
 	}
-	t := s.totals()
-	st.Counters = []dataplane.Counter{
-		{Name: "duplicates_total", Help: "WRITEs of a (slot, seq) already answered, or older.", Value: t.Duplicates},
-		{Name: "malformed_total", Help: "Slots that did not decode.", Value: t.Malformed},
-	}
-	for r := range numDropReasons {
-		st.Counters = append(st.Counters, dataplane.Counter{Name: "drops_total", Help: "Requests not answered, by reason.",
-			Reason: r.String(), Value: t.Drops[r.String()]})
-	}
+	st.Counters = append(st.Counters,
+		dataplane.Counter{Name: "duplicates_total", Help: "WRITEs of a (slot, seq) already answered, or older.", Value: st.Retransmits},
+		dataplane.Counter{Name: "malformed_total", Help: "Slots that did not decode.", Value: malformed})
 	return st
 }

@@ -16,33 +16,13 @@ import (
 
 const slotLen = spec.SlotLen
 
-// dropReason says why a request was not answered.
-type dropReason int
-
-const (
-	dropExpired dropReason = iota
-	dropSendError
-	dropOracle
-	dropLate
-	numDropReasons
-)
-
-var dropReasonNames = [numDropReasons]string{"expired", "send_error", "oracle_error", "late"}
-
-func (r dropReason) String() string { return dropReasonNames[r] }
-
-// DropReasons are the reasons Stats.Drops counts requests under.
-func DropReasons() []string { return dropReasonNames[:] }
-
-// workerStats are written by the worker only and read at any time.
+// workerStats are what a worker counts besides internal/worker's Counts
+// (whose drop reasons are all herd's): written by the worker only, read
+// at any time.
 type workerStats struct {
-	batches    atomic.Uint64
-	requests   atomic.Uint64 // requests answered
-	stalls     atomic.Uint64 // claims refused with Behind
 	duplicates atomic.Uint64 // WRITEs of a (slot, seq) already answered, or older
 	malformed  atomic.Uint64 // slots that did not decode
 	lost       atomic.Uint64 // CAS on zeroing lost to a newer WRITE
-	drops      [numDropReasons]atomic.Uint64
 	_          [64]byte
 }
 
@@ -127,10 +107,7 @@ func newWorker(s *Server, id int) (w *worker, err error) {
 	if w.sendCQ, err = dev.CreateCQ(c.RespQPs * c.SendDepth); err != nil {
 		return nil, fmt.Errorf("herd: worker %d: send CQ: %w", id, err)
 	}
-	st := &w.stats
-	if err = w.Init(&c.Config, id, s.pd, w.sendCQ, spec.HERDAnswerLen, &s.stopped, wk.Counters{Stalls: &st.stalls,
-		Expired: &st.drops[dropExpired], Late: &st.drops[dropLate], Oracle: &st.drops[dropOracle],
-		Send: &st.drops[dropSendError]}); err != nil {
+	if err = w.Init(&c.Config, id, s.pd, w.sendCQ, spec.HERDAnswerLen, &s.stopped); err != nil {
 		return nil, fmt.Errorf("herd: %w", err)
 	}
 	for i := c.MaxQPs - 1; i >= 0; i-- {
@@ -318,7 +295,7 @@ func (w *worker) collect() int {
 				// Possibly too old already (the worker did not sweep
 				// this client for a while): dropped alone, so that it
 				// does not age the rest of the batch.
-				st.drops[dropExpired].Add(1)
+				w.Drops[wk.DropExpired].Add(1)
 				continue
 			}
 			w.pend = append(w.pend, pending{c, pos, sl.Seq})
@@ -339,8 +316,8 @@ func (w *worker) batch() {
 	n := len(w.pend)
 	first, ok := w.Claim(w.oldest, n)
 	if ok && w.answer(first) {
-		w.stats.batches.Add(1)
-		w.stats.requests.Add(uint64(n))
+		w.Batches.Add(1)
+		w.Requests.Add(uint64(n))
 	}
 	for i := range w.pend {
 		w.pend[i] = pending{}

@@ -18,7 +18,6 @@
 package worker
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"runtime"
@@ -130,18 +129,34 @@ func (c *Config) Core(i int) int {
 	return -1
 }
 
-// Counters are where a Base counts: the mode's own counters (each a
-// drop reason or a statistic of its worker). Every field is required.
-type Counters struct {
-	// Stalls counts claims refused with Config.Behind.
-	Stalls *atomic.Uint64
-	// Expired counts requests that grew older than spec.MaxResidence
-	// before their values were claimed; Late those whose claimed values
-	// were then skipped because the doorbell would have come too late.
-	Expired, Late *atomic.Uint64
-	// Oracle counts requests the oracle refused; Send those whose answer
-	// could not be posted or completed in error.
-	Oracle, Send *atomic.Uint64
+// The drop reasons every CPU worker counts (Base counts them); a mode
+// numbers its own from NumDrops on and names them at Init.
+const (
+	// DropExpired: older than spec.MaxResidence before its values were
+	// claimed.
+	DropExpired = iota
+	// DropLate: its claimed values were skipped because the doorbell would
+	// have come later than spec.MaxResidence after it arrived.
+	DropLate
+	// DropOracle: the oracle refused the claim.
+	DropOracle
+	// DropSend: its answer could not be posted, or completed in error.
+	DropSend
+	NumDrops
+)
+
+var dropNames = [NumDrops]string{"expired", "late", "oracle_error", "send_error"}
+
+// Counts are a worker's counters: written by the worker only, read at any
+// time.
+type Counts struct {
+	Batches  atomic.Uint64 // batches answered
+	Requests atomic.Uint64 // requests answered
+	Stalls   atomic.Uint64 // claims refused with Config.Behind
+	// Drops counts requests not answered, by reason: DropExpired to
+	// DropSend, then the mode's own.
+	Drops     []atomic.Uint64
+	dropNames []string
 }
 
 // Base is the part every CPU worker shares: its identity, its response
@@ -159,19 +174,19 @@ type Base struct {
 	// queue that drains slowly. Loaded once per batch.
 	Stall atomic.Pointer[func()]
 
+	Counts
+
 	cfg     *Config
 	stopped *atomic.Bool
-	count   Counters
 }
 
 // Init sets b up as worker id of cfg, with response QPs on pd whose sends
 // complete on sendCQ, each with slotLen payload bytes per entry. stopped
-// tells the claim to give up when the mode stops.
-func (b *Base) Init(cfg *Config, id int, pd verbs.PD, sendCQ verbs.CQ, slotLen int, stopped *atomic.Bool, c Counters) error {
-	if c.Stalls == nil || c.Expired == nil || c.Late == nil || c.Oracle == nil || c.Send == nil {
-		return errors.New("worker: every counter is required")
-	}
-	b.ID, b.Core, b.Log, b.cfg, b.stopped, b.count = id, cfg.Core(id), cfg.Logger.With("worker", id), cfg, stopped, c
+// tells the claim to give up when the mode stops. drops names the mode's
+// own drop reasons, NumDrops on.
+func (b *Base) Init(cfg *Config, id int, pd verbs.PD, sendCQ verbs.CQ, slotLen int, stopped *atomic.Bool, drops ...string) error {
+	b.ID, b.Core, b.Log, b.cfg, b.stopped = id, cfg.Core(id), cfg.Logger.With("worker", id), cfg, stopped
+	b.initCounts(drops)
 	var err error
 	if b.Resp, err = respq.New(respq.Config{PD: pd, CQ: sendCQ, QPs: cfg.RespQPs, Depth: cfg.SendDepth,
 		SignalEvery: cfg.SignalEvery, SlotLen: slotLen, QKey: cfg.QKey, Batch: cfg.Batch}); err != nil {
@@ -215,20 +230,20 @@ func Expired(oldest verbs.Time) bool { return verbs.Now().Sub(oldest) > spec.Max
 // spec.MaxResidence, the mode stopped, or the oracle failed.
 func (b *Base) Claim(oldest verbs.Time, n int) (uint64, bool) {
 	if Expired(oldest) {
-		b.count.Expired.Add(uint64(n))
+		b.Drops[DropExpired].Add(uint64(n))
 		return 0, false
 	}
 	first, stalls, out, err := claim.Batch(b.cfg.Oracle, b.cfg.Behind, n, func() bool {
 		return Expired(oldest) || b.stopped.Load()
 	})
-	b.count.Stalls.Add(uint64(stalls))
+	b.Stalls.Add(uint64(stalls))
 	switch out {
 	case claim.Failed:
-		b.count.Oracle.Add(uint64(n))
+		b.Drops[DropOracle].Add(uint64(n))
 		b.Log.Error("claim", "n", n, "err", err)
 		return 0, false
 	case claim.Expired:
-		b.count.Expired.Add(uint64(n))
+		b.Drops[DropExpired].Add(uint64(n))
 		return 0, false
 	}
 	return first, true
@@ -244,7 +259,7 @@ func (b *Base) Next(n int) (respq.Batch, bool) {
 	r, ok := b.Resp.Next(n)
 	if !ok {
 		b.Log.Error("send queue never drained")
-		b.count.Send.Add(uint64(n))
+		b.Drops[DropSend].Add(uint64(n))
 	}
 	return r, ok
 }
@@ -256,12 +271,12 @@ func (b *Base) Next(n int) (respq.Batch, bool) {
 // any answer was posted.
 func (b *Base) Post(r respq.Batch, wrs []verbs.SendWR, oldest verbs.Time) bool {
 	if Expired(oldest) {
-		b.count.Late.Add(uint64(len(wrs)))
+		b.Drops[DropLate].Add(uint64(len(wrs)))
 		return false
 	}
 	n, err := r.Post(wrs)
 	if err != nil {
-		b.count.Send.Add(uint64(len(wrs) - n))
+		b.Drops[DropSend].Add(uint64(len(wrs) - n))
 		b.Log.Error("post answers", "posted", n, "of", len(wrs), "err", err)
 	}
 	return n > 0
@@ -270,7 +285,7 @@ func (b *Base) Post(r respq.Batch, wrs []verbs.SendWR, oldest verbs.Time) bool {
 // ReapSends frees send queue slots and counts answers that failed.
 func (b *Base) ReapSends() {
 	if _, failed := b.Resp.Reap(); failed > 0 {
-		b.count.Send.Add(uint64(failed))
+		b.Drops[DropSend].Add(uint64(failed))
 	}
 }
 
@@ -322,4 +337,49 @@ func Run[W Worker](wg *sync.WaitGroup, ws []W) {
 			w.Run()
 		}()
 	}
+}
+
+func (c *Counts) initCounts(drops []string) {
+	c.dropNames = append(dropNames[:], drops...)
+	c.Drops = make([]atomic.Uint64, len(c.dropNames))
+}
+
+// Sum adds up the workers' Counts into a dataplane.Stats: a line per
+// worker (ID, Core, Batches, Requests, Drops), the totals (Served,
+// Batches, Stalls, Drops) and, as Counters, the drops by reason
+// (drops_total). The mode adds what it counts besides.
+func Sum[W Worker](ws []W) dataplane.Stats {
+	var st dataplane.Stats
+	byReason := DropsByReason(ws)
+	for _, w := range ws {
+		b := w.base()
+		x := dataplane.WorkerStats{ID: b.ID, Core: b.Core, Batches: b.Batches.Load(), Requests: b.Requests.Load()}
+		for i := range b.Drops {
+			x.Drops += b.Drops[i].Load()
+		}
+		st.Workers = append(st.Workers, x)
+		st.Served += x.Requests
+		st.Batches += x.Batches
+		st.Drops += x.Drops
+		st.Stalls += b.Stalls.Load()
+	}
+	if len(ws) > 0 {
+		for _, r := range ws[0].base().dropNames {
+			st.Counters = append(st.Counters, dataplane.Counter{Name: "drops_total", Help: "Requests not answered, by reason.",
+				Reason: r, Value: byReason[r]})
+		}
+	}
+	return st
+}
+
+// DropsByReason adds up the workers' drops, by reason name.
+func DropsByReason[W Worker](ws []W) map[string]uint64 {
+	m := map[string]uint64{}
+	for _, w := range ws {
+		b := w.base()
+		for i := range b.Drops {
+			m[b.dropNames[i]] += b.Drops[i].Load()
+		}
+	}
+	return m
 }

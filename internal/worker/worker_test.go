@@ -74,45 +74,67 @@ func TestFill(t *testing.T) {
 	}
 }
 
-type counts struct{ stalls, expired, late, oracle, send atomic.Uint64 }
-
-func base(o *oracle, stopped *atomic.Bool) (*Base, *counts) {
-	n := &counts{}
+func base(o *oracle, stopped *atomic.Bool) *Base {
 	cfg := &Config{Oracle: o, Behind: errBehind, Logger: slog.New(slog.DiscardHandler)}
-	b := &Base{Log: cfg.Logger, cfg: cfg, stopped: stopped,
-		count: Counters{Stalls: &n.stalls, Expired: &n.expired, Late: &n.late, Oracle: &n.oracle, Send: &n.send}}
-	return b, n
+	b := &Base{Log: cfg.Logger, cfg: cfg, stopped: stopped}
+	b.initCounts([]string{"mine"})
+	return b
 }
 
 func TestClaim(t *testing.T) {
 	var stopped atomic.Bool
 	o := &oracle{next: 100, behind: 3}
-	b, n := base(o, &stopped)
-	if first, ok := b.Claim(verbs.Now(), 4); !ok || first != 100 || n.stalls.Load() != 3 {
-		t.Fatalf("Claim = %d, %v with %d stalls; want 100 after 3", first, ok, n.stalls.Load())
+	b := base(o, &stopped)
+	n := &b.Counts
+	if first, ok := b.Claim(verbs.Now(), 4); !ok || first != 100 || n.Stalls.Load() != 3 {
+		t.Fatalf("Claim = %d, %v with %d stalls; want 100 after 3", first, ok, n.Stalls.Load())
 	}
 	old := verbs.Now() - verbs.Time(spec.MaxResidence) - verbs.Time(time.Millisecond)
-	if _, ok := b.Claim(old, 5); ok || n.expired.Load() != 5 || o.next != 104 {
-		t.Fatalf("an expired batch: ok %v, %d expired, oracle at %d", ok, n.expired.Load(), o.next)
+	if _, ok := b.Claim(old, 5); ok || n.Drops[DropExpired].Load() != 5 || o.next != 104 {
+		t.Fatalf("an expired batch: ok %v, %d expired, oracle at %d", ok, n.Drops[DropExpired].Load(), o.next)
 	}
 	o.behind = 1 << 30
 	stopped.Store(true)
-	if _, ok := b.Claim(verbs.Now(), 2); ok || n.expired.Load() != 7 {
-		t.Fatalf("behind while stopped: ok %v, %d expired, want 7", ok, n.expired.Load())
+	if _, ok := b.Claim(verbs.Now(), 2); ok || n.Drops[DropExpired].Load() != 7 {
+		t.Fatalf("behind while stopped: ok %v, %d expired, want 7", ok, n.Drops[DropExpired].Load())
 	}
 	o.err = errors.New("broken")
-	if _, ok := b.Claim(verbs.Now(), 3); ok || n.oracle.Load() != 3 {
-		t.Fatalf("a failing oracle: ok %v, %d oracle drops, want 3", ok, n.oracle.Load())
+	if _, ok := b.Claim(verbs.Now(), 3); ok || n.Drops[DropOracle].Load() != 3 {
+		t.Fatalf("a failing oracle: ok %v, %d oracle drops, want 3", ok, n.Drops[DropOracle].Load())
 	}
 }
 
-func TestInitNeedsCounters(t *testing.T) {
-	var b Base
+func TestSum(t *testing.T) {
 	var stopped atomic.Bool
-	if err := b.Init(&Config{}, 0, nil, nil, 8, &stopped, Counters{}); err == nil {
-		t.Fatal("Init without counters succeeded")
+	ws := []*fakeWorker{{base(&oracle{}, &stopped)}, {base(&oracle{}, &stopped)}}
+	ws[1].ID, ws[1].Core = 1, 3
+	ws[0].Requests.Add(10)
+	ws[0].Batches.Add(2)
+	ws[1].Requests.Add(5)
+	ws[1].Batches.Add(1)
+	ws[1].Stalls.Add(4)
+	ws[0].Drops[DropLate].Add(1)
+	ws[1].Drops[NumDrops].Add(2) // "mine"
+	st := Sum(ws)
+	if st.Served != 15 || st.Batches != 3 || st.Stalls != 4 || st.Drops != 3 || len(st.Workers) != 2 ||
+		st.Workers[1].ID != 1 || st.Workers[1].Core != 3 || st.Workers[1].Drops != 2 || st.Workers[0].Requests != 10 {
+		t.Fatalf("Sum = %+v", st)
+	}
+	got := map[string]uint64{}
+	for _, c := range st.Counters {
+		if c.Name != "drops_total" {
+			t.Fatalf("counter %+v", c)
+		}
+		got[c.Reason] = c.Value
+	}
+	if len(got) != NumDrops+1 || got["late"] != 1 || got["mine"] != 2 || got["expired"] != 0 {
+		t.Fatalf("drops by reason %v", got)
 	}
 }
+
+type fakeWorker struct{ *Base }
+
+func (fakeWorker) Run() {}
 
 func TestCloseAll(t *testing.T) {
 	var cq verbs.CQ // nil: never created
@@ -132,10 +154,10 @@ func (c closer) Close() error { c(); return nil }
 // spec.MaxResidence expires; that is counted, not a failure.)
 func BenchmarkClaim(b *testing.B) {
 	var stopped atomic.Bool
-	w, n := base(&oracle{}, &stopped)
+	w := base(&oracle{}, &stopped)
 	b.ReportAllocs()
 	for b.Loop() {
 		w.Claim(verbs.Now(), 16)
 	}
-	b.ReportMetric(float64(n.expired.Load()/16), "expired")
+	b.ReportMetric(float64(w.Drops[DropExpired].Load()/16), "expired")
 }
