@@ -40,7 +40,7 @@ func TestChurnBoundsState(t *testing.T) {
 		t.Fatalf("%d sessions after %d cycles, want 0", st.GetSessions(), cycles)
 	}
 	s.mu.Lock()
-	for _, w := range s.workers {
+	for _, w := range s.Workers {
 		if n := len(*w.peers.Load()); n != 0 || w.budget != 0 {
 			t.Errorf("worker %d: %d peers, receive budget %d after the churn, want 0 and 0", w.ID, n, w.budget)
 		}

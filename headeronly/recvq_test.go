@@ -72,7 +72,7 @@ func TestSessionQueuesChurnUnderTraffic(t *testing.T) {
 		}
 	}
 	live := func() (n int64) {
-		for _, w := range s.workers {
+		for _, w := range s.Workers {
 			n += w.rqLive.Load()
 		}
 		return n

@@ -157,7 +157,7 @@ func TestStalledAnswersWhileTagsWrap(t *testing.T) {
 			time.Sleep(stall)
 		}
 	}
-	s.workers[0].Stall.Store(&hook)
+	s.Workers[0].Stall.Store(&hook)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -9,31 +9,25 @@ import (
 	"time"
 
 	"github.com/seqd/seqd/dataplane"
-	"github.com/seqd/seqd/internal/ahcache"
 	wk "github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/verbs"
 )
 
 // Server is a running Spec-S0 data path. It implements dataplane.Mode.
 type Server struct {
-	cfg    Config
-	log    *slog.Logger
-	pd     verbs.PD
-	ctx    context.Context
-	cancel context.CancelFunc
-	start  time.Time
-	closed atomic.Bool
-	wg     sync.WaitGroup
-
-	workers   []*worker
-	answerQPs []dataplane.Endpoint // every worker's response QPs: answers come only from these
+	wk.Pool[*worker] // the workers run until closed
+	cfg              Config
+	log              *slog.Logger
+	ctx              context.Context
+	cancel           context.CancelFunc
+	start            time.Time
+	closed           atomic.Bool
 
 	mu        sync.Mutex
 	sessions  map[uint64]*session
 	nsessions atomic.Int64 // len(sessions), for Status without mu (held while admitting)
 	nextID    uint64
 	rr        int
-	ahs       *ahcache.Cache // one handle per client address, reaped after the last client left
 	closeOnce sync.Once
 }
 
@@ -66,15 +60,10 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, start: time.Now(), sessions: map[uint64]*session{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	if s.pd, err = cfg.Device.AllocPD(); err != nil {
-		return nil, fmt.Errorf("headeronly: protection domain: %w", err)
-	}
-	s.ahs = ahcache.New(s.pd, 0)
-	if s.workers, s.answerQPs, err = wk.Create(cfg.Workers, func(i int) (*worker, error) { return newWorker(s, i) }); err != nil {
+	if err := s.Start(cfg.Device, cfg.Workers, func(i int) (*worker, error) { return newWorker(s, i) }); err != nil {
 		s.Close()
 		return nil, err
 	}
-	wk.Run(&s.wg, s.workers)
 	s.log.Info("spec-s0 data path up", "device", cfg.Device.Name(), "workers", cfg.Workers,
 		"resp_qps", cfg.RespQPs, "format", cfg.Format, "epoch", cfg.Epoch)
 	return s, nil
@@ -82,8 +71,8 @@ func New(cfg Config) (*Server, error) {
 
 // Endpoints returns the request QP of each worker.
 func (s *Server) Endpoints() []dataplane.Endpoint {
-	eps := make([]dataplane.Endpoint, len(s.workers))
-	for i, w := range s.workers {
+	eps := make([]dataplane.Endpoint, len(s.Workers))
+	for i, w := range s.Workers {
 		eps[i] = dataplane.Endpoint{Addr: w.reqQP.Address(), QPN: w.reqQP.QPN()}
 	}
 	return eps
@@ -95,18 +84,10 @@ func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)
 		s.cancel()
-		s.wg.Wait()
+		s.Wait()
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		for _, w := range s.workers {
-			w.close()
-		}
-		if s.ahs != nil {
-			s.ahs.Close()
-		}
-		if s.pd != nil {
-			s.pd.Close()
-		}
+		s.Pool.Close()
 	})
 	return nil
 }
@@ -164,8 +145,8 @@ func (s *Server) admitLocked(ctx context.Context, a dataplane.Admission, old dat
 	// The session being replaced, whose QPs and budget the new one may
 	// take (nil: none, or not of this epoch, or gone already).
 	var prev *session
-	freed := make([]int, len(s.workers))      // windows the replaced session frees
-	freedSlack := make([]int, len(s.workers)) // and the slack of its own request QPs
+	freed := make([]int, len(s.Workers))      // windows the replaced session frees
+	freedSlack := make([]int, len(s.Workers)) // and the slack of its own request QPs
 	if old.ID != 0 {
 		prev = s.sessions[old.ID]
 	}
@@ -181,7 +162,7 @@ func (s *Server) admitLocked(ctx context.Context, a dataplane.Admission, old dat
 		return no, nil, fmt.Errorf("%w: %d sessions, the maximum", dataplane.ErrNoCapacity, n)
 	}
 	for _, k := range keys {
-		for _, w := range s.workers {
+		for _, w := range s.Workers {
 			if p := (*w.peers.Load())[k]; p != nil && (prev == nil || p.session != prev.id) {
 				return no, nil, fmt.Errorf("%w: QP %v at %v is already connected", dataplane.ErrFailedPrecondition, k.qpn, k.addr)
 			}
@@ -193,14 +174,14 @@ func (s *Server) admitLocked(ctx context.Context, a dataplane.Admission, old dat
 		perQP += min(SessionSlack, s.cfg.RecvSlack, window)
 	}
 	assign := make([]uint32, len(keys))
-	extra := make([]int, len(s.workers))
+	extra := make([]int, len(s.Workers))
 	for i := range keys {
-		wi := (s.rr + i) % len(s.workers)
+		wi := (s.rr + i) % len(s.Workers)
 		assign[i] = uint32(wi)
 		extra[wi] += window
 	}
 	for wi, e := range extra {
-		w := s.workers[wi]
+		w := s.Workers[wi]
 		if b := w.budget + e - freed[wi]; b > s.cfg.MaxRecv {
 			return no, nil, fmt.Errorf("%w: worker %d would need %d receive buffers, the maximum is %d", dataplane.ErrNoCapacity, wi, b, s.cfg.MaxRecv)
 		}
@@ -222,10 +203,10 @@ func (s *Server) admitLocked(ctx context.Context, a dataplane.Admission, old dat
 		}
 	}
 	for i, k := range keys {
-		ah, err := s.ahs.Get(k.addr, time.Now())
+		ah, err := s.AHs.Get(k.addr, time.Now())
 		if err != nil {
 			for _, p := range sess.peers {
-				s.ahs.Put(p.key.addr, time.Now())
+				s.AHs.Put(p.key.addr, time.Now())
 			}
 			for _, q := range sess.rqs {
 				q.close() // never handed to a worker
@@ -238,9 +219,9 @@ func (s *Server) admitLocked(ctx context.Context, a dataplane.Admission, old dat
 	if prev != nil {
 		s.release(prev)
 	}
-	s.rr = (s.rr + len(keys)) % len(s.workers)
+	s.rr = (s.rr + len(keys)) % len(s.Workers)
 	for i, p := range sess.peers {
-		w := s.workers[sess.worker[i]]
+		w := s.Workers[sess.worker[i]]
 		w.budget += window
 		w.slack += perQP - window
 		w.setPeers(func(t peerTable) { t[p.key] = p })
@@ -249,8 +230,8 @@ func (s *Server) admitLocked(ctx context.Context, a dataplane.Admission, old dat
 	if s.cfg.SharedRecv {
 		for wi, e := range extra {
 			if e > 0 {
-				s.workers[wi].want.Store(s.recvTarget(s.workers[wi].budget))
-				s.workers[wi].wake()
+				s.Workers[wi].want.Store(s.recvTarget(s.Workers[wi].budget))
+				s.Workers[wi].wake()
 			}
 		}
 		// Admission means RECVs are posted for the granted window before
@@ -258,7 +239,7 @@ func (s *Server) admitLocked(ctx context.Context, a dataplane.Admission, old dat
 		// no RECV and be dropped.
 		for wi, e := range extra {
 			if e > 0 {
-				s.awaitRecvs(ctx, s.workers[wi])
+				s.awaitRecvs(ctx, s.Workers[wi])
 			}
 		}
 	} else {
@@ -269,15 +250,15 @@ func (s *Server) admitLocked(ctx context.Context, a dataplane.Admission, old dat
 		for i, q := range sess.rqs {
 			serverQPs[i] = dataplane.Endpoint{Addr: q.qp.Address(), QPN: q.qpn}
 			assign[i] = uint32(i)
-			s.workers[sess.worker[i]].inbox.add([]*recvQ{q}, nil)
-			s.workers[sess.worker[i]].wake()
+			s.Workers[sess.worker[i]].inbox.add([]*recvQ{q}, nil)
+			s.Workers[sess.worker[i]].wake()
 		}
 	}
 	s.sessions[sess.id] = sess
 	s.nsessions.Store(int64(len(s.sessions)))
 	s.log.Info("client connected", "session", sess.id, "name", sess.name, "qps", len(keys), "window", window)
 	g := dataplane.Grant{Session: sess.id, Epoch: s.cfg.Epoch, Window: window, QKey: reqQKey, AnswerQKey: sess.qkey,
-		ServerQPs: serverQPs, Assignment: assign, AnswerQPs: s.answerQPs}
+		ServerQPs: serverQPs, Assignment: assign, AnswerQPs: s.AnswerQPs}
 	if c, ok := s.cfg.Oracle.(Currenter); ok {
 		g.High = c.Current()
 	}
@@ -290,7 +271,7 @@ func (s *Server) admitLocked(ctx context.Context, a dataplane.Admission, old dat
 func (s *Server) sessionRQs(sess *session, assign []uint32, qkey uint32) error {
 	size := sess.perQP
 	for _, wi := range assign {
-		w := s.workers[wi]
+		w := s.Workers[wi]
 		q, err := s.newSessionRQ(w, sess.id, size, qkey)
 		if err != nil {
 			for _, q := range sess.rqs {
@@ -305,7 +286,7 @@ func (s *Server) sessionRQs(sess *session, assign []uint32, qkey uint32) error {
 }
 
 func (s *Server) newSessionRQ(w *worker, sess uint64, size int, qkey uint32) (*recvQ, error) {
-	qp, err := s.pd.CreateQP(verbs.QPInitAttr{Type: verbs.UD, SendCQ: w.sendCQ, RecvCQ: w.reqCQ,
+	qp, err := s.PD.CreateQP(verbs.QPInitAttr{Type: verbs.UD, SendCQ: w.sendCQ, RecvCQ: w.reqCQ,
 		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: size, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
 		return nil, err
@@ -314,7 +295,7 @@ func (s *Server) newSessionRQ(w *worker, sess uint64, size int, qkey uint32) (*r
 		qp.Close()
 		return nil, err
 	}
-	q, err := newRecvQ(s.pd, qp, sess, size, size, size)
+	q, err := newRecvQ(s.PD, qp, sess, size, size, size)
 	if err != nil {
 		qp.Close()
 		return nil, err
@@ -369,8 +350,8 @@ func (s *Server) awaitRecvs(ctx context.Context, w *worker) {
 func (s *Server) AddressHandles() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.ahs.Reap(time.Now())
-	return s.ahs.Len()
+	s.AHs.Reap(time.Now())
+	return s.AHs.Len()
 }
 
 // OverrunSessions is the number of connected sessions one of whose own
@@ -379,10 +360,10 @@ func (s *Server) AddressHandles() int {
 // its own QPs. ok is false with Config.SharedRecv (no such QPs) or when
 // the provider does not count drops per QP.
 func (s *Server) OverrunSessions() (n int, ok bool) {
-	if s.cfg.SharedRecv || len(s.workers) == 0 {
+	if s.cfg.SharedRecv || len(s.Workers) == 0 {
 		return 0, false
 	}
-	if _, ok := s.workers[0].reqQP.(verbs.Counters); !ok {
+	if _, ok := s.Workers[0].reqQP.(verbs.Counters); !ok {
 		return 0, false
 	}
 	s.mu.Lock()
@@ -430,8 +411,8 @@ func (s *Server) release(sess *session) {
 	s.nsessions.Store(int64(len(s.sessions)))
 	now := time.Now()
 	for i, p := range sess.peers {
-		s.ahs.Put(p.key.addr, now) // closed ahcache.Grace later: a worker may hold it in a batch
-		w := s.workers[sess.worker[i]]
+		s.AHs.Put(p.key.addr, now) // closed ahcache.Grace later: a worker may hold it in a batch
+		w := s.Workers[sess.worker[i]]
 		w.budget -= sess.window
 		w.slack -= sess.perQP - sess.window
 		if s.cfg.SharedRecv {
@@ -440,7 +421,7 @@ func (s *Server) release(sess *session) {
 		w.setPeers(func(t peerTable) { delete(t, p.key) })
 	}
 	for i, q := range sess.rqs { // destroyed by their workers between batches
-		w := s.workers[sess.worker[i]]
+		w := s.Workers[sess.worker[i]]
 		w.inbox.add(nil, []*recvQ{q})
 		w.wake()
 	}
@@ -455,20 +436,20 @@ type totals struct {
 
 func (s *Server) totals() totals {
 	var t totals
-	for _, w := range s.workers {
+	for _, w := range s.Workers {
 		t.Batches += w.Batches.Load()
 		t.Requests += w.Requests.Load()
 	}
-	t.Drops = wk.DropsByReason(s.workers)
+	t.Drops = wk.DropsByReason(s.Workers)
 	return t
 }
 
 // Stats reports the workers and the data path. Its Counters are the
 // metrics seqd_headeronly_*.
 func (s *Server) Stats() dataplane.Stats {
-	st := wk.Sum(s.workers)
+	st := wk.Sum(s.Workers)
 	var noGuess, guardHolds uint64
-	for i, w := range s.workers {
+	for i, w := range s.Workers {
 		ws := &w.stats
 		x := &st.Workers[i]
 		x.SpecMisses, x.Retransmits = ws.specMisses.Load(), ws.dupTags.Load()

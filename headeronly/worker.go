@@ -105,7 +105,7 @@ func newWorker(s *Server, id int) (w *worker, err error) {
 	w.ID = id
 	defer func() {
 		if err != nil {
-			w.close()
+			w.Close()
 		}
 	}()
 	dev := s.cfg.Device
@@ -116,7 +116,7 @@ func newWorker(s *Server, id int) (w *worker, err error) {
 	if w.sendCQ, err = dev.CreateCQ(c.RespQPs * c.SendDepth); err != nil {
 		return nil, fmt.Errorf("headeronly: worker %d: send CQ: %w", id, err)
 	}
-	if w.reqQP, err = s.pd.CreateQP(verbs.QPInitAttr{Type: verbs.UD, SendCQ: w.sendCQ, RecvCQ: w.reqCQ,
+	if w.reqQP, err = s.PD.CreateQP(verbs.QPInitAttr{Type: verbs.UD, SendCQ: w.sendCQ, RecvCQ: w.reqCQ,
 		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: c.MaxRecv, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
 		return nil, fmt.Errorf("headeronly: worker %d: request QP: %w", id, err)
 	}
@@ -127,12 +127,12 @@ func newWorker(s *Server, id int) (w *worker, err error) {
 	if c.SharedRecv {
 		slots = c.MaxRecv
 	}
-	if w.shared, err = newRecvQ(s.pd, w.reqQP, 0, 0, slots, max(c.Batch, slots)); err != nil {
+	if w.shared, err = newRecvQ(s.PD, w.reqQP, 0, 0, slots, max(c.Batch, slots)); err != nil {
 		return nil, fmt.Errorf("headeronly: worker %d: %w", id, err)
 	}
 	w.rqs = map[verbs.QPN]*recvQ{w.shared.qpn: w.shared}
 	w.dirty = make([]*recvQ, 0, c.Batch)
-	if err = w.Init(&c.Config, id, s.pd, w.sendCQ, spec.FullLen, &s.closed, dropNames...); err != nil {
+	if err = w.Init(&c.Config, id, s.PD, w.sendCQ, spec.FullLen, &s.closed, dropNames...); err != nil {
 		return nil, fmt.Errorf("headeronly: %w", err)
 	}
 	w.wcs = make([]verbs.WC, c.Batch)
@@ -162,7 +162,7 @@ func (w *worker) wake() {
 
 // close destroys the worker's resources, the receive queues it adopted
 // and those still in its inbox. The worker is not running.
-func (w *worker) close() {
+func (w *worker) Close() {
 	w.Base.Close()
 	w.takeInbox(false)
 	for _, q := range w.rqs {

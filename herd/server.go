@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/seqd/seqd/dataplane"
-	"github.com/seqd/seqd/internal/ahcache"
 	wk "github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
@@ -25,23 +24,19 @@ var (
 
 // Server is a running HERD data path.
 type Server struct {
-	cfg   Config
-	log   *slog.Logger
-	pd    verbs.PD
-	start time.Time
+	wk.Pool[*worker] // the workers run while !stopped
+	cfg              Config
+	log              *slog.Logger
+	start            time.Time
 
 	stopped atomic.Bool
-	wg      sync.WaitGroup
-	workers []*worker
 
-	mu         sync.Mutex
-	sessions   map[uint64]*session
-	nextID     uint64
-	rr         int
-	answerFrom []dataplane.Endpoint // every worker's response QPs
-	ahs        *ahcache.Cache       // one handle per client address, reaped after the last client left
-	stopOnce   sync.Once
-	closed     bool
+	mu       sync.Mutex
+	sessions map[uint64]*session
+	nextID   uint64
+	rr       int
+	stopOnce sync.Once
+	closed   bool
 }
 
 type session struct {
@@ -74,15 +69,10 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, start: time.Now(), sessions: map[uint64]*session{}}
-	if s.pd, err = cfg.Device.AllocPD(); err != nil {
-		return nil, fmt.Errorf("herd: protection domain: %w", err)
-	}
-	s.ahs = ahcache.New(s.pd, 0)
-	if s.workers, s.answerFrom, err = wk.Create(cfg.Workers, func(i int) (*worker, error) { return newWorker(s, i) }); err != nil {
+	if err := s.Start(cfg.Device, cfg.Workers, func(i int) (*worker, error) { return newWorker(s, i) }); err != nil {
 		s.Close()
 		return nil, err
 	}
-	wk.Run(&s.wg, s.workers)
 	s.log.Info("herd data path up", "device", cfg.Device.Name(), "workers", cfg.Workers,
 		"resp_qps", cfg.RespQPs, "max_window", cfg.MaxWindow, "epoch", cfg.Epoch)
 	return s, nil
@@ -125,22 +115,22 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 	// The session's own answer Q_Key: no other client can address its
 	// answers (spec/PROTOCOL.md, "Sessions").
 	g := dataplane.Grant{QKey: s.cfg.QKey, AnswerQKey: verbs.RandomQKey(s.cfg.QKey), Window: window, Epoch: s.cfg.Epoch,
-		AnswerQPs: s.answerFrom}
+		AnswerQPs: s.AnswerQPs}
 	now := time.Now()
 	fail := func(err error) (dataplane.Grant, error) {
 		for _, c := range sess.clients {
-			s.workers[c.worker].release(c)
+			s.Workers[c.worker].release(c)
 		}
 		for _, a := range sess.addrs {
-			s.ahs.Put(a, now)
+			s.AHs.Put(a, now)
 		}
 		return no, err
 	}
 	for i := range a.QPs {
-		wi := (s.rr + i) % len(s.workers)
-		w := s.workers[wi]
+		wi := (s.rr + i) % len(s.Workers)
+		w := s.Workers[wi]
 		recv := a.QPs[i]
-		ah, err := s.ahs.Get(recv.Addr, now)
+		ah, err := s.AHs.Get(recv.Addr, now)
 		if err != nil {
 			return fail(fmt.Errorf("%w: address handle for %v: %v", ErrArgument, recv.Addr, err))
 		}
@@ -156,13 +146,13 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 		g.RKey = append(g.RKey, w.region.RKey())
 		g.Assignment = append(g.Assignment, uint32(i))
 	}
-	s.rr = (s.rr + len(a.QPs)) % len(s.workers)
+	s.rr = (s.rr + len(a.QPs)) % len(s.Workers)
 	s.nextID++
 	sess.id = s.nextID
 	g.Session = sess.id
 	s.sessions[sess.id] = sess
 	for _, c := range sess.clients {
-		s.workers[c.worker].publish()
+		s.Workers[c.worker].publish()
 	}
 	s.log.Info("herd client admitted", "session", sess.id, "name", a.Name, "qps", len(a.QPs), "window", window)
 	return g, nil
@@ -180,13 +170,13 @@ func (s *Server) Release(ctx context.Context, r dataplane.SessionRef) error {
 	}
 	delete(s.sessions, id)
 	for _, c := range sess.clients {
-		s.workers[c.worker].release(c)
+		s.Workers[c.worker].release(c)
 	}
 	now := time.Now()
 	for _, a := range sess.addrs {
-		s.ahs.Put(a, now) // closed ahcache.Grace later: a worker may hold it in a batch
+		s.AHs.Put(a, now) // closed ahcache.Grace later: a worker may hold it in a batch
 	}
-	s.ahs.Reap(now)
+	s.AHs.Reap(now)
 	s.log.Info("herd client released", "session", id, "name", sess.name)
 	return nil
 }
@@ -197,8 +187,8 @@ func (s *Server) Release(ctx context.Context, r dataplane.SessionRef) error {
 func (s *Server) AddressHandles() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.ahs.Reap(time.Now())
-	return s.ahs.Len()
+	s.AHs.Reap(time.Now())
+	return s.AHs.Len()
 }
 
 // sessionCount is the number of admitted sessions.
@@ -217,8 +207,8 @@ func (s *Server) Stop() (high uint64, err error) {
 		s.mu.Lock()
 		s.stopped.Store(true)
 		s.mu.Unlock()
-		s.wg.Wait()
-		for _, w := range s.workers {
+		s.Wait()
+		for _, w := range s.Workers {
 			w.toErr()
 		}
 		s.log.Info("herd data path stopped")
@@ -235,13 +225,7 @@ func (s *Server) Close() error {
 		return nil
 	}
 	s.closed = true
-	for _, w := range s.workers {
-		w.close()
-	}
-	s.ahs.Close()
-	if s.pd != nil {
-		s.pd.Close()
-	}
+	s.Pool.Close()
 	return nil
 }
 
@@ -253,22 +237,22 @@ type totals struct {
 
 func (s *Server) totals() totals {
 	var t totals
-	for _, w := range s.workers {
+	for _, w := range s.Workers {
 		t.Batches += w.Batches.Load()
 		t.Requests += w.Requests.Load()
 		t.Duplicates += w.stats.duplicates.Load()
 	}
-	t.Drops = wk.DropsByReason(s.workers)
+	t.Drops = wk.DropsByReason(s.Workers)
 	return t
 }
 
 // Stats reports each worker and the data path. Its Counters are the
 // metrics seqd_herd_*.
 func (s *Server) Stats() dataplane.Stats {
-	st := wk.Sum(s.workers)
+	st := wk.Sum(s.Workers)
 	st.Sessions = s.sessionCount()
 	var malformed uint64
-	for i, w := range s.workers {
+	for i, w := range s.Workers {
 		st.Workers[i].Retransmits = w.stats.duplicates.Load()
 		st.Retransmits += st.Workers[i].Retransmits
 		malformed += w.stats.malformed.Load()

@@ -88,12 +88,12 @@ func newWorker(s *Server, id int) (w *worker, err error) {
 	w.ID = id
 	defer func() {
 		if err != nil {
-			w.close()
+			w.Close()
 		}
 	}()
 	dev := c.Device
 	nslots := c.MaxQPs * c.MaxWindow
-	if w.region, err = s.pd.RegMR(nslots*slotLen, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
+	if w.region, err = s.PD.RegMR(nslots*slotLen, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
 		return nil, fmt.Errorf("herd: worker %d: request region: %w", id, err)
 	}
 	b := w.region.Bytes()
@@ -107,7 +107,7 @@ func newWorker(s *Server, id int) (w *worker, err error) {
 	if w.sendCQ, err = dev.CreateCQ(c.RespQPs * c.SendDepth); err != nil {
 		return nil, fmt.Errorf("herd: worker %d: send CQ: %w", id, err)
 	}
-	if err = w.Init(&c.Config, id, s.pd, w.sendCQ, spec.HERDAnswerLen, &s.stopped); err != nil {
+	if err = w.Init(&c.Config, id, s.PD, w.sendCQ, spec.HERDAnswerLen, &s.stopped); err != nil {
 		return nil, fmt.Errorf("herd: %w", err)
 	}
 	for i := c.MaxQPs - 1; i >= 0; i-- {
@@ -129,7 +129,7 @@ func (w *worker) admit(write, recv dataplane.Endpoint, ah verbs.AH, window int) 
 	if len(w.free) == 0 {
 		return nil, fmt.Errorf("%w: worker %d serves %d client QPs", ErrNoRoom, w.ID, w.s.cfg.MaxQPs)
 	}
-	uc, err := w.s.pd.CreateQP(verbs.QPInitAttr{Type: verbs.UC, SendCQ: w.ucCQ, RecvCQ: w.ucCQ,
+	uc, err := w.s.PD.CreateQP(verbs.QPInitAttr{Type: verbs.UC, SendCQ: w.ucCQ, RecvCQ: w.ucCQ,
 		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
 		return nil, fmt.Errorf("herd: worker %d: UC QP: %w", w.ID, err)
@@ -199,7 +199,7 @@ func (w *worker) toErr() {
 	}
 }
 
-func (w *worker) close() {
+func (w *worker) Close() {
 	for _, c := range w.all {
 		c.uc.Close()
 	}

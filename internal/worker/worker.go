@@ -299,10 +299,12 @@ func CloseAll(rs ...interface{ Close() error }) {
 	}
 }
 
-// Worker is a mode's worker as Create and Run handle it: it embeds Base
-// and has a loop, Run, that returns when the mode stops.
+// Worker is a mode's worker as Create, Run and Pool handle it: it embeds
+// Base, has a loop, Run, that returns when the mode stops, and Close,
+// which releases what it holds (Base's included) once Run returned.
 type Worker interface {
 	Run()
+	Close()
 	base() *Base
 }
 
