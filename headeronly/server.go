@@ -428,21 +428,8 @@ func (s *Server) release(sess *session) {
 	s.log.Info("client disconnected", "session", sess.id, "name", sess.name)
 }
 
-// totals are a snapshot of the data path's counters (tests).
-type totals struct {
-	Batches, Requests uint64
-	Drops             map[string]uint64
-}
-
-func (s *Server) totals() totals {
-	var t totals
-	for _, w := range s.Workers {
-		t.Batches += w.Batches.Load()
-		t.Requests += w.Requests.Load()
-	}
-	t.Drops = wk.DropsByReason(s.Workers)
-	return t
-}
+// totals are the workers' counters added up (tests).
+func (s *Server) totals() wk.Totals { return wk.Total(s.Workers) }
 
 // Stats reports the workers and the data path. Its Counters are the
 // metrics seqd_headeronly_*.

@@ -229,20 +229,17 @@ func (s *Server) Close() error {
 	return nil
 }
 
-// totals are a snapshot of the data path's counters (tests).
+// totals are the workers' counters added up (tests).
 type totals struct {
-	Batches, Requests, Duplicates uint64
-	Drops                         map[string]uint64
+	wk.Totals
+	Duplicates uint64
 }
 
 func (s *Server) totals() totals {
-	var t totals
+	t := totals{Totals: wk.Total(s.Workers)}
 	for _, w := range s.Workers {
-		t.Batches += w.Batches.Load()
-		t.Requests += w.Requests.Load()
 		t.Duplicates += w.stats.duplicates.Load()
 	}
-	t.Drops = wk.DropsByReason(s.Workers)
 	return t
 }
 

@@ -385,3 +385,21 @@ func DropsByReason[W Worker](ws []W) map[string]uint64 {
 	}
 	return m
 }
+
+// Totals are the workers' Counts added up.
+type Totals struct {
+	Batches, Requests, Stalls uint64
+	Drops                     map[string]uint64 // by reason
+}
+
+// Total adds up the workers' Counts.
+func Total[W Worker](ws []W) Totals {
+	t := Totals{Drops: DropsByReason(ws)}
+	for _, w := range ws {
+		b := w.base()
+		t.Batches += b.Batches.Load()
+		t.Requests += b.Requests.Load()
+		t.Stalls += b.Stalls.Load()
+	}
+	return t
+}
