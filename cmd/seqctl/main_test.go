@@ -148,7 +148,7 @@ func TestBackendError(t *testing.T) {
 	_, b, addr := startServer(t)
 	b.Fail(fmt.Errorf("%w: recovering", admin.ErrUnavailable))
 	code, _, errs := seqctl("-admin", addr, "-timeout", "30s", "status")
-	if code != exitFail || !strings.Contains(errs, "Unavailable: admin: unavailable: recovering") {
+	if code != exitFail || !strings.Contains(errs, "Unavailable: unavailable: recovering") {
 		t.Fatalf("status = %d %q", code, errs)
 	}
 }
