@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/seqd/seqd/admin"
-	"github.com/seqd/seqd/cmd/seqd/run"
+	"github.com/seqd/seqd/server"
 	"github.com/seqd/seqd/internal/netnstest"
 )
 
@@ -38,7 +38,7 @@ func TestWithInsecureOffLoopback(t *testing.T) {
 	if !netnstest.Enter(t, "198.51.100.7/32") {
 		return
 	}
-	a := startServer(t, run.Config{Device: "198.51.100.7:0", Admin: "198.51.100.7:0"})
+	a := startServer(t, server.Config{Device: "198.51.100.7:0", Admin: "198.51.100.7:0"})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := Dial(ctx, a.Admin); !errors.Is(err, admin.ErrPlaintextRefused) {
@@ -60,7 +60,7 @@ func TestListenAllInterfaces(t *testing.T) {
 	if !netnstest.Enter(t, "198.51.100.7/32") {
 		return
 	}
-	a := startServer(t, run.Config{Device: "0.0.0.0:0", ProviderOpts: "advertise=198.51.100.7", Admin: "0.0.0.0:0"})
+	a := startServer(t, server.Config{Device: "0.0.0.0:0", ProviderOpts: "advertise=198.51.100.7", Admin: "0.0.0.0:0"})
 	_, port, err := net.SplitHostPort(a.Admin)
 	if err != nil {
 		t.Fatal(err)

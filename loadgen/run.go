@@ -133,7 +133,7 @@ type runner struct {
 	c   *Config
 	log *slog.Logger
 	rep *Report
-	srv *server // when spawned
+	srv *spawned // when spawned
 	// readyAt: a freshly started seqd confirms no guess for
 	// spec.Holdoff, answering every request in full; points wait for it.
 	readyAt time.Time

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	seqd "github.com/seqd/seqd/cmd/seqd/run"
+	seqd "github.com/seqd/seqd/server"
 	"github.com/seqd/seqd/internal/netnstest"
 )
 

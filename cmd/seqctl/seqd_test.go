@@ -24,13 +24,13 @@ import (
 	"github.com/seqd/seqd/admin"
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/client"
-	seqd "github.com/seqd/seqd/cmd/seqd/run"
+	seqd "github.com/seqd/seqd/server"
 	"github.com/seqd/seqd/ha/hatest"
 	_ "github.com/seqd/seqd/verbs/soft"
 )
 
 // These tests run seqctl against a real seqd wired in-process by
-// cmd/seqd/run, the library seqd's main calls with its flags.
+// server, the library seqd's main calls with its flags.
 
 // runSeqd starts seqd with c (listeners on free loopback ports unless c
 // names its device and admin address) and returns its admin address. It
