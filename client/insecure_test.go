@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/seqd/seqd/admin"
-	"github.com/seqd/seqd/server"
 	"github.com/seqd/seqd/internal/netnstest"
+	"github.com/seqd/seqd/server"
 )
 
 // Plaintext to an admin address off loopback: refused unless chosen with

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/seqd/seqd/admin/adminpb"
-	"github.com/seqd/seqd/server"
 	"github.com/seqd/seqd/internal/netnstest"
+	"github.com/seqd/seqd/server"
 	"github.com/seqd/seqd/verbs"
 )
 

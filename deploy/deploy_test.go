@@ -29,8 +29,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seqd/seqd/server"
 	"github.com/seqd/seqd/modes"
+	"github.com/seqd/seqd/server"
 	_ "github.com/seqd/seqd/verbs/soft"
 )
 

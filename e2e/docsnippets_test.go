@@ -14,9 +14,9 @@ import (
 
 	"github.com/seqd/seqd/admin"
 	"github.com/seqd/seqd/admin/adminpb"
-	"github.com/seqd/seqd/server"
 	"github.com/seqd/seqd/ha/hatest"
 	"github.com/seqd/seqd/internal/netnstest"
+	"github.com/seqd/seqd/server"
 )
 
 // snippet is one ```go block of a document.

@@ -16,9 +16,9 @@ import (
 
 	"github.com/seqd/seqd/admin"
 	"github.com/seqd/seqd/admin/adminpb"
-	"github.com/seqd/seqd/server"
 	"github.com/seqd/seqd/ha/hatest"
 	"github.com/seqd/seqd/headeronly"
+	"github.com/seqd/seqd/server"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 )

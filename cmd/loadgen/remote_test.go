@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seqd/seqd/server"
 	"github.com/seqd/seqd/internal/netnstest"
+	"github.com/seqd/seqd/server"
 )
 
 func TestSecurityFlags(t *testing.T) {

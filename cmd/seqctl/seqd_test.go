@@ -24,8 +24,8 @@ import (
 	"github.com/seqd/seqd/admin"
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/client"
-	seqd "github.com/seqd/seqd/server"
 	"github.com/seqd/seqd/ha/hatest"
+	seqd "github.com/seqd/seqd/server"
 	_ "github.com/seqd/seqd/verbs/soft"
 )
 

@@ -20,8 +20,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/seqd/seqd/server"
 	"github.com/seqd/seqd/internal/version"
+	"github.com/seqd/seqd/server"
 	_ "github.com/seqd/seqd/verbs/ibv"
 	_ "github.com/seqd/seqd/verbs/soft"
 )
