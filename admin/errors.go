@@ -6,6 +6,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/seqd/seqd/admin/adminclient"
 )
 
 // Errors a Backend returns, wrapped with %w to say what failed. The server
@@ -17,7 +19,7 @@ var (
 	// ErrUnavailable: the data plane cannot serve right now, for example
 	// while it recovers or is not the leader; retrying later may work
 	// (Unavailable).
-	ErrUnavailable = errors.New("admin: unavailable")
+	ErrUnavailable = adminclient.ErrUnavailable
 	// ErrNoCapacity: no queue pairs, sessions or window are left to grant
 	// (ResourceExhausted).
 	ErrNoCapacity = errors.New("admin: no capacity")

@@ -15,7 +15,7 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
@@ -220,7 +220,7 @@ func Dial(ctx context.Context, adminAddr string, opts ...Option) (*Client, error
 // WithDevice).
 func dial(ctx context.Context, adminAddr, device string, opts []Option) (_ *Client, err error) {
 	c := &Client{start: time.Now(), wakeCh: make(chan struct{}, 1), doneCh: make(chan struct{}),
-		handle: make([]byte, admin.TokenLen)}
+		handle: make([]byte, adminclient.TokenLen)}
 	rand.Read(c.handle) // never fails (crypto/rand aborts the program instead)
 	for _, o := range opts {
 		if err := o(&c.opts); err != nil {
@@ -330,7 +330,7 @@ func (c *Client) connectAny(ctx context.Context, perTry time.Duration, skipCurre
 		}
 		tried[addr] = true
 		tctx, cancel := context.WithTimeout(ctx, perTry)
-		cc, err := admin.Dial(tctx, addr, c.opts.dialOpts...)
+		cc, err := adminclient.Dial(tctx, addr, c.opts.dialOpts...)
 		if err != nil {
 			cancel()
 			lastErr = fmt.Errorf("%w: %w", ErrUnavailable, err)
@@ -443,13 +443,13 @@ func (c *Client) postInitialRecvs(i int) error {
 func (c *Client) connect(ctx context.Context) error {
 	st, err := c.adm.Status(ctx, &adminpb.StatusRequest{})
 	if err != nil {
-		if leader, ok := admin.LeaderFromError(err); ok && leader != "" {
+		if leader, ok := adminclient.LeaderFromError(err); ok && leader != "" {
 			return fmt.Errorf("%w: status: %w", ErrUnavailable, &redirect{leader: leader, err: err})
 		}
 		return fmt.Errorf("%w: status: %v", ErrUnavailable, err)
 	}
-	if st.GetRole() == admin.RoleStandby {
-		err := admin.RedirectError(st.GetLeader())
+	if st.GetRole() == adminclient.RoleStandby {
+		err := adminclient.RedirectError(st.GetLeader())
 		if l := st.GetLeader(); l != "" {
 			return fmt.Errorf("%w: status: %w", ErrUnavailable, &redirect{leader: l, err: err})
 		}
@@ -485,7 +485,7 @@ func (c *Client) connectS0(ctx context.Context) error {
 	sent := c.now() // Connect's high is at least this fresh (PROTOCOL.md)
 	resp, err := c.adm.Connect(ctx, req)
 	if err != nil {
-		if leader, ok := admin.LeaderFromError(err); ok && leader != "" {
+		if leader, ok := adminclient.LeaderFromError(err); ok && leader != "" {
 			return fmt.Errorf("%w: connect: %w", ErrUnavailable, &redirect{leader: leader, err: err})
 		}
 		return fmt.Errorf("%w: connect: %v", ErrUnavailable, err)

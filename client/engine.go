@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
@@ -405,7 +405,7 @@ func (c *Client) reconnect(now time.Duration, force bool) {
 		st, err := c.adm.Status(sctx, &adminpb.StatusRequest{})
 		scancel()
 		unreachable = err != nil
-		if err == nil && st.GetEpoch() == c.epoch && st.GetRole() != admin.RoleStandby && !c.sessionLost.Load() {
+		if err == nil && st.GetEpoch() == c.epoch && st.GetRole() != adminclient.RoleStandby && !c.sessionLost.Load() {
 			c.slowProbes = 0
 			return
 		}

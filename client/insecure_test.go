@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/internal/netnstest"
 	"github.com/seqd/seqd/server"
 )
@@ -21,7 +21,7 @@ func TestPlaintextRefusedSaysWhatToPass(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_, err := Dial(ctx, "198.51.100.1:7070", WithDevice("soft", "127.0.0.1:0", ""))
-	if !errors.Is(err, admin.ErrPlaintextRefused) || !errors.Is(err, ErrUnavailable) {
+	if !errors.Is(err, adminclient.ErrPlaintextRefused) || !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("Dial = %v, want ErrPlaintextRefused (and ErrUnavailable)", err)
 	}
 	for _, want := range []string{"client.WithInsecure()", "-insecure", "-tls-ca", "grpc.WithTransportCredentials"} {
@@ -41,7 +41,7 @@ func TestWithInsecureOffLoopback(t *testing.T) {
 	a := startServer(t, server.Config{Device: "198.51.100.7:0", Admin: "198.51.100.7:0"})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := Dial(ctx, a.Admin); !errors.Is(err, admin.ErrPlaintextRefused) {
+	if _, err := Dial(ctx, a.Admin); !errors.Is(err, adminclient.ErrPlaintextRefused) {
 		t.Fatalf("Dial without WithInsecure = %v, want ErrPlaintextRefused", err)
 	}
 	c := dialT(t, a.Admin, WithInsecure())

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/admin/admintest"
 	"github.com/seqd/seqd/verbs"
@@ -67,7 +68,7 @@ func TestReconnectNamesItsSession(t *testing.T) {
 	c := dialT(t, addr, WithQPs(1))
 	conns := func() []*adminpb.ConnectRequest { return be.Connects() }
 	first := conns()
-	if len(first) != 1 || len(first[0].GetReplaces()) != admin.TokenLen || bytes.Equal(first[0].GetReplaces(), c.token) {
+	if len(first) != 1 || len(first[0].GetReplaces()) != adminclient.TokenLen || bytes.Equal(first[0].GetReplaces(), c.token) {
 		t.Fatalf("first Connect names %x (token %x): want the client's own 16-byte handle", first[0].GetReplaces(), c.token)
 	}
 	tok := bytes.Clone(c.token)

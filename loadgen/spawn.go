@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/server"
 )
@@ -182,7 +182,7 @@ func spawnBinary(ctx context.Context, c *Config, bin, mode, dir string) (*spawne
 func ping(ctx context.Context, addr string) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	cc, err := admin.Dial(ctx, addr)
+	cc, err := adminclient.Dial(ctx, addr)
 	if err != nil {
 		return err
 	}
