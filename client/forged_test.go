@@ -49,7 +49,8 @@ func TestSourceCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Read before the load: the engine writes these only on a reconnect.
-	qkey, dst, dstQPN := c.ansQKey, c.qps[0].qp.Address(), c.qps[0].qp.QPN()
+	s0 := c.eng.tr.(*specS0)
+	qkey, dst, dstQPN := s0.ansQKey, s0.qps[0].qp.Address(), s0.qps[0].qp.QPN()
 
 	dev, err := verbs.Open("soft", "127.0.0.1:0", nil)
 	if err != nil {

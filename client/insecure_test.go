@@ -66,8 +66,8 @@ func TestListenAllInterfaces(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := dialT(t, net.JoinHostPort("198.51.100.7", port), WithInsecure())
-	if c.dataIP != netip.MustParseAddr("198.51.100.7") || !strings.HasPrefix(c.opts.device, "198.51.100.7:") {
-		t.Errorf("server data plane %v, device %q; want 198.51.100.7 for both", c.dataIP, c.opts.device)
+	if c.sess.dataIP != netip.MustParseAddr("198.51.100.7") || !strings.HasPrefix(c.opts.device, "198.51.100.7:") {
+		t.Errorf("server data plane %v, device %q; want 198.51.100.7 for both", c.sess.dataIP, c.opts.device)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
