@@ -56,19 +56,7 @@ func dialAtomics(ctx context.Context, env *transportEnv) (transport, error) {
 		return nil, fmt.Errorf("client: atomics QPs: %w", err)
 	}
 	req := &adminpb.ConnectRequest{Window: uint32(env.window), Mode: spec.ModeAtomics, Qps: pbEndpoints(a.endpoints())}
-	resp, err := env.connect(ctx, req)
-	var g dataplane.Grant
-	if err == nil {
-		g, err = grantOf(resp)
-	}
-	if err == nil {
-		err = a.attach(g)
-	}
-	if err != nil {
-		a.Close()
-		return nil, err
-	}
-	return a, nil
+	return admit(ctx, env, req, a)
 }
 
 // newAtomics creates nqps RC QPs in RESET with window outstanding

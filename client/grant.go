@@ -1,12 +1,38 @@
 package client
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/dataplane"
 	"github.com/seqd/seqd/verbs"
 )
+
+// attacher is a transport whose QPs a grant brings up.
+type attacher interface {
+	transport
+	attach(g dataplane.Grant) error
+}
+
+// admit runs the Connect for req (tr's QPs) and attaches tr to the grant;
+// tr is closed when either fails. The dialers of the modes whose QPs are
+// fresh at every connect end with it.
+func admit(ctx context.Context, env *transportEnv, req *adminpb.ConnectRequest, tr attacher) (transport, error) {
+	resp, err := env.connect(ctx, req)
+	var g dataplane.Grant
+	if err == nil {
+		g, err = grantOf(resp)
+	}
+	if err == nil {
+		err = tr.attach(g)
+	}
+	if err != nil {
+		tr.Close()
+		return nil, err
+	}
+	return tr, nil
+}
 
 // grantOf decodes a Connect answer into Go values: what a mode's dialer
 // attaches its QPs to (the inverse of what package modes encodes).

@@ -71,19 +71,7 @@ func dialHERD(ctx context.Context, env *transportEnv) (transport, error) {
 	req := &adminpb.ConnectRequest{Window: uint32(window), Mode: spec.ModeHERD}
 	qps, conn := h.endpoints()
 	req.Qps, req.ConnQps = pbEndpoints(qps), pbEndpoints(conn)
-	resp, err := env.connect(ctx, req)
-	var g dataplane.Grant
-	if err == nil {
-		g, err = grantOf(resp)
-	}
-	if err == nil {
-		err = h.attach(g)
-	}
-	if err != nil {
-		h.Close()
-		return nil, err
-	}
-	return h, nil
+	return admit(ctx, env, req, h)
 }
 
 // newHERD creates the QPs in RESET: nqps pairs of a UC write QP and a UD

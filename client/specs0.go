@@ -236,6 +236,12 @@ func (s *specS0) Outstanding() int {
 // Send sends ids, one chain per QP, the QPs filled in turn.
 func (s *specS0) Send(now time.Duration, ids []int) (int, error) {
 	s.now = now
+	return s.send(now, ids), nil
+}
+
+// send sends ids under fresh tags, one chain per QP, and returns how
+// many it took (a prefix).
+func (s *specS0) send(now time.Duration, ids []int) int {
 	// One doorbell for all QPs' chains where the device can (the
 	// userspace provider: one sendmmsg instead of one per QP).
 	if b, ok := s.env.dev.(verbs.DoorbellBatcher); ok {
@@ -254,7 +260,7 @@ func (s *specS0) Send(now time.Duration, ids []int) (int, error) {
 		}
 		s.post(qi, n)
 	}
-	return took, nil
+	return took
 }
 
 // queue adds request id to QP qi's chain at position n under a fresh tag
@@ -403,22 +409,7 @@ func (s *specS0) Expire(now time.Duration) int {
 	if len(s.pending) == 0 {
 		return 0
 	}
-	if b, ok := s.env.dev.(verbs.DoorbellBatcher); ok {
-		b.HoldDoorbell()
-		defer b.RingDoorbell()
-	}
-	sent := 0
-	for qi, q := range s.qps {
-		n := 0
-		for sent < len(s.pending) && q.win.Outstanding() < q.granted && n < len(q.wrs) {
-			if !s.queue(now, qi, n, s.pending[sent]) {
-				break
-			}
-			n++
-			sent++
-		}
-		s.post(qi, n)
-	}
+	sent := s.send(now, s.pending)
 	s.pending = s.pending[:copy(s.pending, s.pending[sent:])]
 	return sent
 }
