@@ -25,8 +25,8 @@ func TestChurnBoundsState(t *testing.T) {
 	const cycles = 3000
 	for i := range cycles {
 		ip := netip.AddrFrom4([4]byte{127, 1, byte(i >> 8), byte(i)})
-		ep := Endpoint{Addr: verbs.Address{GID: verbs.GIDFromAddr(ip), Port: 4791}, QPN: 0x100}
-		g, err := admit(srv, "churn", []Endpoint{ep, {Addr: ep.Addr, QPN: 0x101}})
+		ep := dataplane.Endpoint{Addr: verbs.Address{GID: verbs.GIDFromAddr(ip), Port: 4791}, QPN: 0x100}
+		g, err := srv.Admit(context.Background(), dataplane.Admission{Name: "churn", QPs: []dataplane.Endpoint{ep, {Addr: ep.Addr, QPN: 0x101}}}, dataplane.SessionRef{})
 		if err != nil {
 			t.Fatalf("cycle %d: Admit = %v", i, err)
 		}
@@ -37,7 +37,7 @@ func TestChurnBoundsState(t *testing.T) {
 	if n := srv.Stats().Sessions; n != 0 {
 		t.Fatalf("%d sessions after %d admit/release cycles, want 0", n, cycles)
 	}
-	if st := srv.lease(); st.Sessions != 0 {
+	if st := srv.Lease(); st.Sessions != 0 {
 		t.Fatalf("stats: %d sessions", st.Sessions)
 	}
 }

@@ -352,17 +352,17 @@ func (s *Server) Close() error {
 	return nil
 }
 
-// leaseStats are the mode's lease at one moment.
-type leaseStats struct {
+// LeaseStats are the mode's lease at one moment.
+type LeaseStats struct {
 	Next, LeaseHi    uint64
 	Renewals, Fences uint64
 	Sessions         int
 	Fenced           bool
 }
 
-// lease returns a snapshot.
-func (s *Server) lease() leaseStats {
-	st := leaseStats{Next: s.load(), LeaseHi: s.leaseHi.Load(), Renewals: s.renewals.Load(), Fences: s.fences.Load()}
+// Lease returns a snapshot of the lease.
+func (s *Server) Lease() LeaseStats {
+	st := LeaseStats{Next: s.load(), LeaseHi: s.leaseHi.Load(), Renewals: s.renewals.Load(), Fences: s.fences.Load()}
 	st.Sessions, st.Fenced = s.Sessions(), s.fenced.Load()
 	return st
 }
@@ -370,7 +370,7 @@ func (s *Server) lease() leaseStats {
 // Stats reports the sessions, the counter and the lease. Its Counters
 // are the metrics seqd_atomics_*.
 func (s *Server) Stats() dataplane.Stats {
-	l := s.lease()
+	l := s.Lease()
 	return dataplane.Stats{Sessions: l.Sessions, Current: l.Next - 1, Counters: []dataplane.Counter{
 		{Name: "lease_renewals_total", Help: "Leases claimed from the oracle ahead of the NIC counter.", Value: l.Renewals},
 		{Name: "fences_total", Help: "Times every QP was moved to ERR because the counter neared the lease's end.", Value: l.Fences},

@@ -1,12 +1,12 @@
 package herd
 
 import (
+	"context"
 	"errors"
 	"net/netip"
 	"testing"
 	"time"
 
-	"context"
 	"github.com/seqd/seqd/dataplane"
 	wk "github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/verbs"
@@ -27,11 +27,12 @@ func TestChurnBoundsState(t *testing.T) {
 	for i := range cycles {
 		ip := netip.AddrFrom4([4]byte{127, 1, byte(i >> 8), byte(i)})
 		a := verbs.Address{GID: verbs.GIDFromAddr(ip), Port: 4791}
-		q := ClientQP{Write: Endpoint{Addr: a, QPN: 0x100}, Recv: Endpoint{Addr: a, QPN: 0x101}}
-		var g Grant
+		adm := dataplane.Admission{Name: "churn", Window: 4, ConnQPs: []dataplane.Endpoint{{Addr: a, QPN: 0x100}},
+			QPs: []dataplane.Endpoint{{Addr: a, QPN: 0x101}}}
+		var g dataplane.Grant
 		deadline := time.Now().Add(5 * time.Second)
 		for {
-			if g, err = admit(srv, "churn", []ClientQP{q}, 4); err == nil {
+			if g, err = srv.Admit(context.Background(), adm, dataplane.SessionRef{}); err == nil {
 				break
 			}
 			if !errors.Is(err, ErrNoRoom) || time.Now().After(deadline) {

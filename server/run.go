@@ -1,8 +1,8 @@
-// Package run wires a seqd server from a Config: the oracle, the verbs
+// Package server wires a seqd server from a Config: the oracle, the verbs
 // device, the data-path mode, the admin gRPC server and the metrics
 // endpoint. cmd/seqd parses flags into a Config and calls Run; tests call
 // Run in-process.
-package run
+package server
 
 import (
 	"context"
