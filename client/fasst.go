@@ -6,9 +6,12 @@ import (
 	"time"
 
 	"github.com/seqd/seqd/admin/adminpb"
+	"github.com/seqd/seqd/dataplane"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 )
+
+func init() { transports[spec.ModeFaSST] = dialFaSST }
 
 // fasstTransport is the client side of the FaSST mode (PROTOCOL.md,
 // "FaSST"): UD QPs that SEND requests carrying an RPC header (request ID
@@ -28,6 +31,7 @@ import (
 // Engine IDs are 0 ≤ id < qps × window.
 type fasstTransport struct {
 	dev        verbs.Device
+	pd         verbs.PD
 	recvCQ     verbs.CQ
 	sendCQ     verbs.CQ
 	reqMR      verbs.MR // one request buffer per (QP, slot)
@@ -107,27 +111,18 @@ func dialFaSST(ctx context.Context, env *transportEnv) (transport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: fasst QPs: %w", err)
 	}
-	req := &adminpb.ConnectRequest{Mode: spec.ModeFaSST, Window: uint32(window)}
-	for _, q := range t.qps {
-		a, _ := q.qp.Address().MarshalBinary()
-		req.Qps = append(req.Qps, &adminpb.Endpoint{Address: a, Qpn: uint32(q.qp.QPN())})
+	qps := make([]dataplane.Endpoint, len(t.qps))
+	for i, q := range t.qps {
+		qps[i] = dataplane.Endpoint{Addr: q.qp.Address(), QPN: q.qp.QPN()}
 	}
-	resp, err := env.connect(ctx, req)
-	if err == nil {
-		err = t.attach(env.pd, resp)
-	}
-	if err != nil {
-		t.Close()
-		return nil, err
-	}
-	return t, nil
+	return admit(ctx, env, &adminpb.ConnectRequest{Mode: spec.ModeFaSST, Window: uint32(window), Qps: pbEndpoints(qps)}, t)
 }
 
 func newFaSST(pd verbs.PD, dev verbs.Device, nqps, window int, timeout time.Duration, st *stats) (t *fasstTransport, err error) {
 	if nqps < 1 || window < 1 || window > spec.FaSSTMaxCount {
 		return nil, fmt.Errorf("%d QPs, window %d", nqps, window)
 	}
-	t = &fasstTransport{dev: dev, window: window, timeout: timeout, st: st, recvN: 2*window + 16}
+	t = &fasstTransport{dev: dev, pd: pd, window: window, timeout: timeout, st: st, recvN: 2*window + 16}
 	defer func() {
 		if err != nil {
 			t.Close()
@@ -182,36 +177,27 @@ func newFaSST(pd verbs.PD, dev verbs.Device, nqps, window int, timeout time.Dura
 // attach reads the grant: window, request QPs and Q_Key, the answer
 // Q_Key and the QPs answers come from. It brings the QPs up with the
 // answer Q_Key and posts their RECVs before any request leaves.
-func (t *fasstTransport) attach(pd verbs.PD, resp *adminpb.ConnectResponse) error {
-	srv, asg := resp.GetServerQps(), resp.GetAssignment()
-	if resp.GetWindow() == 0 || len(srv) == 0 || len(asg) != len(t.qps) || resp.GetQkey() == 0 {
-		return fmt.Errorf("%w: connect: malformed fasst answer", ErrUnavailable)
+func (t *fasstTransport) attach(g dataplane.Grant) error {
+	if g.Window < 1 || len(g.ServerQPs) == 0 || len(g.Assignment) != len(t.qps) || g.QKey == 0 {
+		return fmt.Errorf("%w: connect: malformed fasst grant (window %d, %d server QPs, %d assignments for %d QPs)",
+			ErrUnavailable, g.Window, len(g.ServerQPs), len(g.Assignment), len(t.qps))
 	}
-	if len(resp.GetAnswerQps()) == 0 || resp.GetAnswerQkey() == 0 {
-		return fmt.Errorf("%w: connect: fasst answer without answer QPs or answer Q_Key", ErrUnavailable)
+	if len(g.AnswerQPs) == 0 || g.AnswerQKey == 0 {
+		return fmt.Errorf("%w: connect: fasst grant without answer QPs or answer Q_Key", ErrUnavailable)
 	}
-	from, err := senders(resp.GetAnswerQps())
-	if err != nil {
-		return err
-	}
-	t.answerFrom = from
-	if w := int(resp.GetWindow()); w < t.window {
-		t.window = w
-	}
+	t.answerFrom = sendersOf(g.AnswerQPs)
+	t.window = min(t.window, g.Window)
 	for i, q := range t.qps {
-		if int(asg[i]) >= len(srv) {
-			return fmt.Errorf("%w: connect: assignment[%d] = %d of %d server QPs", ErrUnavailable, i, asg[i], len(srv))
+		if int(g.Assignment[i]) >= len(g.ServerQPs) {
+			return fmt.Errorf("%w: connect: assignment[%d] = %d of %d server QPs", ErrUnavailable, i, g.Assignment[i], len(g.ServerQPs))
 		}
-		e := srv[asg[i]]
-		var a verbs.Address
-		if err := a.UnmarshalBinary(e.GetAddress()); err != nil {
-			return fmt.Errorf("%w: connect: server_qps[%d]: %v", ErrUnavailable, asg[i], err)
+		srv := g.ServerQPs[g.Assignment[i]]
+		var err error
+		if q.ah, err = t.pd.CreateAH(verbs.AHAttr{Dest: srv.Addr, PortNum: 1}); err != nil {
+			return fmt.Errorf("client: fasst: address handle for %v: %w", srv.Addr, err)
 		}
-		if q.ah, err = pd.CreateAH(verbs.AHAttr{Dest: a, PortNum: 1}); err != nil {
-			return fmt.Errorf("client: fasst: address handle for %v: %w", a, err)
-		}
-		q.dest, q.qkey = verbs.QPN(e.GetQpn()), resp.GetQkey()
-		if err := verbs.BringUpUD(q.qp, resp.GetAnswerQkey(), 0); err != nil {
+		q.dest, q.qkey = srv.QPN, g.QKey
+		if err := verbs.BringUpUD(q.qp, g.AnswerQKey, 0); err != nil {
 			return fmt.Errorf("client: fasst QP %d bring-up: %w", i, err)
 		}
 		for s := range t.recvN {

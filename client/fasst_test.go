@@ -2,106 +2,18 @@ package client
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"log/slog"
-	"os"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/dataplane"
 	"github.com/seqd/seqd/fasst"
+	wk "github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
-	_ "github.com/seqd/seqd/verbs/soft"
 	"github.com/seqd/seqd/verbs/verbstest"
 )
-
-var errFaSSTBehind = errors.New("behind")
-
-// fasstOracle counts up from 1<<40 and refuses every behindEvery-th
-// claim (persistence lagging).
-type fasstOracle struct {
-	mu          sync.Mutex
-	next        uint64
-	calls       int
-	behindEvery int
-}
-
-func (o *fasstOracle) Claim(n int) (uint64, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.calls++
-	if o.behindEvery > 0 && o.calls%o.behindEvery == 0 {
-		return 0, errFaSSTBehind
-	}
-	if o.next == 0 {
-		o.next = 1 << 40
-	}
-	f := o.next
-	o.next += uint64(n)
-	return f, nil
-}
-
-func (o *fasstOracle) Current() uint64 {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return max(o.next, 1) - 1
-}
-
-func openSoft(t testing.TB, opts string) verbs.Device {
-	t.Helper()
-	o, err := verbs.ParseOptions(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := verbs.Open("soft", "127.0.0.1:0", o)
-	if err != nil {
-		t.Skipf("soft provider: %v", err)
-	}
-	t.Cleanup(func() { d.Close() })
-	return d
-}
-
-func quietLogger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-}
-
-// admitVia is a transportEnv.connect that admits the request at m
-// directly, translating the adminpb fields by hand (what package modes
-// does on the server).
-func admitVia(m dataplane.Mode) func(ctx context.Context, req *adminpb.ConnectRequest) (*adminpb.ConnectResponse, error) {
-	ep := func(e dataplane.Endpoint) *adminpb.Endpoint {
-		a, _ := e.Addr.MarshalBinary()
-		return &adminpb.Endpoint{Address: a, Qpn: uint32(e.QPN)}
-	}
-	return func(ctx context.Context, req *adminpb.ConnectRequest) (*adminpb.ConnectResponse, error) {
-		a := dataplane.Admission{Name: req.GetClientName(), Window: int(req.GetWindow())}
-		for _, e := range req.GetQps() {
-			var addr verbs.Address
-			if err := addr.UnmarshalBinary(e.GetAddress()); err != nil {
-				return nil, err
-			}
-			a.QPs = append(a.QPs, dataplane.Endpoint{Addr: addr, QPN: verbs.QPN(e.GetQpn())})
-		}
-		g, err := m.Admit(ctx, a, dataplane.SessionRef{})
-		if err != nil {
-			return nil, err
-		}
-		resp := &adminpb.ConnectResponse{SessionId: g.Session, Epoch: g.Epoch, Window: uint32(g.Window), Qkey: g.QKey,
-			AnswerQkey: g.AnswerQKey, Assignment: g.Assignment, High: g.High, Mode: spec.ModeFaSST,
-			ProtocolVersion: spec.ProtocolVersion}
-		for _, e := range g.ServerQPs {
-			resp.ServerQps = append(resp.ServerQps, ep(e))
-		}
-		for _, e := range g.AnswerQPs {
-			resp.AnswerQps = append(resp.AnswerQps, ep(e))
-		}
-		return resp, nil
-	}
-}
 
 type fasstRig struct {
 	srv *fasst.Server
@@ -110,10 +22,13 @@ type fasstRig struct {
 	t0  time.Time
 }
 
+// newFaSSTRig starts a fasst server and admits a transport of qps QPs
+// to it directly (the dialer's Connect is tested with a scripted server
+// below).
 func newFaSSTRig(t testing.TB, srvOpts, cliOpts string, qps, window int) *fasstRig {
 	t.Helper()
-	srv, err := fasst.New(dataplane.Config{Device: openSoft(t, srvOpts), Oracle: &fasstOracle{behindEvery: 7},
-		Behind: errFaSSTBehind, Workers: 2, Logger: quietLogger()})
+	srv, err := fasst.New(fasst.Config{Config: wk.Config{Device: openSoft(t, srvOpts), Oracle: &fakeOracle{behindEvery: 7},
+		Behind: errBehind, Workers: 2}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,92 +38,34 @@ func newFaSSTRig(t testing.TB, srvOpts, cliOpts string, qps, window int) *fasstR
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { pd.Close() })
 	r := &fasstRig{srv: srv, st: &stats{}, t0: time.Now()}
-	env := &transportEnv{dev: dev, pd: pd, qps: qps, window: window, retransmit: 5 * time.Millisecond, st: r.st,
-		connect: admitVia(srv)}
-	tr, err := dialFaSST(context.Background(), env)
+	if r.tr, err = newFaSST(pd, dev, qps, window, 5*time.Millisecond, r.st); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.tr.Close() })
+	a := dataplane.Admission{Name: "test", Window: window}
+	for _, q := range r.tr.qps {
+		a.QPs = append(a.QPs, dataplane.Endpoint{Addr: q.qp.Address(), QPN: q.qp.QPN()})
+	}
+	g, err := srv.Admit(context.Background(), a, dataplane.SessionRef{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.tr = tr.(*fasstTransport)
-	t.Cleanup(func() { r.tr.Close(); pd.Close() })
+	if err := r.tr.attach(g); err != nil {
+		t.Fatal(err)
+	}
 	return r
 }
 
 func (r *fasstRig) now() time.Duration { return time.Since(r.t0) }
 
-// run issues total calls, sending in bursts of up to burst free IDs per
-// Send, and returns the values in completion order. Each value must be
-// above every value returned before its call was sent (real-time order)
-// and unique.
-func (r *fasstRig) run(t testing.TB, total, burst int) []uint64 {
-	t.Helper()
-	capacity := len(r.tr.where)
-	var free []int
-	for id := capacity - 1; id >= 0; id-- {
-		free = append(free, id)
-	}
-	res := make([]result, 64)
-	floor := make([]uint64, capacity)
-	var out []uint64
-	var maxRet uint64
-	seen := map[uint64]bool{}
-	sent := 0
-	deadline := time.Now().Add(30 * time.Second)
-	for len(out) < total {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d answered before the deadline (server %+v)", len(out), total, r.srv.Stats())
-		}
-		now := r.now()
-		if want := min(r.tr.Free(), total-sent, burst, len(free)); want > 0 {
-			ids := free[len(free)-want:]
-			n, err := r.tr.Send(now, ids)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, id := range ids[:n] {
-				floor[id] = maxRet
-			}
-			// Send takes a prefix: those taken leave the free list.
-			free = append(free[:len(free)-want], ids[n:]...)
-			sent += n
-		}
-		n := r.tr.Poll(now, res)
-		for _, x := range res[:n] {
-			if x.Err != nil {
-				t.Fatalf("request %d failed: %v", x.ID, x.Err)
-			}
-			if x.Value <= floor[x.ID] {
-				t.Fatalf("request %d got %d, not above %d returned before it was sent", x.ID, x.Value, floor[x.ID])
-			}
-			if seen[x.Value] {
-				t.Fatalf("value %d handed out twice", x.Value)
-			}
-			seen[x.Value] = true
-			maxRet = max(maxRet, x.Value)
-			out = append(out, x.Value)
-			free = append(free, x.ID)
-		}
-		r.tr.Expire(now)
-	}
+func TestFaSSTServe(t *testing.T) {
+	r := newFaSSTRig(t, "", "", 2, 8)
+	checkUnique(t, drive(t, r.tr, r.st, 4000, r.now))
 	if o := r.tr.Outstanding(); o != 0 {
 		t.Errorf("%d outstanding after every call was answered", o)
 	}
-	return out
-}
-
-func counter(st dataplane.Stats, name, reason string) uint64 {
-	for _, c := range st.Counters {
-		if c.Name == name && c.Reason == reason {
-			return c.Value
-		}
-	}
-	return 0
-}
-
-func TestFaSSTServe(t *testing.T) {
-	r := newFaSSTRig(t, "", "", 2, 8)
-	r.run(t, 4000, 12)
 	st := r.srv.Stats()
 	reqs := counter(st, "requests_total", "")
 	t.Logf("server: %d values in %d requests, %d batches; client stale=%d", st.Served, reqs, st.Batches, r.st.stale.Load())
@@ -228,10 +85,13 @@ func TestFaSSTServe(t *testing.T) {
 func TestFaSSTFaults(t *testing.T) {
 	opts := "loss=0.05,dup=0.05,reorder=0.05,seed=3"
 	r := newFaSSTRig(t, opts, opts, 2, 8)
-	r.run(t, 3000, 8)
+	checkUnique(t, drive(t, r.tr, r.st, 3000, r.now))
 	st := r.srv.Stats()
-	t.Logf("server served=%d batches=%d dup_ids=%d; client stale=%d malformed=%d forged=%d",
-		st.Served, st.Batches, counter(st, "duplicate_ids_total", ""), r.st.stale.Load(), r.st.malformed.Load(), r.st.forged.Load())
+	t.Logf("server served=%d batches=%d dup_ids=%d; client retransmits=%d stale=%d malformed=%d forged=%d",
+		st.Served, st.Batches, counter(st, "duplicate_ids_total", ""), r.st.retransmits.Load(), r.st.stale.Load(), r.st.malformed.Load(), r.st.forged.Load())
+	if r.st.retransmits.Load() == 0 {
+		t.Errorf("5%% loss but no retransmission")
+	}
 	if r.st.stale.Load() == 0 {
 		t.Errorf("5%% duplication and loss but no stale answer was dropped")
 	}

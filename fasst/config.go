@@ -1,84 +1,80 @@
 package fasst
 
 import (
+	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
-	"github.com/seqd/seqd/dataplane"
+	wk "github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 )
 
-// Defaults filled in by config.
+// Defaults filled in by Config.validate.
 const (
-	DefaultWorkers    = 1
-	DefaultRespQPs    = 3
 	DefaultMaxWindow  = 64
 	DefaultWindow     = 16
 	DefaultMaxClients = 256
 	// DefaultRecvQueue is the receives each worker's request QP keeps
 	// posted; the windows admitted to a worker add up to at most
 	// RecvQueue - RecvQueue/8 (the rest is slack for duplicates and
-	// clients that overrun their window).
-	DefaultRecvQueue   = 4096
-	DefaultBatch       = 64
-	DefaultSignalEvery = 32
-	DefaultSendDepth   = 1024
+	// retransmissions).
+	DefaultRecvQueue = 4096
 	// DefaultSpin is how long an idle worker polls before it blocks in
 	// CQ.Wait.
 	DefaultSpin = 200 * time.Microsecond
 )
 
-// recvSlot is one receive buffer: the GRH area and room for an oversized
-// payload, so that a malformed request is seen (and counted) rather than
-// truncated.
-const recvSlot = verbs.GRHLen + 2*spec.FaSSTRequestLen
+// ErrConfig reports an invalid Config.
+var ErrConfig = errors.New("fasst: invalid config")
 
-// config is the mode's configuration with every default filled in.
-type config struct {
-	dataplane.Config
-	recvQueue, batch, signalEvery, sendDepth int
-	spin                                     time.Duration
+// Config configures a Server.
+type Config struct {
+	// Device, Oracle, Behind, Workers, RespQPs, Cores, Batch,
+	// SignalEvery, SendDepth, QKey (of requests), Epoch and Logger, as
+	// every CPU mode takes them (package internal/worker).
+	wk.Config
+	// MaxWindow is the largest window granted: values in flight per
+	// client QP. Default 64, at most spec.FaSSTMaxCount and RecvQueue/2.
+	MaxWindow int
+	// MaxClients is the most sessions. Default 256.
+	MaxClients int
+	// RecvQueue is the receives each worker's request QP keeps posted.
+	// Default 4096.
+	RecvQueue int
+	// Spin is how long an idle worker polls before it blocks in CQ.Wait.
+	// A negative Spin polls forever.
+	Spin time.Duration
 }
 
-func newConfig(c dataplane.Config) (config, error) {
-	if c.Device == nil || c.Oracle == nil {
-		return config{}, fmt.Errorf("%w: fasst: Device and Oracle are required", dataplane.ErrInvalidArgument)
+func (c Config) validate() (Config, error) {
+	if err := c.Config.Fill(ErrConfig); err != nil {
+		return c, err
 	}
-	def := func(p *int, d int) {
-		if *p <= 0 {
-			*p = d
+	for _, f := range []struct {
+		p    *int
+		d    int
+		name string
+	}{{&c.MaxWindow, DefaultMaxWindow, "MaxWindow"}, {&c.MaxClients, DefaultMaxClients, "MaxClients"}, {&c.RecvQueue, DefaultRecvQueue, "RecvQueue"}} {
+		if err := wk.Default(ErrConfig, f.name, f.p, f.d); err != nil {
+			return c, err
 		}
 	}
-	def(&c.Workers, DefaultWorkers)
-	def(&c.RespQPs, DefaultRespQPs)
-	def(&c.MaxWindow, DefaultMaxWindow)
-	def(&c.MaxClients, DefaultMaxClients)
-	c.MaxWindow = min(c.MaxWindow, spec.FaSSTMaxCount, DefaultRecvQueue/2)
-	if len(c.Cores) > c.Workers {
-		return config{}, fmt.Errorf("%w: fasst: %d cores for %d workers", dataplane.ErrInvalidArgument, len(c.Cores), c.Workers)
+	if c.RecvQueue < 16 || c.Batch > c.RecvQueue {
+		return c, fmt.Errorf("%w: RecvQueue %d below 16 or Batch %d", ErrConfig, c.RecvQueue, c.Batch)
 	}
-	if c.QKey == 0 {
-		c.QKey = verbs.DefaultQKey
+	c.MaxWindow = min(c.MaxWindow, spec.FaSSTMaxCount, c.RecvQueue/2)
+	if c.Spin == 0 {
+		c.Spin = DefaultSpin
 	}
-	if c.Epoch == 0 {
-		c.Epoch = uint64(time.Now().UnixNano())
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	return config{Config: c, recvQueue: DefaultRecvQueue, batch: DefaultBatch, signalEvery: DefaultSignalEvery,
-		sendDepth: DefaultSendDepth, spin: DefaultSpin}, nil
+	return c, nil
 }
 
 // budget is how many values (and so requests) of admitted windows a
 // worker takes.
-func (c *config) budget() int { return c.recvQueue - c.recvQueue/8 }
+func (c *Config) budget() int { return c.RecvQueue - c.RecvQueue/8 }
 
-func (c *config) core(i int) int {
-	if i < len(c.Cores) {
-		return c.Cores[i]
-	}
-	return -1
-}
+// recvSlot is one receive buffer: the GRH area and room for an oversized
+// payload, so that a malformed request is seen (and counted) rather than
+// truncated.
+const recvSlot = verbs.GRHLen + 2*spec.FaSSTRequestLen

@@ -9,35 +9,30 @@ import (
 	"time"
 
 	"github.com/seqd/seqd/dataplane"
-	"github.com/seqd/seqd/internal/ahcache"
+	wk "github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/verbs"
 )
 
 // Server is a running FaSST data path.
 type Server struct {
-	cfg    config
+	// The protection domain, the clients' address handles, the workers
+	// and their response QPs (AnswerQPs: answers come only from these).
+	wk.Pool[*worker]
+	cfg    Config
 	log    *slog.Logger
-	pd     verbs.PD
 	ctx    context.Context // cancelled by Stop: wakes workers blocked in CQ.Wait
 	cancel context.CancelFunc
 	start  time.Time
 
 	stopped atomic.Bool
-	wg      sync.WaitGroup
-	workers []*worker
-	// answerQPs are every worker's response QPs: answers come only from
-	// these.
-	answerQPs []dataplane.Endpoint
 
 	mu        sync.Mutex
 	sessions  map[uint64]*session
 	nsessions atomic.Int64
 	nextID    uint64
 	rr        int
-	ahs       *ahcache.Cache // one handle per client address, reaped after the last client left
 	stopOnce  sync.Once
 	closed    bool
-	high      uint64 // Stop's answer
 }
 
 type session struct {
@@ -53,40 +48,22 @@ var _ dataplane.Mode = (*Server)(nil)
 // Start creates the workers' queue pairs and starts them (a
 // dataplane.Factory).
 func Start(ctx context.Context, c dataplane.Config) (dataplane.Mode, error) {
-	return New(c)
+	return New(Config{Config: wk.Config{Device: c.Device, Oracle: c.Oracle, Behind: c.Behind, Workers: c.Workers,
+		RespQPs: c.RespQPs, Cores: c.Cores, QKey: c.QKey, Epoch: c.Epoch, Logger: c.Logger},
+		MaxWindow: c.MaxWindow, MaxClients: c.MaxClients})
 }
 
-// New is Start with the concrete type, for tests.
-func New(c dataplane.Config) (*Server, error) {
-	cfg, err := newConfig(c)
+// New creates the workers' queue pairs and starts them.
+func New(cfg Config) (*Server, error) {
+	cfg, err := cfg.validate()
 	if err != nil {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, start: time.Now(), sessions: map[uint64]*session{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	if s.pd, err = cfg.Device.AllocPD(); err != nil {
-		return nil, fmt.Errorf("fasst: protection domain: %w", err)
-	}
-	s.ahs = ahcache.New(s.pd, 0)
-	for i := range cfg.Workers {
-		w, err := newWorker(s, i)
-		if err != nil {
-			s.Close()
-			return nil, err
-		}
-		s.workers = append(s.workers, w)
-	}
-	for _, w := range s.workers {
-		for _, qp := range w.resp.QPs() {
-			s.answerQPs = append(s.answerQPs, dataplane.Endpoint{Addr: qp.Address(), QPN: qp.QPN()})
-		}
-	}
-	for _, w := range s.workers {
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			w.run()
-		}()
+	if err := s.Start(cfg.Device, cfg.Workers, func(i int) (*worker, error) { return newWorker(s, i) }); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("fasst: %w", err)
 	}
 	s.log.Info("fasst data path up", "device", cfg.Device.Name(), "workers", cfg.Workers,
 		"resp_qps", cfg.RespQPs, "max_window", cfg.MaxWindow, "epoch", cfg.Epoch)
@@ -141,7 +118,7 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 		prev = s.sessions[replaces.ID]
 	}
 	n := len(s.sessions)
-	freed := make([]int, len(s.workers))
+	freed := make([]int, len(s.Workers))
 	if prev != nil {
 		n--
 		for _, wi := range prev.worker {
@@ -152,21 +129,21 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 		return dataplane.Grant{}, fmt.Errorf("%w: fasst: %d sessions, the maximum", dataplane.ErrNoCapacity, n)
 	}
 	for _, k := range keys {
-		for _, w := range s.workers {
+		for _, w := range s.Workers {
 			if p := (*w.peers.Load())[k]; p != nil && (prev == nil || p.session != prev.id) {
 				return dataplane.Grant{}, fmt.Errorf("%w: fasst: QP %v at %v is already connected", dataplane.ErrFailedPrecondition, k.qpn, k.addr)
 			}
 		}
 	}
 	assign := make([]uint32, len(keys))
-	extra := make([]int, len(s.workers))
+	extra := make([]int, len(s.Workers))
 	for i := range keys {
-		wi := (s.rr + i) % len(s.workers)
+		wi := (s.rr + i) % len(s.Workers)
 		assign[i] = uint32(wi)
 		extra[wi] += window
 	}
 	for wi, e := range extra {
-		if b := s.workers[wi].budget + e - freed[wi]; b > s.cfg.budget() {
+		if b := s.Workers[wi].budget + e - freed[wi]; b > s.cfg.budget() {
 			return dataplane.Grant{}, fmt.Errorf("%w: fasst: worker %d would take windows of %d, the maximum is %d", dataplane.ErrNoCapacity, wi, b, s.cfg.budget())
 		}
 	}
@@ -177,10 +154,10 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 	// answers (PROTOCOL.md, "Sessions").
 	qkey := verbs.RandomQKey(s.cfg.QKey)
 	for i, k := range keys {
-		ah, err := s.ahs.Get(k.addr, now)
+		ah, err := s.AHs.Get(k.addr, now)
 		if err != nil {
 			for _, p := range sess.peers {
-				s.ahs.Put(p.key.addr, now)
+				s.AHs.Put(p.key.addr, now)
 			}
 			return dataplane.Grant{}, fmt.Errorf("%w: fasst: address handle for %v: %v", dataplane.ErrInvalidArgument, k.addr, err)
 		}
@@ -190,17 +167,17 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 	if prev != nil {
 		s.release(prev, now)
 	}
-	s.rr = (s.rr + len(keys)) % len(s.workers)
+	s.rr = (s.rr + len(keys)) % len(s.Workers)
 	for i, p := range sess.peers {
-		w := s.workers[sess.worker[i]]
+		w := s.Workers[sess.worker[i]]
 		w.budget += window
 		w.setPeers(func(t peerTable) { t[p.key] = p })
 	}
 	s.sessions[sess.id] = sess
 	s.nsessions.Store(int64(len(s.sessions)))
 	g := dataplane.Grant{Session: sess.id, Epoch: s.cfg.Epoch, Window: window, QKey: s.cfg.QKey, AnswerQKey: qkey,
-		Assignment: assign, AnswerQPs: s.answerQPs, High: s.cfg.Oracle.Current()}
-	for _, w := range s.workers {
+		Assignment: assign, AnswerQPs: s.AnswerQPs} // High: the admin adapter reads it from the oracle
+	for _, w := range s.Workers {
 		g.ServerQPs = append(g.ServerQPs, dataplane.Endpoint{Addr: w.reqQP.Address(), QPN: w.reqQP.QPN()})
 	}
 	s.log.Info("fasst client admitted", "session", sess.id, "name", a.Name, "qps", len(keys), "window", window)
@@ -217,7 +194,7 @@ func (s *Server) Release(ctx context.Context, r dataplane.SessionRef) error {
 	}
 	now := time.Now()
 	s.release(sess, now)
-	s.ahs.Reap(now)
+	s.AHs.Reap(now)
 	s.log.Info("fasst client released", "session", sess.id, "name", sess.name)
 	return nil
 }
@@ -229,14 +206,14 @@ func (s *Server) release(sess *session, now time.Time) {
 	delete(s.sessions, sess.id)
 	s.nsessions.Store(int64(len(s.sessions)))
 	for i, p := range sess.peers {
-		w := s.workers[sess.worker[i]]
+		w := s.Workers[sess.worker[i]]
 		w.budget -= sess.window
 		w.setPeers(func(t peerTable) {
 			if t[p.key] == p {
 				delete(t, p.key)
 			}
 		})
-		s.ahs.Put(p.key.addr, now)
+		s.AHs.Put(p.key.addr, now)
 	}
 }
 
@@ -250,8 +227,8 @@ func (s *Server) Stop() (uint64, error) {
 		s.stopped.Store(true)
 		s.mu.Unlock()
 		s.cancel()
-		s.wg.Wait()
-		for _, w := range s.workers {
+		s.Wait()
+		for _, w := range s.Workers {
 			w.toErr()
 		}
 		s.log.Info("fasst data path stopped")
@@ -268,44 +245,25 @@ func (s *Server) Close() error {
 		return nil
 	}
 	s.closed = true
-	for _, w := range s.workers {
-		w.close()
-	}
-	s.ahs.Close()
-	if s.pd != nil {
-		s.pd.Close()
-	}
+	s.Pool.Close()
 	return nil
 }
 
-// Stats sums the workers' counters.
+// Stats sums the workers' counters. Served counts values handed out
+// (a request asks for one or more); requests_total the requests
+// answered. Drops count requests, except expired and oracle_error, which
+// count the values of a batch's claim.
 func (s *Server) Stats() dataplane.Stats {
-	st := dataplane.Stats{Sessions: int(s.nsessions.Load())}
-	var drops [numDropReasons]uint64
-	var dupIDs, requests uint64
-	for _, w := range s.workers {
-		ws := &w.stats
-		wst := dataplane.WorkerStats{ID: w.id, Core: w.core, Batches: ws.batches.Load(), Requests: ws.values.Load()}
-		for r := range numDropReasons {
-			d := ws.drops[r].Load()
-			drops[r] += d
-			wst.Drops += d
-		}
-		st.Served += wst.Requests
-		st.Batches += wst.Batches
-		st.Drops += wst.Drops
-		st.Stalls += ws.stalls.Load()
-		dupIDs += ws.dupIDs.Load()
-		requests += ws.requests.Load()
-		st.Workers = append(st.Workers, wst)
+	st := wk.Sum(s.Workers)
+	st.Sessions = int(s.nsessions.Load())
+	var requests, dupIDs uint64
+	for _, w := range s.Workers {
+		requests += w.requests.Load()
+		dupIDs += w.dupIDs.Load()
 	}
 	st.Counters = append(st.Counters,
 		dataplane.Counter{Name: "requests_total", Help: "Requests answered (each for one or more values).", Value: requests},
-		dataplane.Counter{Name: "duplicate_ids_total", Help: "Requests with the same ID as the previous request of their QP (network duplicates, answered again with new values).", Value: dupIDs})
-	for r := range numDropReasons {
-		st.Counters = append(st.Counters, dataplane.Counter{Name: "drops_total", Help: "Requests received and not answered, by reason.",
-			Reason: dropReasonNames[r], Value: drops[r]})
-	}
+		dataplane.Counter{Name: "duplicate_ids_total", Help: "Requests with the same ID as the previous request of their QP (network duplicates).", Value: dupIDs})
 	return st
 }
 
@@ -314,6 +272,6 @@ func (s *Server) Stats() dataplane.Stats {
 func (s *Server) AddressHandles() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.ahs.Reap(time.Now())
-	return s.ahs.Len()
+	s.AHs.Reap(time.Now())
+	return s.AHs.Len()
 }

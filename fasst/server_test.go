@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/seqd/seqd/dataplane"
+	wk "github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 	_ "github.com/seqd/seqd/verbs/soft"
@@ -60,8 +61,8 @@ func open(t testing.TB) verbs.Device {
 
 func newServer(t testing.TB, orc *fakeOracle, workers, maxClients int) *Server {
 	t.Helper()
-	s, err := New(dataplane.Config{Device: open(t), Oracle: orc, Behind: errBehind, Workers: workers, MaxClients: maxClients,
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})), Epoch: 7})
+	s, err := New(Config{Config: wk.Config{Device: open(t), Oracle: orc, Behind: errBehind, Workers: workers,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})), Epoch: 7}, MaxClients: maxClients})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +85,7 @@ func TestAdmitRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	if g.Window != 4 || g.Epoch != 7 || g.AnswerQKey == 0 || g.AnswerQKey == g.QKey || len(g.ServerQPs) != 2 ||
-		len(g.Assignment) != 1 || len(g.AnswerQPs) != 2*DefaultRespQPs {
+		len(g.Assignment) != 1 || len(g.AnswerQPs) != 2*wk.DefaultRespQPs {
 		t.Fatalf("grant %+v", g)
 	}
 	cancelled, cancel := context.WithCancel(ctx)
@@ -173,9 +174,9 @@ func TestChurnBoundsState(t *testing.T) {
 	if n := s.Stats().Sessions; n != 0 {
 		t.Fatalf("%d sessions after %d cycles", n, cycles)
 	}
-	for _, w := range s.workers {
+	for _, w := range s.Workers {
 		if w.budget != 0 || len(*w.peers.Load()) != 0 {
-			t.Fatalf("worker %d: budget %d, %d peers after churn", w.id, w.budget, len(*w.peers.Load()))
+			t.Fatalf("worker %d: budget %d, %d peers after churn", w.ID, w.budget, len(*w.peers.Load()))
 		}
 	}
 	deadline := time.Now().Add(10 * time.Second)
@@ -300,7 +301,7 @@ func TestBadRequests(t *testing.T) {
 	if err := verbs.BringUpUD(stranger.e.QP, 1, 0); err != nil {
 		t.Fatal(err)
 	}
-	stranger.ah = verbstest.AH(t, stranger.e, s.workers[0].reqQP.Address())
+	stranger.ah = verbstest.AH(t, stranger.e, s.Workers[0].reqQP.Address())
 	stranger.send(t, request(1, 7), false)
 	waitDrops(t, s, "unknown_source", 1)
 	verbstest.ExpectEmpty(t, c.e.RecvCQ, "answers to bad requests")
@@ -314,8 +315,8 @@ func TestBadRequests(t *testing.T) {
 	if err != nil || h.ID != 0xabcdef01 || h.Count != 3 || first < 1<<40 {
 		t.Fatalf("answer %+v first %d: %v", h, first, err)
 	}
-	if from := (verbs.Senders{verbs.SenderOf(s.answerQPs[0].Addr, s.answerQPs[0].QPN), verbs.SenderOf(s.answerQPs[1].Addr, s.answerQPs[1].QPN),
-		verbs.SenderOf(s.answerQPs[2].Addr, s.answerQPs[2].QPN)}); !from.Match(&wc) {
+	if from := (verbs.Senders{verbs.SenderOf(s.AnswerQPs[0].Addr, s.AnswerQPs[0].QPN), verbs.SenderOf(s.AnswerQPs[1].Addr, s.AnswerQPs[1].QPN),
+		verbs.SenderOf(s.AnswerQPs[2].Addr, s.AnswerQPs[2].QPN)}); !from.Match(&wc) {
 		t.Fatalf("answer from %v qpn %v, not a response QP", wc.Src, wc.SrcQP)
 	}
 	if st := s.Stats(); st.Served%3 != 0 || st.Served == 0 {
@@ -350,13 +351,13 @@ func TestStopMovesToErr(t *testing.T) {
 	if err != nil || high != 0 {
 		t.Fatalf("Stop = %d, %v", high, err)
 	}
-	for _, w := range s.workers {
+	for _, w := range s.Workers {
 		if st := w.reqQP.State(); st != verbs.StateErr {
-			t.Errorf("worker %d request QP in %v", w.id, st)
+			t.Errorf("worker %d request QP in %v", w.ID, st)
 		}
-		for _, qp := range w.resp.QPs() {
+		for _, qp := range w.Resp.QPs() {
 			if st := qp.State(); st != verbs.StateErr {
-				t.Errorf("worker %d response QP in %v", w.id, st)
+				t.Errorf("worker %d response QP in %v", w.ID, st)
 			}
 		}
 	}

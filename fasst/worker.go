@@ -6,42 +6,22 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/seqd/seqd/internal/claim"
-	"github.com/seqd/seqd/internal/respq"
+	wk "github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 )
 
-// dropReason says why a request was not answered.
-type dropReason int
-
+// The mode's own drop reasons, after internal/worker's (expired, late,
+// oracle_error, send_error).
 const (
-	dropWCError dropReason = iota
+	dropWCError = wk.NumDrops + iota
 	dropBadOpcode
 	dropMalformed
 	dropUnknownSource
 	dropWindow
-	dropExpired
-	dropSendError
-	dropOracle
-	dropLate
-	numDropReasons
 )
 
-var dropReasonNames = [numDropReasons]string{
-	"wc_error", "bad_opcode", "malformed", "unknown_source", "window", "expired", "send_error", "oracle_error", "late",
-}
-
-// workerStats are written by the worker only, read by Stats at any time.
-type workerStats struct {
-	batches  atomic.Uint64
-	requests atomic.Uint64 // requests answered
-	values   atomic.Uint64 // values handed out in them
-	dupIDs   atomic.Uint64
-	stalls   atomic.Uint64
-	drops    [numDropReasons]atomic.Uint64
-	_        [64]byte
-}
+var dropNames = []string{"wc_error", "bad_opcode", "malformed", "unknown_source", "window"}
 
 // peerKey identifies a client QP: its address (with UDP port) and QPN.
 type peerKey struct {
@@ -72,9 +52,8 @@ type pending struct {
 }
 
 type worker struct {
-	id   int
-	core int
-	s    *Server
+	wk.Base
+	s *Server
 
 	reqCQ, sendCQ verbs.CQ
 	reqQP         verbs.QP
@@ -85,7 +64,6 @@ type worker struct {
 	rwrs  []verbs.RecvWR
 	rsge  []verbs.SGE
 	chain []verbs.RecvWR
-	resp  *respq.Set
 
 	peers  atomic.Pointer[peerTable]
 	budget int // sum of admitted windows; guarded by Server.mu
@@ -94,36 +72,40 @@ type worker struct {
 	pend    []pending
 	sendWRs []verbs.SendWR
 	sendSGE []verbs.SGE
-	stats   workerStats
+	// requests counts the requests answered (Base.Requests: the values
+	// handed out in them); dupIDs requests repeating the previous ID of
+	// their QP (network duplicates).
+	requests, dupIDs atomic.Uint64
 }
 
 func newWorker(s *Server, id int) (w *worker, err error) {
 	c := &s.cfg
-	w = &worker{id: id, core: c.core(id), s: s}
+	w = &worker{s: s}
+	w.ID = id
 	defer func() {
 		if err != nil {
-			w.close()
+			w.Close()
 		}
 	}()
 	dev := c.Device
-	if w.reqCQ, err = dev.CreateCQ(c.recvQueue); err != nil {
+	if w.reqCQ, err = dev.CreateCQ(c.RecvQueue); err != nil {
 		return nil, fmt.Errorf("fasst: worker %d: request CQ: %w", id, err)
 	}
-	if w.sendCQ, err = dev.CreateCQ(c.RespQPs * c.sendDepth); err != nil {
+	if w.sendCQ, err = dev.CreateCQ(c.RespQPs * c.SendDepth); err != nil {
 		return nil, fmt.Errorf("fasst: worker %d: send CQ: %w", id, err)
 	}
-	if w.reqQP, err = s.pd.CreateQP(verbs.QPInitAttr{Type: verbs.UD, SendCQ: w.sendCQ, RecvCQ: w.reqCQ,
-		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: c.recvQueue, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+	if w.reqQP, err = s.PD.CreateQP(verbs.QPInitAttr{Type: verbs.UD, SendCQ: w.sendCQ, RecvCQ: w.reqCQ,
+		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: c.RecvQueue, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
 		return nil, fmt.Errorf("fasst: worker %d: request QP: %w", id, err)
 	}
 	if err = verbs.BringUpUD(w.reqQP, c.QKey, 0); err != nil {
 		return nil, fmt.Errorf("fasst: worker %d: request QP bring-up: %w", id, err)
 	}
-	if w.recvMR, err = s.pd.RegMR(c.recvQueue*recvSlot, verbs.AccessLocalWrite); err != nil {
+	if w.recvMR, err = s.PD.RegMR(c.RecvQueue*recvSlot, verbs.AccessLocalWrite); err != nil {
 		return nil, fmt.Errorf("fasst: worker %d: receive buffers: %w", id, err)
 	}
-	w.rwrs = make([]verbs.RecvWR, c.recvQueue)
-	w.rsge = make([]verbs.SGE, c.recvQueue)
+	w.rwrs = make([]verbs.RecvWR, c.RecvQueue)
+	w.rsge = make([]verbs.SGE, c.RecvQueue)
 	for i := range w.rwrs {
 		w.rsge[i] = verbs.SGE{Addr: w.recvMR.Addr() + uint64(i*recvSlot), Length: recvSlot, LKey: w.recvMR.LKey()}
 		w.rwrs[i] = verbs.RecvWR{ID: uint64(i), SG: w.rsge[i : i+1]}
@@ -135,15 +117,14 @@ func newWorker(s *Server, id int) (w *worker, err error) {
 		}
 		off += n
 	}
-	if w.resp, err = respq.New(respq.Config{PD: s.pd, CQ: w.sendCQ, QPs: c.RespQPs, Depth: c.sendDepth,
-		SignalEvery: c.signalEvery, SlotLen: spec.FaSSTAnswerLen, QKey: c.QKey, Batch: c.batch}); err != nil {
-		return nil, fmt.Errorf("fasst: worker %d: %w", id, err)
+	if err = w.Init(&c.Config, id, s.PD, w.sendCQ, spec.FaSSTAnswerLen, &s.stopped, dropNames...); err != nil {
+		return nil, fmt.Errorf("fasst: %w", err)
 	}
-	w.wcs = make([]verbs.WC, c.batch)
-	w.chain = make([]verbs.RecvWR, c.batch)
-	w.pend = make([]pending, c.batch)
-	w.sendWRs = make([]verbs.SendWR, c.batch)
-	w.sendSGE = make([]verbs.SGE, c.batch)
+	w.wcs = make([]verbs.WC, c.Batch)
+	w.chain = make([]verbs.RecvWR, c.Batch)
+	w.pend = make([]pending, c.Batch)
+	w.sendWRs = make([]verbs.SendWR, c.Batch)
+	w.sendSGE = make([]verbs.SGE, c.Batch)
 	empty := peerTable{}
 	w.peers.Store(&empty)
 	return w, nil
@@ -165,46 +146,34 @@ func (w *worker) toErr() {
 	if w.reqQP != nil {
 		w.reqQP.Modify(&verbs.QPAttr{State: verbs.StateErr}, verbs.AttrState)
 	}
-	if w.resp != nil {
-		w.resp.ToErr()
+	if w.Resp != nil {
+		w.Resp.ToErr()
 	}
 }
 
-// close destroys the worker's resources; it is not running.
-func (w *worker) close() {
-	if w.resp != nil {
-		w.resp.Close()
-	}
-	if w.reqQP != nil {
-		w.reqQP.Close()
-	}
-	if w.recvMR != nil {
-		w.recvMR.Close()
-	}
-	for _, cq := range []verbs.CQ{w.reqCQ, w.sendCQ} {
-		if cq != nil {
-			cq.Close()
-		}
-	}
+// Close destroys the worker's resources; it is not running.
+func (w *worker) Close() {
+	w.Base.Close()
+	wk.CloseAll(w.reqQP, w.recvMR, w.reqCQ, w.sendCQ)
 }
 
-// run is the worker's loop; it returns when the mode stops.
-func (w *worker) run() {
-	log := w.s.log.With("worker", w.id)
-	spin := w.s.cfg.spin
+// Run is the worker's loop; it returns when the mode stops.
+func (w *worker) Run() {
+	defer w.Pin()()
+	spin := w.s.cfg.Spin
 	idleSince := time.Duration(-1)
 	for !w.s.stopped.Load() {
 		n, err := w.reqCQ.Poll(w.wcs)
 		if err != nil {
-			log.Error("poll requests", "err", err)
+			w.Log.Error("poll requests", "err", err)
 			n = 0
 		}
-		w.reapSends()
+		w.ReapSends()
 		if n == 0 {
 			now := time.Since(w.s.start)
 			if idleSince < 0 {
 				idleSince = now
-			} else if now-idleSince > spin {
+			} else if spin >= 0 && now-idleSince > spin {
 				w.reqCQ.Wait(w.s.ctx)
 				idleSince = -1
 			} else {
@@ -221,7 +190,7 @@ func (w *worker) run() {
 // back in one chain, the values of every valid request are claimed at
 // once, and the answers leave as one chain on the next response QP.
 func (w *worker) batch(wcs []verbs.WC) {
-	st := &w.stats
+	drops := w.Drops
 	peers := *w.peers.Load()
 	buf := w.recvMR.Bytes()
 	valid, values, nre := 0, 0, 0
@@ -239,44 +208,44 @@ func (w *worker) batch(wcs []verbs.WC) {
 		w.chain[nre] = w.rwrs[slot]
 		nre++
 		if wc.Status != verbs.WCSuccess {
-			st.drops[dropWCError].Add(1)
+			drops[dropWCError].Add(1)
 			continue
 		}
 		if wc.Opcode != verbs.WCRecv || wc.Flags&verbs.WCWithImm != 0 {
-			st.drops[dropBadOpcode].Add(1)
+			drops[dropBadOpcode].Add(1)
 			continue
 		}
 		if wc.ByteLen < verbs.GRHLen || wc.ByteLen > recvSlot {
-			st.drops[dropMalformed].Add(1)
+			drops[dropMalformed].Add(1)
 			continue
 		}
 		off := slot * recvSlot
 		h, err := spec.DecodeFaSSTRequest(buf[off+verbs.GRHLen : off+int(wc.ByteLen)])
 		if err != nil {
-			st.drops[dropMalformed].Add(1)
+			drops[dropMalformed].Add(1)
 			continue
 		}
 		p := peers[peerKey{wc.Src, wc.SrcQP}]
 		if p == nil {
-			st.drops[dropUnknownSource].Add(1)
+			drops[dropUnknownSource].Add(1)
 			continue
 		}
 		if h.Count > p.window {
-			st.drops[dropWindow].Add(1) // more values than the window in one request
+			drops[dropWindow].Add(1) // more values than the window in one request
 			continue
 		}
 		if a := wc.Arrived; a != 0 && polled.Sub(a) > spec.MaxResidence {
-			st.drops[dropExpired].Add(1) // dropped alone: it does not age the batch
+			drops[wk.DropExpired].Add(1) // dropped alone: it does not age the batch
 			continue
 		}
 		if p.seen && p.lastID == h.ID {
-			st.dupIDs.Add(1) // a network duplicate (answered, if in the window, with new values)
+			w.dupIDs.Add(1) // a network duplicate (answered, if in the window, with new values)
 		}
 		p.lastID, p.seen = h.ID, true
 		if p.inBatch+h.Count > p.window {
 			// More values asked by this QP in one batch than its window:
 			// the excess requests are not answered.
-			st.drops[dropWindow].Add(1)
+			drops[dropWindow].Add(1)
 			continue
 		}
 		p.inBatch += h.Count
@@ -294,7 +263,7 @@ func (w *worker) batch(wcs []verbs.WC) {
 	// chain (one doorbell) for the batch.
 	if nre > 0 {
 		if _, err := w.reqQP.PostRecv(w.chain[:nre]); err != nil && !w.s.stopped.Load() {
-			w.s.log.Error("re-post receives", "worker", w.id, "err", err)
+			w.Log.Error("re-post receives", "err", err)
 		}
 	}
 	if valid == 0 {
@@ -304,47 +273,26 @@ func (w *worker) batch(wcs []verbs.WC) {
 		oldest = verbs.Now()
 	}
 	defer clear(w.pend[:valid])
-	first, ok := w.claim(oldest, valid, values)
+	// One claim for the whole batch (one atomic add on the oracle).
+	first, ok := w.Claim(oldest, values)
 	if !ok {
 		return
 	}
 	if w.answer(w.pend[:valid], first, oldest) {
-		st.batches.Add(1)
-		st.requests.Add(uint64(valid))
-		st.values.Add(uint64(values))
+		w.Batches.Add(1)
+		w.Requests.Add(uint64(values))
+		w.requests.Add(uint64(valid))
 	}
-}
-
-// claim claims n values (for reqs requests) with one claim on the
-// oracle, retrying while it is behind, giving up once the batch is older
-// than spec.MaxResidence.
-func (w *worker) claim(oldest verbs.Time, reqs, n int) (uint64, bool) {
-	first, stalls, out, err := claim.Batch(w.s.cfg.Oracle, w.s.cfg.Behind, n, func() bool {
-		return verbs.Now().Sub(oldest) > spec.MaxResidence || w.s.stopped.Load()
-	})
-	w.stats.stalls.Add(uint64(stalls))
-	switch out {
-	case claim.Failed:
-		w.stats.drops[dropOracle].Add(uint64(reqs))
-		w.s.log.Error("claim", "worker", w.id, "n", n, "err", err)
-		return 0, false
-	case claim.Expired:
-		w.stats.drops[dropExpired].Add(uint64(reqs))
-		return 0, false
-	}
-	return first, true
 }
 
 // answer posts one answer per request, request i getting the next
 // reqs[i].k values from first on, as one chain on the next response QP,
-// unless the batch is by then older than spec.MaxResidence (checked after
-// every wait, immediately before the doorbell): then its values are
+// unless the batch is by then older than spec.MaxResidence (Base.Post
+// checks it immediately before the doorbell): then its values are
 // skipped, never handed out. It reports whether the answers were posted.
 func (w *worker) answer(reqs []pending, first uint64, oldest verbs.Time) bool {
-	b, ok := w.resp.Next(len(reqs))
+	b, ok := w.Next(len(reqs))
 	if !ok {
-		w.s.log.Error("send queue never drained", "worker", w.id)
-		w.stats.drops[dropSendError].Add(uint64(len(reqs)))
 		return false
 	}
 	v := first
@@ -363,21 +311,5 @@ func (w *worker) answer(reqs []pending, first uint64, oldest verbs.Time) bool {
 		wr.RemoteQPN = r.p.key.qpn
 		wr.RemoteQKey = r.p.qkey // the session's own: only its QPs accept it
 	}
-	if verbs.Now().Sub(oldest) > spec.MaxResidence {
-		w.stats.drops[dropLate].Add(uint64(len(reqs)))
-		return false
-	}
-	n, err := b.Post(w.sendWRs[:len(reqs)])
-	if err != nil {
-		w.stats.drops[dropSendError].Add(uint64(len(reqs) - n))
-		w.s.log.Error("post answers", "worker", w.id, "posted", n, "of", len(reqs), "err", err)
-	}
-	return n > 0
-}
-
-// reapSends frees send queue slots and counts answers that failed.
-func (w *worker) reapSends() {
-	if _, failed := w.resp.Reap(); failed > 0 {
-		w.stats.drops[dropSendError].Add(uint64(failed))
-	}
+	return w.Post(b, w.sendWRs[:len(reqs)], oldest)
 }
