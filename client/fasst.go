@@ -89,11 +89,7 @@ type fasstQP struct {
 	busy     []bool
 	deadline []time.Duration
 	values   int // values asked by the requests in flight
-	wrs      []verbs.SendWR
-	sges     []verbs.SGE
-	nwr      int
-	posted   uint64
-	done     uint64
+	sendChain
 }
 
 const (
@@ -143,7 +139,7 @@ func newFaSST(pd verbs.PD, dev verbs.Device, nqps, window int, timeout time.Dura
 	}
 	for i := range nqps {
 		q := &fasstQP{calls: make([][]int, window), live: make([]int, window), busy: make([]bool, window),
-			deadline: make([]time.Duration, window), wrs: make([]verbs.SendWR, window), sges: make([]verbs.SGE, window)}
+			deadline: make([]time.Duration, window), sendChain: newSendChain(window)}
 		for s := range q.calls {
 			q.calls[s] = make([]int, 0, window)
 		}
@@ -292,33 +288,15 @@ func (t *fasstTransport) queue(now time.Duration, qi, slot int, rid spec.FaSSTID
 	idx := qi*cap(q.busy) + slot
 	off := idx * spec.FaSSTRequestLen
 	spec.PutFaSSTRequest(t.reqMR.Bytes()[off:off+spec.FaSSTRequestLen], k, rid) // 1 ≤ k ≤ window ≤ FaSSTMaxCount
-	q.sges[q.nwr] = verbs.SGE{Addr: t.reqMR.Addr() + uint64(off), Length: spec.FaSSTRequestLen, LKey: t.reqMR.LKey()}
-	seq := q.posted + uint64(q.nwr)
-	wr := &q.wrs[q.nwr]
-	*wr = verbs.SendWR{ID: seq<<8 | uint64(qi), Opcode: verbs.OpSend, Flags: verbs.Inline, SG: q.sges[q.nwr : q.nwr+1],
-		AH: q.ah, RemoteQPN: q.dest, RemoteQKey: q.qkey}
-	if seq%fasstSignalEvery == fasstSignalEvery-1 {
-		wr.Flags |= verbs.Signaled
-	}
-	q.nwr++
+	q.add(qi, fasstSignalEvery, verbs.SendWR{Opcode: verbs.OpSend, Flags: verbs.Inline, AH: q.ah, RemoteQPN: q.dest, RemoteQKey: q.qkey},
+		verbs.SGE{Addr: t.reqMR.Addr() + uint64(off), Length: spec.FaSSTRequestLen, LKey: t.reqMR.LKey()})
 }
 
 // flush posts q's queued requests as one chain (one doorbell). Requests
 // that could not be posted are sent again when they time out.
 func (t *fasstTransport) flush(q *fasstQP) error {
-	if q.nwr == 0 {
-		return nil
-	}
-	for q.posted-q.done+uint64(q.nwr) > uint64(2*cap(q.busy)+fasstSignalEvery) {
-		if t.reapSends() == 0 {
-			break
-		}
-	}
-	n, err := q.qp.PostSend(q.wrs[:q.nwr])
-	q.posted += uint64(n)
-	q.nwr = 0
-	if err != nil {
-		return fmt.Errorf("client: fasst: send requests: %w", err)
+	if err := q.post(q.qp, uint64(2*cap(q.busy)+fasstSignalEvery), t.reapSends, t.st); err != nil {
+		return fmt.Errorf("client: fasst: %w", err)
 	}
 	return nil
 }
@@ -498,41 +476,14 @@ func (t *fasstTransport) Cancel(id int) {
 	}
 }
 
-func (t *fasstTransport) reapSends() int {
-	n, err := t.sendCQ.Poll(t.swcs)
-	if err != nil {
-		return 0
-	}
-	for _, wc := range t.swcs[:n] {
-		if qi := int(wc.ID & 0xff); qi < len(t.qps) {
-			if seq := wc.ID >> 8; seq+1 > t.qps[qi].done {
-				t.qps[qi].done = seq + 1
-			}
-		}
-	}
-	return n
-}
+func (t *fasstTransport) reapSends() int { return reapSends(t.sendCQ, t.swcs, t.qps) }
 
 // Close releases the transport's verbs resources (not the PD).
 func (t *fasstTransport) Close() error {
 	for _, q := range t.qps {
-		if q.qp != nil {
-			q.qp.Close()
-		}
-		if q.ah != nil {
-			q.ah.Close()
-		}
+		closeAll(q.qp, q.ah)
 	}
 	t.qps = nil
-	for _, r := range []verbs.MR{t.reqMR, t.recvMR} {
-		if r != nil {
-			r.Close()
-		}
-	}
-	for _, q := range []verbs.CQ{t.recvCQ, t.sendCQ} {
-		if q != nil {
-			q.Close()
-		}
-	}
+	closeAll(t.reqMR, t.recvMR, t.recvCQ, t.sendCQ)
 	return nil
 }
