@@ -27,7 +27,7 @@ type fasstRig struct {
 // below).
 func newFaSSTRig(t testing.TB, srvOpts, cliOpts string, qps, window int) *fasstRig {
 	t.Helper()
-	srv, err := fasst.New(fasst.Config{Config: wk.Config{Device: openSoft(t, srvOpts), Oracle: &fakeOracle{behindEvery: 7},
+	srv, err := fasst.New(fasst.Config{Config: wk.Config{Device: openSoft(t, srvOpts), Oracle: &fakeOracle{BehindEvery: 7},
 		Behind: errBehind, Workers: 2}})
 	if err != nil {
 		t.Fatal(err)

@@ -6,62 +6,22 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/seqd/seqd/dataplane"
+	"github.com/seqd/seqd/internal/claimtest"
 	wk "github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
-	_ "github.com/seqd/seqd/verbs/soft"
 	"github.com/seqd/seqd/verbs/verbstest"
 )
 
-var errBehind = errors.New("behind")
+func open(t testing.TB) verbs.Device { return claimtest.OpenSoft(t, "") }
 
-// fakeOracle counts up from 1<<40; while behind is set every claim is
-// refused as behind.
-type fakeOracle struct {
-	mu     sync.Mutex
-	next   uint64
-	behind atomic.Bool
-}
-
-func (o *fakeOracle) Claim(n int) (uint64, error) {
-	if o.behind.Load() {
-		return 0, errBehind
-	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.next == 0 {
-		o.next = 1 << 40
-	}
-	f := o.next
-	o.next += uint64(n)
-	return f, nil
-}
-
-func (o *fakeOracle) Current() uint64 {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return max(o.next, 1) - 1
-}
-
-func open(t testing.TB) verbs.Device {
+func newServer(t testing.TB, orc *claimtest.Oracle, workers, maxClients int) *Server {
 	t.Helper()
-	d, err := verbs.Open("soft", "127.0.0.1:0", nil)
-	if err != nil {
-		t.Skipf("soft provider: %v", err)
-	}
-	t.Cleanup(func() { d.Close() })
-	return d
-}
-
-func newServer(t testing.TB, orc *fakeOracle, workers, maxClients int) *Server {
-	t.Helper()
-	s, err := New(Config{Config: wk.Config{Device: open(t), Oracle: orc, Behind: errBehind, Workers: workers,
+	s, err := New(Config{Config: wk.Config{Device: open(t), Oracle: orc, Behind: claimtest.ErrBehind, Workers: workers,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})), Epoch: 7}, MaxClients: maxClients})
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +37,7 @@ func addr(i int) verbs.Address {
 }
 
 func TestAdmitRefusals(t *testing.T) {
-	s := newServer(t, &fakeOracle{}, 2, 2)
+	s := newServer(t, &claimtest.Oracle{}, 2, 2)
 	ctx := context.Background()
 	ok := dataplane.Admission{QPs: []dataplane.Endpoint{ep(addr(1), 0x10)}, Window: 4}
 	g, err := s.Admit(ctx, ok, dataplane.SessionRef{})
@@ -157,7 +117,7 @@ func manyQPs(n int) []dataplane.Endpoint {
 // addresses: afterwards no session is left, and the address handles
 // return to zero once their grace period is over.
 func TestChurnBoundsState(t *testing.T) {
-	s := newServer(t, &fakeOracle{}, 2, 0)
+	s := newServer(t, &claimtest.Oracle{}, 2, 0)
 	ctx := context.Background()
 	const cycles = 3000
 	peak := 0
@@ -284,7 +244,7 @@ func waitDrops(t *testing.T, s *Server, reason string, want uint64) {
 // requests from QPs never admitted are dropped and counted; a good
 // request is answered with its ID and count echoed.
 func TestBadRequests(t *testing.T) {
-	s := newServer(t, &fakeOracle{}, 1, 0)
+	s := newServer(t, &claimtest.Oracle{}, 1, 0)
 	c := admitRaw(t, s, 4)
 	bad := request(2, 5)
 	bad[0] = 9 // version
@@ -327,13 +287,13 @@ func TestBadRequests(t *testing.T) {
 // TestNoAnswerAfterMaxResidence: while the oracle is behind, a request is
 // kept no longer than spec.MaxResidence and then dropped, never answered.
 func TestNoAnswerAfterMaxResidence(t *testing.T) {
-	orc := &fakeOracle{}
+	orc := &claimtest.Oracle{}
 	s := newServer(t, orc, 1, 0)
 	c := admitRaw(t, s, 4)
-	orc.behind.Store(true)
+	orc.SetRefuse(true)
 	c.send(t, request(2, 1), false)
 	waitDrops(t, s, "expired", 1)
-	orc.behind.Store(false)
+	orc.SetRefuse(false)
 	verbstest.ExpectEmpty(t, c.e.RecvCQ, "an answer after the oracle caught up")
 	if st := s.Stats(); st.Served != 0 {
 		t.Fatalf("served %d while the oracle was behind (stalls %d)", st.Served, st.Stalls)
@@ -346,7 +306,7 @@ func TestNoAnswerAfterMaxResidence(t *testing.T) {
 // error state (late requests get no answer) and Stop claims nothing
 // outside the oracle.
 func TestStopMovesToErr(t *testing.T) {
-	s := newServer(t, &fakeOracle{}, 2, 0)
+	s := newServer(t, &claimtest.Oracle{}, 2, 0)
 	high, err := s.Stop()
 	if err != nil || high != 0 {
 		t.Fatalf("Stop = %d, %v", high, err)
