@@ -31,7 +31,6 @@ type Server struct {
 	nsessions atomic.Int64
 	nextID    uint64
 	rr        int
-	stopOnce  sync.Once
 	closed    bool
 }
 
@@ -222,17 +221,9 @@ func (s *Server) release(sess *session, now time.Time) {
 // value the mode handed out was claimed from the oracle, so it returns
 // high 0.
 func (s *Server) Stop() (uint64, error) {
-	s.stopOnce.Do(func() {
-		s.mu.Lock()
-		s.stopped.Store(true)
-		s.mu.Unlock()
-		s.cancel()
-		s.Wait()
-		for _, w := range s.Workers {
-			w.toErr()
-		}
+	if s.Pool.Stop(&s.mu, &s.stopped, s.cancel, (*worker).toErr) {
 		s.log.Info("fasst data path stopped")
-	})
+	}
 	return 0, nil
 }
 
