@@ -421,6 +421,7 @@ type counters struct {
 	rcRetransmits, rcDuplicates, rcNaks                              atomic.Uint64
 	faultLoss, faultDup, faultReorder, cqOverrun, gsoFallback        atomic.Uint64
 	rxDatagrams, txDatagrams                                         atomic.Uint64
+	rxIPID                                                           atomic.Uint64
 }
 
 func (c *counters) visit(f func(string, uint64)) {
@@ -448,4 +449,7 @@ func (c *counters) visit(f func(string, uint64)) {
 	f("gso_fallback", c.gsoFallback.Load())
 	f("rx_datagrams", c.rxDatagrams.Load())
 	f("tx_datagrams", c.txDatagrams.Load())
+	// Packets whose ICRC was right for a non-zero IPv4 ID (GSO segments,
+	// NIC and rxe senders).
+	f("rx_icrc_ip_id", c.rxIPID.Load())
 }
