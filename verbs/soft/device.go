@@ -150,6 +150,10 @@ type device struct {
 	mrMu   sync.Mutex
 	nextMR int
 
+	// shared: the queues share the RoCEv2 port (SO_REUSEPORT), and the
+	// kernel steers each packet to queue DestQP mod queues.
+	shared bool
+
 	ctr    counters
 	holds  atomic.Int32 // open HoldDoorbell calls
 	closed atomic.Bool
@@ -164,19 +168,30 @@ func Open(name string, opts verbs.Options) (verbs.Device, error) {
 		return nil, err
 	}
 	d := &device{cfg: cfg, qps: make([]atomic.Pointer[qp], cfg.maxQP), log: slog.Default().With("verbs", "soft")}
+	// On the RoCEv2 port every queue listens on 4791, as a NIC does:
+	// peers (NICs above all) send only there.
+	d.shared = cfg.addr.Port() == verbs.RoCEv2Port && cfg.queues > 1
+	fail := func(err error) (verbs.Device, error) {
+		for _, q := range d.queues {
+			q.close()
+		}
+		return nil, err
+	}
 	for i := 0; i < cfg.queues; i++ {
 		port := cfg.addr.Port()
-		if port != 0 {
+		if port != 0 && !d.shared {
 			port += uint16(i)
 		}
 		q, err := newQueue(d, i, netip.AddrPortFrom(cfg.addr.Addr(), port))
 		if err != nil {
-			for _, q := range d.queues {
-				q.close()
-			}
-			return nil, err
+			return fail(err)
 		}
 		d.queues = append(d.queues, q)
+	}
+	if d.shared {
+		if err := steer(d.queues[0].fd, len(d.queues)); err != nil {
+			return fail(fmt.Errorf("soft: steering the shared port's packets to queues: %w", err))
+		}
 	}
 	d.name = "soft:" + d.queues[0].local.String()
 	for _, q := range d.queues {
