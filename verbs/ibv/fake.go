@@ -28,7 +28,7 @@ static struct {
 	int send_calls, recv_calls;
 	struct fake_wr send[FAKE_MAX];
 	struct ibv_recv_wr recv[FAKE_MAX];
-	struct ibv_sge recv_sge[FAKE_MAX];
+	struct ibv_sge recv_sge[FAKE_MAX][4];
 	struct ibv_wc wc[FAKE_MAX];
 } fake;
 
@@ -57,8 +57,8 @@ static int fake_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_
 			return fake.fail_errno;
 		}
 		fake.recv[fake.nrecv] = *wr;
-		if (wr->num_sge > 0)
-			fake.recv_sge[fake.nrecv] = wr->sg_list[0];
+		for (int j = 0; j < wr->num_sge && j < 4; j++)
+			fake.recv_sge[fake.nrecv][j] = wr->sg_list[j];
 		fake.nrecv++;
 	}
 	return 0;
@@ -102,7 +102,22 @@ static uint64_t fake_atomic_swap(int i) { return fake.send[i].wr.wr.atomic.swap;
 static uint32_t fake_atomic_rkey(int i) { return fake.send[i].wr.wr.atomic.rkey; }
 static uint64_t fake_recv_id(int i) { return fake.recv[i].wr_id; }
 static int fake_recv_nsge(int i) { return fake.recv[i].num_sge; }
-static struct ibv_sge fake_recv_sge(int i) { return fake.recv_sge[i]; }
+static struct ibv_sge fake_recv_sge(int i) { return fake.recv_sge[i][0]; }
+
+// fake_deliver_grh writes the 40-byte GRH of a UD receive into posted
+// receive i as a NIC does: into the first 40 bytes of its scatter list,
+// split across SGEs where the first are shorter. It returns the bytes
+// written.
+static int fake_deliver_grh(int i, const uint8_t *grh) {
+	int off = 0;
+	for (int j = 0; j < fake.recv[i].num_sge && j < 4 && off < 40; j++) {
+		struct ibv_sge *s = &fake.recv_sge[i][j];
+		int n = s->length < (uint32_t)(40 - off) ? (int)s->length : 40 - off;
+		memcpy((void *)(uintptr_t)s->addr, grh + off, n);
+		off += n;
+	}
+	return off;
+}
 
 static void fake_push_wc(uint64_t id, int status, int opcode, uint32_t len, uint32_t imm_host,
 			 uint32_t qpn, uint32_t src_qp, unsigned flags, uint16_t slid) {
@@ -242,6 +257,12 @@ func fakeRecvd() (ids []uint64, sges []verbs.SGE) {
 		}
 	}
 	return ids, sges
+}
+
+// fakeDeliverGRH writes grh into posted receive i's scatter list, split
+// across its SGEs as a NIC does, and returns the bytes written.
+func fakeDeliverGRH(i int, grh []byte) int {
+	return int(C.fake_deliver_grh(C.int(i), (*C.uint8_t)(unsafe.Pointer(&grh[0]))))
 }
 
 // fakeCompletion queues a completion for the next Poll.

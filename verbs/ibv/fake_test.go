@@ -293,3 +293,43 @@ func TestFakeRecvStampDrained(t *testing.T) {
 		t.Fatalf("after a Wait, stamped %d, before the poll started (%d)", third.Arrived, after)
 	}
 }
+
+// TestFakeGRHSplitAcrossSGEs: a receive whose first SGE is shorter than
+// the GRH gets the GRH split across its SGEs, which need not be adjacent
+// (ibv_post_recv(3): "the first 40 bytes of the buffer(s) in the scatter
+// list"); Poll gathers it and finds the sender.
+func TestFakeGRHSplitAcrossSGEs(t *testing.T) {
+	e := newFakeEnv(verbs.UD, fakeCaps)
+	a := e.mr.Addr()
+	lk := e.mr.LKey()
+	rwrs := []verbs.RecvWR{
+		{ID: 1, SG: []verbs.SGE{{Addr: a + 100, Length: 16, LKey: lk}, {Addr: a + 3000, Length: 512, LKey: lk}}},
+		{ID: 2, SG: []verbs.SGE{{Addr: a + 5000, Length: 0, LKey: lk}, {Addr: a + 6000, Length: 1024, LKey: lk}}},
+	}
+	if n, err := e.qp.PostRecv(rwrs); n != 2 || err != nil {
+		t.Fatalf("PostRecv = %d, %v", n, err)
+	}
+	srcs := []netip.Addr{netip.MustParseAddr("192.0.2.77"), netip.MustParseAddr("192.0.2.78")}
+	for i, src := range srcs {
+		if n := fakeDeliverGRH(i, ipv4GRH(src, netip.MustParseAddr("192.0.2.1"), 0)); n != verbs.GRHLen {
+			t.Fatalf("receive %d: the fake wrote %d GRH bytes", i, n)
+		}
+		fakePushWC(fakeCompletion{ID: uint64(i + 1), Status: fakeWCSuccess, Opcode: fakeWCRecv, Len: 40,
+			QPN: uint32(e.qp.QPN()), SrcQP: 9, Flags: fakeWCGRH})
+	}
+	wc := make([]verbs.WC, 4)
+	n, err := e.cq.Poll(wc)
+	if err != nil || n != 2 {
+		t.Fatalf("Poll = %d, %v", n, err)
+	}
+	for i, src := range srcs {
+		if wc[i].Src.GID != verbs.GIDFromAddr(src) {
+			t.Errorf("receive %d: source %v, want %v", i, wc[i].Src, src)
+		}
+	}
+	// The first SGE alone holds 16 bytes: the old reading of 40 bytes
+	// from it would have taken bytes the NIC never wrote.
+	if got := e.mr.Bytes()[100+16]; got != 0 {
+		t.Errorf("byte after the first SGE was written: %#x", got)
+	}
+}

@@ -52,11 +52,16 @@ type qp struct {
 }
 
 type recvSlot struct {
-	id   uint64
-	addr uint64
-	lkey uint32
-	sges bool // false: the receive had no buffer
+	id uint64
+	// grh are the SGEs that hold the first 40 bytes of the receive, where
+	// the NIC writes the GRH ("in the first 40 bytes of the buffer(s) in
+	// the scatter list", ibv_post_recv(3)): several when the first SGEs
+	// are shorter. ngrh is 0 when the receive had no buffer or its SGEs
+	// hold less than 40 bytes, or take more than maxGRHSGE to.
+	grh  [maxGRHSGE]verbs.SGE
+	ngrh uint8
 }
+
 
 // CreateQP creates a queue pair in the RESET state. The driver may grant
 // larger capacities than asked; the QP uses what it grants.
@@ -401,9 +406,7 @@ func (q *qp) PostRecv(wrs []verbs.RecvWR) (int, error) {
 	if q.ring != nil {
 		for i := range posted {
 			s := recvSlot{id: wrs[i].ID}
-			if len(wrs[i].SG) > 0 {
-				s.addr, s.lkey, s.sges = wrs[i].SG[0].Addr, wrs[i].SG[0].LKey, true
-			}
+			s.grh, s.ngrh = grhSGEs(wrs[i].SG)
 			if q.tail-q.head == uint64(len(q.ring)) {
 				q.head++ // cannot happen while the driver keeps its capacity
 			}
@@ -436,11 +439,11 @@ func (q *qp) completeRecv(c *cq, w *verbs.WC, slid uint16) {
 		}
 	}
 	q.recvMu.Unlock()
-	if !found || !success || !s.sges || w.Flags&verbs.WCGRH == 0 {
+	if !found || !success || s.ngrh == 0 || w.Flags&verbs.WCGRH == 0 {
 		return
 	}
 	var grh [verbs.GRHLen]byte
-	if !q.pd.grh(&grh, s.lkey, s.addr) {
+	if !q.pd.grh(&grh, s.grh[:s.ngrh]) {
 		return
 	}
 	if g, ok := grhSource(grh[:]); ok {
