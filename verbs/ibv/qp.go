@@ -62,7 +62,6 @@ type recvSlot struct {
 	ngrh uint8
 }
 
-
 // CreateQP creates a queue pair in the RESET state. The driver may grant
 // larger capacities than asked; the QP uses what it grants.
 func (p *pd) CreateQP(attr verbs.QPInitAttr) (verbs.QP, error) {

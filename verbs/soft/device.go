@@ -42,6 +42,9 @@ type config struct {
 	rcvbuf  int
 	sndbuf  int
 	maxQP   int
+	// tos is the IPv4 TOS byte (DSCP<<2 | ECN) of every packet sent:
+	// RoCE traffic on a PFC fabric belongs in its lossless class.
+	tos int
 	// advertise is the address peers reach a device bound to 0.0.0.0 at.
 	advertise netip.Addr
 }
@@ -92,13 +95,18 @@ func parseConfig(device string, opts verbs.Options) (config, error) {
 				err = fmt.Errorf("want a specific IPv4 address")
 			}
 			c.advertise = c.advertise.Unmap()
+		case "tos":
+			c.tos, err = strconv.Atoi(v)
+			if err == nil && (c.tos < 0 || c.tos > 255) {
+				err = fmt.Errorf("want 0..255")
+			}
 		case "max_qp":
 			c.maxQP, err = strconv.Atoi(v)
 			if err == nil && (c.maxQP < 1 || c.maxQP > 1<<20) {
 				err = fmt.Errorf("want 1..%d", 1<<20)
 			}
 		default:
-			err = fmt.Errorf("unknown option (have queues, loss, dup, reorder, seed, gso, gro, rcvbuf, sndbuf, max_qp, advertise)")
+			err = fmt.Errorf("unknown option (have queues, loss, dup, reorder, seed, gso, gro, rcvbuf, sndbuf, max_qp, advertise, tos)")
 		}
 		if err != nil {
 			return c, fmt.Errorf("%w: soft option %s=%q: %v", verbs.ErrInvalidArgument, k, v, err)

@@ -225,6 +225,9 @@ func newQueue(d *device, idx int, local netip.AddrPort) (*queue, error) {
 		unix.SetsockoptInt(q.fd, unix.SOL_SOCKET, unix.SO_RCVBUF, d.cfg.rcvbuf),
 		unix.SetsockoptInt(q.fd, unix.SOL_SOCKET, unix.SO_SNDBUF, d.cfg.sndbuf),
 	)
+	if d.cfg.tos != 0 {
+		serr = errors.Join(serr, unix.SetsockoptInt(q.fd, unix.IPPROTO_IP, unix.IP_TOS, d.cfg.tos))
+	}
 	if q.wildcard {
 		serr = errors.Join(serr, unix.SetsockoptInt(q.fd, unix.IPPROTO_IP, unix.IP_PKTINFO, 1))
 	}
