@@ -11,7 +11,9 @@ import "C"
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -38,6 +40,12 @@ type device struct {
 	addr     verbs.Address
 	attr     verbs.DeviceAttr
 	life     life
+
+	async     asyncState
+	objs      asyncObjs
+	asyncFile *os.File
+	asyncDone chan struct{}
+	asyncStop atomic.Bool
 }
 
 // open is the provider entry point (see the package documentation).
@@ -70,6 +78,10 @@ func open(name string, opts verbs.Options) (verbs.Device, error) {
 	}
 	d := &device{ctx: ctx, name: names[idx], port: cfg.port}
 	if err := d.query(cfg); err != nil {
+		C.ibv_close_device(ctx)
+		return nil, err
+	}
+	if err := d.startAsync(); err != nil {
 		C.ibv_close_device(ctx)
 		return nil, err
 	}
@@ -196,6 +208,7 @@ func (d *device) VisitCounters(f func(name string, value uint64)) {
 	if f == nil || d.life.isClosed() {
 		return
 	}
+	d.async.visit(f)
 	visitSysfsCounters(sysfsRoot, d.name, d.port, f)
 }
 
@@ -217,6 +230,7 @@ func (d *device) Close() error {
 	if err := d.life.close("ibv device " + d.name); err != nil {
 		return err
 	}
+	d.stopAsync()
 	if rc, errno := C.ibv_close_device(d.ctx); rc != 0 {
 		return fmt.Errorf("ibv: ibv_close_device: %w", rcErr(rc, errno))
 	}

@@ -281,3 +281,9 @@ func fakePushWC(w fakeCompletion) {
 	C.fake_push_wc(C.uint64_t(w.ID), C.int(w.Status), C.int(w.Opcode), C.uint32_t(w.Len), C.uint32_t(w.Imm),
 		C.uint32_t(w.QPN), C.uint32_t(w.SrcQP), C.uint(w.Flags), C.uint16_t(w.SLID))
 }
+
+// fakeCQAddr is the C address of the env's CQ, as a CQ_ERR event names it.
+func (e *fakeEnv) fakeCQAddr() uintptr {
+	e.dev.addCQ(e.cq)
+	return uintptr(unsafe.Pointer(e.cq.c.cq))
+}

@@ -333,3 +333,35 @@ func TestFakeGRHSplitAcrossSGEs(t *testing.T) {
 		t.Errorf("byte after the first SGE was written: %#x", got)
 	}
 }
+
+// TestFakeAsyncEvents: the asynchronous events hardware raises become
+// errors and counters: after IBV_EVENT_CQ_ERR the CQ's Poll fails with
+// ErrCQOverrun; after IBV_EVENT_QP_FATAL the QP reports ERR (posts then
+// complete flushed, as on hardware; Modify to RESET recovers it); a port going down and up shows in port_down.
+func TestFakeAsyncEvents(t *testing.T) {
+	e := newFakeEnv(verbs.UD, fakeCaps)
+	wc := make([]verbs.WC, 4)
+	if _, err := e.cq.Poll(wc); err != nil {
+		t.Fatal(err)
+	}
+	e.dev.onAsync(asyncCQErr, e.fakeCQAddr(), 0, 0)
+	if _, err := e.cq.Poll(wc); !errors.Is(err, verbs.ErrCQOverrun) {
+		t.Errorf("Poll after CQ_ERR: %v, want ErrCQOverrun", err)
+	}
+	e.dev.onAsync(asyncQPFatal, 0, uint32(e.qp.QPN()), 0)
+	if s := e.qp.State(); s != verbs.StateErr {
+		t.Errorf("QP state after QP_FATAL: %v", s)
+	}
+	e.dev.onAsync(asyncPortErr, 0, 0, 1)
+	e.dev.onAsync(asyncPortErr, 0, 0, 2) // another port: counted as other
+	got := map[string]uint64{}
+	e.dev.async.visit(func(n string, v uint64) { got[n] = v })
+	if got["async_cq_err"] != 1 || got["async_qp_fatal"] != 1 || got["async_port_err"] != 1 || got["async_other"] != 1 || got["port_down"] != 1 {
+		t.Errorf("counters %v", got)
+	}
+	e.dev.onAsync(asyncPortActive, 0, 0, 1)
+	e.dev.async.visit(func(n string, v uint64) { got[n] = v })
+	if got["port_down"] != 0 {
+		t.Errorf("port_down %d after PORT_ACTIVE", got["port_down"])
+	}
+}

@@ -164,6 +164,7 @@ func newQP(p *pd, scq, rcq *cq, iqp *C.struct_ibv_qp, typ verbs.QPType, caps ver
 	rcq.qpsMu.Lock()
 	rcq.qps[uint32(q.qpn)] = q
 	rcq.qpsMu.Unlock()
+	p.dev.addQP(q)
 	return q
 }
 
@@ -466,6 +467,7 @@ func (q *qp) Close() error {
 		q.rcq.qpsMu.Unlock()
 		return err
 	}
+	q.pd.dev.removeQP(q)
 	q.rcq.life.release()
 	q.scq.life.release()
 	q.pd.life.release()
