@@ -45,6 +45,8 @@ type config struct {
 	// tos is the IPv4 TOS byte (DSCP<<2 | ECN) of every packet sent:
 	// RoCE traffic on a PFC fabric belongs in its lossless class.
 	tos int
+	// nicwire: behave on the wire as an RDMA NIC does (see nicwire.go).
+	nicwire bool
 	// advertise is the address peers reach a device bound to 0.0.0.0 at.
 	advertise netip.Addr
 }
@@ -100,13 +102,15 @@ func parseConfig(device string, opts verbs.Options) (config, error) {
 			if err == nil && (c.tos < 0 || c.tos > 255) {
 				err = fmt.Errorf("want 0..255")
 			}
+		case "nicwire":
+			c.nicwire, err = parseOnOff(v)
 		case "max_qp":
 			c.maxQP, err = strconv.Atoi(v)
 			if err == nil && (c.maxQP < 1 || c.maxQP > 1<<20) {
 				err = fmt.Errorf("want 1..%d", 1<<20)
 			}
 		default:
-			err = fmt.Errorf("unknown option (have queues, loss, dup, reorder, seed, gso, gro, rcvbuf, sndbuf, max_qp, advertise, tos)")
+			err = fmt.Errorf("unknown option (have queues, loss, dup, reorder, seed, gso, gro, rcvbuf, sndbuf, max_qp, advertise, tos, nicwire)")
 		}
 		if err != nil {
 			return c, fmt.Errorf("%w: soft option %s=%q: %v", verbs.ErrInvalidArgument, k, v, err)
@@ -117,6 +121,10 @@ func parseConfig(device string, opts verbs.Options) (config, error) {
 	}
 	if !c.addr.Addr().IsUnspecified() && c.advertise.IsValid() && c.advertise != c.addr.Addr() {
 		return c, fmt.Errorf("%w: advertise=%v differs from the device address %v", verbs.ErrInvalidArgument, c.advertise, c.addr.Addr())
+	}
+	if c.nicwire && (c.addr.Port() != verbs.RoCEv2Port || c.addr.Addr().IsUnspecified()) {
+		return c, fmt.Errorf("%w: soft option nicwire=on needs a device at a specific IPv4 address and port %d, not %v",
+			verbs.ErrInvalidArgument, verbs.RoCEv2Port, c.addr)
 	}
 	if c.addr.Port() != 0 && int(c.addr.Port())+c.queues-1 > 65535 {
 		return c, fmt.Errorf("%w: soft device ports %d+%d overflow", verbs.ErrInvalidArgument, c.addr.Port(), c.queues)

@@ -55,9 +55,10 @@ type vethPair struct {
 }
 
 // newVethPair makes the pair, or skips t where it cannot (no root, no ip
-// or ethtool). Transmit UDP segmentation is off on A's side, so the
-// kernel cuts GSO messages into segments in software (inet_gso_segment),
-// and GRO is off on B's, so B sees every segment.
+// or ethtool). Transmit UDP segmentation is off on both sides, so the
+// kernel cuts GSO messages into segments in software (inet_gso_segment)
+// before a capture sees them, and GRO is off on B's, so B sees every
+// segment.
 func newVethPair(t *testing.T) *vethPair {
 	t.Helper()
 	if testing.Short() {
@@ -93,7 +94,7 @@ func newVethPair(t *testing.T) *vethPair {
 	run("ip", "-n", v.nsA, "link", "set", "va", "up")
 	run("ip", "-n", v.nsB, "link", "set", "vb", "up")
 	run("ip", "netns", "exec", v.nsA, "ethtool", "-K", "va", "tx-udp-segmentation", "off")
-	run("ip", "netns", "exec", v.nsB, "ethtool", "-K", "vb", "gro", "off")
+	run("ip", "netns", "exec", v.nsB, "ethtool", "-K", "vb", "gro", "off", "tx-udp-segmentation", "off")
 	return v
 }
 
@@ -122,19 +123,24 @@ func inNS(t *testing.T, ns string, f func()) {
 // pktCapture is an AF_PACKET socket on one interface.
 type pktCapture struct{ fd int }
 
-func openPktCapture(t *testing.T, ifname string) *pktCapture {
+// openPktCapture captures on ifname: received IPv4 frames, or with
+// both, sent frames too (ETH_P_ALL).
+func openPktCapture(t *testing.T, ifname string, both bool) *pktCapture {
 	t.Helper()
 	ifi, err := net.InterfaceByName(ifname)
 	if err != nil {
 		t.Fatal(err)
 	}
-	proto := int(htons(unix.ETH_P_IP))
-	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, proto)
+	proto := htons(unix.ETH_P_IP)
+	if both {
+		proto = htons(unix.ETH_P_ALL)
+	}
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(proto))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { unix.Close(fd) })
-	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_IP), Ifindex: ifi.Index}); err != nil {
+	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: proto, Ifindex: ifi.Index}); err != nil {
 		t.Fatal(err)
 	}
 	unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 8<<20)
@@ -216,7 +222,7 @@ func TestGSOSegmentsOnTheWire(t *testing.T) {
 	var cli, srv verbs.Device
 	var capt *pktCapture
 	inNS(t, v.nsB, func() {
-		capt = openPktCapture(t, "vb")
+		capt = openPktCapture(t, "vb", false)
 		var err error
 		srv, err = soft.Open(v.ipB+":4791", nil)
 		if err != nil {

@@ -62,6 +62,9 @@ func (q *queue) newPeer(a verbs.Address) (*peer, error) {
 	pe := &peer{sa: unix.RawSockaddrInet4{Family: unix.AF_INET, Addr: ip.As4()}, roce: port == verbs.RoCEv2Port}
 	pe.sa.Port = htons(port)
 	pe.flow = rocev2.Flow{Src: q.ip, Dst: ip.As4(), SrcPort: q.local.Port(), DstPort: port, FlagsFrag: 0x4000}
+	if q.raw >= 0 {
+		pe.flow.SrcPort = nicSourcePort()
+	}
 	pe.preLen = -1
 	return pe, nil
 }
@@ -129,6 +132,12 @@ type queue struct {
 	// (idle) only while it waits for the socket itself.
 	fd   int
 	idle atomic.Pointer[os.File]
+	// raw is the IP_HDRINCL socket a nicwire device sends through, or -1
+	// (nicwire.go).
+	raw    int
+	rawHdr []byte       // txMaxPkts IPv4+UDP headers
+	rawIov []unix.Iovec // two per packet: header, transport packet
+	nextID uint16       // the IPv4 ID of the next packet (never 0)
 
 	// Transmit state, under txMu.
 	txMu    sync.Mutex
@@ -199,7 +208,7 @@ func newQueue(d *device, idx int, local netip.AddrPort) (*queue, error) {
 	// Keep a duplicate of the socket and close the net.UDPConn: closing
 	// it removes the socket from the netpoller, the duplicate keeps it
 	// open (non-blocking, as ListenUDP made it).
-	q := &queue{d: d, idx: idx, fd: -1, gso: d.cfg.gso, done: make(chan struct{}), kick: make(chan struct{}, 1),
+	q := &queue{d: d, idx: idx, fd: -1, raw: -1, gso: d.cfg.gso, done: make(chan struct{}), kick: make(chan struct{}, 1),
 		rng: rand.New(rand.NewPCG(d.cfg.seed, uint64(idx)))}
 	bound := conn.LocalAddr().(*net.UDPAddr).AddrPort()
 	rc, err := conn.SyscallConn()
@@ -252,6 +261,12 @@ func newQueue(d *device, idx int, local netip.AddrPort) (*queue, error) {
 		unix.Close(q.fd)
 		return nil, fmt.Errorf("soft: queue %d socket options: %w", idx, serr)
 	}
+	if d.cfg.nicwire {
+		if err := q.openRaw(); err != nil {
+			unix.Close(q.fd)
+			return nil, fmt.Errorf("soft: queue %d: nicwire: %w", idx, err)
+		}
+	}
 	q.arena = make([]byte, txArenaLen)
 	q.pkts = make([]txPkt, 0, txMaxPkts)
 	q.hdrs = make([]unix.Mmsghdr, txMaxPkts)
@@ -301,6 +316,9 @@ func (q *queue) close() {
 	q.rxMu.Lock()
 	q.txMu.Lock()
 	unix.Close(q.fd)
+	if q.raw >= 0 {
+		unix.Close(q.raw)
+	}
 	q.txMu.Unlock()
 	q.rxMu.Unlock()
 }
@@ -429,6 +447,10 @@ func (q *queue) flush() {
 // GSO message into segments it numbers them 0, 1, 2... (inet_gso_segment):
 // segment k's ICRC is computed for ID k.
 func (q *queue) build(from int) {
+	if q.raw >= 0 {
+		q.buildRaw(from)
+		return
+	}
 	q.nhdr = 0
 	pkts := q.pkts
 	for i := from; i < len(pkts); {
@@ -501,7 +523,7 @@ func (q *queue) waitWritable() {
 }
 
 func (q *queue) writable(ms int) bool {
-	fds := [1]unix.PollFd{{Fd: int32(q.fd), Events: unix.POLLOUT}}
+	fds := [1]unix.PollFd{{Fd: int32(q.txFD()), Events: unix.POLLOUT}}
 	n, _ := unix.Poll(fds[:], ms)
 	return n > 0
 }
@@ -509,7 +531,7 @@ func (q *queue) writable(ms int) bool {
 // write sends hdrs[sent:nhdr]; it reports false when the socket buffer is
 // full (EAGAIN). Callers hold txMu.
 func (q *queue) write() bool {
-	fd := uintptr(q.fd)
+	fd := uintptr(q.txFD())
 	for q.sent < q.nhdr {
 		n, errno := sendmmsg(fd, q.hdrs[q.sent:q.nhdr])
 		q.d.ctr.txSyscalls.Add(1)
