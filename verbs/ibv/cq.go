@@ -148,6 +148,7 @@ func (c *cq) Poll(wc []verbs.WC) (int, error) {
 	}
 	now := verbs.Now()
 	asked := min(len(wc), len(c.out))
+	c.dev.crossings.Add(1)
 	got := int(C.seqd_poll(c.c, C.int(asked)))
 	if got < 0 {
 		return 0, fmt.Errorf("%w: ibv_poll_cq failed (%d): the CQ is in error", verbs.ErrCQOverrun, got)

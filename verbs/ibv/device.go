@@ -46,6 +46,10 @@ type device struct {
 	asyncFile *os.File
 	asyncDone chan struct{}
 	asyncStop atomic.Bool
+
+	// crossings counts calls from Go into the driver on the data path
+	// (post and poll), for the provider_crossings counter.
+	crossings atomic.Uint64
 }
 
 // open is the provider entry point (see the package documentation).
@@ -209,6 +213,7 @@ func (d *device) VisitCounters(f func(name string, value uint64)) {
 		return
 	}
 	d.async.visit(f)
+	f(verbs.CounterProviderCrossings, d.crossings.Load())
 	visitSysfsCounters(sysfsRoot, d.name, d.port, f)
 }
 

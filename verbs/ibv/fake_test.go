@@ -3,6 +3,7 @@
 package ibv
 
 import (
+	"encoding/binary"
 	"errors"
 	"net/netip"
 	"testing"
@@ -363,5 +364,65 @@ func TestFakeAsyncEvents(t *testing.T) {
 	e.dev.async.visit(func(n string, v uint64) { got[n] = v })
 	if got["port_down"] != 0 {
 		t.Errorf("port_down %d after PORT_ACTIVE", got["port_down"])
+	}
+}
+
+// TestFakeTwoCrossingsPerBatch: one batch of a server's loop (poll a CQ
+// that holds both the receives and the sends, answer every request and
+// repost its receive) crosses into C twice: one Poll, one PostBatch that
+// posts the receive chain and the send chain. provider_crossings counts
+// it; the driver gets both chains whole.
+func TestFakeTwoCrossingsPerBatch(t *testing.T) {
+	e := newFakeEnv(verbs.UD, fakeCaps)
+	const n = 4
+	recvs := make([]verbs.RecvWR, n)
+	sends := make([]verbs.SendWR, n)
+	ah := e.fakeAH()
+	for i := range recvs {
+		recvs[i] = verbs.RecvWR{ID: uint64(i), SG: []verbs.SGE{{Addr: e.mr.Addr() + uint64(i*64), Length: 64, LKey: e.mr.LKey()}}}
+	}
+	if _, err := e.qp.PostRecv(recvs); err != nil {
+		t.Fatal(err)
+	}
+	for i := range recvs {
+		fakePushWC(fakeCompletion{ID: uint64(i), Status: fakeWCSuccess, Opcode: fakeWCRecv, Len: 40,
+			QPN: uint32(e.qp.QPN()), SrcQP: 9, Flags: fakeWCGRH | fakeWCWithImm, Imm: uint32(i)})
+	}
+	fakeClearLog()
+	before := e.dev.crossings.Load()
+	wc := make([]verbs.WC, 16)
+	got, err := e.cq.Poll(wc)
+	if err != nil || got != n {
+		t.Fatalf("Poll = %d, %v", got, err)
+	}
+	for i := range got {
+		sends[i] = verbs.SendWR{ID: uint64(100 + i), Opcode: verbs.OpSendWithImm, Imm: wc[i].Imm + 1, AH: ah,
+			RemoteQPN: wc[i].SrcQP, RemoteQKey: verbs.DefaultQKey}
+	}
+	nr, ns, err := verbs.PostBatch(e.qp, recvs[:got], e.qp, sends[:got])
+	if err != nil || nr != n || ns != n {
+		t.Fatalf("PostBatch = %d, %d, %v", nr, ns, err)
+	}
+	if c := e.dev.crossings.Load() - before; c != 2 {
+		t.Errorf("%d provider crossings for one batch, want 2", c)
+	}
+	var counted uint64
+	e.dev.VisitCounters(func(name string, v uint64) {
+		if name == verbs.CounterProviderCrossings {
+			counted = v
+		}
+	})
+	if counted != e.dev.crossings.Load() {
+		t.Errorf("provider_crossings counter %d, want %d", counted, e.dev.crossings.Load())
+	}
+	ids, _ := fakeRecvd()
+	sent := fakeSent()
+	if len(ids) != n || len(sent) != n || fakeCalls() != 2 {
+		t.Fatalf("driver got %d receives and %d sends in %d driver calls, want %d, %d in 2", len(ids), len(sent), fakeCalls(), n, n)
+	}
+	for i, w := range sent {
+		if w.ID != uint64(100+i) || binary.BigEndian.Uint32(w.ImmWire[:]) != uint32(i+1) || !w.HasNext == (i < n-1) {
+			t.Errorf("send %d: %+v", i, w)
+		}
 	}
 }

@@ -145,6 +145,25 @@ static inline int seqd_post_recv(struct seqd_qp *q, int n) {
 	return rc;
 }
 
+// seqd_post_both posts nr receives to rq (when rq is not NULL), then ns
+// sends to sq (when sq is not NULL): one crossing from Go for both
+// chains. On failure it returns the errno and sets *which to 0 (the
+// receives) or 1 (the sends); the refused index is in that QP's bad.
+static inline int seqd_post_both(struct seqd_qp *rq, int nr, struct seqd_qp *sq, int ns, int *which) {
+	int rc;
+
+	*which = 0;
+	if (rq != NULL && nr > 0) {
+		rc = seqd_post_recv(rq, nr);
+		if (rc != 0)
+			return rc;
+	}
+	*which = 1;
+	if (sq != NULL && ns > 0)
+		return seqd_post_send(sq, ns);
+	return 0;
+}
+
 // seqd_wc is a work completion with the union resolved and the immediate
 // data already in host byte order.
 struct seqd_wc {
