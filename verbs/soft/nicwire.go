@@ -42,7 +42,7 @@ func (q *queue) openRaw() error {
 		unix.Close(fd)
 		return err
 	}
-	q.raw = fd
+	q.raw, q.nicwire = fd, true
 	q.gso = false
 	q.rawHdr = make([]byte, txMaxPkts*txHdrLen)
 	q.rawIov = make([]unix.Iovec, 2*txMaxPkts)
@@ -52,7 +52,7 @@ func (q *queue) openRaw() error {
 
 // txFD is the socket packets leave through.
 func (q *queue) txFD() int {
-	if q.raw >= 0 {
+	if q.nicwire {
 		return q.raw
 	}
 	return q.fd

@@ -62,7 +62,7 @@ func (q *queue) newPeer(a verbs.Address) (*peer, error) {
 	pe := &peer{sa: unix.RawSockaddrInet4{Family: unix.AF_INET, Addr: ip.As4()}, roce: port == verbs.RoCEv2Port}
 	pe.sa.Port = htons(port)
 	pe.flow = rocev2.Flow{Src: q.ip, Dst: ip.As4(), SrcPort: q.local.Port(), DstPort: port, FlagsFrag: 0x4000}
-	if q.raw >= 0 {
+	if q.nicwire {
 		pe.flow.SrcPort = nicSourcePort()
 	}
 	pe.preLen = -1
@@ -132,12 +132,13 @@ type queue struct {
 	// (idle) only while it waits for the socket itself.
 	fd   int
 	idle atomic.Pointer[os.File]
-	// raw is the IP_HDRINCL socket a nicwire device sends through, or -1
+	// nicwire: packets leave through raw, an IP_HDRINCL socket
 	// (nicwire.go).
-	raw    int
-	rawHdr []byte       // txMaxPkts IPv4+UDP headers
-	rawIov []unix.Iovec // two per packet: header, transport packet
-	nextID uint16       // the IPv4 ID of the next packet (never 0)
+	nicwire bool
+	raw     int
+	rawHdr  []byte       // txMaxPkts IPv4+UDP headers
+	rawIov  []unix.Iovec // two per packet: header, transport packet
+	nextID  uint16       // the IPv4 ID of the next packet (never 0)
 
 	// Transmit state, under txMu.
 	txMu    sync.Mutex
@@ -316,7 +317,7 @@ func (q *queue) close() {
 	q.rxMu.Lock()
 	q.txMu.Lock()
 	unix.Close(q.fd)
-	if q.raw >= 0 {
+	if q.nicwire {
 		unix.Close(q.raw)
 	}
 	q.txMu.Unlock()
@@ -447,7 +448,7 @@ func (q *queue) flush() {
 // GSO message into segments it numbers them 0, 1, 2... (inet_gso_segment):
 // segment k's ICRC is computed for ID k.
 func (q *queue) build(from int) {
-	if q.raw >= 0 {
+	if q.nicwire {
 		q.buildRaw(from)
 		return
 	}
