@@ -426,3 +426,111 @@ func TestFakeTwoCrossingsPerBatch(t *testing.T) {
 		}
 	}
 }
+
+// TestFakeStrictSendQueue: with the fake accounting the send queue as
+// hardware does, max_send_wr WRs may be outstanding; slots come back only
+// when a polled completion covers them (a signaled WR frees the
+// unsignaled ones before it), so a post into a full queue fails with
+// ErrQueueFull until the caller polls.
+func TestFakeStrictSendQueue(t *testing.T) {
+	e := newFakeEnv(verbs.UD, fakeCaps)
+	fakeStrict(fakeCaps.MaxSendWR, 64)
+	ah := e.fakeAH()
+	wr := func(id uint64, sig bool) verbs.SendWR {
+		w := verbs.SendWR{ID: id, Opcode: verbs.OpSend, AH: ah, RemoteQPN: 1}
+		if sig {
+			w.Flags = verbs.Signaled
+		}
+		return w
+	}
+	chain := make([]verbs.SendWR, fakeCaps.MaxSendWR)
+	for i := range chain {
+		chain[i] = wr(uint64(i), i == len(chain)-1) // the last one signaled
+	}
+	if n, err := e.qp.PostSend(chain); n != len(chain) || err != nil {
+		t.Fatalf("PostSend of a full queue = %d, %v", n, err)
+	}
+	if n, err := e.qp.PostSend([]verbs.SendWR{wr(100, true)}); n != 0 || !errors.Is(err, verbs.ErrQueueFull) {
+		t.Fatalf("PostSend into a full queue = %d, %v; want ErrQueueFull", n, err)
+	}
+	fakeExecuteSends(len(chain))
+	// Sent, but not polled: the slots are still taken.
+	if _, err := e.qp.PostSend([]verbs.SendWR{wr(101, true)}); !errors.Is(err, verbs.ErrQueueFull) {
+		t.Fatalf("PostSend before polling = %v; want ErrQueueFull", err)
+	}
+	wc := make([]verbs.WC, 16)
+	n, err := e.cq.Poll(wc)
+	if err != nil || n != 1 || wc[0].ID != uint64(len(chain)-1) || wc[0].Status != verbs.WCSuccess {
+		t.Fatalf("Poll = %d, %v, %+v; want the signaled WR's completion", n, err, wc[0])
+	}
+	if n, err := e.qp.PostSend(chain); n != len(chain) || err != nil {
+		t.Fatalf("PostSend after the polled completion = %d, %v; want the whole queue free", n, err)
+	}
+}
+
+// TestFakeFlushOnErr: when the QP goes to ERR, every outstanding WR
+// completes flushed, the unsignaled ones too, and every posted receive:
+// a CQ must have room for all of them, and the IDs of unsignaled WRs show
+// up in completions.
+func TestFakeFlushOnErr(t *testing.T) {
+	e := newFakeEnv(verbs.UD, fakeCaps)
+	fakeStrict(fakeCaps.MaxSendWR, 64)
+	ah := e.fakeAH()
+	sends := []verbs.SendWR{{ID: 1, Opcode: verbs.OpSend, AH: ah, RemoteQPN: 1},
+		{ID: 2, Opcode: verbs.OpSend, AH: ah, RemoteQPN: 1},
+		{ID: 3, Opcode: verbs.OpSend, Flags: verbs.Signaled, AH: ah, RemoteQPN: 1}}
+	if _, err := e.qp.PostSend(sends); err != nil {
+		t.Fatal(err)
+	}
+	recvs := []verbs.RecvWR{{ID: 10, SG: []verbs.SGE{{Addr: e.mr.Addr(), Length: 64, LKey: e.mr.LKey()}}},
+		{ID: 11, SG: []verbs.SGE{{Addr: e.mr.Addr() + 64, Length: 64, LKey: e.mr.LKey()}}}}
+	if _, err := e.qp.PostRecv(recvs); err != nil {
+		t.Fatal(err)
+	}
+	fakeSetErr()
+	wc := make([]verbs.WC, 16)
+	n, err := e.cq.Poll(wc)
+	if err != nil || n != 5 {
+		t.Fatalf("Poll after ERR = %d, %v; want 5 flushed completions", n, err)
+	}
+	ids := map[uint64]bool{}
+	for _, w := range wc[:n] {
+		if w.Status != verbs.WCWRFlushErr || w.Err() == nil {
+			t.Errorf("completion %+v, want flushed", w)
+		}
+		ids[w.ID] = true
+	}
+	for _, id := range []uint64{1, 2, 3, 10, 11} {
+		if !ids[id] {
+			t.Errorf("no flushed completion for WR %d", id)
+		}
+	}
+}
+
+// TestFakeCQOverrun: more completions than the CQ holds overrun it; the
+// fake raises IBV_EVENT_CQ_ERR, and after the provider hears of it Poll
+// fails with ErrCQOverrun, as it does when the driver's poll fails.
+func TestFakeCQOverrun(t *testing.T) {
+	e := newFakeEnv(verbs.UD, fakeCaps)
+	fakeStrict(fakeCaps.MaxSendWR, 2)
+	ah := e.fakeAH()
+	chain := make([]verbs.SendWR, 3)
+	for i := range chain {
+		chain[i] = verbs.SendWR{ID: uint64(i), Opcode: verbs.OpSend, Flags: verbs.Signaled, AH: ah, RemoteQPN: 1}
+	}
+	if _, err := e.qp.PostSend(chain); err != nil {
+		t.Fatal(err)
+	}
+	fakeExecuteSends(3)
+	if !fakeTakeCQErr() {
+		t.Fatal("three completions in a two-entry CQ raised no CQ_ERR")
+	}
+	wc := make([]verbs.WC, 4)
+	if _, err := e.cq.Poll(wc); !errors.Is(err, verbs.ErrCQOverrun) {
+		t.Fatalf("Poll of an overrun CQ: %v, want ErrCQOverrun", err)
+	}
+	e.dev.onAsync(asyncCQErr, e.fakeCQAddr(), 0, 0)
+	if !e.cq.broken.Load() {
+		t.Error("CQ_ERR did not mark the CQ broken")
+	}
+}
