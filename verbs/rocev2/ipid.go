@@ -1,5 +1,7 @@
 package rocev2
 
+import "encoding/binary"
+
 // The ICRC covers the IPv4 Identification field (rxe_icrc.c masks only
 // TOS, TTL and the header checksum). A UDP socket never sees the ID of a
 // datagram it receives, and a sender that lets the kernel or the NIC cut a
@@ -147,4 +149,19 @@ func (t *IDTerms) Solve(sum0, got uint32) (uint16, bool) {
 		}
 	}
 	return id, d == 0
+}
+
+// VerifyICRCAnyID reports whether the ICRC stored in pkt is right for
+// flow f with some IPv4 ID (f.ID is ignored), and which: what a receiver
+// that cannot see the ID checks. It computes the terms for len(pkt) each
+// call; a receive path keeps an IDTerms per length instead.
+func VerifyICRCAnyID(f *Flow, pkt []byte) (uint16, bool) {
+	if len(pkt) < BTHLen+ICRCLen {
+		return 0, false
+	}
+	g := *f
+	g.ID = 0
+	var t IDTerms
+	t.Set(len(pkt))
+	return t.Solve(ICRC(&g, pkt), binary.LittleEndian.Uint32(pkt[len(pkt)-ICRCLen:]))
 }

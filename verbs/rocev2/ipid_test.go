@@ -64,6 +64,9 @@ func TestScapyVectorIDs(t *testing.T) {
 		if !ok || id != want {
 			t.Errorf("%s: solved ID %#x (%v), want %#x", name, id, ok, want)
 		}
+		if id, ok := VerifyICRCAnyID(&fr.Flow, pkt); !ok || id != want {
+			t.Errorf("%s: VerifyICRCAnyID = %#x, %v; want %#x", name, id, ok, want)
+		}
 	}
 }
 
