@@ -24,9 +24,10 @@ test-ibverbs-fake:
 # The wire tests of the userspace provider against what a NIC does (root,
 # ethtool and python3-scapy): GSO segments' ICRCs for their real IPv4 IDs,
 # the NIC-like peer (nicwire=on) both ways, the RoCEv2 port shared by
-# several queues. make test runs them too; this is the short way.
+# several queues, and seqd's server and clients against the NIC-like peer
+# both ways (e2e/multihost). make test runs them too; this is the short way.
 test-nic-wire:
-	$(GO) test -count=1 -run 'GSOSegmentsOnTheWire|NICWire|SharedRoCEPort|ScapyVectors' -v ./verbs/soft/ ./verbs/rocev2/
+	$(GO) test -count=1 -run 'GSOSegmentsOnTheWire|NICWire|SharedRoCEPort|ScapyVectors' -v ./verbs/soft/ ./verbs/rocev2/ ./e2e/multihost/
 
 # The public client and the command-line tools build for other systems
 # (the soft provider fails at run time there): CGO_ENABLED=0, darwin and
