@@ -132,7 +132,7 @@ func (s *Server) admitLocked(ctx context.Context, a dataplane.Admission, old dat
 		if ep.QPN > verbs.MaxQPN {
 			return no, nil, fmt.Errorf("%w: qps[%d]: QPN %d above 24 bits", dataplane.ErrInvalidArgument, i, ep.QPN)
 		}
-		keys[i] = peerKey{ep.Addr, ep.QPN}
+		keys[i] = peerKey{ep.Addr, ep.QPN, !s.cfg.Device.Attr().SourcePorts}
 	}
 
 	s.mu.Lock()

@@ -43,6 +43,9 @@ type workerStats struct {
 type peerKey struct {
 	addr verbs.Address
 	qpn  verbs.QPN
+	// portBlind: the server's device does not see UDP source ports (a
+	// NIC), so the identity is (IP, QPN) whatever port addr names.
+	portBlind bool
 }
 
 // peer is a client QP admitted to a worker.
@@ -59,7 +62,7 @@ type peer struct {
 // id is the client QP's identity on the wire: (IP, QPN), plus the UDP
 // port only where its address has a port of its own (verbs.SenderOf):
 // a NIC sends from a random source port per address handle.
-func (k peerKey) id() verbs.Sender { return verbs.SenderOf(k.addr, k.qpn) }
+func (k peerKey) id() verbs.Sender { return verbs.SenderFor(k.addr, k.qpn, !k.portBlind) }
 
 // peerTable finds a client QP by its identity on the wire.
 type peerTable map[verbs.Sender]*peer

@@ -29,6 +29,17 @@ func SenderOf(a Address, q QPN) Sender {
 	return Sender{GID: a.GID, Port: p, QPN: q}
 }
 
+// SenderFor is SenderOf for a receiver that may not see source ports:
+// where it does not (DeviceAttr.SourcePorts false: a NIC), the identity
+// is (IP, QPN) alone, whatever port the address names.
+func SenderFor(a Address, q QPN, sourcePorts bool) Sender {
+	s := SenderOf(a, q)
+	if !sourcePorts {
+		s.Port = 0
+	}
+	return s
+}
+
 // SenderKeys returns the two Senders a UD receive completion may have
 // come from, for looking a sender up in a map of registered Senders
 // (SenderOf): first with its source port (a soft device with a port per
@@ -49,12 +60,13 @@ type Senders []Sender
 
 // Match reports whether a UD receive completion came from one of s: its
 // source QPN (from the packet's DETH) and source address (from the GRH),
-// and the UDP source port where s's entry has one, must all be s's.
+// and the UDP source port where s's entry has one and the completion
+// shows one (a NIC receiver never does), must all be s's.
 // Spoofing them takes a forged packet, so it is one check of two: the
 // receiving QP's Q_Key is the other (spec/PROTOCOL.md, "Sessions").
 func (s Senders) Match(wc *WC) bool {
 	for i := range s {
-		if s[i].QPN == wc.SrcQP && (s[i].Port == 0 || s[i].Port == wc.Src.Port) && s[i].GID == wc.Src.GID {
+		if s[i].QPN == wc.SrcQP && (s[i].Port == 0 || wc.Src.Port == 0 || s[i].Port == wc.Src.Port) && s[i].GID == wc.Src.GID {
 			return true
 		}
 	}

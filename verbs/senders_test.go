@@ -35,6 +35,7 @@ func TestSendersMatch(t *testing.T) {
 		{"a NIC, another QPN", at(nic, 0xc123), 0x201, false},
 		{"registered on 4791, sending from 4791", on4791, 0x300, true},
 		{"registered on 4791, sending from elsewhere", at(on4791, 0xd000), 0x300, true},
+		{"a soft device's own port, seen by a NIC (no port)", at(soft, 0), 0x101, true},
 	} {
 		wc := verbs.WC{SrcQP: tc.qpn, Src: tc.src}
 		if got := s.Match(&wc); got != tc.want {
@@ -44,6 +45,17 @@ func TestSendersMatch(t *testing.T) {
 		m := map[verbs.Sender]bool{}
 		for _, x := range s {
 			m[x] = true
+		}
+		// A map of senders keyed for the receiver: a NIC receiver (port
+		// 0 in its completions) keys them without ports.
+		if tc.src.Port == 0 {
+			m = map[verbs.Sender]bool{}
+			for _, a := range []struct {
+				a verbs.Address
+				q verbs.QPN
+			}{{soft, 0x101}, {soft, 0x102}, {nic, 0x200}, {on4791, 0x300}} {
+				m[verbs.SenderFor(a.a, a.q, false)] = true
+			}
 		}
 		exact, anyPort := verbs.SenderKeys(&wc)
 		if got := m[exact] || m[anyPort]; got != tc.want {

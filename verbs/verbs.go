@@ -44,6 +44,10 @@ type DeviceAttr struct {
 	// shares an atomic counter with the CPU must use this order; the
 	// conformance suite checks it against what atomics really do.
 	AtomicBigEndian bool
+	// SourcePorts says whether receive completions carry the sender's
+	// UDP source port (WC.Src.Port): the userspace provider sees it; a
+	// NIC never shows the UDP header, so its WC.Src.Port is 0.
+	SourcePorts bool
 }
 
 // PD is a protection domain: memory regions, address handles and queue

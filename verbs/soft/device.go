@@ -222,7 +222,7 @@ func (d *device) Attr() verbs.DeviceAttr {
 	return verbs.DeviceAttr{
 		MaxQP: d.cfg.maxQP, MaxQPWR: 1 << 15, MaxSGE: maxSGE, MaxCQE: 1 << 20,
 		MaxMRSize: 1 << 32, MaxInline: maxInline, MaxRdAtomic: 16,
-		ActiveMTU: activeMTU, Queues: len(d.queues),
+		ActiveMTU: activeMTU, Queues: len(d.queues), SourcePorts: true,
 	}
 }
 
