@@ -27,7 +27,7 @@ test-ibverbs-fake:
 # several queues, and seqd's server and clients against the NIC-like peer
 # both ways (e2e/multihost). make test runs them too; this is the short way.
 test-nic-wire:
-	$(GO) test -count=1 -run 'GSOSegmentsOnTheWire|NICWire|SharedRoCEPort|ScapyVectors' -v ./verbs/soft/ ./verbs/rocev2/ ./e2e/multihost/
+	$(GO) test -count=1 -run 'GSOSegmentsOnTheWire|NICWire|SharedRoCEPort|ScapyVector' -v ./verbs/soft/ ./verbs/rocev2/ ./e2e/multihost/
 
 # The public client and the command-line tools build for other systems
 # (the soft provider fails at run time there): CGO_ENABLED=0, darwin and
