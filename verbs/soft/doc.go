@@ -88,6 +88,9 @@
 //	              is the source address in every ICRC; each received
 //	              datagram's destination comes from IP_PKTINFO.
 //	tos=N         IPv4 TOS byte of every packet (DSCP<<2 | ECN; default 0)
+//	nicwire=on    behave on the wire as an RDMA NIC (device IP:4791; needs
+//	              CAP_NET_RAW): random source port per AH, real non-zero
+//	              IPv4 IDs, for interoperability tests (nicwire.go)
 //
 // # Talking to RDMA NICs
 //
