@@ -31,6 +31,9 @@ type rawClient struct {
 	qkey    uint32 // of requests
 	ansQKey uint32 // of answers
 	corrupt bool   // send an ICRC right for no IPv4 ID
+	// tx, when set, is the socket requests leave from (a NIC-style
+	// client: a source port of its own, answers to conn on 4791).
+	tx *net.UDPConn
 }
 
 // verifyAnyID reports whether b's ICRC is right for flow f with some IPv4
@@ -64,7 +67,11 @@ func (c *rawClient) endpoint() *adminpb.Endpoint {
 // accepts).
 func (c *rawClient) send(dst verbs.Address, qpn verbs.QPN, imm spec.Imm, pkey uint16, icrcID uint16) {
 	c.t.Helper()
-	f := rocev2.Flow{Src: c.addr.GID.Addr().As4(), Dst: dst.GID.Addr().As4(), SrcPort: c.addr.Port, DstPort: dst.Port,
+	conn, sport := c.conn, c.addr.Port
+	if c.tx != nil {
+		conn, sport = c.tx, uint16(c.tx.LocalAddr().(*net.UDPAddr).Port)
+	}
+	f := rocev2.Flow{Src: c.addr.GID.Addr().As4(), Dst: dst.GID.Addr().As4(), SrcPort: sport, DstPort: dst.Port,
 		ID: icrcID, FlagsFrag: 0x4000}
 	pk := rocev2.Packet{Opcode: rocev2.UDSendOnlyWithImm, PKey: pkey, DestQP: uint32(qpn), PSN: c.psn,
 		QKey: c.qkey, SrcQP: c.qpn, Imm: uint32(imm)}
@@ -78,7 +85,7 @@ func (c *rawClient) send(dst verbs.Address, qpn verbs.QPN, imm spec.Imm, pkey ui
 	}
 	c.psn = (c.psn + 1) & 0xffffff
 	to := &net.UDPAddr{IP: net.IP(dst.GID.Addr().AsSlice()), Port: int(dst.Port)}
-	if _, err := c.conn.WriteToUDP(b, to); err != nil {
+	if _, err := conn.WriteToUDP(b, to); err != nil {
 		c.t.Fatal(err)
 	}
 }
@@ -109,7 +116,7 @@ func (c *rawClient) recv(d time.Duration) (answer, bool) {
 	if err := a.pk.Decode(b); err != nil {
 		c.t.Fatalf("answer %x: %v", b, err)
 	}
-	f := rocev2.Flow{Src: a.from.GID.Addr().As4(), Dst: c.addr.GID.Addr().As4(), SrcPort: a.from.Port, DstPort: c.addr.Port, FlagsFrag: 0x4000}
+	f := rocev2.Flow{Src: a.from.GID.Addr().As4(), Dst: c.addr.GID.Addr().As4(), SrcPort: a.from.Port, DstPort: c.addr.RoCEPort(), FlagsFrag: 0x4000}
 	switch {
 	case !verifyAnyID(&f, b):
 		// A lone answer carries ID 0; the k-th segment of a GSO run
@@ -321,5 +328,68 @@ func testWireRules(t *testing.T, shared bool) {
 	}
 	if s.totals().Requests != 13 {
 		t.Fatalf("served %d requests, want 13", s.totals().Requests)
+	}
+}
+
+// TestNICStyleClient: a client that behaves as an RDMA NIC does registers
+// its address with port 0 (the RoCEv2 port), sends its requests from
+// another UDP port (a NIC picks one per address handle), and listens on
+// 4791. The server knows it by (IP, QPN), not by the source port, and
+// answers to 4791, never to the port the request came from.
+func TestNICStyleClient(t *testing.T) {
+	s, err := New(Config{Config: wk.Config{Device: open(t), Oracle: &fakeOracle{}, Behind: errBehind, Workers: 1}, MaxWindow: 64, MaxRecv: 128})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	ip := net.IPv4(127, byte(1+time.Now().UnixNano()%250), byte(time.Now().UnixNano()>>8), 7)
+	rx, err := net.ListenUDP("udp4", &net.UDPAddr{IP: ip, Port: verbs.RoCEv2Port})
+	if err != nil {
+		t.Skipf("udp socket on %v:4791: %v", ip, err)
+	}
+	t.Cleanup(func() { rx.Close() })
+	tx, err := net.ListenUDP("udp4", &net.UDPAddr{IP: ip})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tx.Close() })
+	a, _ := netip.AddrFromSlice(ip.To4())
+	cli := &rawClient{t: t, conn: rx, tx: tx, qpn: 0x5151, addr: verbs.Address{GID: verbs.GIDFromAddr(a)}} // Port 0
+	resp, err := pb(s).Connect(context.Background(), &adminpb.ConnectRequest{Qps: []*adminpb.Endpoint{cli.endpoint()},
+		Window: 8, ProtocolVersion: spec.ProtocolVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli.qkey, cli.ansQKey = resp.GetQkey(), resp.GetQkey()
+	if v, ok := field(resp, "answer_qkey"); ok && v.Uint() != 0 {
+		cli.ansQKey = uint32(v.Uint())
+	}
+	var srv verbs.Address
+	if err := srv.UnmarshalBinary(resp.GetServerQps()[0].GetAddress()); err != nil {
+		t.Fatal(err)
+	}
+	srvQPN := verbs.QPN(resp.GetServerQps()[0].GetQpn())
+	var last uint64
+	for tag := range spec.Tag(5) {
+		imm, _ := spec.RequestImm(tag, spec.NoGuess)
+		var ans answer
+		for try := 0; ; try++ {
+			expired := s.totals().Drops["expired"]
+			cli.send(srv, srvQPN, imm, rocev2.DefaultPKey, 0)
+			var ok bool
+			if ans, ok = cli.recv(5 * time.Second); ok {
+				break
+			}
+			if s.totals().Drops["expired"] == expired || try == 3 {
+				t.Fatalf("no answer at 4791 to tag %d (server %+v)", tag, s.totals())
+			}
+		}
+		if spec.Imm(ans.pk.Imm).Tag() != tag || ans.value <= last {
+			t.Fatalf("answer tag %d value %d after %d, want tag %d", spec.Imm(ans.pk.Imm).Tag(), ans.value, last, tag)
+		}
+		last = ans.value
+	}
+	if d := s.totals().Drops["unknown_source"]; d != 0 {
+		t.Errorf("%d requests dropped as unknown source", d)
 	}
 }
