@@ -50,6 +50,7 @@ type device struct {
 	// crossings counts calls from Go into the driver on the data path
 	// (post and poll), for the provider_crossings counter.
 	crossings atomic.Uint64
+	many      manyScratch // PostMany's
 }
 
 // open is the provider entry point (see the package documentation).

@@ -403,3 +403,11 @@ func (e *fakeEnv) fakeCQAddr() uintptr {
 	e.dev.addCQ(e.cq)
 	return uintptr(unsafe.Pointer(e.cq.c.cq))
 }
+
+// extraQP is another QP of the env over the fake driver's one ibv_qp:
+// its own work request arrays, the same log.
+func (e *fakeEnv) extraQP(typ verbs.QPType, caps verbs.QPCap) *qp {
+	q := newQP(e.pd, e.cq, e.cq, C.fake_qp(), typ, caps)
+	q.state.Store(uint32(verbs.StateRTS))
+	return q
+}

@@ -534,3 +534,51 @@ func TestFakeCQOverrun(t *testing.T) {
 		t.Error("CQ_ERR did not mark the CQ broken")
 	}
 }
+
+// TestFakePostMany: a server batch that re-posts receives on two request
+// QPs and answers through a response QP crosses into C once for all
+// three chains (two ibv_post_recv, one ibv_post_send); with the poll of
+// a shared CQ, a batch is two crossings whatever the number of QPs.
+func TestFakePostMany(t *testing.T) {
+	e := newFakeEnv(verbs.UD, fakeCaps)
+	q2 := e.extraQP(verbs.UD, fakeCaps)
+	resp := e.extraQP(verbs.UD, fakeCaps)
+	sg := func(i int) []verbs.SGE {
+		return []verbs.SGE{{Addr: e.mr.Addr() + uint64(i*64), Length: 64, LKey: e.mr.LKey()}}
+	}
+	chains := []verbs.RecvChain{
+		{QP: e.qp, WRs: []verbs.RecvWR{{ID: 1, SG: sg(1)}, {ID: 2, SG: sg(2)}}},
+		{QP: q2, WRs: []verbs.RecvWR{{ID: 3, SG: sg(3)}}},
+	}
+	ah := e.fakeAH()
+	sends := []verbs.SendWR{{ID: 10, Opcode: verbs.OpSendWithImm, Imm: 7, AH: ah, RemoteQPN: 5, RemoteQKey: 1},
+		{ID: 11, Opcode: verbs.OpSendWithImm, Imm: 8, AH: ah, RemoteQPN: 5, RemoteQKey: 1}}
+	fakeClearLog()
+	before := e.dev.crossings.Load()
+	ns, err := verbs.PostMany(e.dev, chains, resp, sends)
+	if err != nil || ns != 2 || chains[0].Posted != 2 || chains[1].Posted != 1 {
+		t.Fatalf("PostMany = %d, %v; posted %d, %d", ns, err, chains[0].Posted, chains[1].Posted)
+	}
+	if c := e.dev.crossings.Load() - before; c != 1 {
+		t.Errorf("%d crossings for three chains, want 1", c)
+	}
+	ids, _ := fakeRecvd()
+	if len(ids) != 3 || ids[0] != 1 || ids[2] != 3 || len(fakeSent()) != 2 || fakeCalls() != 3 {
+		t.Errorf("driver got receives %v, %d sends, in %d driver calls", ids, len(fakeSent()), fakeCalls())
+	}
+	// Each QP's receive ring knows its own GRH buffers.
+	if e.qp.tail-e.qp.head != 2 || q2.tail-q2.head != 1 {
+		t.Errorf("receive rings hold %d and %d, want 2 and 1", e.qp.tail-e.qp.head, q2.tail-q2.head)
+	}
+	// The same QP twice is refused before anything is posted.
+	if _, err := verbs.PostMany(e.dev, []verbs.RecvChain{{QP: q2, WRs: chains[1].WRs}, {QP: q2, WRs: chains[1].WRs}}, nil, nil); !errors.Is(err, verbs.ErrInvalidArgument) {
+		t.Errorf("two chains for one QP: %v, want ErrInvalidArgument", err)
+	}
+	// A refused receive chain stops there: nothing after it is posted.
+	fakeClearLog()
+	fakeFail(0, fakeErrnoNoMem)
+	ns, err = verbs.PostMany(e.dev, chains, resp, sends)
+	if !errors.Is(err, verbs.ErrQueueFull) || ns != 0 || chains[0].Posted != 0 || chains[1].Posted != 0 || len(fakeSent()) != 0 {
+		t.Errorf("refused first chain: %d, %v, posted %d, %d, %d sends", ns, err, chains[0].Posted, chains[1].Posted, len(fakeSent()))
+	}
+}

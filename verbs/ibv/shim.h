@@ -315,3 +315,26 @@ static inline int seqd_async_event(struct ibv_context *ctx, int *type, uintptr_t
 	ibv_ack_async_event(&ev);
 	return 0;
 }
+
+// seqd_post_many posts nr[i] receives to rqs[i] for each of the nq QPs,
+// then ns sends to sq (when not NULL): one crossing from Go for all the
+// chains. On failure it returns the errno and sets *failed to the index
+// of the receive QP that refused (nq: the sends); the refused WR's index
+// is in that QP's bad.
+static inline int seqd_post_many(struct seqd_qp **rqs, const int *nr, int nq, struct seqd_qp *sq, int ns, int *failed) {
+	int i, rc;
+
+	for (i = 0; i < nq; i++) {
+		if (nr[i] > 0) {
+			rc = seqd_post_recv(rqs[i], nr[i]);
+			if (rc != 0) {
+				*failed = i;
+				return rc;
+			}
+		}
+	}
+	*failed = nq;
+	if (sq != NULL && ns > 0)
+		return seqd_post_send(sq, ns);
+	return 0;
+}

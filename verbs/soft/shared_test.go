@@ -143,3 +143,57 @@ func deviceCounter(d *device, name string) (uint64, bool) {
 	})
 	return v, found
 }
+
+// TestPostManyFallback: on a provider without verbs.ManyPoster, PostMany
+// posts each receive chain and then the sends, and reports what it
+// posted: here receives on two QPs and, in the same call, the sends that
+// fill them.
+func TestPostManyFallback(t *testing.T) {
+	e := newUDEnd(t, nil, 8)
+	y, err := e.pd.CreateQP(verbs.QPInitAttr{Type: verbs.UD, SendCQ: e.cq, RecvCQ: e.cq,
+		Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { y.Close() })
+	if err := verbs.BringUpUD(y, verbs.DefaultQKey, 0); err != nil {
+		t.Fatal(err)
+	}
+	ah, err := e.pd.CreateAH(verbs.AHAttr{Dest: e.qp.Address()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ah.Close() })
+	sg := func(i int) []verbs.SGE { return []verbs.SGE{{Addr: e.mr.Addr() + uint64(i*64), Length: 64, LKey: e.mr.LKey()}} }
+	chains := []verbs.RecvChain{{QP: e.qp, WRs: []verbs.RecvWR{{ID: 1, SG: sg(1)}}}, {QP: y, WRs: []verbs.RecvWR{{ID: 2, SG: sg(2)}}}}
+	sends := []verbs.SendWR{
+		{ID: 10, Opcode: verbs.OpSendWithImm, Imm: 100, AH: ah, RemoteQPN: e.qp.QPN(), RemoteQKey: verbs.DefaultQKey},
+		{ID: 11, Opcode: verbs.OpSendWithImm, Imm: 200, AH: ah, RemoteQPN: y.QPN(), RemoteQKey: verbs.DefaultQKey}}
+	ns, err := verbs.PostMany(e.dev, chains, e.qp, sends)
+	if err != nil || ns != 2 || chains[0].Posted != 1 || chains[1].Posted != 1 {
+		t.Fatalf("PostMany = %d, %v; posted %d, %d", ns, err, chains[0].Posted, chains[1].Posted)
+	}
+	got := map[uint64]uint32{}
+	wc := make([]verbs.WC, 8)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for len(got) < 2 {
+		n, err := e.cq.Poll(wc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range wc[:n] {
+			if w.Opcode == verbs.WCRecv && w.Status == verbs.WCSuccess {
+				got[w.ID] = w.Imm
+			}
+		}
+		if n == 0 {
+			if err := e.cq.Wait(ctx); err != nil {
+				t.Fatalf("received %v: %v", got, err)
+			}
+		}
+	}
+	if got[1] != 100 || got[2] != 200 {
+		t.Errorf("receives %v, want RECV 1 imm 100 and RECV 2 imm 200", got)
+	}
+}
