@@ -164,7 +164,9 @@ func TestPostManyFallback(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ah.Close() })
-	sg := func(i int) []verbs.SGE { return []verbs.SGE{{Addr: e.mr.Addr() + uint64(i*64), Length: 64, LKey: e.mr.LKey()}} }
+	sg := func(i int) []verbs.SGE {
+		return []verbs.SGE{{Addr: e.mr.Addr() + uint64(i*64), Length: 64, LKey: e.mr.LKey()}}
+	}
 	chains := []verbs.RecvChain{{QP: e.qp, WRs: []verbs.RecvWR{{ID: 1, SG: sg(1)}}}, {QP: y, WRs: []verbs.RecvWR{{ID: 2, SG: sg(2)}}}}
 	sends := []verbs.SendWR{
 		{ID: 10, Opcode: verbs.OpSendWithImm, Imm: 100, AH: ah, RemoteQPN: e.qp.QPN(), RemoteQKey: verbs.DefaultQKey},
