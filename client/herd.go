@@ -87,7 +87,9 @@ func newHERD(pd verbs.PD, dev verbs.Device, st *stats, nqps, window int, timeout
 	if c.recvCQ, err = dev.CreateCQ(nqps * c.recvN); err != nil {
 		return nil, fmt.Errorf("herd: client receive CQ: %w", err)
 	}
-	if c.sendCQ, err = dev.CreateCQ(nqps * (2*window/herdSignalEvery + 4)); err != nil {
+	// Room for every WR the send queues hold, not only the signaled ones:
+	// a QP in ERR flushes them all, unsignaled too (ibv_poll_cq(3)).
+	if c.sendCQ, err = dev.CreateCQ(nqps * (2*window + 2*herdSignalEvery + 4)); err != nil {
 		return nil, fmt.Errorf("herd: client send CQ: %w", err)
 	}
 	if c.reqMR, err = pd.RegMR(nqps*window*spec.SlotLen, verbs.AccessLocalWrite); err != nil {
