@@ -48,6 +48,7 @@ type rfpTransport struct {
 	busy    int
 	broken  bool
 	failed  []int // IDs of a broken QP, still to report
+	why     error // the first failure
 	st      *stats
 
 	wcs     []verbs.WC
@@ -76,6 +77,10 @@ type rfpPos struct {
 	// reading: a READ is in flight, posted for readSeq.
 	reading bool
 	readSeq spec.RFPSeq
+	// deferred: seq's WRITE and READ wait for the READ in flight (one
+	// READ per position, landing in its buffer; and no more than three
+	// work requests of a position in the send queue).
+	deferred bool
 	tries   int  // READs of seq that did not find its record
 	reply   bool // RFPOpReply written for seq: the SEND is awaited
 	// deadline is when seq is written again under a fresh seq.
@@ -236,17 +241,20 @@ func (t *rfpTransport) Send(now time.Duration, ids []int) (int, error) {
 	return n, t.flush()
 }
 
-// issue queues a request of position pos under a fresh seq, and its READ
-// unless one is still in flight (its completion posts the next).
+// issue queues a request of position pos under a fresh seq and its first
+// READ, or, while a READ of the position is in flight, leaves both to
+// its completion.
 func (t *rfpTransport) issue(now time.Duration, qi, pos int) {
 	p := &t.qps[qi].pos[pos]
 	p.seq = p.seq.Next()
 	p.tries, p.reply = 0, false
 	p.deadline = now + t.timeout
-	t.queueWrite(qi, pos, spec.RFPOpFetch)
-	if !p.reading {
-		t.queueRead(qi, pos)
+	if p.reading {
+		p.deferred = true
+		return
 	}
+	t.queueWrite(qi, pos, spec.RFPOpFetch)
+	t.queueRead(qi, pos)
 }
 
 func (t *rfpTransport) queueWrite(qi, pos int, op uint8) {
@@ -301,9 +309,12 @@ func (t *rfpTransport) flush() error {
 					q.pos[pos].reading = false
 				}
 			}
+			if t.why == nil {
+				t.why = fmt.Errorf("%w: QP %d: post: %w", errRFPBroken, qi, err)
+			}
 			t.breakQP(qi)
 			if ferr == nil {
-				ferr = fmt.Errorf("client: rfp post: %w", err)
+				ferr = t.why
 			}
 		}
 		q.nwr = 0
@@ -335,7 +346,7 @@ var errRFPBroken = errors.New("client: rfp queue pair failed")
 func (t *rfpTransport) Poll(now time.Duration, res []result) int {
 	k := 0
 	for ; k < len(res) && len(t.failed) > 0; k++ {
-		res[k] = result{ID: t.failed[0], Err: errRFPBroken}
+		res[k] = result{ID: t.failed[0], Err: t.why}
 		t.failed = t.failed[1:]
 	}
 	if k == len(res) {
@@ -355,6 +366,9 @@ func (t *rfpTransport) Poll(now time.Duration, res []result) int {
 		if wc.Status != verbs.WCSuccess {
 			if kind == rfpKindRead && x < len(q.pos) {
 				q.pos[x].reading = false
+			}
+			if t.why == nil {
+				t.why = fmt.Errorf("%w: QP %d: %w", errRFPBroken, qi, wc.Err())
 			}
 			t.breakQP(qi)
 			continue
@@ -390,7 +404,15 @@ func (t *rfpTransport) read(qi, pos int, r *result) bool {
 	p := &q.pos[pos]
 	p.reading = false
 	if !p.busy {
-		return false // cancelled: the slot's next request posts its own READ
+		p.deferred = false
+		return false // cancelled
+	}
+	if p.deferred {
+		// The READ was of an earlier seq, whose WRITE is not even posted.
+		p.deferred = false
+		t.queueWrite(qi, pos, spec.RFPOpFetch)
+		t.queueRead(qi, pos)
+		return false
 	}
 	idx := qi*cap(q.pos) + pos
 	v, err := spec.CheckRFPRecord(t.readMR.Bytes()[idx*spec.RFPRecordLen:(idx+1)*spec.RFPRecordLen], t.tag, p.seq)
