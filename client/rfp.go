@@ -81,8 +81,8 @@ type rfpPos struct {
 	// READ per position, landing in its buffer; and no more than three
 	// work requests of a position in the send queue).
 	deferred bool
-	tries   int  // READs of seq that did not find its record
-	reply   bool // RFPOpReply written for seq: the SEND is awaited
+	tries    int  // READs of seq that did not find its record
+	reply    bool // RFPOpReply written for seq: the SEND is awaited
 	// deadline is when seq is written again under a fresh seq.
 	deadline time.Duration
 }
