@@ -174,6 +174,16 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 		return dataplane.Grant{}, fmt.Errorf("%w: %v", dataplane.ErrUnavailable, err)
 	}
 	s.reclaim()
+	// The session replaced, if this mode and epoch hold it: released once
+	// this one is admitted, its capacity counted as free meanwhile.
+	old, replacing := s.sessions[replaces.ID]
+	replacing = replacing && replaces.ID != 0 && replaces.Epoch == s.cfg.Epoch
+	spare := make([]int, len(s.workers))
+	if replacing {
+		for _, c := range old.clients {
+			spare[c.worker]++
+		}
+	}
 	pd, err := s.cfg.Device.AllocPD()
 	if err != nil {
 		return dataplane.Grant{}, fmt.Errorf("%w: protection domain: %v", dataplane.ErrUnavailable, err)
@@ -184,7 +194,7 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 		ConnPSNs: make([]verbs.PSN, 2*n), RemoteAddr: make([]uint64, 2*n), RKey: make([]uint32, 2*n)}
 	for i, q := range a.QPs {
 		w := s.workers[(s.rr+i)%len(s.workers)]
-		c, err := w.admit(pd, q, window, g.AnswerQKey)
+		c, err := w.admit(pd, q, window, g.AnswerQKey, spare[w.id])
 		if err != nil {
 			for _, c := range sess.clients {
 				s.workers[c.worker].remove(c)
@@ -200,7 +210,7 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 		g.RemoteAddr[n+i], g.RKey[n+i] = c.resp.Addr(), c.resp.RKey()
 	}
 	s.rr = (s.rr + n) % len(s.workers)
-	if old, ok := s.sessions[replaces.ID]; ok && replaces.ID != 0 && replaces.Epoch == s.cfg.Epoch {
+	if replacing {
 		s.release(old)
 	}
 	s.nextID++

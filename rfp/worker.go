@@ -134,10 +134,11 @@ func newWorker(s *Server, id int) (*worker, error) {
 	return w, nil
 }
 
-// admit creates client QP q's server QP and blocks in pd. Called with
-// Server.mu held; publish makes it visible to the worker.
-func (w *worker) admit(pd verbs.PD, q dataplane.Endpoint, window int, tag uint32) (c *client, err error) {
-	if len(w.all) >= w.s.cfg.MaxClients {
+// admit creates client QP q's server QP and blocks in pd; spare of the
+// worker's clients are about to be released. Called with Server.mu held;
+// publish makes it visible to the worker.
+func (w *worker) admit(pd verbs.PD, q dataplane.Endpoint, window int, tag uint32, spare int) (c *client, err error) {
+	if len(w.all)-spare >= w.s.cfg.MaxClients {
 		return nil, fmt.Errorf("%w: rfp worker %d serves %d client QPs", dataplane.ErrNoCapacity, w.id, len(w.all))
 	}
 	c = &client{worker: w.id, window: window, tag: tag, state: make([]spec.RFPSlotState, window),
