@@ -86,6 +86,8 @@ type rfpRig struct {
 	tr  *rfpTransport
 	st  *stats
 	t0  time.Time
+	// grants are the grants of every dial, in order.
+	grants []dataplane.Grant
 }
 
 // newRFPRig starts an rfp server on one soft device and dials a
@@ -101,6 +103,13 @@ func newRFPRig(t testing.TB, srvOpts, cliOpts string, qps, window, reads int) *r
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.srv.Close() })
+	r.tr = r.dial(t, cliOpts, qps, window, reads)
+	return r
+}
+
+// dial admits a transport from a device of its own.
+func (r *rfpRig) dial(t testing.TB, cliOpts string, qps, window, reads int) *rfpTransport {
+	t.Helper()
 	dev := openSoft(t, cliOpts)
 	pd, err := dev.AllocPD()
 	if err != nil {
@@ -121,15 +130,15 @@ func newRFPRig(t testing.TB, srvOpts, cliOpts string, qps, window, reads int) *r
 			if err != nil {
 				return nil, err
 			}
+			r.grants = append(r.grants, g)
 			return rfpGrantResponse(g), nil
 		}}
 	tr, err := dialRFP(context.Background(), env)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.tr = tr.(*rfpTransport)
-	t.Cleanup(func() { r.tr.Close() })
-	return r
+	t.Cleanup(func() { tr.Close() })
+	return tr.(*rfpTransport)
 }
 
 func (r *rfpRig) now() time.Duration { return time.Since(r.t0) }
@@ -282,5 +291,45 @@ func TestRFPResidence(t *testing.T) {
 	}
 	if res[0].Err != nil || res[0].Value == 0 {
 		t.Fatalf("%+v", res[0])
+	}
+}
+
+// TestRFPIsolation: a session's QP cannot WRITE another session's request
+// slots (nor READ its records): the blocks live in the other session's
+// protection domain, and the server's responder refuses the R_Key. The
+// intruder's QP fails; the victim keeps being served.
+func TestRFPIsolation(t *testing.T) {
+	r := newRFPRig(t, "", "", 1, 4, 0)
+	intruder := r.dial(t, "", 1, 4, 0)
+	victim := r.grants[0]
+	r.run(t, 50, 0)
+	q := intruder.qps[0]
+	spec.PutRFPSlot(intruder.slotMR.Bytes(), spec.RFPOpFetch, 1<<40)
+	// WRITE the victim's slot 0 with the victim's key.
+	q.wrs[0] = verbs.SendWR{ID: rfpWRID(rfpKindWrite, 0, 0), Opcode: verbs.OpRDMAWrite, Flags: verbs.Inline | verbs.Signaled,
+		SG: []verbs.SGE{{Addr: intruder.slotMR.Addr(), Length: spec.RFPSlotLen, LKey: intruder.slotMR.LKey()}},
+		RemoteAddr: victim.RemoteAddr[0], RKey: victim.RKey[0]}
+	if _, err := q.qp.PostSend(q.wrs[:1]); err != nil {
+		t.Fatal(err)
+	}
+	wc := make([]verbs.WC, 4)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n, _ := intruder.cq.Poll(wc)
+		if n > 0 {
+			if wc[0].Status != verbs.WCRemAccessErr {
+				t.Fatalf("WRITE into another session's slot: %v, want a remote access error", wc[0].Status)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the forged WRITE never completed")
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	served := r.srv.Stats().Served
+	r.run(t, 50, 0)
+	if st := r.srv.Stats(); st.Served < served+50 {
+		t.Fatalf("victim served %d more", st.Served-served)
 	}
 }
