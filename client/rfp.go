@@ -293,6 +293,13 @@ func (t *rfpTransport) queueRead(qi, pos int) {
 // system call for all on a device that batches doorbells) and re-posts
 // consumed RECVs. A QP that refuses them is broken.
 func (t *rfpTransport) flush() error {
+	queued := false
+	for _, q := range t.qps {
+		queued = queued || q.nwr > 0
+	}
+	if !queued {
+		return nil
+	}
 	if b, ok := t.dev.(verbs.DoorbellBatcher); ok {
 		b.HoldDoorbell()
 		defer b.RingDoorbell()

@@ -342,3 +342,41 @@ func TestRFPIsolation(t *testing.T) {
 		t.Fatalf("intruder's QP %v, victim broken %v", st, r.tr.Broken())
 	}
 }
+
+// BenchmarkRFP measures one request's round trip (WRITE, READs, the
+// worker's claim and record) with 16 in flight on one QP; allocs/op
+// counts the client's and the in-process server's allocations.
+func BenchmarkRFP(b *testing.B) {
+	r := newRFPRig(b, "", "", 1, 16, 0)
+	capacity := r.tr.Free()
+	free := make([]int, 0, capacity)
+	for id := range capacity {
+		free = append(free, id)
+	}
+	res := make([]result, 64)
+	b.ReportAllocs()
+	b.ResetTimer()
+	done := 0
+	for done < b.N {
+		now := r.now()
+		if len(free) > 0 {
+			n, err := r.tr.Send(now, free)
+			if err != nil {
+				b.Fatal(err)
+			}
+			free = free[n:]
+		}
+		n := r.tr.Poll(now, res)
+		for _, x := range res[:n] {
+			if x.Err != nil {
+				b.Fatal(x.Err)
+			}
+			free = append(free, x.ID)
+		}
+		done += n
+		r.tr.Expire(now)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(r.tr.Reads)/float64(done), "reads/op")
+	b.ReportMetric(float64(r.tr.Fallbacks)/float64(done), "fallbacks/op")
+}
