@@ -7,9 +7,12 @@ import (
 	"time"
 
 	"github.com/seqd/seqd/admin/adminpb"
+	"github.com/seqd/seqd/dataplane"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 )
+
+func init() { transports[spec.ModeRFP] = dialRFP }
 
 // WithRFPReads sets R, how many RDMA READs the rfp mode issues for one
 // request before it asks the server to SEND the answer instead (default
@@ -111,15 +114,25 @@ const (
 	rfpRCRetryCnt = 7
 )
 
-// dialRFP builds the rfp transport: RC QPs, the Connect that admits them,
-// and their connection to the grant.
-func dialRFP(ctx context.Context, env *transportEnv) (_ transport, err error) {
-	nqps := env.qps
+// dialRFP admits the client in rfp mode with fresh RC QPs.
+func dialRFP(ctx context.Context, env *transportEnv) (transport, error) {
 	window := min(env.window, spec.RFPMaxWindow)
-	if nqps < 1 || window < 1 {
-		return nil, fmt.Errorf("%w: rfp: %d QPs, window %d", ErrConfig, nqps, window)
+	t, err := newRFP(env.pd, env.dev, env.st, env.qps, window, env.rfpReads, env.retransmit)
+	if err != nil {
+		return nil, err
 	}
-	t := &rfpTransport{dev: env.dev, window: window, recvN: window + 8, reads: env.rfpReads, timeout: env.retransmit, st: env.st}
+	req := &adminpb.ConnectRequest{Window: uint32(window), Mode: spec.ModeRFP, Qps: pbEndpoints(t.endpoints())}
+	return admit(ctx, env, req, t)
+}
+
+// newRFP creates nqps RC QPs in RESET for up to window requests each;
+// reads is R (0: the default), timeout how long a request waits before it
+// is written again under a fresh seq.
+func newRFP(pd verbs.PD, dev verbs.Device, st *stats, nqps, window, reads int, timeout time.Duration) (t *rfpTransport, err error) {
+	if nqps < 1 || window < 1 || window > spec.RFPMaxWindow || reads < 0 || reads > spec.RFPMaxReads {
+		return nil, fmt.Errorf("%w: rfp: %d QPs, window %d, R %d", ErrConfig, nqps, window, reads)
+	}
+	t = &rfpTransport{dev: dev, window: window, recvN: window + 8, reads: reads, timeout: timeout, st: st}
 	if t.reads == 0 {
 		t.reads = spec.RFPDefaultReads
 	}
@@ -132,28 +145,25 @@ func dialRFP(ctx context.Context, env *transportEnv) (_ transport, err error) {
 		}
 	}()
 	sqDepth := 4*window + 8
-	if t.cq, err = env.dev.CreateCQ(nqps * (sqDepth + t.recvN)); err != nil {
+	if t.cq, err = dev.CreateCQ(nqps * (sqDepth + t.recvN)); err != nil {
 		return nil, fmt.Errorf("client: rfp CQ: %w", err)
 	}
-	if t.slotMR, err = env.pd.RegMR(nqps*window*spec.RFPSlotLen, verbs.AccessLocalWrite); err != nil {
+	if t.slotMR, err = pd.RegMR(nqps*window*spec.RFPSlotLen, verbs.AccessLocalWrite); err != nil {
 		return nil, fmt.Errorf("client: rfp slot buffers: %w", err)
 	}
-	if t.readMR, err = env.pd.RegMR(nqps*window*spec.RFPRecordLen, verbs.AccessLocalWrite); err != nil {
+	if t.readMR, err = pd.RegMR(nqps*window*spec.RFPRecordLen, verbs.AccessLocalWrite); err != nil {
 		return nil, fmt.Errorf("client: rfp read buffers: %w", err)
 	}
-	if t.recvMR, err = env.pd.RegMR(nqps*t.recvN*spec.RFPRecordLen, verbs.AccessLocalWrite); err != nil {
+	if t.recvMR, err = pd.RegMR(nqps*t.recvN*spec.RFPRecordLen, verbs.AccessLocalWrite); err != nil {
 		return nil, fmt.Errorf("client: rfp receive buffers: %w", err)
 	}
-	req := &adminpb.ConnectRequest{Mode: spec.ModeRFP, Window: uint32(window)}
 	for i := range nqps {
-		q := &rfpQP{pos: make([]rfpPos, window), wrs: make([]verbs.SendWR, 3*window+t.recvN), sges: make([]verbs.SGE, 3*window)}
+		q := &rfpQP{pos: make([]rfpPos, window), wrs: make([]verbs.SendWR, 3*window), sges: make([]verbs.SGE, 3*window)}
 		t.qps = append(t.qps, q)
-		if q.qp, err = env.pd.CreateQP(verbs.QPInitAttr{Type: verbs.RC, SendCQ: t.cq, RecvCQ: t.cq,
+		if q.qp, err = pd.CreateQP(verbs.QPInitAttr{Type: verbs.RC, SendCQ: t.cq, RecvCQ: t.cq,
 			Cap: verbs.QPCap{MaxSendWR: sqDepth, MaxRecvWR: t.recvN, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: spec.RFPSlotLen}}); err != nil {
 			return nil, fmt.Errorf("client: rfp QP %d: %w", i, err)
 		}
-		b, _ := q.qp.Address().MarshalBinary()
-		req.Qps = append(req.Qps, &adminpb.Endpoint{Address: b, Qpn: uint32(q.qp.QPN())})
 	}
 	t.wcs = make([]verbs.WC, 64)
 	t.recvWRs = make([]verbs.RecvWR, t.recvN)
@@ -161,33 +171,33 @@ func dialRFP(ctx context.Context, env *transportEnv) (_ transport, err error) {
 	for i := range t.recvWRs {
 		t.recvWRs[i].SG = t.recvSGE[i : i+1]
 	}
-	resp, err := env.connect(ctx, req)
-	if err != nil {
-		return nil, err
-	}
-	if err := t.attach(resp); err != nil {
-		return nil, err
-	}
 	return t, nil
 }
 
-// attach checks the grant and connects the QPs, RECVs first.
-func (t *rfpTransport) attach(resp *adminpb.ConnectResponse) error {
-	n := len(t.qps)
-	conn, psns, addrs, keys := resp.GetServerConnQps(), resp.GetConnPsns(), resp.GetRemoteAddr(), resp.GetRkey()
-	if len(conn) != n || len(psns) != 2*n || len(addrs) != 2*n || len(keys) != 2*n || resp.GetWindow() == 0 || resp.GetAnswerQkey() == 0 {
-		return fmt.Errorf("%w: connect: malformed rfp answer (%d QPs, %d PSNs, %d addresses, %d keys for %d QPs, window %d)",
-			ErrUnavailable, len(conn), len(psns), len(addrs), len(keys), n, resp.GetWindow())
-	}
-	t.window = min(t.window, int(resp.GetWindow()))
-	t.tag = resp.GetAnswerQkey()
+// endpoints names the QPs for admission.
+func (t *rfpTransport) endpoints() []dataplane.Endpoint {
+	out := make([]dataplane.Endpoint, len(t.qps))
 	for i, q := range t.qps {
-		var a verbs.Address
-		if err := a.UnmarshalBinary(conn[i].GetAddress()); err != nil {
-			return fmt.Errorf("%w: connect: server_conn_qps[%d]: %v", ErrUnavailable, i, err)
-		}
-		if err := verbs.Connect(q.qp, verbs.ConnectAttr{Remote: a, RemoteQPN: verbs.QPN(conn[i].GetQpn()),
-			SQPSN: verbs.PSN(psns[i]) & verbs.PSNMask, RQPSN: verbs.PSN(psns[n+i]) & verbs.PSNMask,
+		out[i] = dataplane.Endpoint{Addr: q.qp.Address(), QPN: q.qp.QPN()}
+	}
+	return out
+}
+
+// attach checks the grant and connects the QPs, their RECVs posted
+// before any request is written. For n QPs the grant has n server QPs and
+// 2n PSNs, addresses and keys (PROTOCOL.md, "RFP").
+func (t *rfpTransport) attach(g dataplane.Grant) error {
+	n := len(t.qps)
+	if len(g.ServerConnQPs) != n || len(g.ConnPSNs) != 2*n || len(g.RemoteAddr) != 2*n || len(g.RKey) != 2*n || g.Window < 1 || g.AnswerQKey == 0 {
+		return fmt.Errorf("%w: connect: malformed rfp grant (%d server QPs, %d PSNs, %d addresses, %d keys for %d QPs, window %d)",
+			ErrUnavailable, len(g.ServerConnQPs), len(g.ConnPSNs), len(g.RemoteAddr), len(g.RKey), n, g.Window)
+	}
+	t.window = min(t.window, g.Window)
+	t.tag = g.AnswerQKey
+	for i, q := range t.qps {
+		s := g.ServerConnQPs[i]
+		if err := verbs.Connect(q.qp, verbs.ConnectAttr{Remote: s.Addr, RemoteQPN: s.QPN,
+			SQPSN: g.ConnPSNs[i] & verbs.PSNMask, RQPSN: g.ConnPSNs[n+i] & verbs.PSNMask,
 			Timeout: rfpRCTimeout, RetryCnt: rfpRCRetryCnt}); err != nil {
 			return fmt.Errorf("client: rfp QP %d connect: %w", i, err)
 		}
@@ -197,8 +207,8 @@ func (t *rfpTransport) attach(resp *adminpb.ConnectResponse) error {
 		if _, err := q.qp.PostRecv(t.recvWRs[:t.recvN]); err != nil {
 			return fmt.Errorf("client: rfp QP %d: post receives: %w", i, err)
 		}
-		q.reqAddr, q.reqKey = addrs[i], keys[i]
-		q.respAddr, q.respKey = addrs[n+i], keys[n+i]
+		q.reqAddr, q.reqKey = g.RemoteAddr[i], g.RKey[i]
+		q.respAddr, q.respKey = g.RemoteAddr[n+i], g.RKey[n+i]
 		q.pos = q.pos[:t.window]
 	}
 	return nil

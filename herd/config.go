@@ -18,8 +18,8 @@ const (
 	DefaultMaxWindow = 64
 	DefaultWindow    = 16
 	DefaultMaxQPs    = 256
-	DefaultSpin      = 200 * time.Microsecond
-	DefaultMaxSleep  = 500 * time.Microsecond
+	DefaultSpin      = wk.DefaultSpin
+	DefaultMaxSleep  = wk.DefaultMaxSleep
 )
 
 // ErrConfig reports an invalid Config.

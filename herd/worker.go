@@ -3,7 +3,6 @@ package herd
 import (
 	"encoding/binary"
 	"fmt"
-	"runtime"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -214,30 +213,19 @@ func (w *worker) Close() {
 // Run is the worker's loop. It returns when the server stops.
 func (w *worker) Run() {
 	defer w.Pin()()
-	cfg := &w.s.cfg
+	idle := wk.Idle{Spin: w.s.cfg.Spin, MaxSleep: w.s.cfg.MaxSleep}
 	start := w.s.start
-	idleSince := time.Duration(-1)
-	sleep := time.Duration(0)
 	for !w.s.stopped.Load() {
 		// Polling the UC CQ moves the provider's packets on this thread
 		// (the userspace provider receives on the poller); plain WRITEs
 		// complete nothing, so it stays empty.
 		w.ucCQ.Poll(w.wcs)
 		w.ReapSends()
-		now := time.Since(start)
 		if w.collect() == 0 {
-			if idleSince < 0 {
-				idleSince = now
-			}
-			if cfg.Spin < 0 || now-idleSince < cfg.Spin {
-				runtime.Gosched()
-				continue
-			}
-			sleep = min(max(2*sleep, 10*time.Microsecond), cfg.MaxSleep)
-			time.Sleep(sleep)
+			idle.Wait(time.Since(start))
 			continue
 		}
-		idleSince, sleep = -1, 0
+		idle.Busy()
 		w.batch()
 	}
 }

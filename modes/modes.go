@@ -19,6 +19,7 @@ import (
 	"github.com/seqd/seqd/herd"
 	"github.com/seqd/seqd/modes/adminmode"
 	"github.com/seqd/seqd/oracle"
+	"github.com/seqd/seqd/rfp"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 )
@@ -36,6 +37,7 @@ var registry = map[string]dataplane.Factory{
 	spec.ModeSpecS0:  headeronly.Start,
 	spec.ModeHERD:    herd.Start,
 	spec.ModeAtomics: atomics.Start,
+	spec.ModeRFP:     rfp.Start,
 }
 
 // metricNames names a mode's metrics (seqd_<name>_*) where the mode's

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/seqd/seqd/dataplane"
+	wk "github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/verbs"
 	_ "github.com/seqd/seqd/verbs/soft"
 )
@@ -39,7 +40,7 @@ func newServer(t *testing.T, maxClients int) *Server {
 		t.Skipf("soft provider: %v", err)
 	}
 	t.Cleanup(func() { dev.Close() })
-	s, err := New(Config{Config: dataplane.Config{Device: dev, Oracle: &counter{}, MaxClients: maxClients, MaxWindow: 4, Epoch: 7}})
+	s, err := New(Config{Config: wk.Config{Device: dev, Oracle: &counter{}, Epoch: 7}, MaxQPs: maxClients, MaxWindow: 4})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,19 +10,16 @@ import (
 	"time"
 
 	"github.com/seqd/seqd/dataplane"
+	wk "github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 )
 
-// Defaults filled in by Start.
+// Defaults filled in by New.
 const (
-	DefaultWorkers   = 1
 	DefaultMaxWindow = 64
 	DefaultWindow    = 16
 	DefaultMaxQPs    = 256
-	DefaultBatch     = 64
-	DefaultSpin      = 200 * time.Microsecond
-	DefaultMaxSleep  = 500 * time.Microsecond
 	// sendSlack is the send queue depth of a server QP beyond its
 	// window: fallback SENDs are at most one per slot and seq.
 	sendSlack = 8
@@ -31,51 +28,34 @@ const (
 // ErrConfig reports an invalid configuration.
 var ErrConfig = errors.New("rfp: invalid config")
 
-// Config is the mode's configuration: dataplane.Config plus the knobs of
-// this mode (zero: defaults).
+// Config configures a Server.
 type Config struct {
-	dataplane.Config
-	// Batch is the most requests one batch answers. Default 64.
-	Batch int
-	// Spin is how long an idle worker keeps polling before it backs off
-	// into short sleeps (up to MaxSleep). Negative: poll forever.
+	// Device, Oracle, Behind, Workers, Cores, Batch, Epoch and Logger, as
+	// every CPU mode takes them (package internal/worker; RespQPs,
+	// SignalEvery, SendDepth and QKey are unused: answers are records
+	// and, rarely, SENDs on the client's own connection).
+	wk.Config
+	// MaxWindow is the number of slots per client QP (the largest window
+	// granted). Default 64, at most spec.RFPMaxWindow.
+	MaxWindow int
+	// MaxQPs is the most client QPs per worker. Default 256.
+	MaxQPs int
+	// Spin and MaxSleep are the idle policy of the workers (wk.Idle).
 	Spin, MaxSleep time.Duration
 }
 
 func (c Config) validate() (Config, error) {
-	if c.Device == nil || c.Oracle == nil {
-		return c, fmt.Errorf("%w: Device and Oracle are required", ErrConfig)
+	if err := c.Config.Fill(ErrConfig); err != nil {
+		return c, err
 	}
-	for _, f := range []struct {
-		p    *int
-		d    int
-		name string
-	}{
-		{&c.Workers, DefaultWorkers, "Workers"}, {&c.MaxWindow, DefaultMaxWindow, "MaxWindow"},
-		{&c.MaxClients, DefaultMaxQPs, "MaxClients"}, {&c.Batch, DefaultBatch, "Batch"},
-	} {
-		if *f.p == 0 {
-			*f.p = f.d
-		}
-		if *f.p < 0 {
-			return c, fmt.Errorf("%w: %s %d is negative", ErrConfig, f.name, *f.p)
-		}
+	if err := wk.Default(ErrConfig, "MaxWindow", &c.MaxWindow, DefaultMaxWindow); err != nil {
+		return c, err
 	}
-	c.MaxWindow = min(c.MaxWindow, spec.RFPMaxWindow)
-	if len(c.Cores) > c.Workers {
-		return c, fmt.Errorf("%w: %d cores for %d workers", ErrConfig, len(c.Cores), c.Workers)
+	if err := wk.Default(ErrConfig, "MaxQPs", &c.MaxQPs, DefaultMaxQPs); err != nil {
+		return c, err
 	}
-	if c.Spin == 0 {
-		c.Spin = DefaultSpin
-	}
-	if c.MaxSleep <= 0 {
-		c.MaxSleep = DefaultMaxSleep
-	}
-	if c.Epoch == 0 {
-		c.Epoch = uint64(time.Now().UnixNano())
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
+	if c.MaxWindow > spec.RFPMaxWindow {
+		return c, fmt.Errorf("%w: MaxWindow %d above the protocol's %d", ErrConfig, c.MaxWindow, spec.RFPMaxWindow)
 	}
 	return c, nil
 }
@@ -87,7 +67,7 @@ type Server struct {
 	start time.Time
 
 	stopped atomic.Bool
-	wg      sync.WaitGroup
+	wg      sync.WaitGroup // the workers' loops
 	workers []*worker
 
 	mu       sync.Mutex
@@ -112,8 +92,9 @@ type session struct {
 }
 
 // Start is the mode's dataplane.Factory.
-func Start(ctx context.Context, cfg dataplane.Config) (dataplane.Mode, error) {
-	return New(Config{Config: cfg})
+func Start(ctx context.Context, c dataplane.Config) (dataplane.Mode, error) {
+	return New(Config{Config: wk.Config{Device: c.Device, Oracle: c.Oracle, Behind: c.Behind, Workers: c.Workers,
+		Cores: c.Cores, Epoch: c.Epoch, Logger: c.Logger}, MaxWindow: min(c.MaxWindow, spec.RFPMaxWindow), MaxQPs: c.MaxClients})
 }
 
 // New creates the workers and starts them.
@@ -131,13 +112,7 @@ func New(cfg Config) (*Server, error) {
 		}
 		s.workers = append(s.workers, w)
 	}
-	for _, w := range s.workers {
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			w.run()
-		}()
-	}
+	wk.Run(&s.wg, s.workers)
 	s.log.Info("rfp data path up", "device", cfg.Device.Name(), "workers", cfg.Workers,
 		"max_window", cfg.MaxWindow, "epoch", cfg.Epoch)
 	return s, nil
@@ -155,6 +130,9 @@ func New(cfg Config) (*Server, error) {
 func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces dataplane.SessionRef) (dataplane.Grant, error) {
 	if len(a.QPs) == 0 {
 		return dataplane.Grant{}, fmt.Errorf("%w: no queue pairs", dataplane.ErrInvalidArgument)
+	}
+	if len(a.ConnQPs) != 0 {
+		return dataplane.Grant{}, fmt.Errorf("%w: rfp takes its RC QPs in qps, not conn_qps", dataplane.ErrFailedPrecondition)
 	}
 	for i, q := range a.QPs {
 		if q.QPN > verbs.MaxQPN {
@@ -194,7 +172,7 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 		ConnPSNs: make([]verbs.PSN, 2*n), RemoteAddr: make([]uint64, 2*n), RKey: make([]uint32, 2*n)}
 	for i, q := range a.QPs {
 		w := s.workers[(s.rr+i)%len(s.workers)]
-		c, err := w.admit(pd, q, window, g.AnswerQKey, spare[w.id])
+		c, err := w.admit(pd, q, window, g.AnswerQKey, spare[w.ID])
 		if err != nil {
 			for _, c := range sess.clients {
 				s.workers[c.worker].remove(c)
@@ -329,7 +307,7 @@ func (s *Server) Close() error {
 	}
 	s.limbo = nil
 	for _, w := range s.workers {
-		w.close()
+		w.Close()
 	}
 	return nil
 }
@@ -343,30 +321,14 @@ func (s *Server) Sessions() int {
 
 // Stats sums the workers' counters.
 func (s *Server) Stats() dataplane.Stats {
-	st := dataplane.Stats{Sessions: s.Sessions()}
-	var drops [numDropReasons]uint64
+	st := wk.Sum(s.workers)
+	st.Sessions = s.Sessions()
 	var sends, resends, dups, malformed uint64
 	for _, w := range s.workers {
-		ws := &w.stats
-		x := dataplane.WorkerStats{ID: w.id, Core: w.core, Batches: ws.batches.Load(), Requests: ws.requests.Load()}
-		for r := range drops {
-			d := ws.drops[r].Load()
-			drops[r] += d
-			x.Drops += d
-		}
-		st.Served += x.Requests
-		st.Batches += x.Batches
-		st.Drops += x.Drops
-		st.Stalls += ws.stalls.Load()
-		sends += ws.sends.Load()
-		resends += ws.resends.Load()
-		dups += ws.duplicates.Load()
-		malformed += ws.malformed.Load()
-		st.Workers = append(st.Workers, x)
-	}
-	for r, d := range drops {
-		st.Counters = append(st.Counters, dataplane.Counter{Name: "drops_total", Help: "Requests the workers dropped, by reason.",
-			Reason: dropReasonNames[r], Value: d})
+		sends += w.stats.sends.Load()
+		resends += w.stats.resends.Load()
+		dups += w.stats.duplicates.Load()
+		malformed += w.stats.malformed.Load()
 	}
 	st.Counters = append(st.Counters,
 		dataplane.Counter{Name: "reply_sends_total", Help: "Answers also SENT because the client asked after R READs (server-reply fallback).", Value: sends},
@@ -375,6 +337,3 @@ func (s *Server) Stats() dataplane.Stats {
 		dataplane.Counter{Name: "malformed_total", Help: "Request slots that did not decode.", Value: malformed})
 	return st
 }
-
-// DropReasons are the reasons drops are counted under.
-func DropReasons() []string { return dropReasonNames[:] }

@@ -3,44 +3,27 @@ package rfp
 import (
 	"encoding/binary"
 	"fmt"
-	"runtime"
 	"sync/atomic"
 	"time"
 	"unsafe"
 
 	"github.com/seqd/seqd/dataplane"
-	"github.com/seqd/seqd/internal/claim"
+	wk "github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 )
 
-// dropReason says why a request was not answered.
-type dropReason int
-
-const (
-	dropExpired dropReason = iota
-	dropLate
-	dropOracle
-	dropSendError
-	numDropReasons
-)
-
-var dropReasonNames = [numDropReasons]string{"expired", "late", "oracle_error", "send_error"}
-
 // recordWords is the number of 8-byte words of a response record.
 const recordWords = spec.RFPRecordLen / 8
 
-// workerStats are written by the worker only and read at any time.
+// workerStats are the worker's own counters (wk.Counts has the rest):
+// written by the worker only, read at any time.
 type workerStats struct {
-	batches    atomic.Uint64
-	requests   atomic.Uint64 // records written
-	stalls     atomic.Uint64 // claims refused with Behind
 	sends      atomic.Uint64 // fallback SENDs of fresh answers
 	resends    atomic.Uint64 // fallback SENDs of stored answers
 	duplicates atomic.Uint64
 	malformed  atomic.Uint64
 	lost       atomic.Uint64 // CAS on clearing lost to a newer WRITE
-	drops      [numDropReasons]atomic.Uint64
 	_          [64]byte
 }
 
@@ -88,10 +71,9 @@ type pending struct {
 }
 
 type worker struct {
-	id   int
-	core int
-	s    *Server
-	cq   verbs.CQ // the send and receive CQ of every server QP of the worker
+	wk.Base
+	s  *Server
+	cq verbs.CQ // the send and receive CQ of every server QP of the worker
 
 	clients atomic.Pointer[[]*client] // published copy; read once per sweep
 	sweeps  atomic.Uint64
@@ -106,22 +88,23 @@ type worker struct {
 	wrs    []verbs.SendWR
 	sges   []verbs.SGE
 	stats  workerStats
-	// stall, when set (tests only), runs between a batch's claim and its
-	// records. Loaded once per batch.
-	stall atomic.Pointer[func()]
 }
 
-func newWorker(s *Server, id int) (*worker, error) {
+func newWorker(s *Server, id int) (w *worker, err error) {
 	c := &s.cfg
-	w := &worker{id: id, core: -1, s: s}
-	if id < len(c.Cores) {
-		w.core = c.Cores[id]
+	w = &worker{s: s}
+	defer func() {
+		if err != nil {
+			w.Close()
+		}
+	}()
+	if err = w.Init(&c.Config, id, nil, nil, wk.NoResp, &s.stopped); err != nil {
+		return nil, fmt.Errorf("rfp: %w", err)
 	}
-	cqe := c.MaxClients * (c.MaxWindow + sendSlack)
+	cqe := c.MaxQPs * (c.MaxWindow + sendSlack)
 	if m := c.Device.Attr().MaxCQE; m > 0 {
 		cqe = min(cqe, m)
 	}
-	var err error
 	if w.cq, err = c.Device.CreateCQ(cqe); err != nil {
 		return nil, fmt.Errorf("rfp: worker %d: CQ: %w", id, err)
 	}
@@ -138,10 +121,10 @@ func newWorker(s *Server, id int) (*worker, error) {
 // worker's clients are about to be released. Called with Server.mu held;
 // publish makes it visible to the worker.
 func (w *worker) admit(pd verbs.PD, q dataplane.Endpoint, window int, tag uint32, spare int) (c *client, err error) {
-	if len(w.all)-spare >= w.s.cfg.MaxClients {
-		return nil, fmt.Errorf("%w: rfp worker %d serves %d client QPs", dataplane.ErrNoCapacity, w.id, len(w.all))
+	if len(w.all)-spare >= w.s.cfg.MaxQPs {
+		return nil, fmt.Errorf("%w: rfp worker %d serves %d client QPs", dataplane.ErrNoCapacity, w.ID, len(w.all))
 	}
-	c = &client{worker: w.id, window: window, tag: tag, state: make([]spec.RFPSlotState, window),
+	c = &client{worker: w.ID, window: window, tag: tag, state: make([]spec.RFPSlotState, window),
 		rqPSN: verbs.RandomPSN(), sqPSN: verbs.RandomPSN(), seen: verbs.Now()}
 	defer func() {
 		if err != nil {
@@ -150,13 +133,13 @@ func (w *worker) admit(pd verbs.PD, q dataplane.Endpoint, window int, tag uint32
 	}()
 	if c.qp, err = pd.CreateQP(verbs.QPInitAttr{Type: verbs.RC, SendCQ: w.cq, RecvCQ: w.cq,
 		Cap: verbs.QPCap{MaxSendWR: window + sendSlack, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: spec.RFPRecordLen}}); err != nil {
-		return nil, fmt.Errorf("%w: rfp worker %d: RC QP: %v", dataplane.ErrUnavailable, w.id, err)
+		return nil, fmt.Errorf("%w: rfp worker %d: RC QP: %v", dataplane.ErrUnavailable, w.ID, err)
 	}
 	if c.req, err = pd.RegMR(window*spec.RFPSlotLen, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
-		return nil, fmt.Errorf("%w: rfp worker %d: request block: %v", dataplane.ErrUnavailable, w.id, err)
+		return nil, fmt.Errorf("%w: rfp worker %d: request block: %v", dataplane.ErrUnavailable, w.ID, err)
 	}
 	if c.resp, err = pd.RegMR(window*spec.RFPRecordLen, verbs.AccessRemoteRead); err != nil {
-		return nil, fmt.Errorf("%w: rfp worker %d: response block: %v", dataplane.ErrUnavailable, w.id, err)
+		return nil, fmt.Errorf("%w: rfp worker %d: response block: %v", dataplane.ErrUnavailable, w.ID, err)
 	}
 	if c.slots, err = words(c.req, window); err != nil {
 		return nil, err
@@ -205,42 +188,27 @@ func (w *worker) publish() {
 	w.clients.Store(&cs)
 }
 
-func (w *worker) close() {
-	if w.cq != nil {
-		w.cq.Close()
-		w.cq = nil
-	}
+// Close releases the worker's CQ (its clients' QPs are closed first).
+func (w *worker) Close() {
+	wk.CloseAll(w.cq)
+	w.cq = nil
+	w.Base.Close()
 }
 
-// run is the worker's loop. It returns when the server stops.
-func (w *worker) run() {
-	if w.core >= 0 {
-		// TODO(merge): pin through internal/worker once it is on main.
-		w.s.log.Warn("running unpinned: rfp does not pin yet", "worker", w.id, "core", w.core)
-		w.core = -1
-	}
-	cfg := &w.s.cfg
-	idleSince := time.Duration(-1)
-	sleep := time.Duration(0)
+// Run is the worker's loop. It returns when the server stops.
+func (w *worker) Run() {
+	defer w.Pin()()
+	idle := wk.Idle{Spin: w.s.cfg.Spin, MaxSleep: w.s.cfg.MaxSleep}
 	for !w.s.stopped.Load() {
 		// Polling the CQ moves the provider's packets on this thread
 		// (the userspace provider receives on the poller) and reaps the
 		// fallback SENDs.
 		w.reap()
-		now := time.Since(w.s.start)
 		if w.collect() == 0 {
-			if idleSince < 0 {
-				idleSince = now
-			}
-			if cfg.Spin < 0 || now-idleSince < cfg.Spin {
-				runtime.Gosched()
-				continue
-			}
-			sleep = min(max(2*sleep, 10*time.Microsecond), cfg.MaxSleep)
-			time.Sleep(sleep)
+			idle.Wait(time.Since(w.s.start))
 			continue
 		}
-		idleSince, sleep = -1, 0
+		idle.Busy()
 		w.batch()
 	}
 }
@@ -255,7 +223,7 @@ func (w *worker) reap() {
 		}
 		for i := range w.wcs[:n] {
 			if st := w.wcs[i].Status; st != verbs.WCSuccess && st != verbs.WCWRFlushErr {
-				w.stats.drops[dropSendError].Add(1)
+				w.Drops[wk.DropSend].Add(1)
 			}
 		}
 		if n < len(w.wcs) {
@@ -315,7 +283,7 @@ func (w *worker) collect() int {
 				// Possibly too old already (the worker did not sweep this
 				// client for a while): dropped alone, so that it does not
 				// age the rest of the batch.
-				st.drops[dropExpired].Add(1)
+				w.Drops[wk.DropExpired].Add(1)
 				continue
 			}
 			w.pend = append(w.pend, pending{c: c, pos: pos, seq: sl.Seq, act: act, seen: seen})
@@ -348,16 +316,16 @@ func (w *worker) batch() {
 	var first uint64
 	if fresh > 0 {
 		var ok bool
-		if first, ok = w.claim(w.oldest, fresh); !ok {
+		if first, ok = w.Claim(w.oldest, fresh); !ok {
 			w.keep(spec.RFPResend)
 		}
 	}
-	if f := w.stall.Load(); f != nil {
+	if f := w.Stall.Load(); f != nil {
 		(*f)()
 	}
-	if verbs.Now().Sub(w.oldest) > spec.MaxResidence {
+	if wk.Expired(w.oldest) {
 		// Too late: the claimed values are skipped (never handed out).
-		w.stats.drops[dropLate].Add(uint64(len(w.pend)))
+		w.Drops[wk.DropLate].Add(uint64(len(w.pend)))
 		return
 	}
 	v := first
@@ -380,8 +348,8 @@ func (w *worker) batch() {
 		written++
 	}
 	if written > 0 {
-		w.stats.batches.Add(1)
-		w.stats.requests.Add(uint64(written))
+		w.Batches.Add(1)
+		w.Requests.Add(uint64(written))
 	}
 	w.keep(spec.RFPAnswerSend, spec.RFPResend)
 	w.send()
@@ -431,31 +399,7 @@ func (w *worker) send() {
 			n++
 		}
 		if posted, err := c.qp.PostSend(w.wrs[:n]); err != nil {
-			w.stats.drops[dropSendError].Add(uint64(n - posted))
+			w.Drops[wk.DropSend].Add(uint64(n - posted))
 		}
 	}
-}
-
-// claim claims n values for a batch whose oldest request arrived at
-// oldest, through claim.Batch: retrying while the oracle is behind,
-// giving up once the batch is older than spec.MaxResidence.
-func (w *worker) claim(oldest verbs.Time, n int) (uint64, bool) {
-	if verbs.Now().Sub(oldest) > spec.MaxResidence {
-		w.stats.drops[dropExpired].Add(uint64(n))
-		return 0, false
-	}
-	first, stalls, out, err := claim.Batch(w.s.cfg.Oracle, w.s.cfg.Behind, n, func() bool {
-		return verbs.Now().Sub(oldest) > spec.MaxResidence || w.s.stopped.Load()
-	})
-	w.stats.stalls.Add(uint64(stalls))
-	switch out {
-	case claim.Failed:
-		w.stats.drops[dropOracle].Add(uint64(n))
-		w.s.log.Error("claim", "worker", w.id, "n", n, "err", err)
-		return 0, false
-	case claim.Expired:
-		w.stats.drops[dropExpired].Add(uint64(n))
-		return 0, false
-	}
-	return first, true
 }
