@@ -290,6 +290,13 @@ func (w *worker) collect() int {
 			w.oldest = min(w.oldest, seen)
 			if len(w.pend) == limit {
 				w.cur = ci
+				if pos == c.window-1 {
+					// Every slot of it was read: the next sweep starts
+					// with the next client, and bounds its arrivals by
+					// this sweep.
+					c.seen = sweep
+					w.cur = (ci + 1) % len(clients)
+				}
 				return len(w.pend)
 			}
 		}
