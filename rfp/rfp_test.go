@@ -4,43 +4,18 @@ import (
 	"context"
 	"errors"
 	"net/netip"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/seqd/seqd/dataplane"
+	"github.com/seqd/seqd/internal/claimtest"
 	wk "github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/verbs"
-	_ "github.com/seqd/seqd/verbs/soft"
 )
-
-type counter struct {
-	mu   sync.Mutex
-	next uint64
-}
-
-func (o *counter) Claim(n int) (uint64, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	f := o.next + 1
-	o.next += uint64(n)
-	return f, nil
-}
-
-func (o *counter) Current() uint64 {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.next
-}
 
 func newServer(t *testing.T, maxClients int) *Server {
 	t.Helper()
-	dev, err := verbs.Open("soft", "127.0.0.1:0", nil)
-	if err != nil {
-		t.Skipf("soft provider: %v", err)
-	}
-	t.Cleanup(func() { dev.Close() })
-	s, err := New(Config{Config: wk.Config{Device: dev, Oracle: &counter{}, Epoch: 7}, MaxQPs: maxClients, MaxWindow: 4})
+	s, err := New(Config{Config: wk.Config{Device: claimtest.OpenSoft(t, ""), Oracle: &claimtest.Oracle{}, Epoch: 7}, MaxQPs: maxClients, MaxWindow: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
