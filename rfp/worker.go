@@ -63,11 +63,10 @@ func (c *client) close() {
 
 // pending is one request of the batch in hand.
 type pending struct {
-	c    *client
-	pos  int
-	seq  spec.RFPSeq
-	act  spec.RFPAction
-	seen verbs.Time
+	c   *client
+	pos int
+	seq spec.RFPSeq
+	act spec.RFPAction
 }
 
 type worker struct {
@@ -81,13 +80,12 @@ type worker struct {
 	all []*client // guarded by Server.mu
 
 	// Worker-owned.
-	cur    int
-	oldest verbs.Time
-	pend   []pending
-	wcs    []verbs.WC
-	wrs    []verbs.SendWR
-	sges   []verbs.SGE
-	stats  workerStats
+	sweep wk.Sweep
+	pend  []pending
+	wcs   []verbs.WC
+	wrs   []verbs.SendWR
+	sges  []verbs.SGE
+	stats workerStats
 }
 
 func newWorker(s *Server, id int) (w *worker, err error) {
@@ -240,71 +238,47 @@ func (w *worker) collect() int {
 	w.sweeps.Add(1)
 	clients := *w.clients.Load()
 	w.pend = w.pend[:0]
-	if len(clients) == 0 {
-		return 0
-	}
-	sweep := verbs.Now() // before any slot of this sweep is read
-	w.oldest = sweep
-	limit := cap(w.pend)
 	st := &w.stats
-	if w.cur >= len(clients) {
-		w.cur = 0
-	}
-	for k := range clients {
-		ci := (w.cur + k) % len(clients)
-		c := clients[ci]
-		seen := c.seen
-		for pos := range c.window {
-			p := &c.slots[pos]
-			word := atomic.LoadUint64(p)
-			if word == 0 {
-				continue
-			}
-			var b [spec.RFPSlotLen]byte
-			binary.NativeEndian.PutUint64(b[:], word)
-			sl, err := spec.DecodeRFPSlot(b[:])
-			if !atomic.CompareAndSwapUint64(p, word, 0) {
-				st.lost.Add(1) // a newer WRITE landed: the next sweep takes it
-			}
-			if err != nil {
-				st.malformed.Add(1)
-				continue
-			}
-			act := c.state[pos].Take(sl)
-			switch act {
-			case spec.RFPIgnore:
-				st.duplicates.Add(1)
-				continue
-			case spec.RFPAnswer, spec.RFPAnswerSend:
-				// The record no longer answers the last request read.
-				atomic.StoreUint64(&c.recs[pos*recordWords], 0)
-			}
-			if sweep.Sub(seen) > spec.MaxResidence {
-				// Possibly too old already (the worker did not sweep this
-				// client for a while): dropped alone, so that it does not
-				// age the rest of the batch.
-				w.Drops[wk.DropExpired].Add(1)
-				continue
-			}
-			w.pend = append(w.pend, pending{c: c, pos: pos, seq: sl.Seq, act: act, seen: seen})
-			w.oldest = min(w.oldest, seen)
-			if len(w.pend) == limit {
-				w.cur = ci
-				if pos == c.window-1 {
-					// Every slot of it was read: the next sweep starts
-					// with the next client, and bounds its arrivals by
-					// this sweep.
-					c.seen = sweep
-					w.cur = (ci + 1) % len(clients)
-				}
-				return len(w.pend)
-			}
+	for c, pos := range wk.Slots(&w.sweep, clients) {
+		p := &c.slots[pos]
+		word := atomic.LoadUint64(p)
+		if word == 0 {
+			continue
 		}
-		c.seen = sweep
+		var b [spec.RFPSlotLen]byte
+		binary.NativeEndian.PutUint64(b[:], word)
+		sl, err := spec.DecodeRFPSlot(b[:])
+		if !atomic.CompareAndSwapUint64(p, word, 0) {
+			st.lost.Add(1) // a newer WRITE landed: the next sweep takes it
+		}
+		if err != nil {
+			st.malformed.Add(1)
+			continue
+		}
+		act := c.state[pos].Take(sl)
+		switch act {
+		case spec.RFPIgnore:
+			st.duplicates.Add(1)
+			continue
+		case spec.RFPAnswer, spec.RFPAnswerSend:
+			// The record no longer answers the last request read.
+			atomic.StoreUint64(&c.recs[pos*recordWords], 0)
+		}
+		if !w.sweep.Fresh(c.seen) {
+			w.Drops[wk.DropExpired].Add(1)
+			continue
+		}
+		w.pend = append(w.pend, pending{c: c, pos: pos, seq: sl.Seq, act: act})
+		if len(w.pend) == cap(w.pend) {
+			break
+		}
 	}
-	w.cur = (w.cur + 1) % len(clients)
 	return len(w.pend)
 }
+
+// Window and Seen make a client wk.Swept.
+func (c *client) Window() int       { return c.window }
+func (c *client) Seen() *verbs.Time { return &c.seen }
 
 // batch claims once for the collected requests that need a value, writes
 // their records, and SENDs the records asked for, one chain per client
@@ -323,14 +297,14 @@ func (w *worker) batch() {
 	var first uint64
 	if fresh > 0 {
 		var ok bool
-		if first, ok = w.Claim(w.oldest, fresh); !ok {
+		if first, ok = w.Claim(w.sweep.Oldest, fresh); !ok {
 			w.keep(spec.RFPResend)
 		}
 	}
 	if f := w.Stall.Load(); f != nil {
 		(*f)()
 	}
-	if wk.Expired(w.oldest) {
+	if wk.Expired(w.sweep.Oldest) {
 		// Too late: the claimed values are skipped (never handed out).
 		w.Drops[wk.DropLate].Add(uint64(len(w.pend)))
 		return
