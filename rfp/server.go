@@ -48,14 +48,8 @@ func (c Config) validate() (Config, error) {
 	if err := c.Config.Fill(ErrConfig); err != nil {
 		return c, err
 	}
-	if err := wk.Default(ErrConfig, "MaxWindow", &c.MaxWindow, DefaultMaxWindow); err != nil {
+	if err := wk.FillSlots(ErrConfig, &c.MaxWindow, DefaultMaxWindow, spec.RFPMaxWindow, &c.MaxQPs, DefaultMaxQPs); err != nil {
 		return c, err
-	}
-	if err := wk.Default(ErrConfig, "MaxQPs", &c.MaxQPs, DefaultMaxQPs); err != nil {
-		return c, err
-	}
-	if c.MaxWindow > spec.RFPMaxWindow {
-		return c, fmt.Errorf("%w: MaxWindow %d above the protocol's %d", ErrConfig, c.MaxWindow, spec.RFPMaxWindow)
 	}
 	return c, nil
 }

@@ -121,6 +121,23 @@ func Default(errConfig error, name string, p *int, d int) error {
 	return nil
 }
 
+// FillSlots fills in and checks the limits of a mode whose clients WRITE
+// requests into slots (herd, rfp): *maxWindow slots per client QP
+// (default defWindow, at most protoMax) and *maxQPs client QPs per worker
+// (default defQPs). Errors wrap errConfig.
+func FillSlots(errConfig error, maxWindow *int, defWindow, protoMax int, maxQPs *int, defQPs int) error {
+	if err := Default(errConfig, "MaxWindow", maxWindow, defWindow); err != nil {
+		return err
+	}
+	if err := Default(errConfig, "MaxQPs", maxQPs, defQPs); err != nil {
+		return err
+	}
+	if *maxWindow > protoMax {
+		return fmt.Errorf("%w: MaxWindow %d above the protocol's %d", errConfig, *maxWindow, protoMax)
+	}
+	return nil
+}
+
 // Core is the core worker i is pinned to, -1 for none.
 func (c *Config) Core(i int) int {
 	if i < len(c.Cores) {
