@@ -108,20 +108,22 @@ func TestEveryMode(t *testing.T) {
 	}
 }
 
-// switchOrder is the modes TestSwitchModes switches to, starting from
-// all[0]: up the list and back down, so that every two neighbours are
-// switched between both ways.
+// switchOrder is the modes to switch to from all[0]: through every other
+// mode and back to all[0], then the other way round, so that each mode
+// follows and precedes several others.
 func switchOrder(all []string) []string {
 	var order []string
 	order = append(order, all[1:]...)
-	for i := len(all) - 2; i >= 0; i-- {
+	order = append(order, all[0])
+	for i := len(all) - 2; i >= 1; i-- {
 		order = append(order, all[i])
 	}
-	return order
+	return append(order, all[0])
 }
 
-// TestSwitchModes switches modes 20 times under load from concurrent
-// clients and checks the whole history.
+// TestSwitchModes switches modes 20 times, and at least once through
+// switchOrder, under load from concurrent clients and checks the whole
+// history.
 func TestSwitchModes(t *testing.T) {
 	opts := ""
 	addr := startMode(t, opts, spec.ModeSpecS0)
@@ -140,7 +142,7 @@ func TestSwitchModes(t *testing.T) {
 	go func() { errc <- load(ctx, cs, 6, 0, &v, stop) }()
 	order := switchOrder(modes.All)
 	var lastHigh uint64
-	for i := range 20 {
+	for i := range max(20, len(order)) {
 		before := v.Len()
 		// Let every mode serve some calls before switching away.
 		deadline := time.Now().Add(10 * time.Second)

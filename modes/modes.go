@@ -20,6 +20,7 @@ import (
 	"github.com/seqd/seqd/herd"
 	"github.com/seqd/seqd/modes/adminmode"
 	"github.com/seqd/seqd/oracle"
+	"github.com/seqd/seqd/rfp"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 )
@@ -38,6 +39,7 @@ var registry = map[string]dataplane.Factory{
 	spec.ModeHERD:    herd.Start,
 	spec.ModeAtomics: atomics.Start,
 	spec.ModeFaSST:   fasst.Start,
+	spec.ModeRFP:     rfp.Start,
 }
 
 // metricNames names a mode's metrics (seqd_<name>_*) where the mode's
