@@ -1,0 +1,424 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/seqd/seqd/admin/adminpb"
+	"github.com/seqd/seqd/darpc"
+	"github.com/seqd/seqd/dataplane"
+	"github.com/seqd/seqd/verbs"
+	_ "github.com/seqd/seqd/verbs/soft"
+)
+
+var errDaRPCBehind = errors.New("behind")
+
+// darpcOracle counts up from 1<<40; it refuses every behindEvery-th
+// claim as behind, and every claim while stuck is set.
+type darpcOracle struct {
+	mu          sync.Mutex
+	next        uint64
+	calls       int
+	behindEvery atomic.Int64
+	stuck       atomic.Bool
+}
+
+func (o *darpcOracle) Claim(n int) (uint64, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.calls++
+	if o.stuck.Load() || (o.behindEvery.Load() > 0 && int64(o.calls)%o.behindEvery.Load() == 0) {
+		return 0, errDaRPCBehind
+	}
+	if o.next == 0 {
+		o.next = 1 << 40
+	}
+	f := o.next
+	o.next += uint64(n)
+	return f, nil
+}
+
+func (o *darpcOracle) Current() uint64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.next - 1
+}
+
+func darpcDevice(t testing.TB, opts string) verbs.Device {
+	t.Helper()
+	o, err := verbs.ParseOptions(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := verbs.Open("soft", "127.0.0.1:0", o)
+	if err != nil {
+		t.Skipf("soft provider: %v", err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+type darpcRig struct {
+	srv *darpc.Server
+	orc *darpcOracle
+	env *transportEnv
+	tr  *darpcTransport
+	t0  time.Time
+}
+
+// newDaRPCRig starts a darpc server and dials it the way the client
+// does, with a Connect that calls the server's Admit directly (the admin
+// plane's translation done by hand).
+func newDaRPCRig(t testing.TB, srvOpts, cliOpts string, qps, window int) *darpcRig {
+	t.Helper()
+	r := &darpcRig{orc: &darpcOracle{}, t0: time.Now()}
+	r.orc.behindEvery.Store(7)
+	srv, err := darpc.New(dataplane.Config{Device: darpcDevice(t, srvOpts), Oracle: r.orc, Behind: errDaRPCBehind, Workers: 2, Epoch: 77})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.srv = srv
+	t.Cleanup(func() { srv.Close() })
+	dev := darpcDevice(t, cliOpts)
+	pd, err := dev.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.env = &transportEnv{dev: dev, pd: pd, qps: qps, window: window, name: "test", st: &stats{},
+		connect: func(ctx context.Context, req *adminpb.ConnectRequest) (*adminpb.ConnectResponse, error) {
+			a := dataplane.Admission{Name: req.GetClientName(), Window: int(req.GetWindow())}
+			for _, e := range req.GetQps() {
+				var ad verbs.Address
+				if err := ad.UnmarshalBinary(e.GetAddress()); err != nil {
+					return nil, err
+				}
+				a.QPs = append(a.QPs, dataplane.Endpoint{Addr: ad, QPN: verbs.QPN(e.GetQpn())})
+			}
+			g, err := srv.Admit(ctx, a, dataplane.SessionRef{})
+			if err != nil {
+				return nil, err
+			}
+			resp := &adminpb.ConnectResponse{SessionId: g.Session, Epoch: g.Epoch, Window: uint32(g.Window)}
+			for i, e := range g.ServerConnQPs {
+				b, _ := e.Addr.MarshalBinary()
+				resp.ServerConnQps = append(resp.ServerConnQps, &adminpb.Endpoint{Address: b, Qpn: uint32(e.QPN)})
+				resp.ConnPsns = append(resp.ConnPsns, uint32(g.ConnPSNs[i]))
+			}
+			return resp, nil
+		}}
+	tr, err := dialDaRPC(context.Background(), r.env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.tr = tr.(*darpcTransport)
+	t.Cleanup(func() { r.tr.Close(); pd.Close() })
+	return r
+}
+
+func (r *darpcRig) now() time.Duration { return time.Since(r.t0) }
+
+// run drives the transport as the engine does: total requests, IDs below
+// capacity, failed ones sent again. Every value must be above every value
+// returned before its request was (first) sent, and unique. It returns
+// the values and how many results came back with an error.
+func (r *darpcRig) run(t testing.TB, total int) (vals []uint64, failed int) {
+	t.Helper()
+	capacity := r.tr.Free()
+	var free []int
+	for id := capacity - 1; id >= 0; id-- {
+		free = append(free, id)
+	}
+	floor := make([]uint64, capacity)
+	var maxRet uint64
+	retry := 0 // failed requests waiting to be sent again
+	sent := 0
+	res := make([]result, 64)
+	ids := make([]int, capacity)
+	seen := map[uint64]bool{}
+	deadline := time.Now().Add(30 * time.Second)
+	for len(vals) < total {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d answered before the deadline (server %+v, client stale %d malformed %d)",
+				len(vals), total, r.srv.Stats(), r.env.st.stale.Load(), r.env.st.malformed.Load())
+		}
+		if r.tr.Broken() {
+			t.Fatalf("transport broke after %d values (server %+v)", len(vals), r.srv.Stats())
+		}
+		now := r.now()
+		if want := min(r.tr.Free(), len(free), total-sent+retry); want > 0 {
+			batch := ids[:want]
+			copy(batch, free[len(free)-want:])
+			n, err := r.tr.Send(now, batch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			free = append(free[:len(free)-want], batch[n:]...)
+			for _, id := range batch[:n] {
+				floor[id] = maxRet
+				if retry > 0 {
+					retry--
+				} else {
+					sent++
+				}
+			}
+		}
+		n := r.tr.Poll(now, res)
+		for _, x := range res[:n] {
+			free = append(free, x.ID)
+			if x.Err != nil {
+				failed++
+				retry++
+				continue
+			}
+			if x.Value <= floor[x.ID] {
+				t.Fatalf("request %d got %d, not above %d returned before it was sent", x.ID, x.Value, floor[x.ID])
+			}
+			if seen[x.Value] {
+				t.Fatalf("value %d handed out twice", x.Value)
+			}
+			seen[x.Value] = true
+			maxRet = max(maxRet, x.Value)
+			vals = append(vals, x.Value)
+		}
+		if x := r.tr.Expire(now); x != 0 {
+			t.Fatalf("Expire resent %d: RC resends, not the transport", x)
+		}
+	}
+	if r.tr.Outstanding() != 0 {
+		t.Fatalf("%d outstanding after the run", r.tr.Outstanding())
+	}
+	return vals, failed
+}
+
+func TestDaRPCClean(t *testing.T) {
+	r := newDaRPCRig(t, "", "", 3, 8)
+	if got := r.tr.Free(); got != 24 {
+		t.Fatalf("Free %d, want 3 QPs × window 8", got)
+	}
+	vals, failed := r.run(t, 5000)
+	st := r.srv.Stats()
+	t.Logf("server %+v; refused and resent %d", st, failed)
+	// Every value the server handed out went to a request (no loss, no
+	// cancel): nothing is handed out twice or lost.
+	if st.Served != uint64(len(vals)) {
+		t.Fatalf("server served %d values, the client took %d", st.Served, len(vals))
+	}
+	if st.Sessions != 1 || len(st.Workers) != 2 {
+		t.Fatalf("stats %+v", st)
+	}
+	// Connections were spread over both clusters, each polled by its own
+	// worker.
+	for _, w := range st.Workers {
+		if w.Requests == 0 {
+			t.Errorf("worker %d served nothing: %+v", w.ID, st.Workers)
+		}
+	}
+}
+
+func TestDaRPCFaults(t *testing.T) {
+	r := newDaRPCRig(t, "loss=0.05,dup=0.02,reorder=0.02,seed=5", "loss=0.05,dup=0.02,reorder=0.02,seed=6", 2, 8)
+	vals, failed := r.run(t, 2000)
+	st := r.srv.Stats()
+	t.Logf("server %+v; refused and resent %d", st, failed)
+	if st.Served != uint64(len(vals)) {
+		t.Fatalf("server served %d values, the client took %d", st.Served, len(vals))
+	}
+	var lost uint64
+	r.env.dev.(verbs.Counters).VisitCounters(func(name string, v uint64) {
+		if name == verbs.CounterInjectedLoss {
+			lost = v
+		}
+	})
+	if lost == 0 {
+		t.Fatal("5% loss injected nothing")
+	}
+}
+
+// TestDaRPCBatching: requests sent together travel in one message and
+// come back from one claim as consecutive values.
+func TestDaRPCBatching(t *testing.T) {
+	r := newDaRPCRig(t, "", "", 1, 16)
+	r.orc.behindEvery.Store(0)
+	ids := []int{3, 1, 4, 0, 5, 9, 2, 6}
+	res := make([]result, 16)
+	deadline := time.Now().Add(20 * time.Second)
+	for attempt := 0; ; attempt++ {
+		if n, err := r.tr.Send(r.now(), ids); n != len(ids) || err != nil {
+			t.Fatal(n, err)
+		}
+		var got []result
+		for len(got) < len(ids) && time.Now().Before(deadline) {
+			n := r.tr.Poll(r.now(), res)
+			got = append(got, res[:n]...)
+		}
+		if len(got) != len(ids) {
+			t.Fatalf("%d answers", len(got))
+		}
+		if errors.Is(got[0].Err, errDaRPCRefused) {
+			continue // a loaded machine: the message was refused whole; again
+		}
+		for i, x := range got {
+			if x.ID != ids[i] || x.Err != nil || x.Value != got[0].Value+uint64(i) {
+				t.Fatalf("answer %d: %+v, want ID %d value %d", i, x, ids[i], got[0].Value+uint64(i))
+			}
+		}
+		if st := r.srv.Stats(); st.Batches != 1 || st.Served != uint64(len(ids)) {
+			t.Fatalf("one message should be one batch of %d: %+v", len(ids), st)
+		}
+		t.Logf("answered whole after %d refusals", attempt)
+		return
+	}
+}
+
+// TestDaRPCCancel: a cancelled request's value is skipped, the others of
+// its message still get theirs, and its ID may be reused at once.
+func TestDaRPCCancel(t *testing.T) {
+	r := newDaRPCRig(t, "", "", 1, 8)
+	if n, err := r.tr.Send(r.now(), []int{0, 1, 2}); n != 3 || err != nil {
+		t.Fatal(n, err)
+	}
+	r.tr.Cancel(1)
+	if r.tr.Outstanding() != 2 {
+		t.Fatalf("outstanding %d after a cancel", r.tr.Outstanding())
+	}
+	res := make([]result, 8)
+	var got []result
+	deadline := time.Now().Add(10 * time.Second)
+	for len(got) < 2 && time.Now().Before(deadline) {
+		n := r.tr.Poll(r.now(), res)
+		got = append(got, res[:n]...)
+	}
+	if len(got) != 2 || got[0].ID != 0 || got[1].ID != 2 {
+		t.Fatalf("answers %+v, want IDs 0 and 2", got)
+	}
+	if n := r.tr.Poll(r.now(), res); n != 0 {
+		t.Fatalf("the cancelled request came back: %+v", res[:n])
+	}
+}
+
+// TestDaRPCRefusesWhenBehind: while the oracle cannot persist, calls are
+// refused after MaxResidence, never answered late; the client gets them
+// back as errors to send again, and values once the oracle recovers.
+func TestDaRPCRefusesWhenBehind(t *testing.T) {
+	r := newDaRPCRig(t, "", "", 1, 4)
+	r.orc.stuck.Store(true)
+	if n, err := r.tr.Send(r.now(), []int{0, 1}); n != 2 || err != nil {
+		t.Fatal(n, err)
+	}
+	res := make([]result, 8)
+	var got []result
+	deadline := time.Now().Add(10 * time.Second)
+	for len(got) < 2 && time.Now().Before(deadline) {
+		n := r.tr.Poll(r.now(), res)
+		got = append(got, res[:n]...)
+	}
+	if len(got) != 2 || !errors.Is(got[0].Err, errDaRPCRefused) || !errors.Is(got[1].Err, errDaRPCRefused) {
+		t.Fatalf("answers %+v, want two refusals", got)
+	}
+	st := r.srv.Stats()
+	if st.Served != 0 || st.Drops != 2 {
+		t.Fatalf("stats %+v", st)
+	}
+	if r.tr.Broken() {
+		t.Fatal("a refusal broke the transport")
+	}
+	r.orc.stuck.Store(false)
+	vals, _ := r.run(t, 100)
+	if len(vals) != 100 {
+		t.Fatalf("%d values", len(vals))
+	}
+}
+
+// TestDaRPCServerStop: once the server stops, the transport breaks (its
+// calls fail on the wire or wait past spec.DaRPCStall) and hands every
+// request back with an error.
+func TestDaRPCServerStop(t *testing.T) {
+	r := newDaRPCRig(t, "", "", 2, 4)
+	r.run(t, 50)
+	if _, err := r.srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := r.tr.Send(r.now(), []int{0, 1, 2}); n != 3 || err != nil {
+		t.Fatal(n, err)
+	}
+	res := make([]result, 8)
+	var got []result
+	deadline := time.Now().Add(10 * time.Second)
+	for len(got) < 3 && time.Now().Before(deadline) {
+		n := r.tr.Poll(r.now(), res)
+		got = append(got, res[:n]...)
+		r.tr.Expire(r.now())
+		time.Sleep(time.Millisecond)
+	}
+	if !r.tr.Broken() || len(got) != 3 {
+		t.Fatalf("broken %v, results %+v", r.tr.Broken(), got)
+	}
+	for _, x := range got {
+		if x.Err == nil {
+			t.Fatalf("a stopped server answered: %+v", x)
+		}
+	}
+	if r.tr.Free() != 0 || r.tr.Outstanding() != 0 {
+		t.Fatalf("free %d outstanding %d", r.tr.Free(), r.tr.Outstanding())
+	}
+	if _, err := r.srv.Admit(context.Background(), dataplane.Admission{QPs: []dataplane.Endpoint{{}}}, dataplane.SessionRef{}); !errors.Is(err, dataplane.ErrUnavailable) {
+		t.Fatalf("admit after stop: %v", err)
+	}
+}
+
+// TestDaRPCRelease: a released session's connections stop answering and
+// are reclaimed; a replacing Connect releases the session it names.
+func TestDaRPCRelease(t *testing.T) {
+	r := newDaRPCRig(t, "", "", 2, 4)
+	r.run(t, 20)
+	ctx := context.Background()
+	if err := r.srv.Release(ctx, dataplane.SessionRef{ID: 1, Epoch: 77}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.srv.Release(ctx, dataplane.SessionRef{ID: 1, Epoch: 77}); !errors.Is(err, dataplane.ErrUnknownSession) {
+		t.Fatalf("second release: %v", err)
+	}
+	if st := r.srv.Stats(); st.Sessions != 0 {
+		t.Fatalf("sessions %d", st.Sessions)
+	}
+	// A new transport replaces the old session.
+	tr2, err := dialDaRPC(ctx, r.env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.tr.Close()
+	r.tr = tr2.(*darpcTransport)
+	r.run(t, 20)
+}
+
+// BenchmarkDaRPCTransport measures the client hot path (Send, Poll)
+// against a real server, with -benchmem showing allocations.
+func BenchmarkDaRPCTransport(b *testing.B) {
+	r := newDaRPCRig(b, "", "", 2, 32)
+	r.orc.behindEvery.Store(0)
+	free := make([]int, 0, 64)
+	for id := range 64 {
+		free = append(free, id)
+	}
+	res := make([]result, 64)
+	ids := make([]int, 64)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for done := 0; done < b.N; {
+		now := r.now()
+		if want := min(r.tr.Free(), len(free)); want > 0 {
+			batch := append(ids[:0], free[len(free)-want:]...)
+			n, _ := r.tr.Send(now, batch)
+			free = append(free[:len(free)-want], batch[n:]...)
+		}
+		n := r.tr.Poll(now, res)
+		for _, x := range res[:n] {
+			free = append(free, x.ID)
+		}
+		done += n
+	}
+}

@@ -1,0 +1,370 @@
+package darpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/seqd/seqd/dataplane"
+	"github.com/seqd/seqd/spec"
+	"github.com/seqd/seqd/verbs"
+)
+
+// Defaults.
+const (
+	DefaultWorkers    = 1
+	DefaultWindow     = 16
+	DefaultMaxWindow  = 64
+	DefaultMaxClients = 1024
+	// DefaultCQDepth is the completions a worker's CQ holds: admission
+	// keeps the sum over its connections of window receives plus
+	// 4 × window answers in flight below it.
+	DefaultCQDepth = 16384
+	// DefaultSpin is how long an idle worker keeps polling before it
+	// blocks on its CQ.
+	DefaultSpin = 200 * time.Microsecond
+)
+
+// RC timing of the server's QPs (its answers): a lost answer is resent
+// after about 4 ms, and a client that vanished fails the QP after about
+// 8 × 4 ms.
+const (
+	rcTimeout  = 10 // 4.096 µs × 2^10 ≈ 4 ms
+	rcRetryCnt = 7
+	// cqSlack is room beyond the admission budget for the flushed
+	// completions of connections being released.
+	cqSlack = 1024
+)
+
+// ErrConfig reports an invalid configuration.
+var ErrConfig = errors.New("darpc: invalid config")
+
+// config is dataplane.Config with the defaults filled in, and the mode's
+// own knobs.
+type config struct {
+	dataplane.Config
+	CQDepth int
+	Spin    time.Duration
+}
+
+func (c config) validate() (config, error) {
+	if c.Device == nil || c.Oracle == nil {
+		return c, fmt.Errorf("%w: Device and Oracle are required", ErrConfig)
+	}
+	for _, f := range []struct {
+		p    *int
+		d    int
+		name string
+	}{
+		{&c.Workers, DefaultWorkers, "Workers"}, {&c.MaxWindow, DefaultMaxWindow, "MaxWindow"},
+		{&c.MaxClients, DefaultMaxClients, "MaxClients"}, {&c.CQDepth, DefaultCQDepth, "CQDepth"},
+	} {
+		if *f.p == 0 {
+			*f.p = f.d
+		}
+		if *f.p < 0 {
+			return c, fmt.Errorf("%w: %s %d is negative", ErrConfig, f.name, *f.p)
+		}
+	}
+	if c.MaxWindow > spec.DaRPCMaxWindow {
+		return c, fmt.Errorf("%w: MaxWindow %d above the protocol's %d", ErrConfig, c.MaxWindow, spec.DaRPCMaxWindow)
+	}
+	if 5*c.MaxWindow > c.CQDepth {
+		return c, fmt.Errorf("%w: CQDepth %d cannot hold one connection of window %d", ErrConfig, c.CQDepth, c.MaxWindow)
+	}
+	if len(c.Cores) > c.Workers {
+		return c, fmt.Errorf("%w: %d cores for %d workers", ErrConfig, len(c.Cores), c.Workers)
+	}
+	if c.MaxClients >= 1<<slotBits {
+		return c, fmt.Errorf("%w: MaxClients %d", ErrConfig, c.MaxClients)
+	}
+	if c.Spin == 0 {
+		c.Spin = DefaultSpin
+	}
+	if c.Epoch == 0 {
+		c.Epoch = uint64(time.Now().UnixNano())
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c, nil
+}
+
+func (c *config) core(i int) int {
+	if i < len(c.Cores) {
+		return c.Cores[i]
+	}
+	return -1
+}
+
+// Server is a running DaRPC data path.
+type Server struct {
+	cfg     config
+	log     *slog.Logger
+	pd      verbs.PD
+	ctx     context.Context // cancelled by Stop: wakes workers blocked on their CQ
+	cancel  context.CancelFunc
+	stopped atomic.Bool
+	wg      sync.WaitGroup
+	workers []*worker
+
+	mu       sync.Mutex
+	sessions map[uint64]*session
+	nconns   int
+	nextID   uint64
+	stopOnce sync.Once
+	closed   bool
+}
+
+type session struct {
+	id    uint64
+	name  string
+	conns []*conn
+}
+
+var _ dataplane.Mode = (*Server)(nil)
+
+// Start is the mode's dataplane.Factory.
+func Start(ctx context.Context, cfg dataplane.Config) (dataplane.Mode, error) {
+	s, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// New creates the workers (a CQ each) and starts them.
+func New(cfg dataplane.Config) (*Server, error) {
+	return newServer(config{Config: cfg})
+}
+
+func newServer(cfg config) (*Server, error) {
+	cfg, err := cfg.validate()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, sessions: map[uint64]*session{}}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	if s.pd, err = cfg.Device.AllocPD(); err != nil {
+		return nil, fmt.Errorf("darpc: protection domain: %w", err)
+	}
+	for i := range cfg.Workers {
+		w, err := newWorker(s, i)
+		if err != nil {
+			s.Close()
+			return nil, err
+		}
+		s.workers = append(s.workers, w)
+	}
+	for _, w := range s.workers {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			w.run()
+		}()
+	}
+	s.log.Info("darpc data path up", "device", cfg.Device.Name(), "workers", cfg.Workers,
+		"max_window", cfg.MaxWindow, "epoch", cfg.Epoch)
+	return s, nil
+}
+
+// Admit creates one RC QP per client QP, on the cluster of the least
+// loaded worker, with window receives posted, and connects it to the
+// client QP. Both directions of connection i start at the random PSN
+// Grant.ConnPSNs[i].
+func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces dataplane.SessionRef) (dataplane.Grant, error) {
+	if len(a.QPs) == 0 {
+		return dataplane.Grant{}, fmt.Errorf("%w: no queue pairs", dataplane.ErrInvalidArgument)
+	}
+	for i, q := range a.QPs {
+		if q.QPN > verbs.MaxQPN {
+			return dataplane.Grant{}, fmt.Errorf("%w: qps[%d]: QPN above 24 bits", dataplane.ErrInvalidArgument, i)
+		}
+	}
+	window := a.Window
+	if window <= 0 {
+		window = DefaultWindow
+	}
+	window = min(window, s.cfg.MaxWindow)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped.Load() {
+		return dataplane.Grant{}, fmt.Errorf("%w: darpc stopped", dataplane.ErrUnavailable)
+	}
+	for _, w := range s.workers {
+		w.reclaim()
+	}
+	old := s.sessions[replaces.ID]
+	if replaces.Epoch != s.cfg.Epoch {
+		old = nil
+	}
+	have := s.nconns
+	if old != nil {
+		have -= len(old.conns)
+	}
+	if have+len(a.QPs) > s.cfg.MaxClients {
+		return dataplane.Grant{}, fmt.Errorf("%w: %d client QPs admitted, the maximum is %d", dataplane.ErrNoCapacity, have, s.cfg.MaxClients)
+	}
+	sess := &session{name: a.Name}
+	g := dataplane.Grant{Epoch: s.cfg.Epoch, Window: window}
+	for i, q := range a.QPs {
+		w := s.leastLoaded(window)
+		if w == nil {
+			s.drop(sess)
+			return dataplane.Grant{}, fmt.Errorf("%w: no worker has room for a connection of window %d", dataplane.ErrNoCapacity, window)
+		}
+		psn := verbs.RandomPSN()
+		c, err := w.admit(q, window, psn)
+		if err != nil {
+			s.drop(sess)
+			return dataplane.Grant{}, fmt.Errorf("qps[%d]: %w", i, err)
+		}
+		sess.conns = append(sess.conns, c)
+		g.ServerConnQPs = append(g.ServerConnQPs, dataplane.Endpoint{Addr: c.qp.Address(), QPN: c.qp.QPN()})
+		g.ConnPSNs = append(g.ConnPSNs, psn)
+	}
+	if old != nil {
+		s.drop(old)
+		delete(s.sessions, old.id)
+	}
+	s.nextID++
+	sess.id = s.nextID
+	g.Session = sess.id
+	s.sessions[sess.id] = sess
+	s.nconns += len(sess.conns)
+	for _, w := range s.workers {
+		w.publish()
+	}
+	s.log.Info("darpc client admitted", "session", sess.id, "name", a.Name, "qps", len(a.QPs), "window", window)
+	return g, nil
+}
+
+// leastLoaded picks the worker a new connection of window joins: the one
+// whose CQ has room, with the fewest consecutive busy polls (DaRPC's
+// load measure, coarsened), then the fewest connections. Called with
+// s.mu held.
+func (s *Server) leastLoaded(window int) *worker {
+	var best *worker
+	var bestLoad uint64
+	for _, w := range s.workers {
+		if w.cqUsed+5*window > s.cfg.CQDepth || len(w.free) == 0 {
+			continue
+		}
+		load := w.busy.Load() >> 6
+		if best == nil || load < bestLoad || (load == bestLoad && w.nconns < best.nconns) {
+			best, bestLoad = w, load
+		}
+	}
+	return best
+}
+
+// drop releases the connections of sess. Called with s.mu held.
+func (s *Server) drop(sess *session) {
+	for _, c := range sess.conns {
+		c.w.release(c)
+	}
+	if _, ok := s.sessions[sess.id]; ok {
+		s.nconns -= len(sess.conns)
+	}
+	for _, w := range s.workers {
+		w.publish()
+	}
+}
+
+// Release ends a session: its QPs move to ERR at once and are destroyed
+// once their worker can no longer touch them.
+func (s *Server) Release(ctx context.Context, ref dataplane.SessionRef) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sess, ok := s.sessions[ref.ID]
+	if !ok || ref.Epoch != s.cfg.Epoch {
+		return fmt.Errorf("%w: darpc session %d of epoch %d", dataplane.ErrUnknownSession, ref.ID, ref.Epoch)
+	}
+	s.drop(sess)
+	delete(s.sessions, ref.ID)
+	for _, w := range s.workers {
+		w.reclaim()
+	}
+	return nil
+}
+
+// Stats sums the workers' counters.
+func (s *Server) Stats() dataplane.Stats {
+	s.mu.Lock()
+	st := dataplane.Stats{Sessions: len(s.sessions)}
+	s.mu.Unlock()
+	var drops [numDropReasons]uint64
+	var malformed, refused, flushed, unknown uint64
+	for _, w := range s.workers {
+		ws := &w.stats
+		d := uint64(0)
+		for r := range ws.drops {
+			v := ws.drops[r].Load()
+			drops[r] += v
+			d += v
+		}
+		st.Workers = append(st.Workers, dataplane.WorkerStats{ID: w.id, Core: w.core, Batches: ws.batches.Load(),
+			Requests: ws.requests.Load(), Drops: d})
+		st.Served += ws.requests.Load()
+		st.Batches += ws.batches.Load()
+		st.Stalls += ws.stalls.Load()
+		st.Drops += d
+		malformed += ws.malformed.Load()
+		refused += ws.refused.Load()
+		flushed += ws.flushed.Load()
+		unknown += ws.unknown.Load()
+	}
+	for r := range drops {
+		st.Counters = append(st.Counters, dataplane.Counter{Name: "drops_total", Reason: dropReasonNames[r], Value: drops[r],
+			Help: "Calls a worker received and did not answer with values, by reason."})
+	}
+	st.Counters = append(st.Counters,
+		dataplane.Counter{Name: "malformed_total", Value: malformed, Help: "Call messages that did not decode, or asked for more than the window."},
+		dataplane.Counter{Name: "refused_total", Value: refused, Help: "Call messages answered with a refusal (no values): the client sends them again."},
+		dataplane.Counter{Name: "flushed_total", Value: flushed, Help: "Receives flushed by a connection moving to the error state."},
+		dataplane.Counter{Name: "unknown_total", Value: unknown, Help: "Completions of connections already released."},
+	)
+	return st
+}
+
+// Stop stops the workers and moves every QP to ERR: late calls get no
+// answer. Every value came from the oracle, so high is 0.
+func (s *Server) Stop() (uint64, error) {
+	s.stopOnce.Do(func() {
+		s.mu.Lock()
+		s.stopped.Store(true)
+		s.mu.Unlock()
+		s.cancel()
+		s.wg.Wait()
+		s.mu.Lock()
+		for _, w := range s.workers {
+			w.toErr()
+		}
+		s.mu.Unlock()
+		s.log.Info("darpc data path stopped")
+	})
+	return 0, nil
+}
+
+// Close stops the server and releases every verbs resource.
+func (s *Server) Close() error {
+	s.Stop()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	for _, w := range s.workers {
+		w.close()
+	}
+	s.sessions = map[uint64]*session{}
+	if s.pd != nil {
+		s.pd.Close()
+	}
+	return nil
+}
