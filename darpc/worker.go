@@ -54,7 +54,7 @@ var dropReasonNames = [numDropReasons]string{"expired", "late", "oracle_error", 
 
 // workerStats are written by the worker only and read at any time.
 type workerStats struct {
-	batches, requests, stalls           atomic.Uint64
+	batches, requests, stalls            atomic.Uint64
 	malformed, refused, flushed, unknown atomic.Uint64
 	drops                                [numDropReasons]atomic.Uint64
 	_                                    [64]byte
