@@ -112,7 +112,9 @@ func newDaRPC(dev verbs.Device, pd verbs.PD, st *stats, nqps, window int) (t *da
 			t.Close()
 		}
 	}()
-	if t.cq, err = dev.CreateCQ(2 * nqps * window); err != nil {
+	// Per QP: window answers, and up to 2 × window calls whose
+	// completions (acknowledgements) are not yet polled.
+	if t.cq, err = dev.CreateCQ(3 * nqps * window); err != nil {
 		return nil, fmt.Errorf("client: darpc CQ: %w", err)
 	}
 	per := window * (darpcCallStride + darpcRecvStride)
@@ -123,7 +125,7 @@ func newDaRPC(dev verbs.Device, pd verbs.PD, st *stats, nqps, window int) (t *da
 		q := &darpcQP{base: uint64(i * per)}
 		t.qps = append(t.qps, q)
 		if q.qp, err = pd.CreateQP(verbs.QPInitAttr{Type: verbs.RC, SendCQ: t.cq, RecvCQ: t.cq,
-			Cap: verbs.QPCap{MaxSendWR: window, MaxRecvWR: window, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+			Cap: verbs.QPCap{MaxSendWR: 2 * window, MaxRecvWR: window, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
 			return nil, fmt.Errorf("client: darpc QP %d: %w", i, err)
 		}
 	}
@@ -284,9 +286,11 @@ func (t *darpcTransport) Send(now time.Duration, ids []int) (int, error) {
 		if err == nil {
 			continue
 		}
-		// The unposted messages go back (newest first); the QP is
-		// probably in ERR: the transport is broken, and what was posted
-		// goes back to the engine with an error (failQP).
+		// The unposted messages go back (newest first). A send queue
+		// still full of calls whose acknowledgements were lost (their
+		// answers came) only waits; any other refusal means the QP is in
+		// ERR: the transport is broken, and what was posted goes back to
+		// the engine with an error (failQP).
 		for m := len(q.ids) - 1; m >= posted; m-- {
 			slot := int(q.ids[m] % uint64(len(q.calls)))
 			for _, id := range q.calls[slot] {
@@ -297,6 +301,9 @@ func (t *darpcTransport) Send(now time.Duration, ids []int) (int, error) {
 			q.ring.Unsend(q.ids[m])
 		}
 		t.live += taken
+		if errors.Is(err, verbs.ErrQueueFull) {
+			return taken, nil
+		}
 		t.failQP(qi)
 		return taken, fmt.Errorf("client: darpc post: %w", err)
 	}
