@@ -29,9 +29,9 @@ var (
 	errDaRPCBroken  = errors.New("client: darpc: connection failed")
 )
 
-// RC timing of the client's QPs: a lost call is resent after about 4 ms.
+// RC timing of the client's QPs: a lost call is resent after about 17 ms.
 const (
-	darpcRCTimeout  = 10
+	darpcRCTimeout  = 12
 	darpcRCRetryCnt = 7
 	darpcCallStride = 16 // call buffer stride (DaRPCCallLen rounded up)
 	darpcRecvStride = 32 // answer buffer: an answer is DaRPCAnswerLen

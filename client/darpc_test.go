@@ -3,6 +3,8 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -63,7 +65,8 @@ func darpcDevice(t testing.TB, opts string) verbs.Device {
 }
 
 type darpcRig struct {
-	srv *darpc.Server
+	srv    *darpc.Server
+	srvDev verbs.Device
 	orc *darpcOracle
 	env *transportEnv
 	tr  *darpcTransport
@@ -77,7 +80,8 @@ func newDaRPCRig(t testing.TB, srvOpts, cliOpts string, qps, window int) *darpcR
 	t.Helper()
 	r := &darpcRig{orc: &darpcOracle{}, t0: time.Now()}
 	r.orc.behindEvery.Store(7)
-	srv, err := darpc.New(dataplane.Config{Device: darpcDevice(t, srvOpts), Oracle: r.orc, Behind: errDaRPCBehind, Workers: 2, Epoch: 77})
+	r.srvDev = darpcDevice(t, srvOpts)
+	srv, err := darpc.New(dataplane.Config{Device: r.srvDev, Oracle: r.orc, Behind: errDaRPCBehind, Workers: 2, Epoch: 77})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,6 +121,21 @@ func newDaRPCRig(t testing.TB, srvOpts, cliOpts string, qps, window int) *darpcR
 	r.tr = tr.(*darpcTransport)
 	t.Cleanup(func() { r.tr.Close(); pd.Close() })
 	return r
+}
+
+// counters renders both devices' non-zero counters.
+func (r *darpcRig) counters() string {
+	var b strings.Builder
+	for _, d := range []verbs.Device{r.env.dev, r.srvDev} {
+		fmt.Fprintf(&b, "%s:", d.Name())
+		d.(verbs.Counters).VisitCounters(func(name string, v uint64) {
+			if v != 0 {
+				fmt.Fprintf(&b, " %s=%d", name, v)
+			}
+		})
+		b.WriteString("\n")
+	}
+	return b.String()
 }
 
 func (r *darpcRig) now() time.Duration { return time.Since(r.t0) }
@@ -408,7 +427,11 @@ func BenchmarkDaRPCTransport(b *testing.B) {
 	ids := make([]int, 64)
 	b.ReportAllocs()
 	b.ResetTimer()
+	last := r.now()
 	for done := 0; done < b.N; {
+		if r.tr.Broken() {
+			b.Fatalf("transport broke after %d: server %+v\n%s", done, r.srv.Stats(), r.counters())
+		}
 		now := r.now()
 		if want := min(r.tr.Free(), len(free)); want > 0 {
 			batch := append(ids[:0], free[len(free)-want:]...)
@@ -420,5 +443,10 @@ func BenchmarkDaRPCTransport(b *testing.B) {
 			free = append(free, x.ID)
 		}
 		done += n
+		if n > 0 {
+			last = now
+		} else if now-last > 2*time.Second {
+			b.Fatalf("no answer for 2s after %d: free %d outstanding %d, server %+v", done, r.tr.Free(), r.tr.Outstanding(), r.srv.Stats())
+		}
 	}
 }

@@ -30,10 +30,10 @@ const (
 )
 
 // RC timing of the server's QPs (its answers): a lost answer is resent
-// after about 4 ms, and a client that vanished fails the QP after about
-// 8 × 4 ms.
+// after about 17 ms, and a client that vanished fails the QP after about
+// 8 × 17 ms.
 const (
-	rcTimeout  = 10 // 4.096 µs × 2^10 ≈ 4 ms
+	rcTimeout  = 12 // 4.096 µs × 2^12 ≈ 17 ms
 	rcRetryCnt = 7
 	// cqSlack is room beyond the admission budget for the flushed
 	// completions of connections being released.

@@ -339,6 +339,9 @@ func (w *worker) step() int {
 				if wc.Status != verbs.WCWRFlushErr {
 					st.drops[dropSendErr].Add(1)
 				}
+				if !c.dead {
+					w.s.log.Warn("darpc: connection failed", "worker", w.id, "qpn", c.qp.QPN(), "status", wc.Status)
+				}
 				c.dead = true
 			}
 			continue

@@ -43,9 +43,10 @@ const (
 	// call message on a QP before it takes the connection for broken and
 	// reconnects. A live server answers (or refuses) every message within
 	// MaxResidence of its arrival, and RC retransmits lost packets in
-	// both directions (4 ms timeouts, 7 retries), so only a server that
-	// stopped or a connection it gave up on stays silent that long.
-	DaRPCStall = 250 * time.Millisecond
+	// both directions (17 ms timeouts, 7 retries: at most about 270 ms
+	// for a call and its answer together), so only a server that stopped
+	// or a connection it gave up on stays silent that long.
+	DaRPCStall = 500 * time.Millisecond
 )
 
 // DaRPCKind is the second byte of a DaRPC message.
