@@ -67,10 +67,10 @@ func darpcDevice(t testing.TB, opts string) verbs.Device {
 type darpcRig struct {
 	srv    *darpc.Server
 	srvDev verbs.Device
-	orc *darpcOracle
-	env *transportEnv
-	tr  *darpcTransport
-	t0  time.Time
+	orc    *darpcOracle
+	env    *transportEnv
+	tr     *darpcTransport
+	t0     time.Time
 }
 
 // newDaRPCRig starts a darpc server and dials it the way the client
