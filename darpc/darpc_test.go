@@ -1,0 +1,287 @@
+package darpc
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/seqd/seqd/dataplane"
+	"github.com/seqd/seqd/spec"
+	"github.com/seqd/seqd/verbs"
+	_ "github.com/seqd/seqd/verbs/soft"
+)
+
+type fakeOracle struct {
+	mu   sync.Mutex
+	next uint64
+}
+
+func (o *fakeOracle) Claim(n int) (uint64, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.next == 0 {
+		o.next = 1 << 40
+	}
+	f := o.next
+	o.next += uint64(n)
+	return f, nil
+}
+
+func (o *fakeOracle) Current() uint64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.next - 1
+}
+
+func open(t testing.TB) verbs.Device {
+	t.Helper()
+	d, err := verbs.Open("soft", "127.0.0.1:0", nil)
+	if err != nil {
+		t.Skipf("soft provider: %v", err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+func newTestServer(t testing.TB, workers, maxClients int) *Server {
+	t.Helper()
+	s, err := New(dataplane.Config{Device: open(t), Oracle: &fakeOracle{}, Workers: workers, MaxClients: maxClients, Epoch: 9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// rawConn is a bare RC client QP speaking the wire format by hand.
+type rawConn struct {
+	qp  verbs.QP
+	cq  verbs.CQ
+	mr  verbs.MR
+	wcs []verbs.WC
+}
+
+func newRaw(t testing.TB, dev verbs.Device) *rawConn {
+	t.Helper()
+	pd, err := dev.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &rawConn{wcs: make([]verbs.WC, 8)}
+	if r.cq, err = dev.CreateCQ(64); err != nil {
+		t.Fatal(err)
+	}
+	if r.mr, err = pd.RegMR(4096, verbs.AccessLocalWrite); err != nil {
+		t.Fatal(err)
+	}
+	if r.qp, err = pd.CreateQP(verbs.QPInitAttr{Type: verbs.RC, SendCQ: r.cq, RecvCQ: r.cq,
+		Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.qp.Close(); r.mr.Close(); r.cq.Close(); pd.Close() })
+	return r
+}
+
+func (r *rawConn) ep() dataplane.Endpoint { return dataplane.Endpoint{Addr: r.qp.Address(), QPN: r.qp.QPN()} }
+
+func (r *rawConn) attach(t testing.TB, g dataplane.Grant, i int) {
+	t.Helper()
+	if err := verbs.Connect(r.qp, verbs.ConnectAttr{Remote: g.ServerConnQPs[i].Addr, RemoteQPN: g.ServerConnQPs[i].QPN,
+		RQPSN: g.ConnPSNs[i], SQPSN: g.ConnPSNs[i]}); err != nil {
+		t.Fatal(err)
+	}
+	var wrs []verbs.RecvWR
+	for b := range 8 {
+		wrs = append(wrs, verbs.RecvWR{ID: uint64(b), SG: []verbs.SGE{{Addr: r.mr.Addr() + 2048 + uint64(b*64), Length: 64, LKey: r.mr.LKey()}}})
+	}
+	if _, err := r.qp.PostRecv(wrs); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// send sends msg as one SEND from buffer slot.
+func (r *rawConn) send(t testing.TB, slot int, msg []byte) {
+	t.Helper()
+	off := uint64(slot * 64)
+	copy(r.mr.Bytes()[off:], msg)
+	if _, err := r.qp.PostSend([]verbs.SendWR{{ID: 1000 + uint64(slot), Opcode: verbs.OpSend, Flags: verbs.Signaled,
+		SG: []verbs.SGE{{Addr: r.mr.Addr() + off, Length: uint32(len(msg)), LKey: r.mr.LKey()}}}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// answer waits for the next answer.
+func (r *rawConn) answer(t testing.TB) spec.DaRPCMsg {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		n, err := r.cq.Poll(r.wcs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, wc := range r.wcs[:n] {
+			if wc.Status != verbs.WCSuccess {
+				t.Fatalf("completion %+v", wc)
+			}
+			if wc.Opcode != verbs.WCRecv {
+				continue
+			}
+			off := 2048 + wc.ID*64
+			m, err := spec.DecodeDaRPCAnswer(r.mr.Bytes()[off : off+uint64(wc.ByteLen)])
+			if err != nil {
+				t.Fatal(err)
+			}
+			return m
+		}
+	}
+	t.Fatal("no answer")
+	return spec.DaRPCMsg{}
+}
+
+func counter(st dataplane.Stats, name string) uint64 {
+	for _, c := range st.Counters {
+		if c.Name == name {
+			return c.Value
+		}
+	}
+	return 0
+}
+
+// TestMalformedCalls: calls that do not decode, or ask for more than the
+// window, are counted and not answered; the connection still serves the
+// next good call, whose answer echoes its call ID.
+func TestMalformedCalls(t *testing.T) {
+	s := newTestServer(t, 1, 0)
+	r := newRaw(t, open(t))
+	g, err := s.Admit(context.Background(), dataplane.Admission{Name: "raw", Window: 4, QPs: []dataplane.Endpoint{r.ep()}}, dataplane.SessionRef{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Window != 4 || len(g.ServerConnQPs) != 1 || len(g.ConnPSNs) != 1 || g.Epoch != 9 {
+		t.Fatalf("grant %+v", g)
+	}
+	r.attach(t, g, 0)
+	call := func(id uint64, n int) []byte {
+		b := make([]byte, spec.DaRPCCallLen)
+		b[0], b[1], b[2], b[3] = spec.DaRPCVersion, byte(spec.DaRPCCall), byte(n>>8), byte(n)
+		for i := range 8 {
+			b[4+i] = byte(id >> (56 - 8*i))
+		}
+		return b
+	}
+	bad := call(5, 1)
+	bad[0] = 9
+	r.send(t, 0, []byte{1, 2, 3})
+	r.send(t, 1, call(6, 5)) // above the window of 4
+	r.send(t, 2, bad)
+	r.send(t, 3, call(7, 3))
+	m := r.answer(t)
+	for m.Kind == spec.DaRPCRefused { // a loaded machine: again
+		r.send(t, 3, call(m.ID+1, 3))
+		m = r.answer(t)
+	}
+	if m.Kind != spec.DaRPCValues || m.Count != 3 || m.First < 1<<40 {
+		t.Fatalf("answer %+v", m)
+	}
+	st := s.Stats()
+	if got := counter(st, "malformed_total"); got != 3 {
+		t.Fatalf("malformed %d, want 3: %+v", got, st)
+	}
+	if st.Served != 3 {
+		t.Fatalf("served %d", st.Served)
+	}
+}
+
+// TestLeastLoadedAndChurn: connections spread over the clusters, and
+// admitting and releasing many sessions leaves no connection, slot or CQ
+// budget behind.
+func TestLeastLoadedAndChurn(t *testing.T) {
+	s := newTestServer(t, 2, 8)
+	dev := open(t)
+	ctx := context.Background()
+	var rs []*rawConn
+	for range 4 {
+		rs = append(rs, newRaw(t, dev))
+	}
+	var grants []dataplane.Grant
+	for _, r := range rs {
+		g, err := s.Admit(ctx, dataplane.Admission{QPs: []dataplane.Endpoint{r.ep()}}, dataplane.SessionRef{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		grants = append(grants, g)
+	}
+	s.mu.Lock()
+	n0, n1 := s.workers[0].nconns, s.workers[1].nconns
+	s.mu.Unlock()
+	if n0 != 2 || n1 != 2 {
+		t.Fatalf("connections per cluster %d and %d, want 2 and 2", n0, n1)
+	}
+	// Over the limit: refused with no capacity.
+	many := make([]dataplane.Endpoint, 5)
+	for i := range many {
+		many[i] = rs[0].ep()
+	}
+	if _, err := s.Admit(ctx, dataplane.Admission{QPs: many}, dataplane.SessionRef{}); !errors.Is(err, dataplane.ErrNoCapacity) {
+		t.Fatalf("admit beyond MaxClients: %v", err)
+	}
+	// Replacing a session frees its room in the same step.
+	g, err := s.Admit(ctx, dataplane.Admission{QPs: many[:4]}, dataplane.SessionRef{ID: grants[0].Session, Epoch: 9})
+	if err != nil {
+		t.Fatalf("replacing admit: %v", err)
+	}
+	if err := s.Release(ctx, dataplane.SessionRef{ID: grants[0].Session, Epoch: 9}); !errors.Is(err, dataplane.ErrUnknownSession) {
+		t.Fatalf("the replaced session is still there: %v", err)
+	}
+	for _, x := range append(grants[1:], g) {
+		if err := s.Release(ctx, dataplane.SessionRef{ID: x.Session, Epoch: 9}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 300 {
+		g, err := s.Admit(ctx, dataplane.Admission{QPs: []dataplane.Endpoint{rs[i%4].ep(), rs[(i+1)%4].ep()}, Window: 8}, dataplane.SessionRef{})
+		if err != nil {
+			t.Fatalf("cycle %d: %v", i, err)
+		}
+		if err := s.Release(ctx, dataplane.SessionRef{ID: g.Session, Epoch: 9}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Wait for every released connection to be reclaimed (a worker
+	// round ends after its release).
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s.mu.Lock()
+		left := 0
+		for _, w := range s.workers {
+			w.reclaim()
+			left += len(w.limbo) + w.nconns + w.cqUsed + (s.cfg.MaxClients - len(w.free))
+		}
+		sessions := len(s.sessions)
+		s.mu.Unlock()
+		if left == 0 && sessions == 0 && s.nconns == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("left behind: %d (sessions %d, conns %d)", left, sessions, s.nconns)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestConfig(t *testing.T) {
+	dev := open(t)
+	for _, c := range []dataplane.Config{
+		{},
+		{Device: dev},
+		{Device: dev, Oracle: &fakeOracle{}, MaxWindow: spec.DaRPCMaxWindow + 1},
+		{Device: dev, Oracle: &fakeOracle{}, Workers: 1, Cores: []int{0, 1}},
+		{Device: dev, Oracle: &fakeOracle{}, Workers: -1},
+	} {
+		if _, err := New(c); !errors.Is(err, ErrConfig) {
+			t.Errorf("New(%+v) = %v, want ErrConfig", c, err)
+		}
+	}
+}
