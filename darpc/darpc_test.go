@@ -84,7 +84,9 @@ func newRaw(t testing.TB, dev verbs.Device) *rawConn {
 	return r
 }
 
-func (r *rawConn) ep() dataplane.Endpoint { return dataplane.Endpoint{Addr: r.qp.Address(), QPN: r.qp.QPN()} }
+func (r *rawConn) ep() dataplane.Endpoint {
+	return dataplane.Endpoint{Addr: r.qp.Address(), QPN: r.qp.QPN()}
+}
 
 func (r *rawConn) attach(t testing.TB, g dataplane.Grant, i int) {
 	t.Helper()
