@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/seqd/seqd/admin/adminpb"
+	"github.com/seqd/seqd/dataplane"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 )
@@ -23,6 +24,8 @@ import (
 // bound) hands its requests back to the engine with an error, to be sent
 // again under a new call ID; a failed QP, or one whose oldest message
 // waited spec.DaRPCStall, breaks the transport and the engine reconnects.
+
+func init() { transports[spec.ModeDaRPC] = dialDaRPC }
 
 var (
 	errDaRPCRefused = errors.New("client: darpc: the server refused the calls (too old to answer); sent again")
@@ -133,35 +136,30 @@ func newDaRPC(dev verbs.Device, pd verbs.PD, st *stats, nqps, window int) (t *da
 	return t, nil
 }
 
-// attachResponse checks the darpc fields of a Connect reply and attaches.
+// attachResponse decodes the darpc fields of a Connect reply and attaches.
 func (t *darpcTransport) attachResponse(resp *adminpb.ConnectResponse) error {
-	eps := resp.GetServerConnQps()
-	psns := resp.GetConnPsns()
-	if len(eps) != len(t.qps) || len(psns) != len(t.qps) {
-		return fmt.Errorf("%w: connect: darpc answer names %d server QPs and %d PSNs for %d QPs", ErrUnavailable, len(eps), len(psns), len(t.qps))
-	}
-	servers := make([]darpcPeer, len(eps))
-	for i, e := range eps {
-		if err := servers[i].addr.UnmarshalBinary(e.GetAddress()); err != nil {
+	g := dataplane.Grant{Window: int(resp.GetWindow())}
+	for i, e := range resp.GetServerConnQps() {
+		var a verbs.Address
+		if err := a.UnmarshalBinary(e.GetAddress()); err != nil {
 			return fmt.Errorf("%w: connect: server_conn_qps[%d]: %v", ErrUnavailable, i, err)
 		}
-		servers[i].qpn, servers[i].psn = verbs.QPN(e.GetQpn()), verbs.PSN(psns[i])
+		g.ServerConnQPs = append(g.ServerConnQPs, dataplane.Endpoint{Addr: a, QPN: verbs.QPN(e.GetQpn())})
 	}
-	return t.attach(int(resp.GetWindow()), servers)
+	for _, p := range resp.GetConnPsns() {
+		g.ConnPSNs = append(g.ConnPSNs, verbs.PSN(p))
+	}
+	return t.attach(g)
 }
 
-// darpcPeer is the server end of one connection.
-type darpcPeer struct {
-	addr verbs.Address
-	qpn  verbs.QPN
-	psn  verbs.PSN // both directions' first PSN
-}
-
-// attach connects QP i to servers[i], posts its answer receives and sets
-// up its window of granted calls.
-func (t *darpcTransport) attach(granted int, servers []darpcPeer) error {
-	if granted < 1 || granted > t.window || len(servers) != len(t.qps) {
-		return fmt.Errorf("%w: connect: darpc grant of window %d for %d QPs (asked %d for %d)", ErrUnavailable, granted, len(servers), t.window, len(t.qps))
+// attach connects QP i to g.ServerConnQPs[i], both directions starting
+// at g.ConnPSNs[i], posts its answer receives and sets up its window of
+// g.Window calls.
+func (t *darpcTransport) attach(g dataplane.Grant) error {
+	granted := g.Window
+	if granted < 1 || granted > t.window || len(g.ServerConnQPs) != len(t.qps) || len(g.ConnPSNs) != len(t.qps) {
+		return fmt.Errorf("%w: connect: darpc grant of window %d, %d server QPs and %d PSNs for %d QPs (asked window %d)",
+			ErrUnavailable, granted, len(g.ServerConnQPs), len(g.ConnPSNs), len(t.qps), t.window)
 	}
 	t.window = granted
 	t.loc = make([]darpcLoc, len(t.qps)*granted)
@@ -171,11 +169,11 @@ func (t *darpcTransport) attach(granted int, servers []darpcPeer) error {
 	first := binary.LittleEndian.Uint64(seed[:])
 	per := min(granted, spec.DaRPCMaxCalls)
 	for i, q := range t.qps {
-		p := servers[i]
-		if p.qpn > verbs.MaxQPN || p.psn > verbs.PSNMask {
-			return fmt.Errorf("%w: connect: darpc server QP %d: QPN %d PSN %d", ErrUnavailable, i, p.qpn, p.psn)
+		p, psn := g.ServerConnQPs[i], g.ConnPSNs[i]
+		if p.QPN > verbs.MaxQPN || psn > verbs.PSNMask {
+			return fmt.Errorf("%w: connect: darpc server QP %d: %v %v", ErrUnavailable, i, p.QPN, psn)
 		}
-		if err := verbs.Connect(q.qp, verbs.ConnectAttr{Remote: p.addr, RemoteQPN: p.qpn, RQPSN: p.psn, SQPSN: p.psn,
+		if err := verbs.Connect(q.qp, verbs.ConnectAttr{Remote: p.Addr, RemoteQPN: p.QPN, RQPSN: psn, SQPSN: psn,
 			Timeout: darpcRCTimeout, RetryCnt: darpcRCRetryCnt}); err != nil {
 			return fmt.Errorf("%w: connect: darpc QP %d: %v", ErrUnavailable, i, err)
 		}
