@@ -13,6 +13,7 @@ import (
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/darpc"
 	"github.com/seqd/seqd/dataplane"
+	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 	_ "github.com/seqd/seqd/verbs/soft"
 )
@@ -448,5 +449,124 @@ func BenchmarkDaRPCTransport(b *testing.B) {
 		} else if now-last > 2*time.Second {
 			b.Fatalf("no answer for 2s after %d: free %d outstanding %d, server %+v", done, r.tr.Free(), r.tr.Outstanding(), r.srv.Stats())
 		}
+	}
+}
+
+// TestDaRPCMatching answers the transport's calls from a bare server QP
+// speaking the wire format by hand: an answer under another call ID, or
+// with another count, is counted stale and dropped; a malformed one is
+// counted malformed; only the exact answer hands out values.
+func TestDaRPCMatching(t *testing.T) {
+	srvDev := darpcDevice(t, "")
+	cliDev := darpcDevice(t, "")
+	spd, err := srvDev.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	scq, err := srvDev.CreateCQ(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	smr, err := spd.RegMR(4096, verbs.AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sqp, err := spd.CreateQP(verbs.QPInitAttr{Type: verbs.RC, SendCQ: scq, RecvCQ: scq,
+		Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sqp.Close(); smr.Close(); scq.Close(); spd.Close() })
+	cpd, err := cliDev.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &stats{}
+	tr, err := newDaRPC(cliDev, cpd, st, 1, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tr.Close(); cpd.Close() })
+	psn := verbs.RandomPSN()
+	if err := verbs.Connect(sqp, verbs.ConnectAttr{Remote: tr.qps[0].qp.Address(), RemoteQPN: tr.qps[0].qp.QPN(), RQPSN: psn, SQPSN: psn}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sqp.PostRecv([]verbs.RecvWR{{ID: 1, SG: []verbs.SGE{{Addr: smr.Addr(), Length: 64, LKey: smr.LKey()}}}}); err != nil {
+		t.Fatal(err)
+	}
+	g := dataplane.Grant{Window: 4, ServerConnQPs: []dataplane.Endpoint{{Addr: sqp.Address(), QPN: sqp.QPN()}}, ConnPSNs: []verbs.PSN{psn}}
+	if err := tr.attach(g); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	now := func() time.Duration { return time.Since(t0) }
+	if n, err := tr.Send(now(), []int{2, 0}); n != 2 || err != nil {
+		t.Fatal(n, err)
+	}
+	// The server side receives the call.
+	wcs := make([]verbs.WC, 4)
+	var call spec.DaRPCMsg
+	deadline := time.Now().Add(10 * time.Second)
+	for call.Count == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no call")
+		}
+		n, _ := scq.Poll(wcs)
+		for _, wc := range wcs[:n] {
+			if wc.Opcode == verbs.WCRecv {
+				if call, err = spec.DecodeDaRPCCall(smr.Bytes()[:wc.ByteLen]); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	if call.Count != 2 {
+		t.Fatalf("call %+v, want 2 calls in one message", call)
+	}
+	res := make([]result, 8)
+	answer := func(i int, b []byte) {
+		off := 1024 + i*64
+		copy(smr.Bytes()[off:], b)
+		if _, err := sqp.PostSend([]verbs.SendWR{{ID: uint64(i), Opcode: verbs.OpSend,
+			SG: []verbs.SGE{{Addr: smr.Addr() + uint64(off), Length: uint32(len(b)), LKey: smr.LKey()}}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	enc := func(id uint64, count int, first uint64) []byte {
+		b := make([]byte, spec.DaRPCAnswerLen)
+		if err := spec.PutDaRPCAnswer(b, spec.DaRPCValues, id, count, first); err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	waitFor := func(what string, cond func() bool) []result {
+		var got []result
+		deadline := time.Now().Add(10 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: stale %d malformed %d, results %+v", what, st.stale.Load(), st.malformed.Load(), got)
+			}
+			n := tr.Poll(now(), res)
+			got = append(got, res[:n]...)
+		}
+		n := tr.Poll(now(), res)
+		return append(got, res[:n]...)
+	}
+	answer(0, enc(call.ID+1, 2, 100)) // another call ID
+	answer(1, enc(call.ID, 1, 200))   // another count
+	answer(2, enc(call.ID, 2, 300)[:spec.DaRPCAnswerLen-1])
+	if got := waitFor("forged answers", func() bool { return st.stale.Load() == 2 && st.malformed.Load() == 1 }); len(got) != 0 {
+		t.Fatalf("a wrong answer was taken: %+v", got)
+	}
+	answer(3, enc(call.ID, 2, 400))
+	var got []result
+	got = waitFor("the answer", func() bool { return tr.Outstanding() == 0 })
+	if len(got) != 2 || got[0] != (result{ID: 2, Value: 400}) || got[1] != (result{ID: 0, Value: 401}) {
+		t.Fatalf("results %+v, want 2→400 and 0→401", got)
+	}
+	answer(4, enc(call.ID, 2, 500)) // a repeat of an answer taken
+	waitFor("the repeat", func() bool { return st.stale.Load() == 3 })
+	if n := tr.Poll(now(), res); n != 0 || tr.Broken() {
+		t.Fatalf("a repeated answer was taken: %+v (broken %v)", res[:n], tr.Broken())
 	}
 }
