@@ -16,6 +16,7 @@ import (
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 	_ "github.com/seqd/seqd/verbs/soft"
+	"github.com/seqd/seqd/verbs/verbstest"
 )
 
 var errDaRPCBehind = errors.New("behind")
@@ -459,24 +460,9 @@ func BenchmarkDaRPCTransport(b *testing.B) {
 func TestDaRPCMatching(t *testing.T) {
 	srvDev := darpcDevice(t, "")
 	cliDev := darpcDevice(t, "")
-	spd, err := srvDev.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
-	scq, err := srvDev.CreateCQ(64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	smr, err := spd.RegMR(4096, verbs.AccessLocalWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sqp, err := spd.CreateQP(verbs.QPInitAttr{Type: verbs.RC, SendCQ: scq, RecvCQ: scq,
-		Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sqp.Close(); smr.Close(); scq.Close(); spd.Close() })
+	scq := verbstest.NewCQ(t, srvDev, 64)
+	srv := verbstest.NewEndAttr(t, srvDev, verbs.QPInitAttr{Type: verbs.RC, SendCQ: scq, RecvCQ: scq})
+	sqp, smr := srv.QP, srv.MR
 	cpd, err := cliDev.AllocPD()
 	if err != nil {
 		t.Fatal(err)

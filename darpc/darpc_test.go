@@ -11,6 +11,7 @@ import (
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 	_ "github.com/seqd/seqd/verbs/soft"
+	"github.com/seqd/seqd/verbs/verbstest"
 )
 
 type fakeOracle struct {
@@ -55,50 +56,34 @@ func newTestServer(t testing.TB, workers, maxClients int) *Server {
 	return s
 }
 
-// rawConn is a bare RC client QP speaking the wire format by hand.
+// rawConn is a bare RC client QP speaking the wire format by hand, with
+// one CQ for sends and receives.
 type rawConn struct {
-	qp  verbs.QP
-	cq  verbs.CQ
-	mr  verbs.MR
+	*verbstest.End
 	wcs []verbs.WC
 }
 
 func newRaw(t testing.TB, dev verbs.Device) *rawConn {
 	t.Helper()
-	pd, err := dev.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &rawConn{wcs: make([]verbs.WC, 8)}
-	if r.cq, err = dev.CreateCQ(64); err != nil {
-		t.Fatal(err)
-	}
-	if r.mr, err = pd.RegMR(4096, verbs.AccessLocalWrite); err != nil {
-		t.Fatal(err)
-	}
-	if r.qp, err = pd.CreateQP(verbs.QPInitAttr{Type: verbs.RC, SendCQ: r.cq, RecvCQ: r.cq,
-		Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { r.qp.Close(); r.mr.Close(); r.cq.Close(); pd.Close() })
-	return r
+	cq := verbstest.NewCQ(t, dev, 64)
+	return &rawConn{End: verbstest.NewEndAttr(t, dev, verbs.QPInitAttr{Type: verbs.RC, SendCQ: cq, RecvCQ: cq}), wcs: make([]verbs.WC, 8)}
 }
 
 func (r *rawConn) ep() dataplane.Endpoint {
-	return dataplane.Endpoint{Addr: r.qp.Address(), QPN: r.qp.QPN()}
+	return dataplane.Endpoint{Addr: r.QP.Address(), QPN: r.QP.QPN()}
 }
 
 func (r *rawConn) attach(t testing.TB, g dataplane.Grant, i int) {
 	t.Helper()
-	if err := verbs.Connect(r.qp, verbs.ConnectAttr{Remote: g.ServerConnQPs[i].Addr, RemoteQPN: g.ServerConnQPs[i].QPN,
+	if err := verbs.Connect(r.QP, verbs.ConnectAttr{Remote: g.ServerConnQPs[i].Addr, RemoteQPN: g.ServerConnQPs[i].QPN,
 		RQPSN: g.ConnPSNs[i], SQPSN: g.ConnPSNs[i]}); err != nil {
 		t.Fatal(err)
 	}
 	var wrs []verbs.RecvWR
 	for b := range 8 {
-		wrs = append(wrs, verbs.RecvWR{ID: uint64(b), SG: []verbs.SGE{{Addr: r.mr.Addr() + 2048 + uint64(b*64), Length: 64, LKey: r.mr.LKey()}}})
+		wrs = append(wrs, verbs.RecvWR{ID: uint64(b), SG: []verbs.SGE{{Addr: r.MR.Addr() + 2048 + uint64(b*64), Length: 64, LKey: r.MR.LKey()}}})
 	}
-	if _, err := r.qp.PostRecv(wrs); err != nil {
+	if _, err := r.QP.PostRecv(wrs); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -107,9 +92,9 @@ func (r *rawConn) attach(t testing.TB, g dataplane.Grant, i int) {
 func (r *rawConn) send(t testing.TB, slot int, msg []byte) {
 	t.Helper()
 	off := uint64(slot * 64)
-	copy(r.mr.Bytes()[off:], msg)
-	if _, err := r.qp.PostSend([]verbs.SendWR{{ID: 1000 + uint64(slot), Opcode: verbs.OpSend, Flags: verbs.Signaled,
-		SG: []verbs.SGE{{Addr: r.mr.Addr() + off, Length: uint32(len(msg)), LKey: r.mr.LKey()}}}}); err != nil {
+	copy(r.MR.Bytes()[off:], msg)
+	if _, err := r.QP.PostSend([]verbs.SendWR{{ID: 1000 + uint64(slot), Opcode: verbs.OpSend, Flags: verbs.Signaled,
+		SG: []verbs.SGE{{Addr: r.MR.Addr() + off, Length: uint32(len(msg)), LKey: r.MR.LKey()}}}}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -119,7 +104,7 @@ func (r *rawConn) answer(t testing.TB) spec.DaRPCMsg {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		n, err := r.cq.Poll(r.wcs)
+		n, err := r.RecvCQ.Poll(r.wcs)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -131,7 +116,7 @@ func (r *rawConn) answer(t testing.TB) spec.DaRPCMsg {
 				continue
 			}
 			off := 2048 + wc.ID*64
-			m, err := spec.DecodeDaRPCAnswer(r.mr.Bytes()[off : off+uint64(wc.ByteLen)])
+			m, err := spec.DecodeDaRPCAnswer(r.MR.Bytes()[off : off+uint64(wc.ByteLen)])
 			if err != nil {
 				t.Fatal(err)
 			}
