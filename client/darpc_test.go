@@ -241,7 +241,7 @@ func TestDaRPCClean(t *testing.T) {
 }
 
 func TestDaRPCFaults(t *testing.T) {
-	r := newDaRPCRig(t, "loss=0.05,dup=0.02,reorder=0.02,seed=5", "loss=0.05,dup=0.02,reorder=0.02,seed=6", 2, 8)
+	r := newDaRPCRig(t, "loss=0.05,dup=0.05,reorder=0.05,seed=5", "loss=0.05,dup=0.05,reorder=0.05,seed=6", 2, 8)
 	vals, failed := r.run(t, 2000)
 	st := r.srv.Stats()
 	t.Logf("server %+v; refused and resent %d", st, failed)
