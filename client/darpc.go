@@ -87,20 +87,12 @@ func dialDaRPC(ctx context.Context, env *transportEnv) (transport, error) {
 	if err != nil {
 		return nil, err
 	}
-	req := &adminpb.ConnectRequest{Mode: spec.ModeDaRPC, Window: uint32(window)}
-	for _, q := range t.qps {
-		b, _ := q.qp.Address().MarshalBinary()
-		req.Qps = append(req.Qps, &adminpb.Endpoint{Address: b, Qpn: uint32(q.qp.QPN())})
+	eps := make([]dataplane.Endpoint, len(t.qps))
+	for i, q := range t.qps {
+		eps[i] = dataplane.Endpoint{Addr: q.qp.Address(), QPN: q.qp.QPN()}
 	}
-	resp, err := env.connect(ctx, req)
-	if err == nil {
-		err = t.attachResponse(resp)
-	}
-	if err != nil {
-		t.Close()
-		return nil, err
-	}
-	return t, nil
+	req := &adminpb.ConnectRequest{Mode: spec.ModeDaRPC, Window: uint32(window), Qps: pbEndpoints(eps)}
+	return admit(ctx, env, req, t)
 }
 
 // newDaRPC creates nqps RC QPs in RESET, a CQ and the buffers for a
@@ -134,22 +126,6 @@ func newDaRPC(dev verbs.Device, pd verbs.PD, st *stats, nqps, window int) (t *da
 	}
 	t.wcs = make([]verbs.WC, 64)
 	return t, nil
-}
-
-// attachResponse decodes the darpc fields of a Connect reply and attaches.
-func (t *darpcTransport) attachResponse(resp *adminpb.ConnectResponse) error {
-	g := dataplane.Grant{Window: int(resp.GetWindow())}
-	for i, e := range resp.GetServerConnQps() {
-		var a verbs.Address
-		if err := a.UnmarshalBinary(e.GetAddress()); err != nil {
-			return fmt.Errorf("%w: connect: server_conn_qps[%d]: %v", ErrUnavailable, i, err)
-		}
-		g.ServerConnQPs = append(g.ServerConnQPs, dataplane.Endpoint{Addr: a, QPN: verbs.QPN(e.GetQpn())})
-	}
-	for _, p := range resp.GetConnPsns() {
-		g.ConnPSNs = append(g.ConnPSNs, verbs.PSN(p))
-	}
-	return t.attach(g)
 }
 
 // attach connects QP i to g.ServerConnQPs[i], both directions starting

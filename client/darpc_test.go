@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,57 +17,10 @@ import (
 	"github.com/seqd/seqd/verbs/verbstest"
 )
 
-var errDaRPCBehind = errors.New("behind")
-
-// darpcOracle counts up from 1<<40; it refuses every behindEvery-th
-// claim as behind, and every claim while stuck is set.
-type darpcOracle struct {
-	mu          sync.Mutex
-	next        uint64
-	calls       int
-	behindEvery atomic.Int64
-	stuck       atomic.Bool
-}
-
-func (o *darpcOracle) Claim(n int) (uint64, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.calls++
-	if o.stuck.Load() || (o.behindEvery.Load() > 0 && int64(o.calls)%o.behindEvery.Load() == 0) {
-		return 0, errDaRPCBehind
-	}
-	if o.next == 0 {
-		o.next = 1 << 40
-	}
-	f := o.next
-	o.next += uint64(n)
-	return f, nil
-}
-
-func (o *darpcOracle) Current() uint64 {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.next - 1
-}
-
-func darpcDevice(t testing.TB, opts string) verbs.Device {
-	t.Helper()
-	o, err := verbs.ParseOptions(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := verbs.Open("soft", "127.0.0.1:0", o)
-	if err != nil {
-		t.Skipf("soft provider: %v", err)
-	}
-	t.Cleanup(func() { d.Close() })
-	return d
-}
-
 type darpcRig struct {
 	srv    *darpc.Server
 	srvDev verbs.Device
-	orc    *darpcOracle
+	orc    *fakeOracle
 	env    *transportEnv
 	tr     *darpcTransport
 	t0     time.Time
@@ -80,16 +31,16 @@ type darpcRig struct {
 // plane's translation done by hand).
 func newDaRPCRig(t testing.TB, srvOpts, cliOpts string, qps, window int) *darpcRig {
 	t.Helper()
-	r := &darpcRig{orc: &darpcOracle{}, t0: time.Now()}
-	r.orc.behindEvery.Store(7)
-	r.srvDev = darpcDevice(t, srvOpts)
-	srv, err := darpc.New(dataplane.Config{Device: r.srvDev, Oracle: r.orc, Behind: errDaRPCBehind, Workers: 2, Epoch: 77})
+	r := &darpcRig{orc: &fakeOracle{behindEvery: 7}, t0: time.Now()}
+	r.srvDev = openSoft(t, srvOpts)
+	m, err := darpc.Start(context.Background(), dataplane.Config{Device: r.srvDev, Oracle: r.orc, Behind: errBehind, Workers: 2, Epoch: 77})
 	if err != nil {
 		t.Fatal(err)
 	}
+	srv := m.(*darpc.Server)
 	r.srv = srv
 	t.Cleanup(func() { srv.Close() })
-	dev := darpcDevice(t, cliOpts)
+	dev := openSoft(t, cliOpts)
 	pd, err := dev.AllocPD()
 	if err != nil {
 		t.Fatal(err)
@@ -142,77 +93,16 @@ func (r *darpcRig) counters() string {
 
 func (r *darpcRig) now() time.Duration { return time.Since(r.t0) }
 
-// run drives the transport as the engine does: total requests, IDs below
-// capacity, failed ones sent again. Every value must be above every value
-// returned before its request was (first) sent, and unique. It returns
-// the values and how many results came back with an error.
-func (r *darpcRig) run(t testing.TB, total int) (vals []uint64, failed int) {
+// run drives the transport as the engine does (drive) and checks that
+// the values are unique and nothing stays outstanding.
+func (r *darpcRig) run(t testing.TB, total int) []uint64 {
 	t.Helper()
-	capacity := r.tr.Free()
-	var free []int
-	for id := capacity - 1; id >= 0; id-- {
-		free = append(free, id)
-	}
-	floor := make([]uint64, capacity)
-	var maxRet uint64
-	retry := 0 // failed requests waiting to be sent again
-	sent := 0
-	res := make([]result, 64)
-	ids := make([]int, capacity)
-	seen := map[uint64]bool{}
-	deadline := time.Now().Add(30 * time.Second)
-	for len(vals) < total {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d answered before the deadline (server %+v, client stale %d malformed %d)",
-				len(vals), total, r.srv.Stats(), r.env.st.stale.Load(), r.env.st.malformed.Load())
-		}
-		if r.tr.Broken() {
-			t.Fatalf("transport broke after %d values (server %+v)", len(vals), r.srv.Stats())
-		}
-		now := r.now()
-		if want := min(r.tr.Free(), len(free), total-sent+retry); want > 0 {
-			batch := ids[:want]
-			copy(batch, free[len(free)-want:])
-			n, err := r.tr.Send(now, batch)
-			if err != nil {
-				t.Fatal(err)
-			}
-			free = append(free[:len(free)-want], batch[n:]...)
-			for _, id := range batch[:n] {
-				floor[id] = maxRet
-				if retry > 0 {
-					retry--
-				} else {
-					sent++
-				}
-			}
-		}
-		n := r.tr.Poll(now, res)
-		for _, x := range res[:n] {
-			free = append(free, x.ID)
-			if x.Err != nil {
-				failed++
-				retry++
-				continue
-			}
-			if x.Value <= floor[x.ID] {
-				t.Fatalf("request %d got %d, not above %d returned before it was sent", x.ID, x.Value, floor[x.ID])
-			}
-			if seen[x.Value] {
-				t.Fatalf("value %d handed out twice", x.Value)
-			}
-			seen[x.Value] = true
-			maxRet = max(maxRet, x.Value)
-			vals = append(vals, x.Value)
-		}
-		if x := r.tr.Expire(now); x != 0 {
-			t.Fatalf("Expire resent %d: RC resends, not the transport", x)
-		}
-	}
+	vals := drive(t, r.tr, r.env.st, total, r.now)
+	checkUnique(t, vals)
 	if r.tr.Outstanding() != 0 {
 		t.Fatalf("%d outstanding after the run", r.tr.Outstanding())
 	}
-	return vals, failed
+	return vals
 }
 
 func TestDaRPCClean(t *testing.T) {
@@ -220,9 +110,9 @@ func TestDaRPCClean(t *testing.T) {
 	if got := r.tr.Free(); got != 24 {
 		t.Fatalf("Free %d, want 3 QPs × window 8", got)
 	}
-	vals, failed := r.run(t, 5000)
+	vals := r.run(t, 5000)
 	st := r.srv.Stats()
-	t.Logf("server %+v; refused and resent %d", st, failed)
+	t.Logf("server %+v; refused and resent %d", st, r.env.st.retransmits.Load())
 	// Every value the server handed out went to a request (no loss, no
 	// cancel): nothing is handed out twice or lost.
 	if st.Served != uint64(len(vals)) {
@@ -242,9 +132,9 @@ func TestDaRPCClean(t *testing.T) {
 
 func TestDaRPCFaults(t *testing.T) {
 	r := newDaRPCRig(t, "loss=0.05,dup=0.05,reorder=0.05,seed=5", "loss=0.05,dup=0.05,reorder=0.05,seed=6", 2, 8)
-	vals, failed := r.run(t, 2000)
+	vals := r.run(t, 2000)
 	st := r.srv.Stats()
-	t.Logf("server %+v; refused and resent %d", st, failed)
+	t.Logf("server %+v; refused and resent %d", st, r.env.st.retransmits.Load())
 	if st.Served != uint64(len(vals)) {
 		t.Fatalf("server served %d values, the client took %d", st.Served, len(vals))
 	}
@@ -263,7 +153,7 @@ func TestDaRPCFaults(t *testing.T) {
 // come back from one claim as consecutive values.
 func TestDaRPCBatching(t *testing.T) {
 	r := newDaRPCRig(t, "", "", 1, 16)
-	r.orc.behindEvery.Store(0)
+	r.orc.set(func(o *fakeOracle) { o.behindEvery = 0 })
 	ids := []int{3, 1, 4, 0, 5, 9, 2, 6}
 	res := make([]result, 16)
 	deadline := time.Now().Add(20 * time.Second)
@@ -326,7 +216,7 @@ func TestDaRPCCancel(t *testing.T) {
 // back as errors to send again, and values once the oracle recovers.
 func TestDaRPCRefusesWhenBehind(t *testing.T) {
 	r := newDaRPCRig(t, "", "", 1, 4)
-	r.orc.stuck.Store(true)
+	r.orc.set(func(o *fakeOracle) { o.refuse = true })
 	if n, err := r.tr.Send(r.now(), []int{0, 1}); n != 2 || err != nil {
 		t.Fatal(n, err)
 	}
@@ -347,8 +237,8 @@ func TestDaRPCRefusesWhenBehind(t *testing.T) {
 	if r.tr.Broken() {
 		t.Fatal("a refusal broke the transport")
 	}
-	r.orc.stuck.Store(false)
-	vals, _ := r.run(t, 100)
+	r.orc.set(func(o *fakeOracle) { o.refuse = false })
+	vals := r.run(t, 100)
 	if len(vals) != 100 {
 		t.Fatalf("%d values", len(vals))
 	}
@@ -420,7 +310,7 @@ func TestDaRPCRelease(t *testing.T) {
 // against a real server, with -benchmem showing allocations.
 func BenchmarkDaRPCTransport(b *testing.B) {
 	r := newDaRPCRig(b, "", "", 2, 32)
-	r.orc.behindEvery.Store(0)
+	r.orc.set(func(o *fakeOracle) { o.behindEvery = 0 })
 	free := make([]int, 0, 64)
 	for id := range 64 {
 		free = append(free, id)
@@ -458,8 +348,8 @@ func BenchmarkDaRPCTransport(b *testing.B) {
 // with another count, is counted stale and dropped; a malformed one is
 // counted malformed; only the exact answer hands out values.
 func TestDaRPCMatching(t *testing.T) {
-	srvDev := darpcDevice(t, "")
-	cliDev := darpcDevice(t, "")
+	srvDev := openSoft(t, "")
+	cliDev := openSoft(t, "")
 	scq := verbstest.NewCQ(t, srvDev, 64)
 	srv := verbstest.NewEndAttr(t, srvDev, verbs.QPInitAttr{Type: verbs.RC, SendCQ: scq, RecvCQ: scq})
 	sqp, smr := srv.QP, srv.MR

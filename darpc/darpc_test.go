@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/seqd/seqd/dataplane"
+	wk "github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 	_ "github.com/seqd/seqd/verbs/soft"
@@ -48,10 +49,11 @@ func open(t testing.TB) verbs.Device {
 
 func newTestServer(t testing.TB, workers, maxClients int) *Server {
 	t.Helper()
-	s, err := New(dataplane.Config{Device: open(t), Oracle: &fakeOracle{}, Workers: workers, MaxClients: maxClients, Epoch: 9})
+	m, err := Start(context.Background(), dataplane.Config{Device: open(t), Oracle: &fakeOracle{}, Workers: workers, MaxClients: maxClients, Epoch: 9})
 	if err != nil {
 		t.Fatal(err)
 	}
+	s := m.(*Server)
 	t.Cleanup(func() { s.Close() })
 	return s
 }
@@ -201,7 +203,7 @@ func TestLeastLoadedAndChurn(t *testing.T) {
 		grants = append(grants, g)
 	}
 	s.mu.Lock()
-	n0, n1 := s.workers[0].nconns, s.workers[1].nconns
+	n0, n1 := s.Workers[0].nconns, s.Workers[1].nconns
 	s.mu.Unlock()
 	if n0 != 2 || n1 != 2 {
 		t.Fatalf("connections per cluster %d and %d, want 2 and 2", n0, n1)
@@ -242,7 +244,7 @@ func TestLeastLoadedAndChurn(t *testing.T) {
 	for {
 		s.mu.Lock()
 		left := 0
-		for _, w := range s.workers {
+		for _, w := range s.Workers {
 			w.reclaim()
 			left += len(w.limbo) + w.nconns + w.cqUsed + (s.cfg.MaxClients - len(w.free))
 		}
@@ -260,12 +262,13 @@ func TestLeastLoadedAndChurn(t *testing.T) {
 
 func TestConfig(t *testing.T) {
 	dev := open(t)
-	for _, c := range []dataplane.Config{
+	for _, c := range []Config{
 		{},
-		{Device: dev},
-		{Device: dev, Oracle: &fakeOracle{}, MaxWindow: spec.DaRPCMaxWindow + 1},
-		{Device: dev, Oracle: &fakeOracle{}, Workers: 1, Cores: []int{0, 1}},
-		{Device: dev, Oracle: &fakeOracle{}, Workers: -1},
+		{Config: wk.Config{Device: dev}},
+		{Config: wk.Config{Device: dev, Oracle: &fakeOracle{}}, MaxWindow: spec.DaRPCMaxWindow + 1},
+		{Config: wk.Config{Device: dev, Oracle: &fakeOracle{}, Workers: 1, Cores: []int{0, 1}}},
+		{Config: wk.Config{Device: dev, Oracle: &fakeOracle{}, Workers: -1}},
+		{Config: wk.Config{Device: dev, Oracle: &fakeOracle{}}, MaxWindow: 64, CQDepth: 100},
 	} {
 		if _, err := New(c); !errors.Is(err, ErrConfig) {
 			t.Errorf("New(%+v) = %v, want ErrConfig", c, err)

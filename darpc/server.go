@@ -10,13 +10,13 @@ import (
 	"time"
 
 	"github.com/seqd/seqd/dataplane"
+	wk "github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 )
 
 // Defaults.
 const (
-	DefaultWorkers    = 1
 	DefaultWindow     = 16
 	DefaultMaxWindow  = 64
 	DefaultMaxClients = 1024
@@ -40,34 +40,40 @@ const (
 	cqSlack = 1024
 )
 
-// ErrConfig reports an invalid configuration.
+// ErrConfig reports an invalid Config.
 var ErrConfig = errors.New("darpc: invalid config")
 
-// config is dataplane.Config with the defaults filled in, and the mode's
-// own knobs.
-type config struct {
-	dataplane.Config
+// Config configures a Server.
+type Config struct {
+	// Device, Oracle, Behind, Workers, Cores, Epoch and Logger, as every
+	// CPU mode takes them (package internal/worker). The response-QP
+	// fields are unused: answers leave on the clients' own connections.
+	wk.Config
+	// MaxWindow is the largest window granted (calls in flight per client
+	// QP, receives posted per connection). Default 64, at most
+	// spec.DaRPCMaxWindow.
+	MaxWindow int
+	// MaxClients is the most client QPs (connections) admitted at once.
+	// Default 1024.
+	MaxClients int
+	// CQDepth is the completions one worker's CQ holds. Default 16384.
 	CQDepth int
-	Spin    time.Duration
+	// Spin is how long an idle worker keeps polling before it blocks on
+	// its CQ; negative: it never blocks.
+	Spin time.Duration
 }
 
-func (c config) validate() (config, error) {
-	if c.Device == nil || c.Oracle == nil {
-		return c, fmt.Errorf("%w: Device and Oracle are required", ErrConfig)
+func (c Config) validate() (Config, error) {
+	if err := c.Config.Fill(ErrConfig); err != nil {
+		return c, err
 	}
 	for _, f := range []struct {
 		p    *int
 		d    int
 		name string
-	}{
-		{&c.Workers, DefaultWorkers, "Workers"}, {&c.MaxWindow, DefaultMaxWindow, "MaxWindow"},
-		{&c.MaxClients, DefaultMaxClients, "MaxClients"}, {&c.CQDepth, DefaultCQDepth, "CQDepth"},
-	} {
-		if *f.p == 0 {
-			*f.p = f.d
-		}
-		if *f.p < 0 {
-			return c, fmt.Errorf("%w: %s %d is negative", ErrConfig, f.name, *f.p)
+	}{{&c.MaxWindow, DefaultMaxWindow, "MaxWindow"}, {&c.MaxClients, DefaultMaxClients, "MaxClients"}, {&c.CQDepth, DefaultCQDepth, "CQDepth"}} {
+		if err := wk.Default(ErrConfig, f.name, f.p, f.d); err != nil {
+			return c, err
 		}
 	}
 	if c.MaxWindow > spec.DaRPCMaxWindow {
@@ -76,41 +82,23 @@ func (c config) validate() (config, error) {
 	if 5*c.MaxWindow > c.CQDepth {
 		return c, fmt.Errorf("%w: CQDepth %d cannot hold one connection of window %d", ErrConfig, c.CQDepth, c.MaxWindow)
 	}
-	if len(c.Cores) > c.Workers {
-		return c, fmt.Errorf("%w: %d cores for %d workers", ErrConfig, len(c.Cores), c.Workers)
-	}
 	if c.MaxClients >= 1<<slotBits {
 		return c, fmt.Errorf("%w: MaxClients %d", ErrConfig, c.MaxClients)
 	}
 	if c.Spin == 0 {
 		c.Spin = DefaultSpin
 	}
-	if c.Epoch == 0 {
-		c.Epoch = uint64(time.Now().UnixNano())
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
 	return c, nil
-}
-
-func (c *config) core(i int) int {
-	if i < len(c.Cores) {
-		return c.Cores[i]
-	}
-	return -1
 }
 
 // Server is a running DaRPC data path.
 type Server struct {
-	cfg     config
-	log     *slog.Logger
-	pd      verbs.PD
-	ctx     context.Context // cancelled by Stop: wakes workers blocked on their CQ
-	cancel  context.CancelFunc
-	stopped atomic.Bool
-	wg      sync.WaitGroup
-	workers []*worker
+	wk.Pool[*worker] // the workers run while !stopped
+	cfg              Config
+	log              *slog.Logger
+	ctx              context.Context // cancelled by Stop: wakes workers blocked on their CQ
+	cancel           context.CancelFunc
+	stopped          atomic.Bool
 
 	mu       sync.Mutex
 	sessions map[uint64]*session
@@ -128,44 +116,24 @@ type session struct {
 
 var _ dataplane.Mode = (*Server)(nil)
 
-// Start is the mode's dataplane.Factory.
-func Start(ctx context.Context, cfg dataplane.Config) (dataplane.Mode, error) {
-	s, err := New(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return s, nil
+// Start starts the DaRPC data path with the settings every mode takes
+// (dataplane.Factory).
+func Start(ctx context.Context, c dataplane.Config) (dataplane.Mode, error) {
+	return New(Config{Config: wk.Config{Device: c.Device, Oracle: c.Oracle, Behind: c.Behind, Workers: c.Workers,
+		Cores: c.Cores, Epoch: c.Epoch, Logger: c.Logger}, MaxWindow: min(c.MaxWindow, spec.DaRPCMaxWindow), MaxClients: c.MaxClients})
 }
 
 // New creates the workers (a CQ each) and starts them.
-func New(cfg dataplane.Config) (*Server, error) {
-	return newServer(config{Config: cfg})
-}
-
-func newServer(cfg config) (*Server, error) {
+func New(cfg Config) (*Server, error) {
 	cfg, err := cfg.validate()
 	if err != nil {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, sessions: map[uint64]*session{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	if s.pd, err = cfg.Device.AllocPD(); err != nil {
-		return nil, fmt.Errorf("darpc: protection domain: %w", err)
-	}
-	for i := range cfg.Workers {
-		w, err := newWorker(s, i)
-		if err != nil {
-			s.Close()
-			return nil, err
-		}
-		s.workers = append(s.workers, w)
-	}
-	for _, w := range s.workers {
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			w.run()
-		}()
+	if err := s.Pool.Start(cfg.Device, cfg.Workers, func(i int) (*worker, error) { return newWorker(s, i) }); err != nil {
+		s.Close()
+		return nil, err
 	}
 	s.log.Info("darpc data path up", "device", cfg.Device.Name(), "workers", cfg.Workers,
 		"max_window", cfg.MaxWindow, "epoch", cfg.Epoch)
@@ -195,7 +163,7 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 	if s.stopped.Load() {
 		return dataplane.Grant{}, fmt.Errorf("%w: darpc stopped", dataplane.ErrUnavailable)
 	}
-	for _, w := range s.workers {
+	for _, w := range s.Workers {
 		w.reclaim()
 	}
 	old := s.sessions[replaces.ID]
@@ -236,7 +204,7 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 	g.Session = sess.id
 	s.sessions[sess.id] = sess
 	s.nconns += len(sess.conns)
-	for _, w := range s.workers {
+	for _, w := range s.Workers {
 		w.publish()
 	}
 	s.log.Info("darpc client admitted", "session", sess.id, "name", a.Name, "qps", len(a.QPs), "window", window)
@@ -250,7 +218,7 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 func (s *Server) leastLoaded(window int) *worker {
 	var best *worker
 	var bestLoad uint64
-	for _, w := range s.workers {
+	for _, w := range s.Workers {
 		if w.cqUsed+5*window > s.cfg.CQDepth || len(w.free) == 0 {
 			continue
 		}
@@ -270,7 +238,7 @@ func (s *Server) drop(sess *session) {
 	if _, ok := s.sessions[sess.id]; ok {
 		s.nconns -= len(sess.conns)
 	}
-	for _, w := range s.workers {
+	for _, w := range s.Workers {
 		w.publish()
 	}
 }
@@ -286,7 +254,7 @@ func (s *Server) Release(ctx context.Context, ref dataplane.SessionRef) error {
 	}
 	s.drop(sess)
 	delete(s.sessions, ref.ID)
-	for _, w := range s.workers {
+	for _, w := range s.Workers {
 		w.reclaim()
 	}
 	return nil
@@ -294,33 +262,16 @@ func (s *Server) Release(ctx context.Context, ref dataplane.SessionRef) error {
 
 // Stats sums the workers' counters.
 func (s *Server) Stats() dataplane.Stats {
+	st := wk.Sum(s.Workers)
 	s.mu.Lock()
-	st := dataplane.Stats{Sessions: len(s.sessions)}
+	st.Sessions = len(s.sessions)
 	s.mu.Unlock()
-	var drops [numDropReasons]uint64
 	var malformed, refused, flushed, unknown uint64
-	for _, w := range s.workers {
-		ws := &w.stats
-		d := uint64(0)
-		for r := range ws.drops {
-			v := ws.drops[r].Load()
-			drops[r] += v
-			d += v
-		}
-		st.Workers = append(st.Workers, dataplane.WorkerStats{ID: w.id, Core: w.core, Batches: ws.batches.Load(),
-			Requests: ws.requests.Load(), Drops: d})
-		st.Served += ws.requests.Load()
-		st.Batches += ws.batches.Load()
-		st.Stalls += ws.stalls.Load()
-		st.Drops += d
-		malformed += ws.malformed.Load()
-		refused += ws.refused.Load()
-		flushed += ws.flushed.Load()
-		unknown += ws.unknown.Load()
-	}
-	for r := range drops {
-		st.Counters = append(st.Counters, dataplane.Counter{Name: "drops_total", Reason: dropReasonNames[r], Value: drops[r],
-			Help: "Calls a worker received and did not answer with values, by reason."})
+	for _, w := range s.Workers {
+		malformed += w.own.malformed.Load()
+		refused += w.own.refused.Load()
+		flushed += w.own.flushed.Load()
+		unknown += w.own.unknown.Load()
 	}
 	st.Counters = append(st.Counters,
 		dataplane.Counter{Name: "malformed_total", Value: malformed, Help: "Call messages that did not decode, or asked for more than the window."},
@@ -339,9 +290,9 @@ func (s *Server) Stop() (uint64, error) {
 		s.stopped.Store(true)
 		s.mu.Unlock()
 		s.cancel()
-		s.wg.Wait()
+		s.Wait()
 		s.mu.Lock()
-		for _, w := range s.workers {
+		for _, w := range s.Workers {
 			w.toErr()
 		}
 		s.mu.Unlock()
@@ -359,12 +310,7 @@ func (s *Server) Close() error {
 		return nil
 	}
 	s.closed = true
-	for _, w := range s.workers {
-		w.close()
-	}
+	s.Pool.Close()
 	s.sessions = map[uint64]*session{}
-	if s.pd != nil {
-		s.pd.Close()
-	}
 	return nil
 }

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/seqd/seqd/dataplane"
-	"github.com/seqd/seqd/internal/claim"
+	wk "github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 )
@@ -38,26 +38,15 @@ func splitID(id uint64) (send bool, slot int, gen uint16, buf int) {
 	return id&sendBit != 0, int(id>>bufBits) & (1<<slotBits - 1), uint16(id >> (slotBits + bufBits)), int(id & (1<<bufBits - 1))
 }
 
-// dropReason says why calls were not answered with values.
-type dropReason int
+// dropSendFull is the mode's own drop reason (after internal/worker's):
+// the connection's send queue was full, so the calls got no answer and
+// the connection was failed.
+const dropSendFull = wk.NumDrops
 
-const (
-	dropExpired  dropReason = iota // older than MaxResidence before the claim (refused)
-	dropLate                       // values claimed, doorbell too late (refused, values skipped)
-	dropOracle                     // the oracle failed (refused)
-	dropSendFull                   // the connection's send queue was full (not answered; connection failed)
-	dropSendErr                    // the answer could not be posted or completed in error
-	numDropReasons
-)
-
-var dropReasonNames = [numDropReasons]string{"expired", "late", "oracle_error", "send_queue_full", "send_error"}
-
-// workerStats are written by the worker only and read at any time.
-type workerStats struct {
-	batches, requests, stalls            atomic.Uint64
+// ownStats are the mode's own counters: written by the worker only, read
+// at any time.
+type ownStats struct {
 	malformed, refused, flushed, unknown atomic.Uint64
-	drops                                [numDropReasons]atomic.Uint64
-	_                                    [64]byte
 }
 
 // conn is one client connection: a server RC QP on a worker's CQ, its
@@ -77,6 +66,7 @@ type conn struct {
 	rsge              []verbs.SGE
 	swrs              []verbs.SendWR
 	ssge              []verbs.SGE
+	calls             []int // calls answered by swrs[i]
 }
 
 func (c *conn) sendOff(i int) int { return c.window*recvLen + i*sendLen }
@@ -95,10 +85,9 @@ type limbo struct {
 }
 
 type worker struct {
-	id   int
-	core int
-	s    *Server
-	cq   verbs.CQ
+	wk.Base // identity, pinning, claims, the counts
+	s       *Server
+	cq      verbs.CQ
 
 	table atomic.Pointer[[]*conn] // by slot; published copy, loaded once per round
 	// round is odd while the worker handles a batch (from before it loads
@@ -121,12 +110,16 @@ type worker struct {
 	pend    []pending
 	touched []*conn
 	oldest  verbs.Time
-	stats   workerStats
+	own     ownStats
 }
 
 func newWorker(s *Server, id int) (*worker, error) {
 	c := &s.cfg
-	w := &worker{id: id, core: c.core(id), s: s}
+	w := &worker{s: s}
+	// No response QPs: answers leave on the clients' own connections.
+	if err := w.Init(&c.Config, id, s.PD, nil, 0, &s.stopped, "send_queue_full"); err != nil {
+		return nil, err
+	}
 	var err error
 	if w.cq, err = c.Device.CreateCQ(c.CQDepth + cqSlack); err != nil {
 		return nil, fmt.Errorf("darpc: worker %d: CQ: %w", id, err)
@@ -153,11 +146,11 @@ func (w *worker) admit(q dataplane.Endpoint, window int, psn verbs.PSN) (c *conn
 			c.close()
 		}
 	}()
-	if c.qp, err = w.s.pd.CreateQP(verbs.QPInitAttr{Type: verbs.RC, SendCQ: w.cq, RecvCQ: w.cq,
+	if c.qp, err = w.s.PD.CreateQP(verbs.QPInitAttr{Type: verbs.RC, SendCQ: w.cq, RecvCQ: w.cq,
 		Cap: verbs.QPCap{MaxSendWR: sq, MaxRecvWR: window, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
 		return nil, fmt.Errorf("%w: darpc QP: %v", dataplane.ErrUnavailable, err)
 	}
-	if c.mr, err = w.s.pd.RegMR(window*recvLen+sq*sendLen, verbs.AccessLocalWrite); err != nil {
+	if c.mr, err = w.s.PD.RegMR(window*recvLen+sq*sendLen, verbs.AccessLocalWrite); err != nil {
 		return nil, fmt.Errorf("%w: darpc buffers: %v", dataplane.ErrUnavailable, err)
 	}
 	if err = verbs.Connect(c.qp, verbs.ConnectAttr{Remote: q.Addr, RemoteQPN: q.QPN, RQPSN: psn, SQPSN: psn,
@@ -170,6 +163,7 @@ func (w *worker) admit(q dataplane.Endpoint, window int, psn verbs.PSN) (c *conn
 	c.rsge = make([]verbs.SGE, window)
 	c.swrs = make([]verbs.SendWR, 0, min(window, maxBatch))
 	c.ssge = make([]verbs.SGE, min(window, maxBatch))
+	c.calls = make([]int, 0, min(window, maxBatch))
 	for i := range window {
 		c.addRecv(i)
 	}
@@ -256,7 +250,8 @@ func (w *worker) toErr() {
 	}
 }
 
-func (w *worker) close() {
+// Close releases the worker's connections and CQ (after Run returned).
+func (w *worker) Close() {
 	for i, c := range w.live {
 		if c != nil {
 			c.close()
@@ -267,24 +262,17 @@ func (w *worker) close() {
 		l.c.close()
 	}
 	w.limbo = nil
+	w.Base.Close()
 	if w.cq != nil {
 		w.cq.Close()
 	}
 }
 
-// run is the cluster head's loop: poll the cluster's CQ, answer what it
+// Run is the cluster head's loop: poll the cluster's CQ, answer what it
 // found, block on the CQ when idle for a while. It returns when the
 // server stops.
-func (w *worker) run() {
-	log := w.s.log.With("worker", w.id)
-	if w.core >= 0 {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := pin(w.core); err != nil {
-			log.Warn("running unpinned", "err", err)
-			w.core = -1
-		}
-	}
+func (w *worker) Run() {
+	defer w.Pin()()
 	idleSince := time.Time{}
 	for !w.s.stopped.Load() {
 		w.round.Add(1) // odd: in a batch
@@ -317,7 +305,6 @@ func (w *worker) step() int {
 	if err != nil || n == 0 {
 		return 0
 	}
-	st := &w.stats
 	w.pend = w.pend[:0]
 	w.touched = w.touched[:0]
 	w.oldest = verbs.Now()
@@ -330,17 +317,17 @@ func (w *worker) step() int {
 			c = table[slot]
 		}
 		if c == nil || c.gen != gen {
-			st.unknown.Add(1)
+			w.own.unknown.Add(1)
 			continue
 		}
 		if send {
 			c.completed++
 			if wc.Status != verbs.WCSuccess {
 				if wc.Status != verbs.WCWRFlushErr {
-					st.drops[dropSendErr].Add(1)
+					w.Drops[wk.DropSend].Add(1)
 				}
 				if !c.dead {
-					w.s.log.Warn("darpc: connection failed", "worker", w.id, "qpn", c.qp.QPN(), "status", wc.Status)
+					w.Log.Warn("darpc: connection failed", "qpn", c.qp.QPN(), "status", wc.Status)
 				}
 				c.dead = true
 			}
@@ -348,15 +335,15 @@ func (w *worker) step() int {
 		}
 		if wc.Status != verbs.WCSuccess {
 			if wc.Status == verbs.WCWRFlushErr {
-				st.flushed.Add(1)
+				w.own.flushed.Add(1)
 			} else {
-				st.malformed.Add(1)
+				w.own.malformed.Add(1)
 			}
 			c.dead = true // the QP is in ERR: its receives are gone
 			continue
 		}
 		if buf >= c.window {
-			st.unknown.Add(1)
+			w.own.unknown.Add(1)
 			continue
 		}
 		off := buf * recvLen
@@ -371,7 +358,7 @@ func (w *worker) step() int {
 		}
 		c.addRecv(buf) // the call is decoded: the buffer goes back
 		if err != nil || m.Count > c.window {
-			st.malformed.Add(1)
+			w.own.malformed.Add(1)
 			continue
 		}
 		if wc.Arrived != 0 && wc.Arrived < w.oldest {
@@ -402,10 +389,11 @@ func (w *worker) step() int {
 // spec.MaxResidence is refused instead: before the claim, or with its
 // claimed values skipped just before the doorbell.
 func (w *worker) answer(total int) {
-	st := &w.stats
 	kind := spec.DaRPCValues
-	first, why := w.claim(total)
-	if why >= 0 {
+	// Base.Claim counts the calls it gives up (expired, oracle): they are
+	// refused.
+	first, ok := w.Claim(w.oldest, total)
+	if !ok {
 		kind = spec.DaRPCRefused
 	}
 	w.touched = w.touched[:0]
@@ -419,7 +407,7 @@ func (w *worker) answer(total int) {
 		if c.posted-c.completed >= uint64(c.sqDepth) || len(c.swrs) == cap(c.swrs) {
 			// Only a client far beyond its window, or one not
 			// acknowledging answers, gets here: its connection fails.
-			st.drops[dropSendFull].Add(uint64(p.count))
+			w.Drops[dropSendFull].Add(uint64(p.count))
 			c.dead = true
 			c.qp.Modify(&verbs.QPAttr{State: verbs.StateErr}, verbs.AttrState)
 			continue
@@ -437,12 +425,17 @@ func (w *worker) answer(total int) {
 		c.ssge[k] = verbs.SGE{Addr: c.mr.Addr() + uint64(o), Length: sendLen, LKey: c.mr.LKey()}
 		c.swrs = append(c.swrs, verbs.SendWR{ID: wrID(true, c.slot, c.gen, si), Opcode: verbs.OpSend, Flags: verbs.Signaled,
 			SG: c.ssge[k : k+1]})
+		c.calls = append(c.calls, p.count)
 	}
-	if kind == spec.DaRPCValues && verbs.Now().Sub(w.oldest) > spec.MaxResidence {
+	if f := w.Stall.Load(); f != nil { // tests: a worker descheduled here
+		(*f)()
+	}
+	late := false
+	if kind == spec.DaRPCValues && wk.Expired(w.oldest) {
 		// Too late: the values are skipped (never handed out), the calls
 		// refused.
 		kind = spec.DaRPCRefused
-		why = dropLate
+		late = true
 		for _, c := range w.touched {
 			for k := range c.swrs {
 				o := c.posted + uint64(k)
@@ -455,52 +448,34 @@ func (w *worker) answer(total int) {
 		b.HoldDoorbell()
 		defer b.RingDoorbell()
 	}
-	answered := 0
+	answered, calls := 0, 0
 	for _, c := range w.touched {
 		n, err := c.qp.PostSend(c.swrs)
 		c.posted += uint64(n)
+		for i, k := range c.calls {
+			if i < n {
+				calls += k
+			} else {
+				w.Drops[wk.DropSend].Add(uint64(k))
+			}
+		}
 		if err != nil {
 			c.dead = true
-			st.drops[dropSendErr].Add(uint64(len(c.swrs) - n))
 		}
 		answered += n
-		c.swrs = c.swrs[:0]
+		c.swrs, c.calls = c.swrs[:0], c.calls[:0]
 	}
-	if kind == spec.DaRPCRefused {
-		st.refused.Add(uint64(answered))
-		refusedCalls := 0
-		for i := range w.pend {
-			refusedCalls += w.pend[i].count
-		}
-		st.drops[why].Add(uint64(refusedCalls))
-	} else {
-		st.batches.Add(1)
-		st.requests.Add(uint64(total))
+	switch {
+	case kind == spec.DaRPCValues:
+		w.Batches.Add(1)
+		w.Requests.Add(uint64(calls))
+	case late:
+		w.own.refused.Add(uint64(answered))
+		w.Drops[wk.DropLate].Add(uint64(calls))
+	default:
+		w.own.refused.Add(uint64(answered))
 	}
 	for i := range w.pend {
 		w.pend[i] = pending{}
 	}
-}
-
-// claim claims n values for the batch through claim.Batch: retrying while
-// the oracle is behind, giving up once the batch is older than
-// spec.MaxResidence. It returns the first value, or the reason it could
-// not (why < 0: claimed).
-func (w *worker) claim(n int) (first uint64, why dropReason) {
-	expired := func() bool { return verbs.Now().Sub(w.oldest) > spec.MaxResidence }
-	if expired() {
-		return 0, dropExpired
-	}
-	first, stalls, out, err := claim.Batch(w.s.cfg.Oracle, w.s.cfg.Behind, n, func() bool {
-		return expired() || w.s.stopped.Load()
-	})
-	w.stats.stalls.Add(uint64(stalls))
-	switch out {
-	case claim.Failed:
-		w.s.log.Error("claim", "worker", w.id, "n", n, "err", err)
-		return 0, dropOracle
-	case claim.Expired:
-		return 0, dropExpired
-	}
-	return first, -1
 }

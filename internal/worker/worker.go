@@ -183,10 +183,15 @@ type Base struct {
 // Init sets b up as worker id of cfg, with response QPs on pd whose sends
 // complete on sendCQ, each with slotLen payload bytes per entry. stopped
 // tells the claim to give up when the mode stops. drops names the mode's
-// own drop reasons, NumDrops on.
+// own drop reasons, NumDrops on. A mode that answers on its clients'
+// own connections (darpc) passes a nil sendCQ: it gets no response QPs
+// (Resp stays nil; Next, Post and ReapSends are not for it).
 func (b *Base) Init(cfg *Config, id int, pd verbs.PD, sendCQ verbs.CQ, slotLen int, stopped *atomic.Bool, drops ...string) error {
 	b.ID, b.Core, b.Log, b.cfg, b.stopped = id, cfg.Core(id), cfg.Logger.With("worker", id), cfg, stopped
 	b.initCounts(drops)
+	if sendCQ == nil {
+		return nil
+	}
 	var err error
 	if b.Resp, err = respq.New(respq.Config{PD: pd, CQ: sendCQ, QPs: cfg.RespQPs, Depth: cfg.SendDepth,
 		SignalEvery: cfg.SignalEvery, SlotLen: slotLen, QKey: cfg.QKey, Batch: cfg.Batch}); err != nil {
@@ -323,6 +328,9 @@ func Create[W Worker](n int, create func(id int) (W, error)) (ws []W, answerQPs 
 		ws = append(ws, w)
 	}
 	for _, w := range ws {
+		if w.base().Resp == nil {
+			continue
+		}
 		for _, qp := range w.base().Resp.QPs() {
 			answerQPs = append(answerQPs, dataplane.Endpoint{Addr: qp.Address(), QPN: qp.QPN()})
 		}
