@@ -22,8 +22,9 @@ const (
 	DefaultMaxClients = 1024
 	// DefaultCQDepth is the completions a worker's CQ holds: admission
 	// keeps the sum over its connections of window receives plus
-	// 4 × window answers in flight below it.
-	DefaultCQDepth = 16384
+	// 4 × window answers in flight below it (about 400 connections of
+	// window 16 per worker).
+	DefaultCQDepth = 32768
 	// DefaultSpin is how long an idle worker keeps polling before it
 	// blocks on its CQ.
 	DefaultSpin = 200 * time.Microsecond
@@ -56,7 +57,7 @@ type Config struct {
 	// MaxClients is the most client QPs (connections) admitted at once.
 	// Default 1024.
 	MaxClients int
-	// CQDepth is the completions one worker's CQ holds. Default 16384.
+	// CQDepth is the completions one worker's CQ holds. Default 32768.
 	CQDepth int
 	// Spin is how long an idle worker keeps polling before it blocks on
 	// its CQ; negative: it never blocks.

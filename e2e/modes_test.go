@@ -74,7 +74,7 @@ func load(ctx context.Context, clients []*client.Client, callers, perCaller int,
 // TestEveryMode: the real-time-order/uniqueness check passes in every
 // mode, clean and with loss, duplication and reordering injected.
 func TestEveryMode(t *testing.T) {
-	for _, mode := range []string{spec.ModeSpecS0, spec.ModeHERD, spec.ModeAtomics} {
+	for _, mode := range []string{spec.ModeSpecS0, spec.ModeHERD, spec.ModeAtomics, spec.ModeDaRPC} {
 		for _, f := range []struct{ name, opts string }{{"clean", ""}, {"faults", "loss=0.05,dup=0.05,reorder=0.05"}} {
 			t.Run(mode+"/"+f.name, func(t *testing.T) {
 				addr := startMode(t, f.opts, mode)
@@ -124,7 +124,7 @@ func TestSwitchModes(t *testing.T) {
 	stop := make(chan struct{})
 	errc := make(chan error, 1)
 	go func() { errc <- load(ctx, cs, 6, 0, &v, stop) }()
-	order := []string{spec.ModeHERD, spec.ModeAtomics, spec.ModeSpecS0, spec.ModeAtomics, spec.ModeHERD, spec.ModeSpecS0}
+	order := []string{spec.ModeHERD, spec.ModeAtomics, spec.ModeDaRPC, spec.ModeSpecS0, spec.ModeDaRPC, spec.ModeHERD, spec.ModeAtomics, spec.ModeSpecS0}
 	var lastHigh uint64
 	for i := range 20 {
 		before := v.Len()

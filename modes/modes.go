@@ -14,6 +14,7 @@ import (
 	"github.com/seqd/seqd/admin"
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/atomics"
+	"github.com/seqd/seqd/darpc"
 	"github.com/seqd/seqd/dataplane"
 	"github.com/seqd/seqd/headeronly"
 	"github.com/seqd/seqd/herd"
@@ -36,6 +37,7 @@ var registry = map[string]dataplane.Factory{
 	spec.ModeSpecS0:  headeronly.Start,
 	spec.ModeHERD:    herd.Start,
 	spec.ModeAtomics: atomics.Start,
+	spec.ModeDaRPC:   darpc.Start,
 }
 
 // metricNames names a mode's metrics (seqd_<name>_*) where the mode's
