@@ -31,7 +31,7 @@ type darpcRig struct {
 // plane's translation done by hand).
 func newDaRPCRig(t testing.TB, srvOpts, cliOpts string, qps, window int) *darpcRig {
 	t.Helper()
-	r := &darpcRig{orc: &fakeOracle{behindEvery: 7}, t0: time.Now()}
+	r := &darpcRig{orc: &fakeOracle{BehindEvery: 7}, t0: time.Now()}
 	r.srvDev = openSoft(t, srvOpts)
 	m, err := darpc.Start(context.Background(), dataplane.Config{Device: r.srvDev, Oracle: r.orc, Behind: errBehind, Workers: 2, Epoch: 77})
 	if err != nil {
@@ -153,7 +153,7 @@ func TestDaRPCFaults(t *testing.T) {
 // come back from one claim as consecutive values.
 func TestDaRPCBatching(t *testing.T) {
 	r := newDaRPCRig(t, "", "", 1, 16)
-	r.orc.set(func(o *fakeOracle) { o.behindEvery = 0 })
+	r.orc.SetBehindEvery(0)
 	ids := []int{3, 1, 4, 0, 5, 9, 2, 6}
 	res := make([]result, 16)
 	deadline := time.Now().Add(20 * time.Second)
@@ -216,7 +216,7 @@ func TestDaRPCCancel(t *testing.T) {
 // back as errors to send again, and values once the oracle recovers.
 func TestDaRPCRefusesWhenBehind(t *testing.T) {
 	r := newDaRPCRig(t, "", "", 1, 4)
-	r.orc.set(func(o *fakeOracle) { o.refuse = true })
+	r.orc.SetRefuse(true)
 	if n, err := r.tr.Send(r.now(), []int{0, 1}); n != 2 || err != nil {
 		t.Fatal(n, err)
 	}
@@ -237,7 +237,7 @@ func TestDaRPCRefusesWhenBehind(t *testing.T) {
 	if r.tr.Broken() {
 		t.Fatal("a refusal broke the transport")
 	}
-	r.orc.set(func(o *fakeOracle) { o.refuse = false })
+	r.orc.SetRefuse(false)
 	vals := r.run(t, 100)
 	if len(vals) != 100 {
 		t.Fatalf("%d values", len(vals))
@@ -310,7 +310,7 @@ func TestDaRPCRelease(t *testing.T) {
 // against a real server, with -benchmem showing allocations.
 func BenchmarkDaRPCTransport(b *testing.B) {
 	r := newDaRPCRig(b, "", "", 2, 32)
-	r.orc.set(func(o *fakeOracle) { o.behindEvery = 0 })
+	r.orc.SetBehindEvery(0)
 	free := make([]int, 0, 64)
 	for id := range 64 {
 		free = append(free, id)

@@ -3,53 +3,22 @@ package darpc
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/seqd/seqd/dataplane"
+	"github.com/seqd/seqd/internal/claimtest"
 	wk "github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
-	_ "github.com/seqd/seqd/verbs/soft"
 	"github.com/seqd/seqd/verbs/verbstest"
 )
 
-type fakeOracle struct {
-	mu   sync.Mutex
-	next uint64
-}
-
-func (o *fakeOracle) Claim(n int) (uint64, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.next == 0 {
-		o.next = 1 << 40
-	}
-	f := o.next
-	o.next += uint64(n)
-	return f, nil
-}
-
-func (o *fakeOracle) Current() uint64 {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.next - 1
-}
-
-func open(t testing.TB) verbs.Device {
-	t.Helper()
-	d, err := verbs.Open("soft", "127.0.0.1:0", nil)
-	if err != nil {
-		t.Skipf("soft provider: %v", err)
-	}
-	t.Cleanup(func() { d.Close() })
-	return d
-}
+func open(t testing.TB) verbs.Device { return claimtest.OpenSoft(t, "") }
 
 func newTestServer(t testing.TB, workers, maxClients int) *Server {
 	t.Helper()
-	m, err := Start(context.Background(), dataplane.Config{Device: open(t), Oracle: &fakeOracle{}, Workers: workers, MaxClients: maxClients, Epoch: 9})
+	m, err := Start(context.Background(), dataplane.Config{Device: open(t), Oracle: &claimtest.Oracle{}, Workers: workers, MaxClients: maxClients, Epoch: 9})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,10 +234,10 @@ func TestConfig(t *testing.T) {
 	for _, c := range []Config{
 		{},
 		{Config: wk.Config{Device: dev}},
-		{Config: wk.Config{Device: dev, Oracle: &fakeOracle{}}, MaxWindow: spec.DaRPCMaxWindow + 1},
-		{Config: wk.Config{Device: dev, Oracle: &fakeOracle{}, Workers: 1, Cores: []int{0, 1}}},
-		{Config: wk.Config{Device: dev, Oracle: &fakeOracle{}, Workers: -1}},
-		{Config: wk.Config{Device: dev, Oracle: &fakeOracle{}}, MaxWindow: 64, CQDepth: 100},
+		{Config: wk.Config{Device: dev, Oracle: &claimtest.Oracle{}}, MaxWindow: spec.DaRPCMaxWindow + 1},
+		{Config: wk.Config{Device: dev, Oracle: &claimtest.Oracle{}, Workers: 1, Cores: []int{0, 1}}},
+		{Config: wk.Config{Device: dev, Oracle: &claimtest.Oracle{}, Workers: -1}},
+		{Config: wk.Config{Device: dev, Oracle: &claimtest.Oracle{}}, MaxWindow: 64, CQDepth: 100},
 	} {
 		if _, err := New(c); !errors.Is(err, ErrConfig) {
 			t.Errorf("New(%+v) = %v, want ErrConfig", c, err)
