@@ -68,14 +68,15 @@ func (c Config) validate() (Config, error) {
 	if err := c.Config.Fill(ErrConfig); err != nil {
 		return c, err
 	}
-	for _, f := range []struct {
-		p    *int
-		d    int
-		name string
-	}{{&c.MaxWindow, DefaultMaxWindow, "MaxWindow"}, {&c.MaxClients, DefaultMaxClients, "MaxClients"}, {&c.CQDepth, DefaultCQDepth, "CQDepth"}} {
-		if err := wk.Default(ErrConfig, f.name, f.p, f.d); err != nil {
-			return c, err
-		}
+	err := wk.Default(ErrConfig, "MaxWindow", &c.MaxWindow, DefaultMaxWindow)
+	if err == nil {
+		err = wk.Default(ErrConfig, "MaxClients", &c.MaxClients, DefaultMaxClients)
+	}
+	if err == nil {
+		err = wk.Default(ErrConfig, "CQDepth", &c.CQDepth, DefaultCQDepth)
+	}
+	if err != nil {
+		return c, err
 	}
 	if c.MaxWindow > spec.DaRPCMaxWindow {
 		return c, fmt.Errorf("%w: MaxWindow %d above the protocol's %d", ErrConfig, c.MaxWindow, spec.DaRPCMaxWindow)

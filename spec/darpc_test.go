@@ -5,9 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 )
@@ -65,27 +62,7 @@ func darpcVectors() []vector {
 }
 
 func TestGoldenDaRPC(t *testing.T) {
-	var b strings.Builder
-	for _, v := range darpcVectors() {
-		line, err := v.line()
-		if err != nil {
-			t.Fatalf("%s: %v", v.name, err)
-		}
-		fmt.Fprintf(&b, "%s: %s\n", v.name, line)
-	}
-	path := filepath.Join("testdata", "darpc.golden")
-	if *update {
-		if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test ./spec -update to create it)", err)
-	}
-	if got := b.String(); got != string(want) {
-		t.Errorf("DaRPC layouts differ from %s (go test ./spec -update rewrites it):\ngot:\n%swant:\n%s", path, got, want)
-	}
+	checkGolden(t, "darpc.golden", "DaRPC layouts", renderVectors(t, darpcVectors()))
 }
 
 func TestDaRPCDecodeErrors(t *testing.T) {
