@@ -105,6 +105,21 @@ func (r *darpcRig) run(t testing.TB, total int) []uint64 {
 	return vals
 }
 
+// collect polls (and expires) until n results came back or 10 s passed.
+func (r *darpcRig) collect(n int) []result {
+	res := make([]result, 64)
+	var got []result
+	for deadline := time.Now().Add(10 * time.Second); len(got) < n && time.Now().Before(deadline); {
+		k := r.tr.Poll(r.now(), res)
+		got = append(got, res[:k]...)
+		r.tr.Expire(r.now())
+		if k == 0 {
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+	return got
+}
+
 func TestDaRPCClean(t *testing.T) {
 	r := newDaRPCRig(t, "", "", 3, 8)
 	if got := r.tr.Free(); got != 24 {
@@ -155,17 +170,11 @@ func TestDaRPCBatching(t *testing.T) {
 	r := newDaRPCRig(t, "", "", 1, 16)
 	r.orc.SetBehindEvery(0)
 	ids := []int{3, 1, 4, 0, 5, 9, 2, 6}
-	res := make([]result, 16)
-	deadline := time.Now().Add(20 * time.Second)
 	for attempt := 0; ; attempt++ {
 		if n, err := r.tr.Send(r.now(), ids); n != len(ids) || err != nil {
 			t.Fatal(n, err)
 		}
-		var got []result
-		for len(got) < len(ids) && time.Now().Before(deadline) {
-			n := r.tr.Poll(r.now(), res)
-			got = append(got, res[:n]...)
-		}
+		got := r.collect(len(ids))
 		if len(got) != len(ids) {
 			t.Fatalf("%d answers", len(got))
 		}
@@ -196,16 +205,12 @@ func TestDaRPCCancel(t *testing.T) {
 	if r.tr.Outstanding() != 2 {
 		t.Fatalf("outstanding %d after a cancel", r.tr.Outstanding())
 	}
-	res := make([]result, 8)
-	var got []result
-	deadline := time.Now().Add(10 * time.Second)
-	for len(got) < 2 && time.Now().Before(deadline) {
-		n := r.tr.Poll(r.now(), res)
-		got = append(got, res[:n]...)
-	}
+	got := r.collect(2)
 	if len(got) != 2 || got[0].ID != 0 || got[1].ID != 2 {
 		t.Fatalf("answers %+v, want IDs 0 and 2", got)
 	}
+	// Its value came in the same answer as the others' and was skipped.
+	res := make([]result, 8)
 	if n := r.tr.Poll(r.now(), res); n != 0 {
 		t.Fatalf("the cancelled request came back: %+v", res[:n])
 	}
@@ -220,13 +225,7 @@ func TestDaRPCRefusesWhenBehind(t *testing.T) {
 	if n, err := r.tr.Send(r.now(), []int{0, 1}); n != 2 || err != nil {
 		t.Fatal(n, err)
 	}
-	res := make([]result, 8)
-	var got []result
-	deadline := time.Now().Add(10 * time.Second)
-	for len(got) < 2 && time.Now().Before(deadline) {
-		n := r.tr.Poll(r.now(), res)
-		got = append(got, res[:n]...)
-	}
+	got := r.collect(2)
 	if len(got) != 2 || !errors.Is(got[0].Err, errDaRPCRefused) || !errors.Is(got[1].Err, errDaRPCRefused) {
 		t.Fatalf("answers %+v, want two refusals", got)
 	}
@@ -256,15 +255,7 @@ func TestDaRPCServerStop(t *testing.T) {
 	if n, err := r.tr.Send(r.now(), []int{0, 1, 2}); n != 3 || err != nil {
 		t.Fatal(n, err)
 	}
-	res := make([]result, 8)
-	var got []result
-	deadline := time.Now().Add(10 * time.Second)
-	for len(got) < 3 && time.Now().Before(deadline) {
-		n := r.tr.Poll(r.now(), res)
-		got = append(got, res[:n]...)
-		r.tr.Expire(r.now())
-		time.Sleep(time.Millisecond)
-	}
+	got := r.collect(3)
 	if !r.tr.Broken() || len(got) != 3 {
 		t.Fatalf("broken %v, results %+v", r.tr.Broken(), got)
 	}

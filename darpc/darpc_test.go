@@ -244,3 +244,60 @@ func TestConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestNoValuesAfterMaxResidence: a worker held up between its claim and
+// its doorbell for longer than spec.MaxResidence refuses the calls
+// instead: the claimed values are skipped, never handed out late.
+func TestNoValuesAfterMaxResidence(t *testing.T) {
+	s := newTestServer(t, 1, 0)
+	r := newRaw(t, open(t))
+	g, err := s.Admit(context.Background(), dataplane.Admission{Window: 4, QPs: []dataplane.Endpoint{r.ep()}}, dataplane.SessionRef{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.attach(t, g, 0)
+	stall := func() { time.Sleep(2 * spec.MaxResidence) }
+	s.Workers[0].Stall.Store(&stall)
+	msg := make([]byte, spec.DaRPCCallLen)
+	lateDrops := func() uint64 {
+		for _, c := range s.Stats().Counters {
+			if c.Name == "drops_total" && c.Reason == "late" {
+				return c.Value
+			}
+		}
+		return 0
+	}
+	// Every call is refused. On a loaded machine a call can also be too
+	// old before its claim (expired): send again until one was claimed
+	// in time and then held up (late).
+	for id := uint64(41); lateDrops() == 0; id++ {
+		if id == 41+50 {
+			t.Fatalf("no call claimed within MaxResidence in 50 tries: %+v", s.Stats())
+		}
+		if err := spec.PutDaRPCCall(msg, id, 2); err != nil {
+			t.Fatal(err)
+		}
+		r.send(t, int(id%4), msg)
+		if m := r.answer(t); m.Kind != spec.DaRPCRefused || m.ID != id || m.Count != 2 || m.First != 0 {
+			t.Fatalf("answer %+v, want the refusal of call %d", m, id)
+		}
+	}
+	if st := s.Stats(); st.Served != 0 {
+		t.Fatalf("a stalled worker handed out values: %+v", st)
+	}
+	// Values were claimed and skipped: the next answer is above them.
+	s.Workers[0].Stall.Store(nil)
+	if err := spec.PutDaRPCCall(msg, 1000, 1); err != nil {
+		t.Fatal(err)
+	}
+	r.send(t, 3, msg)
+	m := r.answer(t)
+	for m.Kind == spec.DaRPCRefused { // a loaded machine: again
+		spec.PutDaRPCCall(msg, m.ID+1, 1)
+		r.send(t, 3, msg)
+		m = r.answer(t)
+	}
+	if m.First < claimtest.First+2 {
+		t.Fatalf("value %d: the skipped values were handed out", m.First)
+	}
+}
