@@ -14,6 +14,7 @@ import (
 	"github.com/seqd/seqd/admin"
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/atomics"
+	"github.com/seqd/seqd/darpc"
 	"github.com/seqd/seqd/dataplane"
 	"github.com/seqd/seqd/fasst"
 	"github.com/seqd/seqd/headeronly"
@@ -40,6 +41,7 @@ var registry = map[string]dataplane.Factory{
 	spec.ModeAtomics: atomics.Start,
 	spec.ModeFaSST:   fasst.Start,
 	spec.ModeRFP:     rfp.Start,
+	spec.ModeDaRPC:   darpc.Start,
 }
 
 // metricNames names a mode's metrics (seqd_<name>_*) where the mode's

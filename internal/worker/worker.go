@@ -198,14 +198,16 @@ type Base struct {
 }
 
 // Init sets b up as worker id of cfg, with response QPs on pd whose sends
-// complete on sendCQ, each with slotLen payload bytes per entry; with
-// NoResp for slotLen, none (a mode that answers on its clients' own
-// connections: rfp). stopped tells the claim to give up when the mode
-// stops. drops names the mode's own drop reasons, NumDrops on.
+// complete on sendCQ, each with slotLen payload bytes per entry. A mode
+// that answers on its clients' own connections passes NoResp for slotLen
+// (rfp) or a nil sendCQ (darpc): it gets no response QPs (Resp stays nil;
+// Next, Post and ReapSends are not for it). stopped tells the claim to
+// give up when the mode stops. drops names the mode's own drop reasons,
+// NumDrops on.
 func (b *Base) Init(cfg *Config, id int, pd verbs.PD, sendCQ verbs.CQ, slotLen int, stopped *atomic.Bool, drops ...string) error {
 	b.ID, b.Core, b.Log, b.cfg, b.stopped = id, cfg.Core(id), cfg.Logger.With("worker", id), cfg, stopped
 	b.initCounts(drops)
-	if slotLen == NoResp {
+	if slotLen == NoResp || sendCQ == nil {
 		return nil
 	}
 	var err error
