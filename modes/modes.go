@@ -40,8 +40,8 @@ var registry = map[string]dataplane.Factory{
 	spec.ModeHERD:    herd.Start,
 	spec.ModeAtomics: atomics.Start,
 	spec.ModeFaSST:   fasst.Start,
-	spec.ModeRFP:     rfp.Start,
 	spec.ModeDaRPC:   darpc.Start,
+	spec.ModeRFP:     rfp.Start,
 }
 
 // metricNames names a mode's metrics (seqd_<name>_*) where the mode's
