@@ -1,0 +1,120 @@
+// Command seqd-pd is a PD-compatible TSO front end for seqd: applications
+// written against PD's Go client (github.com/tikv/pd/client: GetTS,
+// GetTSAsync, TSFuture) get seqd's timestamps by pointing the client at
+// seqd-pd instead of PD.
+//
+//	seqd-pd [-listen 127.0.0.1:3379] [-seqd 127.0.0.1:7070[,ADDR...]]
+//	        [-cluster-id N] [-name NAME] [-url http://HOST:PORT]
+//	        [-timeout 10s] [-tls-ca F] [-tls-cert F] [-tls-key F] [-insecure]
+//
+// It serves pdpb.PD's GetMembers and Tso (package pdfront) and gets every
+// value from seqd's data path through the client library, following the
+// HA group named by -seqd (every instance's admin address, comma
+// separated). Run one seqd-pd per seqd group, and no other clients on
+// that group (pdfront's documentation says why).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/client"
+	"github.com/seqd/seqd/pdfront"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stderr, nil))
+}
+
+// run parses args and serves until ctx ends. ready, when not nil, gets
+// the address it listens on.
+func run(ctx context.Context, args []string, stderr io.Writer, ready func(addr string)) int {
+	fs := flag.NewFlagSet("seqd-pd", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := fs.String("listen", "127.0.0.1:3379", "`address` PD clients connect to (gRPC)")
+	seqd := fs.String("seqd", "127.0.0.1:7070", "seqd admin `addresses`, comma separated (every instance of an HA group)")
+	clusterID := fs.Uint64("cluster-id", 1, "PD cluster `ID` reported to clients (not 0)")
+	name := fs.String("name", "seqd-pd", "member `name` reported to clients")
+	url := fs.String("url", "", "`URL` clients reach this front end at (default http:// and the -listen address)")
+	timeout := fs.Duration("timeout", 10*time.Second, "bound on one Tso request's wait for seqd (above seqd's failover time)")
+	var sec admin.ClientSecurity
+	sec.Register(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	if err := serve(ctx, log, *listen, *seqd, *clusterID, *name, *url, *timeout, &sec, ready); err != nil {
+		log.Error("seqd-pd", "err", err)
+		return 1
+	}
+	return 0
+}
+
+func serve(ctx context.Context, log *slog.Logger, listen, seqd string, clusterID uint64, name, url string,
+	timeout time.Duration, sec *admin.ClientSecurity, ready func(string)) error {
+	dialOpts, err := sec.DialOptions()
+	if err != nil {
+		return err
+	}
+	eps := strings.Split(seqd, ",")
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	c, err := client.Dial(dctx, eps[0], client.WithEndpoints(eps[1:]...), client.WithAdminDialOptions(dialOpts...),
+		client.WithName("seqd-pd"), client.WithLogger(log))
+	cancel()
+	if err != nil {
+		return fmt.Errorf("dial seqd %s: %w", seqd, err)
+	}
+	defer c.Close()
+	lis, err := net.Listen("tcp", listen)
+	if err != nil {
+		return err
+	}
+	if url == "" {
+		url = "http://" + lis.Addr().String()
+	}
+	srv, err := pdfront.New(pdfront.Config{ClusterID: clusterID, Name: name, URL: url, Timeout: timeout, Logger: log},
+		pdfront.NewClientSource(c))
+	if err != nil {
+		lis.Close()
+		return err
+	}
+	g := grpc.NewServer()
+	srv.Register(g)
+	errc := make(chan error, 1)
+	go func() { errc <- g.Serve(lis) }()
+	log.Info("seqd-pd serving", "listen", lis.Addr().String(), "url", url, "seqd", seqd, "cluster-id", clusterID)
+	if ready != nil {
+		ready(lis.Addr().String())
+	}
+	select {
+	case <-ctx.Done():
+		// PD clients keep their Tso streams open: give them a moment to
+		// finish, then close them.
+		t := time.AfterFunc(2*time.Second, g.Stop)
+		g.GracefulStop()
+		t.Stop()
+		st := srv.Stats()
+		log.Info("seqd-pd stopped", "requests", st.Requests, "timestamps", st.Timestamps, "errors", st.Errors, "refused", st.Refused)
+		return nil
+	case err := <-errc:
+		return err
+	}
+}
