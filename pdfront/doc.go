@@ -6,7 +6,7 @@
 // method answers Unimplemented.
 //
 // Only cmd/seqd-pd imports this package, so PD's dependencies (kvproto,
-// gogo protobuf, pingcap's errors and log) stay out of seqd and of its
+// pingcap's errors and log) stay out of seqd and of its
 // client library: `go list -deps ./cmd/seqd ./client` names none of them
 // (TestDepsStayOut).
 //
