@@ -38,7 +38,7 @@ var (
 	binErr  error
 )
 
-func seqdBin(t *testing.T) string {
+func seqdBin(t testing.TB) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds and runs the seqd binary")
@@ -65,7 +65,7 @@ func seqdBin(t *testing.T) string {
 
 // proc is one seqd process, restartable with the same arguments.
 type proc struct {
-	t    *testing.T
+	t    testing.TB
 	addr string
 	args []string
 	cmd  *exec.Cmd
@@ -80,7 +80,7 @@ func (p *proc) Write(b []byte) (int, error) {
 	return p.log.Write(b)
 }
 
-func startProc(t *testing.T, args ...string) *proc {
+func startProc(t testing.TB, args ...string) *proc {
 	t.Helper()
 	p := &proc{t: t, addr: fmt.Sprintf("127.0.0.1:%d", hatest.FreePorts(t, 1)[0])}
 	p.args = append([]string{"-admin", p.addr, "-device", "127.0.0.1:0", "-metrics", "off"}, args...)
@@ -134,7 +134,7 @@ func (p *proc) role() string {
 
 // waitRole waits until one of ps (not skip) answers with role want ("" =
 // any role: serving).
-func waitRole(t *testing.T, ps []*proc, skip *proc, want string) *proc {
+func waitRole(t testing.TB, ps []*proc, skip *proc, want string) *proc {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
@@ -154,7 +154,7 @@ func quiet() *slog.Logger {
 }
 
 // frontOver serves a front end over a seqd client of addrs.
-func frontOver(t *testing.T, addrs []string) (*pdfront.Server, string, *client.Client) {
+func frontOver(t testing.TB, addrs []string) (*pdfront.Server, string, *client.Client) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
