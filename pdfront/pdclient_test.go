@@ -59,7 +59,7 @@ func startFront(t testing.TB, src pdfront.Source) (*pdfront.Server, string) {
 		t.Fatal(err)
 	}
 	g := grpc.NewServer()
-	srv.Register(g)
+	srv.RegisterGRPC(g)
 	go g.Serve(lis)
 	t.Cleanup(g.Stop)
 	return srv, lis.Addr().String()

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/pingcap/kvproto/pkg/pdpb"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
@@ -48,6 +49,7 @@ type Server struct {
 	floor uint64     // the last value answered
 
 	requests, timestamps, errs, refused, streams atomic.Uint64
+	handle, batch                                prometheus.Histogram
 }
 
 var _ pdpb.PDServer = (*Server)(nil)
@@ -73,11 +75,13 @@ func New(cfg Config, src Source) (*Server, error) {
 		cfg.Name = "seqd-pd"
 	}
 	m := &pdpb.Member{Name: cfg.Name, MemberId: cfg.ClusterID, ClientUrls: []string{cfg.URL}, PeerUrls: []string{cfg.URL}}
-	return &Server{cfg: cfg, src: src, log: cfg.Logger, member: m}, nil
+	s := &Server{cfg: cfg, src: src, log: cfg.Logger, member: m}
+	s.handle, s.batch = newHistograms()
+	return s, nil
 }
 
-// Register adds the PD service and the gRPC health service (SERVING) to g.
-func (s *Server) Register(g *grpc.Server) {
+// RegisterGRPC adds the PD service and the gRPC health service (SERVING) to g.
+func (s *Server) RegisterGRPC(g *grpc.Server) {
 	pdpb.RegisterPDServer(g, s)
 	h := health.NewServer()
 	h.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
@@ -135,6 +139,7 @@ func (s *Server) Tso(stream pdpb.PD_TsoServer) error {
 // floor, in PD's form.
 func (s *Server) tso(ctx context.Context, req *pdpb.TsoRequest) (*pdpb.TsoResponse, error) {
 	s.requests.Add(1)
+	start := time.Now()
 	if id := req.GetHeader().GetClusterId(); id != s.cfg.ClusterID {
 		return nil, status.Errorf(codes.FailedPrecondition, "mismatch cluster id, need %d but got %d", s.cfg.ClusterID, id)
 	}
@@ -158,6 +163,7 @@ func (s *Server) tso(ctx context.Context, req *pdpb.TsoRequest) (*pdpb.TsoRespon
 	}
 	s.floor = last
 	s.timestamps.Add(uint64(count))
+	s.observe(start, count)
 	p, l := split(last, count)
 	return &pdpb.TsoResponse{Header: s.header(), Count: uint32(count),
 		Timestamp: &pdpb.Timestamp{Physical: p, Logical: l}}, nil

@@ -5,13 +5,18 @@
 //
 //	seqd-pd [-listen 127.0.0.1:3379] [-seqd 127.0.0.1:7070[,ADDR...]]
 //	        [-cluster-id N] [-name NAME] [-url http://HOST:PORT]
-//	        [-timeout 10s] [-tls-ca F] [-tls-cert F] [-tls-key F] [-insecure]
+//	        [-timeout 10s] [-metrics 127.0.0.1:9465|off] [-log-level L] [-log-format text|json]
+//	        [-tls-ca F] [-tls-cert F] [-tls-key F] [-insecure]
 //
 // It serves pdpb.PD's GetMembers and Tso (package pdfront) and gets every
 // value from seqd's data path through the client library, following the
 // HA group named by -seqd (every instance's admin address, comma
 // separated). Run one seqd-pd per seqd group, and no other clients on
 // that group (pdfront's documentation says why).
+//
+// Every flag can also be set by a SEQD_PD_* variable (SEQD_PD_SEQD for
+// -seqd); the command line wins. -metrics serves Prometheus /metrics: the
+// front end's seqd_pd_* and its seqd client's seqd_client_*.
 package main
 
 import (
@@ -22,16 +27,23 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 
 	"github.com/seqd/seqd/admin"
 	"github.com/seqd/seqd/client"
+	"github.com/seqd/seqd/client/clientmetrics"
+	"github.com/seqd/seqd/internal/envflag"
+	"github.com/seqd/seqd/internal/logflag"
 	"github.com/seqd/seqd/pdfront"
 )
 
@@ -52,16 +64,29 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(addr s
 	name := fs.String("name", "seqd-pd", "member `name` reported to clients")
 	url := fs.String("url", "", "`URL` clients reach this front end at (default http:// and the -listen address)")
 	timeout := fs.Duration("timeout", 10*time.Second, "bound on one Tso request's wait for seqd (above seqd's failover time)")
+	metrics := fs.String("metrics", "127.0.0.1:9465", "Prometheus /metrics listen `address`, or off")
 	var sec admin.ClientSecurity
 	sec.Register(fs)
+	var lf logflag.Config
+	lf.Register(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2
 	}
-	log := slog.New(slog.NewTextHandler(stderr, nil))
-	if err := serve(ctx, log, *listen, *seqd, *clusterID, *name, *url, *timeout, &sec, ready); err != nil {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if err := envflag.Apply(fs, "SEQD_PD_", set, os.LookupEnv); err != nil {
+		fmt.Fprintf(stderr, "seqd-pd: %v\n", err)
+		return 2
+	}
+	log, err := lf.Logger(stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "seqd-pd: %v\n", err)
+		return 2
+	}
+	if err := serve(ctx, log, *listen, *seqd, *clusterID, *name, *url, *timeout, *metrics, &sec, ready); err != nil {
 		log.Error("seqd-pd", "err", err)
 		return 1
 	}
@@ -69,7 +94,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(addr s
 }
 
 func serve(ctx context.Context, log *slog.Logger, listen, seqd string, clusterID uint64, name, url string,
-	timeout time.Duration, sec *admin.ClientSecurity, ready func(string)) error {
+	timeout time.Duration, metrics string, sec *admin.ClientSecurity, ready func(string)) error {
 	dialOpts, err := sec.DialOptions()
 	if err != nil {
 		return err
@@ -96,8 +121,28 @@ func serve(ctx context.Context, log *slog.Logger, listen, seqd string, clusterID
 		lis.Close()
 		return err
 	}
+	if metrics != "off" {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+			clientmetrics.New(c, nil))
+		if err := srv.Register(reg); err != nil {
+			lis.Close()
+			return err
+		}
+		mlis, err := net.Listen("tcp", metrics)
+		if err != nil {
+			lis.Close()
+			return err
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go hs.Serve(mlis)
+		defer hs.Close()
+		log.Info("seqd-pd metrics", "listen", mlis.Addr().String())
+	}
 	g := grpc.NewServer()
-	srv.Register(g)
+	srv.RegisterGRPC(g)
 	errc := make(chan error, 1)
 	go func() { errc <- g.Serve(lis) }()
 	log.Info("seqd-pd serving", "listen", lis.Addr().String(), "url", url, "seqd", seqd, "cluster-id", clusterID)
