@@ -20,20 +20,29 @@
 // and PD's ComposeTS gives v back.
 //
 // The front end takes count values from seqd's data path through the
-// client library (one posted chain) and answers the range
-// [max-count+1, max], max the largest value it received. Every value in
-// that range was either received by this front end in this call or
-// claimed by seqd and delivered to no one (a lost answer that was resent
-// under a fresh tag) — PROVIDED the front end is the only client of its
-// seqd group and takes one batch at a time (it does: reservations are
-// serialized, and PD's client keeps one request in flight per stream).
-// Run one seqd-pd per seqd group; seqd's native clients and a second
-// front end must use another group. The range is then above every value
-// handed out before the request arrived, including across seqd restarts
-// and failovers, because seqd's own guarantee covers the smallest value
-// of the batch. A floor (the last value answered) is checked on every
-// answer as a second line: a range at or below it is refused and counted,
-// never sent.
+// client library (one posted chain, one reservation at a time) and
+// answers the range [max-count+1, max], max the largest value received.
+//
+// In Exact mode (the default) it answers only when the count values came
+// back consecutive, so that every value of the range was handed to this
+// front end: the range is then seqd's alone whoever else uses the group
+// (native clients, other seqd-pd instances), and above every value handed
+// out before the request arrived, because seqd's guarantee covers its
+// smallest value. A chain from one client is normally served by one
+// batch of one worker, so it comes back consecutive; a batch that does
+// not (it straddled a restart or failover, or interleaved with another
+// client's in the worker) is dropped unanswered and taken again, a few
+// times at most (ClientSource.ExactAttempts), then the request fails and
+// PD's client retries it.
+//
+// With Exact off, any batch is answered. Every value in its range then
+// either came back in this call or was claimed by seqd and answered to no
+// one (a lost answer resent under a fresh tag) — PROVIDED this front end
+// is the only client of its seqd group. Exact costs nothing when batches
+// come back consecutive; turn it off only for a group seqd-pd has alone.
+//
+// A floor (the last value answered) is checked on every answer as a
+// second line: a range at or below it is refused and counted, never sent.
 //
 // When a range crosses a millisecond boundary, the physical part is the
 // first value's and the logical part exceeds 18 bits; PD's client

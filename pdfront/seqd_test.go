@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/seqd/seqd/admin"
@@ -163,7 +165,9 @@ func frontOver(t testing.TB, addrs []string) (*pdfront.Server, string, *client.C
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	srv, addr := startFront(t, pdfront.NewClientSource(c))
+	src := pdfront.NewClientSource(c)
+	t.Cleanup(func() { e, s := src.Ranges(); t.Logf("ranges: %d exact, %d spanning", e, s) })
+	srv, addr := startFront(t, src)
 	return srv, addr, c
 }
 
@@ -240,4 +244,120 @@ func TestPDClientAcrossHAFailover(t *testing.T) {
 	if st.Refused != 0 {
 		t.Fatalf("the floor refused %d ranges", st.Refused)
 	}
+}
+
+// TestExactAmongOtherClients shares the seqd group between seqd-pd in
+// Exact mode and native clients: every value either side got is checked
+// together, so a range that held a native client's value would fail.
+func TestExactAmongOtherClients(t *testing.T) {
+	s := startProc(t, "-init", "-data", t.TempDir())
+	waitRole(t, []*proc{s}, nil, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	c, err := client.Dial(ctx, s.addr, client.WithLogger(quiet()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	src := pdfront.NewClientSource(c) // Exact by default
+	srv, addr := startFront(t, src)
+	pc := newPD(t, addr)
+	var v e2e.Verifier
+	stop := make(chan struct{})
+	pdErrs, wait := hammer(pc, 50, &v, stop)
+	// Native clients on the same group, callers 1000 and up.
+	base := time.Now()
+	var wg sync.WaitGroup
+	for i := range 4 {
+		nc, err := client.Dial(ctx, s.addr, client.WithLogger(quiet()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				start := time.Since(base)
+				ts, err := nc.GetTimestamp(context.Background())
+				if err != nil {
+					continue
+				}
+				v.Record(e2e.Call{Caller: 1000 + i, Start: start, End: time.Since(base), Value: uint64(ts)})
+			}
+		}()
+	}
+	for srv.Stats().Timestamps < 5000 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(stop)
+	wait()
+	wg.Wait()
+	if err := v.Check(); err != nil {
+		t.Fatal(err)
+	}
+	e, sp := src.Ranges()
+	t.Logf("verified %d calls (PD through seqd-pd in Exact mode, and 4 native clients, on one seqd): ranges %d exact, %d dropped as spanning; %d PD calls failed (retried)",
+		v.Len(), e, sp, pdErrs.Load())
+}
+
+// TestPDClientAcrossFrontEnds runs two seqd-pd instances (peers of each
+// other) in front of one seqd, gives PD's client both, and stops the one
+// it uses: it moves to the other, and every value is checked.
+func TestPDClientAcrossFrontEnds(t *testing.T) {
+	s := startProc(t, "-init", "-data", t.TempDir())
+	waitRole(t, []*proc{s}, nil, "")
+	var lis [2]net.Listener
+	var urls []string
+	for i := range lis {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lis[i], urls = l, append(urls, "http://"+l.Addr().String())
+	}
+	var gs [2]*grpc.Server
+	for i := range lis {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		c, err := client.Dial(ctx, s.addr, client.WithLogger(quiet()))
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		srv, err := pdfront.New(pdfront.Config{ClusterID: 7, URL: urls[i], Peers: urls}, pdfront.NewClientSource(c))
+		if err != nil {
+			t.Fatal(err)
+		}
+		gs[i] = grpc.NewServer()
+		srv.RegisterGRPC(gs[i])
+		go gs[i].Serve(lis[i])
+		defer gs[i].Stop()
+	}
+	pc := newPD(t, lis[0].Addr().String(), lis[1].Addr().String())
+	used := slices.Index(urls, pc.GetLeaderAddr())
+	if used < 0 {
+		t.Fatalf("leader %q is neither front end %v", pc.GetLeaderAddr(), urls)
+	}
+	var v e2e.Verifier
+	stop := make(chan struct{})
+	errs, wait := hammer(pc, 50, &v, stop)
+	waitCalls(t, &v, 2000)
+	gs[used].Stop()
+	waitCalls(t, &v, 2000)
+	close(stop)
+	wait()
+	if err := v.Check(); err != nil {
+		t.Fatal(err)
+	}
+	if got := pc.GetLeaderAddr(); got != urls[1-used] {
+		t.Fatalf("after %s stopped the PD client uses %q", urls[used], got)
+	}
+	t.Logf("verified %d PD client calls across a front end's stop (%s -> %s): %d failed (retried)",
+		v.Len(), urls[used], urls[1-used], errs.Load())
 }

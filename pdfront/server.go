@@ -3,6 +3,7 @@ package pdfront
 import (
 	"context"
 	"errors"
+	"hash/fnv"
 	"io"
 	"log/slog"
 	"sync"
@@ -26,6 +27,12 @@ type Config struct {
 	// Name and URL describe the front end as PD's one member and leader
 	// (URL as PD clients reach it, "http://host:port").
 	Name, URL string
+	// Peers are the URLs of other seqd-pd instances in front of the same
+	// seqd group. GetMembers lists them as members (each instance names
+	// itself the leader), so a PD client given every instance's address
+	// keeps them all and moves to the next when its instance stops
+	// answering, as it moves to a new PD leader.
+	Peers []string
 	// Timeout bounds one reservation (default 10s, above seqd's failover
 	// time, so that a Tso request rides through a failover).
 	Timeout time.Duration
@@ -44,6 +51,7 @@ type Server struct {
 	src    Source
 	log    *slog.Logger
 	member *pdpb.Member
+	peers  []*pdpb.Member
 
 	mu    sync.Mutex // orders reservations and the floor
 	floor uint64     // the last value answered
@@ -74,8 +82,13 @@ func New(cfg Config, src Source) (*Server, error) {
 	if cfg.Name == "" {
 		cfg.Name = "seqd-pd"
 	}
-	m := &pdpb.Member{Name: cfg.Name, MemberId: cfg.ClusterID, ClientUrls: []string{cfg.URL}, PeerUrls: []string{cfg.URL}}
-	s := &Server{cfg: cfg, src: src, log: cfg.Logger, member: m}
+	s := &Server{cfg: cfg, src: src, log: cfg.Logger, member: member(cfg.Name, cfg.URL)}
+	s.peers = []*pdpb.Member{s.member}
+	for _, p := range cfg.Peers {
+		if p != cfg.URL {
+			s.peers = append(s.peers, member(p, p))
+		}
+	}
 	s.handle, s.batch = newHistograms()
 	return s, nil
 }
@@ -105,11 +118,17 @@ func (s *Server) header() *pdpb.ResponseHeader {
 	return &pdpb.ResponseHeader{ClusterId: s.cfg.ClusterID}
 }
 
-// GetMembers names the front end as the group's only member, its leader
-// and its global TSO allocator.
+// member describes one front end; its ID is a hash of its URL.
+func member(name, url string) *pdpb.Member {
+	h := fnv.New64a()
+	h.Write([]byte(url))
+	return &pdpb.Member{Name: name, MemberId: h.Sum64() | 1, ClientUrls: []string{url}, PeerUrls: []string{url}}
+}
+
+// GetMembers names the front end as the leader and global TSO allocator,
+// and lists it with its peers as the members.
 func (s *Server) GetMembers(context.Context, *pdpb.GetMembersRequest) (*pdpb.GetMembersResponse, error) {
-	return &pdpb.GetMembersResponse{Header: s.header(), Members: []*pdpb.Member{s.member},
-		Leader: s.member, EtcdLeader: s.member}, nil
+	return &pdpb.GetMembersResponse{Header: s.header(), Members: s.peers, Leader: s.member, EtcdLeader: s.member}, nil
 }
 
 // Tso answers each request on the stream in order, as PD does.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/seqd/seqd/client"
@@ -27,10 +28,26 @@ var ErrCount = errors.New("pdfront: count out of range")
 
 // ClientSource reserves ranges through seqd's client library: one
 // posted chain of count requests per reservation, one reservation at a
-// time. Its requests are reused from one reservation to the next, so a
+// time. A chain from one client is usually served by one batch of one
+// worker, so its values come back consecutive. Its requests are reused from one reservation to the next, so a
 // reservation allocates nothing once the largest count was seen.
 type ClientSource struct {
 	c *client.Client
+
+	// Exact, when set, answers only ranges whose values all came back to
+	// this front end (consecutive): such a range is seqd's alone however
+	// many other clients the group has. A batch that is not consecutive
+	// is dropped (its values are never answered) and taken again, up to
+	// ExactAttempts times in all; then Reserve fails with ErrNotExact.
+	Exact         bool
+	ExactAttempts int
+
+	// exact counts reservations whose values came back consecutive (the
+	// range is then seqd's alone whoever else uses the group); spanning
+	// the others, whose range also holds values this front end did not
+	// receive (its own lost answers, or, if the rules are broken, other
+	// clients' values).
+	exact, spanning atomic.Uint64
 
 	mu   sync.Mutex
 	reqs []client.Request
@@ -38,7 +55,14 @@ type ClientSource struct {
 }
 
 // NewClientSource reserves through c, which the caller closes.
-func NewClientSource(c *client.Client) *ClientSource { return &ClientSource{c: c} }
+// Exact is on.
+func NewClientSource(c *client.Client) *ClientSource {
+	return &ClientSource{c: c, Exact: true, ExactAttempts: 8}
+}
+
+// ErrNotExact is a reservation in Exact mode whose batches never came
+// back consecutive.
+var ErrNotExact = errors.New("pdfront: no consecutive batch from seqd")
 
 // Reserve implements Source.
 func (s *ClientSource) Reserve(ctx context.Context, count int) (uint64, error) {
@@ -47,6 +71,18 @@ func (s *ClientSource) Reserve(ctx context.Context, count int) (uint64, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	for range max(s.ExactAttempts, 1) {
+		last, exact, err := s.batch(ctx, count)
+		if err != nil || exact || !s.Exact {
+			return last, err
+		}
+	}
+	return 0, fmt.Errorf("%w: %d attempts for %d values", ErrNotExact, max(s.ExactAttempts, 1), count)
+}
+
+// batch takes count values in one posted chain and returns the largest
+// and whether they were consecutive.
+func (s *ClientSource) batch(ctx context.Context, count int) (last uint64, exact bool, err error) {
 	if cap(s.reqs) < count {
 		s.reqs = make([]client.Request, count)
 		s.done = make(chan *client.Request, count)
@@ -60,7 +96,7 @@ func (s *ClientSource) Reserve(ctx context.Context, count int) (uint64, error) {
 		reqs[i] = client.Request{Deadline: dl, Done: s.done}
 		if err := s.c.Submit(&reqs[i]); err != nil {
 			s.abandon(i)
-			return 0, err
+			return 0, false, err
 		}
 	}
 	for range reqs {
@@ -68,18 +104,27 @@ func (s *ClientSource) Reserve(ctx context.Context, count int) (uint64, error) {
 		case <-s.done:
 		case <-ctx.Done():
 			s.abandon(count)
-			return 0, ctx.Err()
+			return 0, false, ctx.Err()
 		}
 	}
-	var last uint64
+	first := ^uint64(0)
 	for i := range reqs {
 		if err := reqs[i].Err; err != nil {
-			return 0, err
+			return 0, false, err
 		}
-		last = max(last, uint64(reqs[i].TS))
+		last, first = max(last, uint64(reqs[i].TS)), min(first, uint64(reqs[i].TS))
 	}
-	return last, nil
+	if exact = last-first == uint64(count-1); exact {
+		s.exact.Add(1)
+	} else {
+		s.spanning.Add(1)
+	}
+	return last, exact, nil
 }
+
+// Ranges returns how many reservations came back as consecutive values
+// (exact) and how many did not (spanning).
+func (s *ClientSource) Ranges() (exact, spanning uint64) { return s.exact.Load(), s.spanning.Load() }
 
 // abandon forgets the buffers after a reservation that stopped early:
 // the engine may still complete its submitted requests into them.

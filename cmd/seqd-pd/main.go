@@ -5,14 +5,15 @@
 //
 //	seqd-pd [-listen 127.0.0.1:3379] [-seqd 127.0.0.1:7070[,ADDR...]]
 //	        [-cluster-id N] [-name NAME] [-url http://HOST:PORT]
-//	        [-timeout 10s] [-metrics 127.0.0.1:9465|off] [-log-level L] [-log-format text|json]
+//	        [-peers URL,...] [-timeout 10s] [-exact=true] [-metrics 127.0.0.1:9465|off] [-log-level L] [-log-format text|json]
 //	        [-tls-ca F] [-tls-cert F] [-tls-key F] [-insecure]
 //
 // It serves pdpb.PD's GetMembers and Tso (package pdfront) and gets every
 // value from seqd's data path through the client library, following the
 // HA group named by -seqd (every instance's admin address, comma
-// separated). Run one seqd-pd per seqd group, and no other clients on
-// that group (pdfront's documentation says why).
+// separated). With -exact (the default) it answers only ranges seqd
+// handed to it whole, so the group may have other clients and several
+// seqd-pd instances (pdfront's documentation says why).
 //
 // Every flag can also be set by a SEQD_PD_* variable (SEQD_PD_SEQD for
 // -seqd); the command line wins. -metrics serves Prometheus /metrics: the
@@ -64,6 +65,8 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(addr s
 	name := fs.String("name", "seqd-pd", "member `name` reported to clients")
 	url := fs.String("url", "", "`URL` clients reach this front end at (default http:// and the -listen address)")
 	timeout := fs.Duration("timeout", 10*time.Second, "bound on one Tso request's wait for seqd (above seqd's failover time)")
+	peers := fs.String("peers", "", "`URLs` of the other seqd-pd instances in front of the same seqd group, comma separated (PD clients given every instance move between them)")
+	exact := fs.Bool("exact", true, "answer only ranges whose values all came back to seqd-pd (consecutive); off only when seqd-pd is its seqd group's only client")
 	metrics := fs.String("metrics", "127.0.0.1:9465", "Prometheus /metrics listen `address`, or off")
 	var sec admin.ClientSecurity
 	sec.Register(fs)
@@ -86,7 +89,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(addr s
 		fmt.Fprintf(stderr, "seqd-pd: %v\n", err)
 		return 2
 	}
-	if err := serve(ctx, log, *listen, *seqd, *clusterID, *name, *url, *timeout, *metrics, &sec, ready); err != nil {
+	if err := serve(ctx, log, *listen, *seqd, *clusterID, *name, *url, *timeout, *peers, *exact, *metrics, &sec, ready); err != nil {
 		log.Error("seqd-pd", "err", err)
 		return 1
 	}
@@ -94,7 +97,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(addr s
 }
 
 func serve(ctx context.Context, log *slog.Logger, listen, seqd string, clusterID uint64, name, url string,
-	timeout time.Duration, metrics string, sec *admin.ClientSecurity, ready func(string)) error {
+	timeout time.Duration, peers string, exact bool, metrics string, sec *admin.ClientSecurity, ready func(string)) error {
 	dialOpts, err := sec.DialOptions()
 	if err != nil {
 		return err
@@ -115,8 +118,13 @@ func serve(ctx context.Context, log *slog.Logger, listen, seqd string, clusterID
 	if url == "" {
 		url = "http://" + lis.Addr().String()
 	}
-	srv, err := pdfront.New(pdfront.Config{ClusterID: clusterID, Name: name, URL: url, Timeout: timeout, Logger: log},
-		pdfront.NewClientSource(c))
+	src := pdfront.NewClientSource(c)
+	src.Exact = exact
+	var peerURLs []string
+	if peers != "" {
+		peerURLs = strings.Split(peers, ",")
+	}
+	srv, err := pdfront.New(pdfront.Config{ClusterID: clusterID, Name: name, URL: url, Peers: peerURLs, Timeout: timeout, Logger: log}, src)
 	if err != nil {
 		lis.Close()
 		return err
