@@ -23,23 +23,28 @@
 // client library (one posted chain, one reservation at a time) and
 // answers the range [max-count+1, max], max the largest value received.
 //
-// In Exact mode (the default) it answers only when the count values came
-// back consecutive, so that every value of the range was handed to this
-// front end: the range is then seqd's alone whoever else uses the group
-// (native clients, other seqd-pd instances), and above every value handed
-// out before the request arrived, because seqd's guarantee covers its
-// smallest value. A chain from one client is normally served by one
-// batch of one worker, so it comes back consecutive; a batch that does
-// not (it straddled a restart or failover, or interleaved with another
-// client's in the worker) is dropped unanswered and taken again, a few
-// times at most (ClientSource.ExactAttempts), then the request fails and
-// PD's client retries it.
+// By default it answers any batch. Every value in the range then either
+// came back in this call, or was claimed by seqd and answered to no one
+// (a lost answer resent under a fresh tag), or was never handed out at
+// all (the hybrid clock jumped over it) — PROVIDED this front end is the
+// only client of its seqd group and takes one batch at a time (it does:
+// reservations are serialized, and PD's client keeps one request in
+// flight per stream). The range is then above every value handed out
+// before the request arrived, across seqd restarts and failovers,
+// because seqd's guarantee covers the smallest value of the batch.
 //
-// With Exact off, any batch is answered. Every value in its range then
-// either came back in this call or was claimed by seqd and answered to no
-// one (a lost answer resent under a fresh tag) — PROVIDED this front end
-// is the only client of its seqd group. Exact costs nothing when batches
-// come back consecutive; turn it off only for a group seqd-pd has alone.
+// In Exact mode it answers only when the count values came back
+// consecutive, so that every value of the range was handed to this front
+// end: the range is then seqd's alone whoever else uses the group (native
+// clients, other seqd-pd instances). A chain from one client served
+// within one millisecond comes back consecutive; a batch that straddles
+// a restart, a failover or a tick of the hybrid clock (the oracle jumps
+// to the new millisecond), or interleaves with another client's, is
+// dropped unanswered and taken again, a few times at most
+// (ClientSource.ExactAttempts), then the request fails and PD's client
+// retries it. Large counts (PD's client merging ~1000 callers) span
+// milliseconds and then always fail: Exact suits shared groups with
+// light PD load only.
 //
 // A floor (the last value answered) is checked on every answer as a
 // second line: a range at or below it is refused and counted, never sent.

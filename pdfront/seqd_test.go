@@ -259,7 +259,8 @@ func TestExactAmongOtherClients(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	src := pdfront.NewClientSource(c) // Exact by default
+	src := pdfront.NewClientSource(c)
+	src.Exact = true
 	srv, addr := startFront(t, src)
 	pc := newPD(t, addr)
 	var v e2e.Verifier
@@ -330,7 +331,9 @@ func TestPDClientAcrossFrontEnds(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		srv, err := pdfront.New(pdfront.Config{ClusterID: 7, URL: urls[i], Peers: urls}, pdfront.NewClientSource(c))
+		src := pdfront.NewClientSource(c)
+		src.Exact = true // two front ends on one group
+		srv, err := pdfront.New(pdfront.Config{ClusterID: 7, URL: urls[i], Peers: urls}, src)
 		if err != nil {
 			t.Fatal(err)
 		}

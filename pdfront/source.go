@@ -55,9 +55,9 @@ type ClientSource struct {
 }
 
 // NewClientSource reserves through c, which the caller closes.
-// Exact is on.
+// Exact is off.
 func NewClientSource(c *client.Client) *ClientSource {
-	return &ClientSource{c: c, Exact: true, ExactAttempts: 8}
+	return &ClientSource{c: c, ExactAttempts: 8}
 }
 
 // ErrNotExact is a reservation in Exact mode whose batches never came

@@ -5,15 +5,17 @@
 //
 //	seqd-pd [-listen 127.0.0.1:3379] [-seqd 127.0.0.1:7070[,ADDR...]]
 //	        [-cluster-id N] [-name NAME] [-url http://HOST:PORT]
-//	        [-peers URL,...] [-timeout 10s] [-exact=true] [-metrics 127.0.0.1:9465|off] [-log-level L] [-log-format text|json]
+//	        [-peers URL,...] [-timeout 10s] [-exact] [-metrics 127.0.0.1:9465|off] [-log-level L] [-log-format text|json]
 //	        [-tls-ca F] [-tls-cert F] [-tls-key F] [-insecure]
 //
 // It serves pdpb.PD's GetMembers and Tso (package pdfront) and gets every
 // value from seqd's data path through the client library, following the
 // HA group named by -seqd (every instance's admin address, comma
-// separated). With -exact (the default) it answers only ranges seqd
-// handed to it whole, so the group may have other clients and several
-// seqd-pd instances (pdfront's documentation says why).
+// separated). Run it as its seqd group's only client; with -exact it
+// answers only ranges seqd handed to it whole, so the group may have
+// other clients and several seqd-pd instances, at the cost of failing
+// requests whose values span a millisecond (pdfront's documentation says
+// why).
 //
 // Every flag can also be set by a SEQD_PD_* variable (SEQD_PD_SEQD for
 // -seqd); the command line wins. -metrics serves Prometheus /metrics: the
@@ -66,7 +68,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(addr s
 	url := fs.String("url", "", "`URL` clients reach this front end at (default http:// and the -listen address)")
 	timeout := fs.Duration("timeout", 10*time.Second, "bound on one Tso request's wait for seqd (above seqd's failover time)")
 	peers := fs.String("peers", "", "`URLs` of the other seqd-pd instances in front of the same seqd group, comma separated (PD clients given every instance move between them)")
-	exact := fs.Bool("exact", true, "answer only ranges whose values all came back to seqd-pd (consecutive); off only when seqd-pd is its seqd group's only client")
+	exact := fs.Bool("exact", false, "answer only ranges whose values all came back to seqd-pd (consecutive): needed when the seqd group has other clients or several seqd-pd; fails requests whose batch spans a millisecond (large counts)")
 	metrics := fs.String("metrics", "127.0.0.1:9465", "Prometheus /metrics listen `address`, or off")
 	var sec admin.ClientSecurity
 	sec.Register(fs)
