@@ -34,7 +34,7 @@ func startPDFront(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := grpc.NewServer()
-	srv.Register(g)
+	srv.RegisterGRPC(g)
 	go g.Serve(lis)
 	t.Cleanup(func() { g.Stop(); c.Close() })
 }
