@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/admin/admintest"
 )
@@ -37,13 +38,13 @@ func TestAdvanceAndTransfer(t *testing.T) {
 	if _, err := c.TransferLeader(ctx, &adminpb.TransferLeaderRequest{}); status.Code(err) != codes.FailedPrecondition {
 		t.Errorf("TransferLeader without HA = %v, want FailedPrecondition", err)
 	}
-	if st, err := c.Status(ctx, &adminpb.StatusRequest{}); err != nil || st.GetRole() != admin.RoleSingle {
+	if st, err := c.Status(ctx, &adminpb.StatusRequest{}); err != nil || st.GetRole() != adminclient.RoleSingle {
 		t.Errorf("Status = %v, %v; want role single", st, err)
 	}
 
 	a := &advancer{Backend: admintest.NewBackend(nil)}
 	_, addr := admintest.Start(t, admin.Config{Logger: quietLogger(), MaxAdvance: 1000}, a)
-	cc2, err := admin.Dial(ctx, addr)
+	cc2, err := adminclient.Dial(ctx, addr)
 	if err != nil {
 		t.Fatal(err)
 	}

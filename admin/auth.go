@@ -1,14 +1,12 @@
 package admin
 
 import (
-	"bufio"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,6 +16,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+
+	"github.com/seqd/seqd/admin/adminclient"
 )
 
 // Full method names of the Admin RPCs that change the server's state. They
@@ -80,9 +80,9 @@ func NewAuthorizer(c AuthConfig) (*Authorizer, error) {
 	}
 	a.log = a.log.With("component", "admin-auth")
 	if c.TokenFile != "" {
-		toks, err := readTokens(c.TokenFile)
+		toks, err := adminclient.ReadTokens(c.TokenFile)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%w: %w", ErrAuthConfig, err)
 		}
 		for _, t := range toks {
 			a.tokens = append(a.tokens, sha256.Sum256([]byte(t)))
@@ -112,37 +112,6 @@ func NewAuthorizer(c AuthConfig) (*Authorizer, error) {
 	a.unauthn = a.denied.WithLabelValues("unauthenticated")
 	a.forbidden = a.denied.WithLabelValues("permission_denied")
 	return a, nil
-}
-
-// readTokens reads a token file. It refuses a file others can read.
-func readTokens(path string) ([]string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("%w: token file: %v", ErrAuthConfig, err)
-	}
-	defer f.Close()
-	if st, err := f.Stat(); err == nil && st.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("%w: token file %s is readable by others (mode %v); chmod 600 it", ErrAuthConfig, path, st.Mode().Perm())
-	}
-	var toks []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		if len(line) < 16 {
-			return nil, fmt.Errorf("%w: token file %s: a token shorter than 16 characters", ErrAuthConfig, path)
-		}
-		toks = append(toks, line)
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%w: token file: %v", ErrAuthConfig, err)
-	}
-	if len(toks) == 0 {
-		return nil, fmt.Errorf("%w: token file %s holds no token", ErrAuthConfig, path)
-	}
-	return toks, nil
 }
 
 // Collectors are the authorizer's metrics.
@@ -236,31 +205,4 @@ func peerAddr(ctx context.Context) string {
 		return p.Addr.String()
 	}
 	return ""
-}
-
-// BearerToken returns per-call credentials that send token. With
-// insecure set they are sent over plaintext too: on loopback, or off it
-// when the caller chose plaintext (Insecure).
-func BearerToken(token string, insecure bool) credentials.PerRPCCredentials {
-	return bearerCreds{token: token, insecure: insecure}
-}
-
-type bearerCreds struct {
-	token    string
-	insecure bool
-}
-
-func (b bearerCreds) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	return map[string]string{"authorization": "Bearer " + b.token}, nil
-}
-
-func (b bearerCreds) RequireTransportSecurity() bool { return !b.insecure }
-
-// ReadTokenFile returns the first token of a token file, for clients.
-func ReadTokenFile(path string) (string, error) {
-	toks, err := readTokens(path)
-	if err != nil {
-		return "", err
-	}
-	return toks[0], nil
 }

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/admin/adminpb"
 )
 
@@ -114,8 +115,8 @@ func TestAuthToken(t *testing.T) {
 		want codes.Code
 	}{
 		{"no token", nil, codes.Unauthenticated},
-		{"wrong token", []grpc.DialOption{grpc.WithPerRPCCredentials(admin.BearerToken("not-the-token-at-all", true))}, codes.Unauthenticated},
-		{"token", []grpc.DialOption{grpc.WithPerRPCCredentials(admin.BearerToken(goodToken, true))}, codes.OK},
+		{"wrong token", []grpc.DialOption{grpc.WithPerRPCCredentials(adminclient.BearerToken("not-the-token-at-all", true))}, codes.Unauthenticated},
+		{"token", []grpc.DialOption{grpc.WithPerRPCCredentials(adminclient.BearerToken(goodToken, true))}, codes.OK},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := r.setModes.Load()
@@ -155,7 +156,7 @@ func TestAuthProtectConnect(t *testing.T) {
 	if r.connects.Load() != 0 {
 		t.Fatal("a refused Connect reached the backend")
 	}
-	c = authDial(t, addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(admin.BearerToken(goodToken, true)))
+	c = authDial(t, addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(adminclient.BearerToken(goodToken, true)))
 	if _, err := c.Connect(ctx, &adminpb.ConnectRequest{}); err != nil {
 		t.Fatalf("Connect with a token: %v", err)
 	}
@@ -177,8 +178,8 @@ func TestAuthProtectAdmission(t *testing.T) {
 	defer cancel()
 	plain := grpc.WithTransportCredentials(insecure.NewCredentials())
 	anon := authDial(t, addr, plain)
-	wrong := authDial(t, addr, plain, grpc.WithPerRPCCredentials(admin.BearerToken("not-the-token-at-all", true)))
-	good := authDial(t, addr, plain, grpc.WithPerRPCCredentials(admin.BearerToken(goodToken, true)))
+	wrong := authDial(t, addr, plain, grpc.WithPerRPCCredentials(adminclient.BearerToken("not-the-token-at-all", true)))
+	good := authDial(t, addr, plain, grpc.WithPerRPCCredentials(adminclient.BearerToken(goodToken, true)))
 	calls := []struct {
 		name    string
 		call    func(adminpb.AdminClient) error
@@ -203,7 +204,7 @@ func TestAuthProtectAdmission(t *testing.T) {
 		if n := tc.reached.Load(); n != 0 {
 			t.Errorf("%s: %d refused calls reached the service", tc.name, n)
 		}
-		if !a.Protected("/" + admin.ServiceName + "/" + tc.name) {
+		if !a.Protected("/" + adminclient.ServiceName + "/" + tc.name) {
 			t.Errorf("%s is not protected", tc.name)
 		}
 		if err := tc.call(good); err != nil {
@@ -302,7 +303,7 @@ func TestAuthMTLS(t *testing.T) {
 		if cn != "" {
 			c.CertFile, c.KeyFile = p.issue(t, cn, false)
 		}
-		cc, err := admin.ClientTLS(c)
+		cc, err := adminclient.ClientTLS(c)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -333,18 +334,18 @@ func TestAuthMTLS(t *testing.T) {
 }
 
 func TestRedirectError(t *testing.T) {
-	err := admin.RedirectError("10.0.0.7:7070")
+	err := adminclient.RedirectError("10.0.0.7:7070")
 	if status.Code(err) != codes.Unavailable {
 		t.Fatalf("code %v, want Unavailable", status.Code(err))
 	}
-	if l, ok := admin.LeaderFromError(err); !ok || l != "10.0.0.7:7070" {
+	if l, ok := adminclient.LeaderFromError(err); !ok || l != "10.0.0.7:7070" {
 		t.Fatalf("LeaderFromError = %q, %v", l, ok)
 	}
-	if l, ok := admin.LeaderFromError(admin.RedirectError("")); !ok || l != "" {
+	if l, ok := adminclient.LeaderFromError(adminclient.RedirectError("")); !ok || l != "" {
 		t.Fatalf("unknown leader: LeaderFromError = %q, %v", l, ok)
 	}
 	for _, e := range []error{nil, errors.New("x"), status.Error(codes.Unavailable, "down")} {
-		if _, ok := admin.LeaderFromError(e); ok {
+		if _, ok := adminclient.LeaderFromError(e); ok {
 			t.Errorf("LeaderFromError(%v) reports a redirect", e)
 		}
 	}

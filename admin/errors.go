@@ -4,29 +4,32 @@ import (
 	"context"
 	"errors"
 
+	"github.com/seqd/seqd/dataplane"
+
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
 // Errors a Backend returns, wrapped with %w to say what failed. The server
-// maps each to the gRPC status code beside it.
+// maps each to the gRPC status code beside it. They are the error kinds of
+// package dataplane, so that a mode's error maps without translation.
 var (
 	// ErrInvalidArgument: the request is malformed in a way only the
 	// backend can see (InvalidArgument).
-	ErrInvalidArgument = errors.New("admin: invalid argument")
+	ErrInvalidArgument = dataplane.ErrInvalidArgument
 	// ErrUnavailable: the data plane cannot serve right now, for example
 	// while it recovers or is not the leader; retrying later may work
 	// (Unavailable).
-	ErrUnavailable = errors.New("admin: unavailable")
+	ErrUnavailable = dataplane.ErrUnavailable
 	// ErrNoCapacity: no queue pairs, sessions or window are left to grant
 	// (ResourceExhausted).
-	ErrNoCapacity = errors.New("admin: no capacity")
+	ErrNoCapacity = dataplane.ErrNoCapacity
 	// ErrUnknownSession: the session ID names no live session (NotFound).
-	ErrUnknownSession = errors.New("admin: unknown session")
+	ErrUnknownSession = dataplane.ErrUnknownSession
 	// ErrFailedPrecondition: the request is valid but the server is not in
 	// a state to honour it, for example a mode it is not running
 	// (FailedPrecondition).
-	ErrFailedPrecondition = errors.New("admin: failed precondition")
+	ErrFailedPrecondition = dataplane.ErrFailedPrecondition
 )
 
 // statusError turns err from a Backend into a gRPC status error. Sentinels of

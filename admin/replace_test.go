@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/admin/admintest"
 )
@@ -39,7 +40,7 @@ func TestConnectReplacesWithoutReplacer(t *testing.T) {
 	srv, addr := admintest.Start(t, admin.Config{}, be)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cc, err := admin.Dial(ctx, addr)
+	cc, err := adminclient.Dial(ctx, addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +59,7 @@ func TestConnectReplacesWithoutReplacer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wrong := make([]byte, admin.TokenLen)
+	wrong := make([]byte, adminclient.TokenLen)
 	copy(wrong, a.GetSessionToken())
 	wrong[0] ^= 1
 	if _, err := connect(wrong); err != nil {

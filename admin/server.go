@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
+	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/admin/adminpb"
 )
 
@@ -70,16 +71,16 @@ type LeaderTransferer interface {
 	TransferLeader(ctx context.Context) (*adminpb.TransferLeaderResponse, error)
 }
 
-// Roles reported in StatusResponse.role.
+// Roles reported in StatusResponse.role (defined in adminclient).
 const (
-	RoleLeader  = "leader"
-	RoleStandby = "standby"
-	RoleSingle  = "single"
+	RoleLeader  = adminclient.RoleLeader
+	RoleStandby = adminclient.RoleStandby
+	RoleSingle  = adminclient.RoleSingle
 )
 
 // ServiceName is the full name of the Admin service, as health checks and
 // reflection see it.
-const ServiceName = "seqd.admin.v1.Admin"
+const ServiceName = adminclient.ServiceName
 
 // Server is the admin gRPC server: the Admin service, the grpc.health.v1
 // health service and server reflection, on one listener.

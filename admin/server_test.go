@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/admin/admintest"
 )
@@ -45,7 +46,7 @@ func start(t *testing.T, cfg admin.Config) (*admin.Server, *admintest.Backend, *
 	}
 	b := admintest.NewBackend(nil)
 	srv, addr := admintest.Start(t, cfg, b)
-	cc, err := admin.Dial(testCtx(t), addr)
+	cc, err := adminclient.Dial(testCtx(t), addr)
 	if err != nil {
 		t.Fatalf("Dial: %v", err)
 	}
@@ -99,8 +100,8 @@ func TestDisconnect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := len(resp.GetSessionToken()); n != admin.TokenLen {
-		t.Fatalf("session token of %d bytes, want %d", n, admin.TokenLen)
+	if n := len(resp.GetSessionToken()); n != adminclient.TokenLen {
+		t.Fatalf("session token of %d bytes, want %d", n, adminclient.TokenLen)
 	}
 	if n := b.Sessions(); n != 1 {
 		t.Fatalf("sessions after connect = %d", n)
@@ -206,7 +207,7 @@ func TestHealth(t *testing.T) {
 		}
 	}
 	check("", healthpb.HealthCheckResponse_SERVING)
-	check(admin.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	check(adminclient.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	if _, err := h.Check(ctx, &healthpb.HealthCheckRequest{Service: "no.such.Service"}); status.Code(err) != codes.NotFound {
 		t.Fatalf("Check(unknown service): %v, want NotFound", err)
 	}
@@ -229,7 +230,7 @@ func TestHealth(t *testing.T) {
 	srv.SetServing(false)
 	next(healthpb.HealthCheckResponse_NOT_SERVING)
 	check("", healthpb.HealthCheckResponse_NOT_SERVING)
-	check(admin.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
+	check(adminclient.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 	srv.SetServing(true)
 	next(healthpb.HealthCheckResponse_SERVING)
 	check("", healthpb.HealthCheckResponse_SERVING)
@@ -254,14 +255,14 @@ func TestReflection(t *testing.T) {
 	for _, s := range resp.GetListServicesResponse().GetService() {
 		got[s.GetName()] = true
 	}
-	for _, want := range []string{admin.ServiceName, "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection"} {
+	for _, want := range []string{adminclient.ServiceName, "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection"} {
 		if !got[want] {
 			t.Errorf("reflection lists %v, missing %s", got, want)
 		}
 	}
 	// The Admin service's descriptor resolves, as grpcurl needs.
 	if err := stream.Send(&reflectionpb.ServerReflectionRequest{
-		MessageRequest: &reflectionpb.ServerReflectionRequest_FileContainingSymbol{FileContainingSymbol: admin.ServiceName},
+		MessageRequest: &reflectionpb.ServerReflectionRequest_FileContainingSymbol{FileContainingSymbol: adminclient.ServiceName},
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +271,7 @@ func TestReflection(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(resp.GetFileDescriptorResponse().GetFileDescriptorProto()) == 0 {
-		t.Fatalf("no descriptor for %s: %v", admin.ServiceName, resp)
+		t.Fatalf("no descriptor for %s: %v", adminclient.ServiceName, resp)
 	}
 	stream.CloseSend()
 }
@@ -287,7 +288,7 @@ func TestMetrics(t *testing.T) {
 	}
 	_, addr := admintest.Start(t, admin.Config{Metrics: m, Logger: quietLogger()}, b)
 	ctx := testCtx(t)
-	cc, err := admin.Dial(ctx, addr)
+	cc, err := adminclient.Dial(ctx, addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -368,7 +369,7 @@ func TestDial(t *testing.T) {
 	ctx := testCtx(t)
 	// Off loopback, Dial insists that the caller choose credentials. No
 	// connection is attempted.
-	if _, err := admin.Dial(ctx, "seqd-admin.invalid:7070"); !errors.Is(err, admin.ErrPlaintextRefused) {
+	if _, err := adminclient.Dial(ctx, "seqd-admin.invalid:7070"); !errors.Is(err, adminclient.ErrPlaintextRefused) {
 		t.Fatalf("Dial(non-loopback) without creds: %v, want ErrPlaintextRefused", err)
 	}
 	// Nobody listening: Dial fails fast with ErrUnavailable.
@@ -378,13 +379,13 @@ func TestDial(t *testing.T) {
 	}
 	addr := lis.Addr().String()
 	lis.Close()
-	if _, err := admin.Dial(ctx, addr); !errors.Is(err, admin.ErrUnavailable) {
+	if _, err := adminclient.Dial(ctx, addr); !errors.Is(err, admin.ErrUnavailable) {
 		t.Fatalf("Dial(closed port): %v, want ErrUnavailable", err)
 	}
 	// A done context ends the wait.
 	done, cancel := context.WithCancel(ctx)
 	cancel()
-	if _, err := admin.Dial(done, addr); !errors.Is(err, context.Canceled) && !errors.Is(err, admin.ErrUnavailable) {
+	if _, err := adminclient.Dial(done, addr); !errors.Is(err, context.Canceled) && !errors.Is(err, admin.ErrUnavailable) {
 		t.Fatalf("Dial(cancelled ctx): %v", err)
 	}
 }
@@ -429,7 +430,7 @@ func TestServeAndShutdown(t *testing.T) {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()
 	ctx := testCtx(t)
-	cc, err := admin.Dial(ctx, lis.Addr().String())
+	cc, err := adminclient.Dial(ctx, lis.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}

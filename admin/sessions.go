@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/admin/adminpb"
 )
 
@@ -21,7 +22,7 @@ const DefaultSessionLease = 30 * time.Second
 const MaxKeepAliveSessions = 1024
 
 // TokenLen is the length of a session token.
-const TokenLen = 16
+const TokenLen = adminclient.TokenLen
 
 // token is a session's capability: 128 bits from crypto/rand, handed out
 // by Connect and needed by KeepAlive and Disconnect. A backend numbers

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/admin/admintest"
 )
@@ -81,7 +82,7 @@ func TestSessionTokensAcrossEpochs(t *testing.T) {
 	srv, addr := admintest.Start(t, admin.Config{}, be)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cc, err := admin.Dial(ctx, addr)
+	cc, err := adminclient.Dial(ctx, addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +94,7 @@ func TestSessionTokensAcrossEpochs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(r.GetSessionToken()) != admin.TokenLen {
+		if len(r.GetSessionToken()) != adminclient.TokenLen {
 			t.Fatalf("token of %d bytes", len(r.GetSessionToken()))
 		}
 		return r

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/seqd/seqd/dataplane"
 	"github.com/seqd/seqd/verbs"
 )
 
@@ -24,19 +25,19 @@ func TestChurnBoundsState(t *testing.T) {
 	const cycles = 3000
 	for i := range cycles {
 		ip := netip.AddrFrom4([4]byte{127, 1, byte(i >> 8), byte(i)})
-		ep := Endpoint{Addr: verbs.Address{GID: verbs.GIDFromAddr(ip), Port: 4791}, QPN: 0x100}
-		g, err := srv.Admit("churn", []Endpoint{ep, {Addr: ep.Addr, QPN: 0x101}})
+		ep := dataplane.Endpoint{Addr: verbs.Address{GID: verbs.GIDFromAddr(ip), Port: 4791}, QPN: 0x100}
+		g, err := srv.Admit(context.Background(), dataplane.Admission{Name: "churn", QPs: []dataplane.Endpoint{ep, {Addr: ep.Addr, QPN: 0x101}}}, dataplane.SessionRef{})
 		if err != nil {
 			t.Fatalf("cycle %d: Admit = %v", i, err)
 		}
-		if err := srv.Release(g.Session); err != nil {
+		if err := srv.Release(context.Background(), dataplane.SessionRef{ID: g.Session}); err != nil {
 			t.Fatalf("cycle %d: Release = %v", i, err)
 		}
 	}
-	if n := srv.Sessions(); n != 0 {
+	if n := srv.Stats().Sessions; n != 0 {
 		t.Fatalf("%d sessions after %d admit/release cycles, want 0", n, cycles)
 	}
-	if st := srv.Stats(); st.Sessions != 0 {
+	if st := srv.Lease(); st.Sessions != 0 {
 		t.Fatalf("stats: %d sessions", st.Sessions)
 	}
 }

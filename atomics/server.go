@@ -11,6 +11,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/seqd/seqd/dataplane"
+	wk "github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 )
@@ -25,10 +27,10 @@ type Leaser interface {
 // Errors.
 var (
 	ErrConfig    = errors.New("atomics: invalid config")
-	ErrClosed    = errors.New("atomics: server stopped")
-	ErrArgument  = errors.New("atomics: invalid argument")
-	ErrNoSession = errors.New("atomics: unknown session")
-	ErrFenced    = errors.New("atomics: fenced until the lease is renewed")
+	ErrClosed    = fmt.Errorf("atomics: server stopped: %w", dataplane.ErrUnavailable)
+	ErrArgument  = fmt.Errorf("atomics: %w", dataplane.ErrInvalidArgument)
+	ErrNoSession = fmt.Errorf("atomics: %w", dataplane.ErrUnknownSession)
+	ErrFenced    = fmt.Errorf("atomics: fenced until the lease is renewed: %w", dataplane.ErrUnavailable)
 )
 
 // Defaults.
@@ -83,25 +85,6 @@ func (c Config) validate() (Config, error) {
 	return c, nil
 }
 
-// Endpoint is one queue pair as peers see it.
-type Endpoint struct {
-	Addr verbs.Address
-	QPN  verbs.QPN
-}
-
-// Grant is an admitted session: for each client QP the server QP it
-// connects to, and the counter's address and R_Key.
-type Grant struct {
-	Session uint64
-	Server  []Endpoint
-	Addr    uint64
-	RKey    uint32
-	Epoch   uint64
-	// PSNs are, per client QP, the first PSN it sends, which the server
-	// QP expects: random, so a forged response must guess the window.
-	PSNs []verbs.PSN
-}
-
 // Server is a running fetch-and-add data path.
 type Server struct {
 	cfg  Config
@@ -128,6 +111,19 @@ type Server struct {
 	closed   bool
 
 	renewals, fences atomic.Uint64
+}
+
+var _ dataplane.Mode = (*Server)(nil)
+
+// Start starts the atomics data path (dataplane.Factory): its oracle
+// must be a Leaser (the oracle is).
+func Start(ctx context.Context, c dataplane.Config) (dataplane.Mode, error) {
+	l, ok := c.Oracle.(Leaser)
+	if !ok {
+		return nil, fmt.Errorf("%w: the oracle %T cannot wait for a lease", ErrConfig, c.Oracle)
+	}
+	return New(ctx, Config{Device: c.Device, Oracle: l, Block: c.AtomicsBlock, MaxQPs: c.MaxClients * 16,
+		Epoch: c.Epoch, Logger: c.Logger})
 }
 
 // New takes the counter over from the oracle (a first lease) and starts
@@ -177,31 +173,40 @@ func (s *Server) Epoch() uint64 { return s.cfg.Epoch }
 // Next is the value the next FETCH_AND_ADD returns.
 func (s *Server) Next() uint64 { return s.load() }
 
-// Admit creates one RC QP per client QP, connected to it, with remote
-// atomic access to the counter.
-func (s *Server) Admit(name string, qps []Endpoint) (Grant, error) {
-	if len(qps) == 0 {
-		return Grant{}, fmt.Errorf("%w: no queue pairs", ErrArgument)
+// Admit creates one RC QP per client QP (a.QPs), connected to it, with
+// remote atomic access to the counter. A session replaces names is
+// released first.
+func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces dataplane.SessionRef) (dataplane.Grant, error) {
+	var no dataplane.Grant
+	if len(a.ConnQPs) != 0 {
+		return no, fmt.Errorf("%w: atomics takes RC QPs in qps, not conn_qps", dataplane.ErrFailedPrecondition)
+	}
+	if len(a.QPs) == 0 {
+		return no, fmt.Errorf("%w: no queue pairs", ErrArgument)
+	}
+	if err := dataplane.ReleaseReplaced(ctx, s, replaces); err != nil {
+		return no, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stopped.Load() {
-		return Grant{}, ErrClosed
+		return no, ErrClosed
 	}
 	if s.fenced.Load() {
-		return Grant{}, ErrFenced
+		return no, ErrFenced
 	}
-	if s.nqps+len(qps) > s.cfg.MaxQPs {
-		return Grant{}, fmt.Errorf("%w: %d QPs admitted, the maximum is %d", ErrArgument, s.nqps, s.cfg.MaxQPs)
+	if s.nqps+len(a.QPs) > s.cfg.MaxQPs {
+		return no, fmt.Errorf("%w: %d QPs admitted, the maximum is %d", ErrArgument, s.nqps, s.cfg.MaxQPs)
 	}
 	var mine []verbs.QP
-	g := Grant{Addr: s.mr.Addr(), RKey: s.mr.RKey(), Epoch: s.cfg.Epoch}
-	for i, q := range qps {
+	g := dataplane.Grant{RemoteAddr: []uint64{s.mr.Addr()}, RKey: []uint32{s.mr.RKey()}, Epoch: s.cfg.Epoch,
+		Window: a.Window, High: s.load()}
+	for i, q := range a.QPs {
 		qp, err := s.pd.CreateQP(verbs.QPInitAttr{Type: verbs.RC, SendCQ: s.cq, RecvCQ: s.cq,
 			Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
 		if err == nil {
 			psn := verbs.RandomPSN()
-			g.PSNs = append(g.PSNs, psn)
+			g.ConnPSNs = append(g.ConnPSNs, psn)
 			err = verbs.Connect(qp, verbs.ConnectAttr{Remote: q.Addr, RemoteQPN: q.QPN, RQPSN: psn, SQPSN: verbs.RandomPSN(),
 				Access: verbs.AccessRemoteAtomic})
 			if err != nil {
@@ -212,28 +217,29 @@ func (s *Server) Admit(name string, qps []Endpoint) (Grant, error) {
 			for _, x := range mine {
 				x.Close()
 			}
-			return Grant{}, fmt.Errorf("%w: qps[%d]: %v", ErrArgument, i, err)
+			return no, fmt.Errorf("%w: qps[%d]: %v", ErrArgument, i, err)
 		}
 		mine = append(mine, qp)
-		g.Server = append(g.Server, Endpoint{qp.Address(), qp.QPN()})
+		g.ServerConnQPs = append(g.ServerConnQPs, dataplane.Endpoint{Addr: qp.Address(), QPN: qp.QPN()})
+		g.Assignment = append(g.Assignment, uint32(i))
 	}
 	s.nextID++
 	g.Session = s.nextID
 	s.sessions[g.Session] = mine
 	s.nqps += len(mine)
-	s.log.Info("atomics client admitted", "session", g.Session, "name", name, "qps", len(qps))
+	s.log.Info("atomics client admitted", "session", g.Session, "name", a.Name, "qps", len(a.QPs))
 	return g, nil
 }
 
 // Release closes a session's QPs.
-func (s *Server) Release(id uint64) error {
+func (s *Server) Release(ctx context.Context, r dataplane.SessionRef) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	qps, ok := s.sessions[id]
+	qps, ok := s.sessions[r.ID]
 	if !ok {
-		return fmt.Errorf("%w: %d", ErrNoSession, id)
+		return fmt.Errorf("%w: %d", ErrNoSession, r.ID)
 	}
-	delete(s.sessions, id)
+	delete(s.sessions, r.ID)
 	s.nqps -= len(qps)
 	for _, qp := range qps {
 		qp.Close()
@@ -342,31 +348,33 @@ func (s *Server) Close() error {
 		}
 		delete(s.sessions, id)
 	}
-	if s.mr != nil {
-		s.mr.Close()
-	}
-	if s.cq != nil {
-		s.cq.Close()
-	}
-	if s.pd != nil {
-		s.pd.Close()
-	}
+	wk.CloseAll(s.mr, s.cq, s.pd)
 	return nil
 }
 
-// Stats of the mode.
-type Stats struct {
+// LeaseStats are the mode's lease at one moment.
+type LeaseStats struct {
 	Next, LeaseHi    uint64
 	Renewals, Fences uint64
 	Sessions         int
 	Fenced           bool
 }
 
-// Stats returns a snapshot.
-func (s *Server) Stats() Stats {
-	st := Stats{Next: s.load(), LeaseHi: s.leaseHi.Load(), Renewals: s.renewals.Load(), Fences: s.fences.Load()}
+// Lease returns a snapshot of the lease.
+func (s *Server) Lease() LeaseStats {
+	st := LeaseStats{Next: s.load(), LeaseHi: s.leaseHi.Load(), Renewals: s.renewals.Load(), Fences: s.fences.Load()}
 	st.Sessions, st.Fenced = s.Sessions(), s.fenced.Load()
 	return st
+}
+
+// Stats reports the sessions, the counter and the lease. Its Counters
+// are the metrics seqd_atomics_*.
+func (s *Server) Stats() dataplane.Stats {
+	l := s.Lease()
+	return dataplane.Stats{Sessions: l.Sessions, Current: l.Next - 1, Counters: []dataplane.Counter{
+		{Name: "lease_renewals_total", Help: "Leases claimed from the oracle ahead of the NIC counter.", Value: l.Renewals},
+		{Name: "fences_total", Help: "Times every QP was moved to ERR because the counter neared the lease's end.", Value: l.Fences},
+	}}
 }
 
 // order converts between host order and the responder's atomic order.

@@ -2,45 +2,17 @@ package client
 
 import (
 	"context"
-	"crypto/rand"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net/netip"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"google.golang.org/grpc"
-
-	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
-)
-
-const (
-	recvSlot    = verbs.GRHLen + 64
-	signalEvery = 16
-	spinFor     = 30 * time.Microsecond
-	// reconnectAfter: with requests outstanding and no answer for this
-	// long, the client assumes the server restarted and re-runs Connect.
-	// It first asks for the server's epoch: only a new epoch (a restart
-	// or a mode switch) makes it reconnect.
-	reconnectAfter = 50 * time.Millisecond
-	// retryConnectAfter paces reconnects after a failed one, or after an
-	// atomics QP broke.
-	retryConnectAfter = 5 * time.Millisecond
-	// maxRetryConnect caps the backoff between failed reconnects (while
-	// an HA group elects a new leader, say). A thousand clients retrying
-	// every 100 ms sent 10,000 Status and Connect calls a second to the
-	// instances electing a leader; at 1 s (jittered) they send ~1,000.
-	maxRetryConnect = time.Second
-	// slowProbesBeforeReconnect: Status probes in a row that time out
-	// before the client reconnects (keepOnSlowProbe).
-	slowProbesBeforeReconnect = 3
 )
 
 // Request is one asynchronous request. Callers own it and may reuse it
@@ -58,9 +30,7 @@ type Request struct {
 	Err error
 
 	deadline  time.Duration // engine clock
-	floor     uint64
-	high      uint64
-	qp        int
+	floor     uint64        // the largest value returned when it was submitted
 	abandoned atomic.Bool
 	pooled    bool
 	next      *Request
@@ -86,100 +56,49 @@ type stats struct {
 	regressions, timeouts, reconnects, doorbells, forged atomic.Uint64
 }
 
-type cqp struct {
-	qp       verbs.QP
-	win      *spec.Window
-	inflight [spec.NumTags]*Request
-	granted  int
-	server   int // index into server endpoints
-	posted   uint64
-	done     uint64
-	wrs      []verbs.SendWR
-}
-
-// Client gets timestamps from one seqd server. Create it with Dial.
+// Client gets timestamps from one seqd server (or the leader of an HA
+// group). Create it with Dial.
+//
+// Its parts and who owns them: admin (the admin connection and the
+// addresses known), sess (the session granted) and eng (the data path:
+// one transport, the requests in flight and the backlog) belong to Dial,
+// then to the engine goroutine; sub is where callers hand requests to
+// the engine; lease is the renewer goroutine's.
 type Client struct {
-	opts options
-	log  *slog.Logger
-
-	cc      *grpc.ClientConn
-	adm     adminpb.AdminClient
-	addrs   []string               // every admin address known (HA group)
-	curAddr atomic.Pointer[string] // the one cc is connected to
-
-	dev    verbs.Device
-	pd     verbs.PD
-	recvCQ verbs.CQ
-	sendCQ verbs.CQ
-	recvMR verbs.MR
-	qps    []*cqp
-
-	// set by connect, used by the engine
-	session uint64
-	token   []byte // the session's capability: KeepAlive and Disconnect name it
-	epoch   uint64
-	qkey    uint32        // the request Q_Key (the server QPs')
-	ansQKey uint32        // the session's answer Q_Key, set on every client QP
-	srvResp verbs.Senders // the server's response QPs: answers come only from these
-	ahs     []verbs.AH
-	srvQPN  []verbs.QPN
-
+	opts  options
+	log   *slog.Logger
 	start time.Time
-	spec  spec.Speculator
 
-	mu            sync.Mutex
-	queue         *Request // submitted, LIFO; the engine reverses it
-	closed        bool
-	wakeCh        chan struct{}
-	waiting       atomic.Bool
-	kickMu        sync.Mutex
-	kick          context.CancelFunc
-	kickCtx       atomic.Pointer[context.Context]
-	timer         *time.Timer
-	backlog, tail *Request
+	dev verbs.Device
+	pd  verbs.PD
 
-	lease       atomic.Pointer[leaseState] // the session the renewer keeps alive
-	sessionLost atomic.Bool                // the server said it no longer holds it
+	admin adminConn
+	sess  session
+	lease lease
+	sub   submissions
+	eng   engine
+	mode  atomic.Value // the mode last connected in, for Mode()
 
 	maxRet atomic.Uint64 // largest value returned
 	st     stats
 	pool   sync.Pool
 
-	stop     context.CancelFunc
-	ctx      context.Context
-	doneCh   chan struct{}
-	lastAns  time.Duration
-	wcs      []verbs.WC
-	swcs     []verbs.WC
-	expired  []spec.Expired
-	retry    []*Request
-	recvWRs  []verbs.RecvWR
-	recvSGE  []verbs.SGE
-	reconnAt time.Duration
-	// retryAfter is the pause before the next reconnect after failed
-	// ones (nextBackoff: jittered, growing from retryConnectAfter up to
-	// maxRetryConnect).
-	retryAfter time.Duration
-	connFails  int           // reconnects failed in a row
-	slowProbes int           // Status probes timed out in a row (keepOnSlowProbe)
-	slowAns    time.Duration // lastAns when they began
-	// handle names the client's first session in Connect's replaces
-	// until a grant names it by token: a first Connect admitted after the
-	// client gave up on it is then replaced by the next one.
-	handle []byte
+	ctx    context.Context
+	stop   context.CancelFunc
+	doneCh chan struct{}
+}
 
-	// The data path of the server's mode: Spec-S0 on the QPs above, or
-	// an altConn (herd, atomics) built at connect.
-	mode       string
-	connFailed bool
-	modeV      atomic.Value // mode, for Mode()
-	alt        altConn
-	altReqs    []*Request // by altConn request ID
-	altIDs     []int
-	altVals    []uint64
-	altOK      []bool
-
-	dataIP netip.Addr // the server's data-plane address, from Connect
+// submissions is where callers queue requests for the engine, and how
+// they wake it.
+type submissions struct {
+	mu      sync.Mutex
+	queue   *Request // submitted, LIFO; the engine reverses it
+	closed  bool
+	wakeCh  chan struct{}
+	waiting atomic.Bool // the engine sleeps in CQ.Wait
+	kickMu  sync.Mutex
+	kick    context.CancelFunc
+	kickCtx atomic.Pointer[context.Context]
 }
 
 // Dial connects to the seqd admin server at adminAddr, creates the
@@ -200,10 +119,10 @@ type Client struct {
 // answer) is reached from another local address, again on that one.
 func Dial(ctx context.Context, adminAddr string, opts ...Option) (*Client, error) {
 	c, err := dial(ctx, adminAddr, "", opts)
-	if err != nil || !c.opts.byRoute || !c.dataIP.IsValid() {
+	if err != nil || !c.opts.byRoute || !c.sess.dataIP.IsValid() {
 		return c, err
 	}
-	want, err := routeDevice(c.dataIP)
+	want, err := routeDevice(c.sess.dataIP)
 	if err != nil {
 		c.Close()
 		return nil, err
@@ -211,7 +130,7 @@ func Dial(ctx context.Context, adminAddr string, opts ...Option) (*Client, error
 	if want == c.opts.device {
 		return c, nil
 	}
-	c.log.Debug("data plane reached from another address: binding there", "server", c.dataIP, "device", want)
+	c.log.Debug("data plane reached from another address: binding there", "server", c.sess.dataIP, "device", want)
 	c.Close()
 	return dial(ctx, adminAddr, want, opts)
 }
@@ -219,9 +138,8 @@ func Dial(ctx context.Context, adminAddr string, opts ...Option) (*Client, error
 // dial is Dial on device (by the route to the admin host when "" and no
 // WithDevice).
 func dial(ctx context.Context, adminAddr, device string, opts []Option) (_ *Client, err error) {
-	c := &Client{start: time.Now(), wakeCh: make(chan struct{}, 1), doneCh: make(chan struct{}),
-		handle: make([]byte, admin.TokenLen)}
-	rand.Read(c.handle) // never fails (crypto/rand aborts the program instead)
+	c := &Client{start: time.Now(), doneCh: make(chan struct{}), sess: newSession()}
+	c.sub.wakeCh = make(chan struct{}, 1)
 	for _, o := range opts {
 		if err := o(&c.opts); err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrConfig, err)
@@ -230,18 +148,20 @@ func dial(ctx context.Context, adminAddr, device string, opts []Option) (_ *Clie
 	if err := c.opts.validate(); err != nil {
 		return nil, err
 	}
+	c.log = c.opts.logger
+	c.admin.log, c.admin.dialOpts = c.log, c.opts.dialOpts
 	for _, a := range strings.Split(adminAddr, ",") {
-		c.learn(strings.TrimSpace(a))
+		c.admin.learn(strings.TrimSpace(a))
 	}
 	for _, a := range c.opts.endpoints {
-		c.learn(a)
+		c.admin.learn(a)
 	}
-	if len(c.addrs) == 0 {
+	if len(c.admin.addrs) == 0 {
 		return nil, fmt.Errorf("%w: no admin address", ErrConfig)
 	}
 	if c.opts.byRoute {
 		if device == "" {
-			ip, err := hostAddr(ctx, c.addrs[0])
+			ip, err := hostAddr(ctx, c.admin.addrs[0])
 			if err != nil {
 				return nil, err
 			}
@@ -251,314 +171,113 @@ func dial(ctx context.Context, adminAddr, device string, opts []Option) (_ *Clie
 		}
 		c.opts.device = device
 	}
-	c.log = c.opts.logger
 	c.pool.New = func() any { return &Request{Done: make(chan *Request, 1), pooled: true} }
 	defer func() {
 		if err != nil {
 			c.release()
 		}
 	}()
-	if err = c.setup(); err != nil {
-		return nil, err
+	o := &c.opts
+	if c.dev, err = verbs.Open(o.provider, o.device, o.provOpts); err != nil {
+		return nil, fmt.Errorf("client: open %s device %q: %w", o.provider, o.device, err)
 	}
+	if c.pd, err = c.dev.AllocPD(); err != nil {
+		return nil, fmt.Errorf("client: protection domain: %w", err)
+	}
+	c.eng.init()
 	// A first connect may take its time (a loaded server); a paused one
 	// must not eat the whole budget when others are known.
 	perTry := 5 * time.Second
 	if dl, ok := ctx.Deadline(); ok {
-		perTry = max(time.Until(dl)/time.Duration(len(c.addrs)), dialAttempt)
+		perTry = max(time.Until(dl)/time.Duration(len(c.admin.addrs)), dialAttempt)
 	}
-	if err = c.connectAny(ctx, perTry, false); err != nil {
+	if err = c.admin.connectAny(ctx, perTry, false, c.connect); err != nil {
 		return nil, err
 	}
 	c.ctx, c.stop = context.WithCancel(context.Background())
 	c.newKick()
 	go c.engine()
-	go c.renew(c.ctx)
+	go c.lease.renew(c.ctx, c.log, c.kickNow)
 	return c, nil
 }
 
-// learn adds an admin address to the ones the client knows.
-func (c *Client) learn(addr string) {
-	if addr != "" && !slices.Contains(c.addrs, addr) {
-		c.addrs = append(c.addrs, addr)
-	}
-}
-
 // Endpoint is the admin address of the server the client is connected to.
-func (c *Client) Endpoint() string {
-	p := c.curAddr.Load()
-	if p == nil {
-		return ""
-	}
-	return *p
-}
+func (c *Client) Endpoint() string { return c.admin.endpoint() }
 
-// connectAny (re-)connects: through the current admin connection first
-// (unless skipCurrent: it just failed to answer),
-// then at the address a standby redirected to, then at every known admin
-// address in turn (following redirects as they come), each attempt
-// bounded by perTry so a paused server costs no more than that. On success
-// the admin connection is the one that admitted the client.
-func (c *Client) connectAny(ctx context.Context, perTry time.Duration, skipCurrent bool) error {
-	var lastErr error
-	var cands []string
-	if c.cc != nil && !skipCurrent {
-		tctx, cancel := context.WithTimeout(ctx, perTry)
-		err := c.connect(tctx)
-		cancel()
-		if err == nil {
-			return nil
-		}
-		lastErr = err
-		if l := redirectTo(err); l != "" {
-			cands = append(cands, l)
-		}
-	}
-	// Every known address, starting after the current one.
-	failed := c.Endpoint() // the one that just failed to answer, when skipCurrent
-	cur := slices.Index(c.addrs, failed)
-	for i := range c.addrs {
-		cands = append(cands, c.addrs[(cur+1+i)%len(c.addrs)])
-	}
-	tried := map[string]bool{}
-	hops := 0
-	for len(cands) > 0 && ctx.Err() == nil {
-		addr := cands[0]
-		cands = cands[1:]
-		if tried[addr] || (addr == c.Endpoint() && c.cc != nil && !skipCurrent) {
-			continue
-		}
-		tried[addr] = true
-		tctx, cancel := context.WithTimeout(ctx, perTry)
-		cc, err := admin.Dial(tctx, addr, c.opts.dialOpts...)
-		if err != nil {
-			cancel()
-			lastErr = fmt.Errorf("%w: %w", ErrUnavailable, err)
-			continue
-		}
-		oldCC := c.cc
-		c.cc, c.adm = cc, adminpb.NewAdminClient(cc)
-		err = c.connect(tctx)
-		cancel()
-		if err == nil {
-			if oldCC != nil {
-				oldCC.Close()
-			}
-			c.curAddr.Store(&addr)
-			c.learn(addr)
-			return nil
-		}
-		// The server answered the dial: keep this connection for the next
-		// attempt, which starts with it (one TLS handshake less for a
-		// busy server); the old one failed or is elsewhere.
-		if oldCC != nil {
-			oldCC.Close()
-		}
-		c.curAddr.Store(&addr)
-		lastErr = err
-		// A redirect to the server that just failed to answer (etcd
-		// still names a paused leader) is not followed: it stays last.
-		if l := redirectTo(err); l != "" && !tried[l] && !(skipCurrent && l == failed) && hops < maxRedirects*len(c.addrs) {
-			hops++
-			c.log.Debug("following redirect", "from", addr, "to", l)
-			cands = append([]string{l}, cands...)
-		}
-	}
-	if lastErr == nil {
-		lastErr = fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
-	}
-	return lastErr
-}
-
-// redirectTo is the leader a standby's refusal names, "" when err is no
-// redirect or names no leader.
-func redirectTo(err error) string {
-	var rd *redirect
-	if errors.As(err, &rd) {
-		return rd.leader
-	}
-	return ""
-}
-
-func (c *Client) setup() (err error) {
-	o := &c.opts
-	if c.dev, err = verbs.Open(o.provider, o.device, o.provOpts); err != nil {
-		return fmt.Errorf("client: open %s device %q: %w", o.provider, o.device, err)
-	}
-	if c.pd, err = c.dev.AllocPD(); err != nil {
-		return fmt.Errorf("client: protection domain: %w", err)
-	}
-	perQP := o.window + 16
-	if c.recvCQ, err = c.dev.CreateCQ(o.qps * perQP); err != nil {
-		return fmt.Errorf("client: receive CQ: %w", err)
-	}
-	sendDepth := 2*o.window + 2*signalEvery
-	if c.sendCQ, err = c.dev.CreateCQ(o.qps * (sendDepth/signalEvery + 1)); err != nil {
-		return fmt.Errorf("client: send CQ: %w", err)
-	}
-	if c.recvMR, err = c.pd.RegMR(o.qps*perQP*recvSlot, verbs.AccessLocalWrite); err != nil {
-		return fmt.Errorf("client: receive buffers: %w", err)
-	}
-	c.wcs = make([]verbs.WC, 64)
-	c.swcs = make([]verbs.WC, 64)
-	c.altIDs, c.altVals, c.altOK = make([]int, 64), make([]uint64, 64), make([]bool, 64)
-	c.recvWRs = make([]verbs.RecvWR, perQP)
-	c.recvSGE = make([]verbs.SGE, perQP)
-	for i := range c.recvWRs {
-		c.recvWRs[i].SG = c.recvSGE[i : i+1]
-	}
-	for i := range o.qps {
-		qp, err := c.pd.CreateQP(verbs.QPInitAttr{Type: verbs.UD, SendCQ: c.sendCQ, RecvCQ: c.recvCQ,
-			Cap: verbs.QPCap{MaxSendWR: sendDepth, MaxRecvWR: perQP, MaxSendSGE: 1, MaxRecvSGE: 1}})
-		if err != nil {
-			return fmt.Errorf("client: QP %d: %w", i, err)
-		}
-		win, err := spec.NewWindow(spec.WindowConfig{Size: o.window, Timeout: o.retransmit})
-		if err != nil {
-			qp.Close()
-			return fmt.Errorf("%w: %v", ErrConfig, err)
-		}
-		q := &cqp{qp: qp, win: win, wrs: make([]verbs.SendWR, o.window)}
-		c.qps = append(c.qps, q)
-	}
-	return nil
-}
-
-// postInitialRecvs fills QP i's receive queue (once it is out of RESET).
-func (c *Client) postInitialRecvs(i int) error {
-	perQP := len(c.recvWRs)
-	for s := range perQP {
-		c.recvWRs[s].ID = uint64(i)<<32 | uint64(i*perQP+s)
-		c.recvSGE[s] = verbs.SGE{Addr: c.recvMR.Addr() + uint64(i*perQP+s)*recvSlot, Length: recvSlot, LKey: c.recvMR.LKey()}
-	}
-	if _, err := c.qps[i].qp.PostRecv(c.recvWRs); err != nil {
-		return fmt.Errorf("client: QP %d: post receives: %w", i, err)
-	}
-	return nil
-}
-
-// connect looks up the server's mode and (re-)connects in it: Spec-S0 on
-// the client's UD QPs, or herd / atomics on fresh QPs. Requests in flight
-// on a data path that is left go back to the backlog.
+// connect looks up the server's mode and (re-)connects in it through that
+// mode's dialer (transports). Requests in flight go back to the backlog
+// first, to be sent again on the new data path.
 func (c *Client) connect(ctx context.Context) error {
-	st, err := c.adm.Status(ctx, &adminpb.StatusRequest{})
+	st, err := c.admin.adm.Status(ctx, &adminpb.StatusRequest{})
 	if err != nil {
-		if leader, ok := admin.LeaderFromError(err); ok && leader != "" {
-			return fmt.Errorf("%w: status: %w", ErrUnavailable, &redirect{leader: leader, err: err})
-		}
-		return fmt.Errorf("%w: status: %v", ErrUnavailable, err)
+		return unavailable("status", err)
 	}
-	if st.GetRole() == admin.RoleStandby {
-		err := admin.RedirectError(st.GetLeader())
-		if l := st.GetLeader(); l != "" {
-			return fmt.Errorf("%w: status: %w", ErrUnavailable, &redirect{leader: l, err: err})
-		}
-		return fmt.Errorf("%w: status: %v", ErrUnavailable, err)
+	if st.GetRole() == adminclient.RoleStandby {
+		return unavailable("status", adminclient.RedirectError(st.GetLeader()))
 	}
-	switch mode := st.GetMode(); mode {
-	case "", spec.ModeSpecS0:
-		c.closeAlt()
-		c.mode = spec.ModeSpecS0
-		c.modeV.Store(c.mode)
-		return c.connectS0(ctx)
-	default:
-		c.requeueS0(c.now())
-		return c.connectAlt(ctx, mode)
+	mode := st.GetMode()
+	if mode == "" {
+		mode = spec.ModeSpecS0
 	}
+	d := transports[mode]
+	if d == nil {
+		return fmt.Errorf("%w: the server runs mode %q, which this client does not speak", ErrUnavailable, mode)
+	}
+	c.requeue(c.now())
+	env := &transportEnv{dev: c.dev, pd: c.pd, qps: c.opts.qps, window: c.opts.window, retransmit: c.opts.retransmit,
+		name: c.opts.name, connect: c.admit, st: &c.st, prev: c.eng.tr, log: c.log, now: c.now}
+	tr, err := d(ctx, env)
+	if err != nil {
+		return err
+	}
+	if c.eng.tr != nil && c.eng.tr != tr {
+		c.eng.tr.Close()
+	}
+	c.eng.use(tr)
+	c.mode.Store(mode)
+	c.log.Debug("connected", "mode", mode, "session", c.sess.id, "epoch", c.sess.epoch)
+	return nil
+}
+
+// admit is transportEnv.connect: the admin Connect for a mode's request,
+// with the protocol version, the client's name and the session it
+// replaces filled in; the reply's version checked; the session recorded.
+func (c *Client) admit(ctx context.Context, req *adminpb.ConnectRequest) (*adminpb.ConnectResponse, error) {
+	req.ProtocolVersion, req.ClientName, req.Replaces = spec.ProtocolVersion, c.opts.name, c.sess.replaces()
+	resp, err := c.admin.adm.Connect(ctx, req)
+	if err != nil {
+		return nil, unavailable("connect", err)
+	}
+	if err := checkVersion(resp); err != nil {
+		return nil, err
+	}
+	c.sess.set(resp)
+	c.lease.publish(c.admin.adm, resp)
+	return resp, nil
 }
 
 // Mode is the data-path mode the client last connected in.
 func (c *Client) Mode() string {
-	m, _ := c.modeV.Load().(string)
+	m, _ := c.mode.Load().(string)
 	return m
-}
-
-// connectS0 (re-)runs Connect with the client's QPs. It brings the QPs up
-// (with the server's Q_Key) and builds the address handles.
-func (c *Client) connectS0(ctx context.Context) error {
-	req := &adminpb.ConnectRequest{Window: uint32(c.opts.window), Mode: spec.ModeSpecS0,
-		ClientName: c.opts.name, ProtocolVersion: spec.ProtocolVersion, Replaces: c.replaces()}
-	for _, q := range c.qps {
-		a, _ := q.qp.Address().MarshalBinary()
-		req.Qps = append(req.Qps, &adminpb.Endpoint{Address: a, Qpn: uint32(q.qp.QPN())})
-	}
-	sent := c.now() // Connect's high is at least this fresh (PROTOCOL.md)
-	resp, err := c.adm.Connect(ctx, req)
-	if err != nil {
-		if leader, ok := admin.LeaderFromError(err); ok && leader != "" {
-			return fmt.Errorf("%w: connect: %w", ErrUnavailable, &redirect{leader: leader, err: err})
-		}
-		return fmt.Errorf("%w: connect: %v", ErrUnavailable, err)
-	}
-	if len(resp.GetAssignment()) != len(c.qps) || len(resp.GetServerQps()) == 0 || resp.GetWindow() == 0 ||
-		len(resp.GetAnswerQps()) == 0 || resp.GetAnswerQkey() == 0 {
-		return fmt.Errorf("%w: connect: malformed answer (%d assignments for %d QPs, %d server QPs, window %d, %d answer QPs, answer Q_Key %#x)",
-			ErrUnavailable, len(resp.GetAssignment()), len(c.qps), len(resp.GetServerQps()), resp.GetWindow(),
-			len(resp.GetAnswerQps()), resp.GetAnswerQkey())
-	}
-	from, err := senders(resp.GetAnswerQps())
-	if err != nil {
-		return err
-	}
-	if err := checkVersion(resp); err != nil {
-		return err
-	}
-	for _, ah := range c.ahs {
-		ah.Close()
-	}
-	c.ahs, c.srvQPN = c.ahs[:0], c.srvQPN[:0]
-	for i, ep := range resp.GetServerQps() {
-		var a verbs.Address
-		if err := a.UnmarshalBinary(ep.GetAddress()); err != nil {
-			return fmt.Errorf("%w: connect: server QP %d: %v", ErrUnavailable, i, err)
-		}
-		ah, err := c.pd.CreateAH(verbs.AHAttr{Dest: a, PortNum: 1})
-		if err != nil {
-			return fmt.Errorf("client: address handle for %v: %w", a, err)
-		}
-		c.ahs = append(c.ahs, ah)
-		c.srvQPN = append(c.srvQPN, verbs.QPN(ep.GetQpn()))
-	}
-	for i, q := range c.qps {
-		if q.qp.State() == verbs.StateReset {
-			if err := verbs.BringUpUD(q.qp, resp.GetAnswerQkey(), 0); err != nil {
-				return fmt.Errorf("client: QP %d bring-up: %w", i, err)
-			}
-			if err := c.postInitialRecvs(i); err != nil {
-				return err
-			}
-		} else if resp.GetAnswerQkey() != c.ansQKey {
-			if err := q.qp.Modify(&verbs.QPAttr{QKey: resp.GetAnswerQkey()}, verbs.AttrQKey); err != nil {
-				return fmt.Errorf("client: QP %d Q_Key: %w", i, err)
-			}
-		}
-		srv := int(resp.GetAssignment()[i])
-		if srv >= len(c.ahs) {
-			return fmt.Errorf("%w: connect: assignment %d out of range", ErrUnavailable, srv)
-		}
-		q.server = srv
-		q.granted = min(int(resp.GetWindow()), c.opts.window)
-	}
-	if c.epoch != resp.GetEpoch() {
-		c.spec.Forget()
-	}
-	c.qkey, c.ansQKey, c.srvResp = resp.GetQkey(), resp.GetAnswerQkey(), from
-	c.setSession(resp)
-	if h := resp.GetHigh(); h != 0 && h > c.maxRet.Load() {
-		c.spec.Learn(sent, h)
-	}
-	c.log.Debug("connected", "session", c.session, "epoch", c.epoch, "window", resp.GetWindow(), "format", resp.GetFormat())
-	return nil
 }
 
 func (c *Client) now() time.Duration { return time.Since(c.start) }
 
 func (c *Client) newKick() {
 	ctx, cancel := context.WithCancel(c.ctx)
-	c.kickMu.Lock()
-	c.kick = cancel
-	c.kickMu.Unlock()
-	c.kickCtx.Store(&ctx)
+	c.sub.kickMu.Lock()
+	c.sub.kick = cancel
+	c.sub.kickMu.Unlock()
+	c.sub.kickCtx.Store(&ctx)
+}
+
+func (c *Client) kickNow() {
+	c.sub.kickMu.Lock()
+	if c.sub.kick != nil {
+		c.sub.kick()
+	}
+	c.sub.kickMu.Unlock()
 }
 
 // Submit hands r to the engine. It never blocks; r completes later on
@@ -568,24 +287,23 @@ func (c *Client) Submit(r *Request) error {
 		return fmt.Errorf("%w: request without Done or Callback", ErrConfig)
 	}
 	r.TS, r.Err = 0, nil
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+	s := &c.sub
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
 		return fmt.Errorf("%w: the client is closed", ErrNotConnected)
 	}
 	r.floor = c.maxRet.Load()
-	r.next = c.queue
-	c.queue = r
-	c.mu.Unlock()
+	r.next = s.queue
+	s.queue = r
+	s.mu.Unlock()
 	c.st.requests.Add(1)
 	select {
-	case c.wakeCh <- struct{}{}:
+	case s.wakeCh <- struct{}{}:
 	default:
 	}
-	if c.waiting.Load() {
-		c.kickMu.Lock()
-		c.kick()
-		c.kickMu.Unlock()
+	if s.waiting.Load() {
+		c.kickNow()
 	}
 	return nil
 }
@@ -680,20 +398,20 @@ func (c *Client) providerCounter(name string) uint64 {
 // Close disconnects and releases the client. Pending requests fail with
 // ErrNotConnected.
 func (c *Client) Close() error {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+	c.sub.mu.Lock()
+	if c.sub.closed {
+		c.sub.mu.Unlock()
 		return nil
 	}
-	c.closed = true
-	c.mu.Unlock()
+	c.sub.closed = true
+	c.sub.mu.Unlock()
 	if c.stop != nil {
 		c.stop()
 		<-c.doneCh
 	}
-	if c.adm != nil && len(c.token) != 0 {
+	if c.admin.adm != nil && len(c.sess.token) != 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		c.adm.Disconnect(ctx, c.disconnectReq())
+		c.admin.adm.Disconnect(ctx, c.sess.disconnectReq())
 		cancel()
 	}
 	c.release()
@@ -701,59 +419,17 @@ func (c *Client) Close() error {
 }
 
 func (c *Client) release() {
-	if c.alt != nil {
-		c.alt.Close()
-		c.alt = nil
+	if c.eng.tr != nil {
+		c.eng.tr.Close()
+		c.eng.tr = nil
 	}
-	for _, q := range c.qps {
-		q.qp.Close()
-	}
-	for _, ah := range c.ahs {
-		ah.Close()
-	}
-	for _, x := range []interface{ Close() error }{c.recvMR, c.recvCQ, c.sendCQ, c.pd} {
-		if x != nil && !isNil(x) {
-			x.Close()
-		}
+	if c.pd != nil {
+		c.pd.Close()
 	}
 	if c.dev != nil {
 		c.dev.Close()
 	}
-	if c.cc != nil {
-		c.cc.Close()
+	if c.admin.cc != nil {
+		c.admin.cc.Close()
 	}
-}
-
-func isNil(x any) bool {
-	switch v := x.(type) {
-	case verbs.MR:
-		return v == nil
-	case verbs.CQ:
-		return v == nil
-	case verbs.PD:
-		return v == nil
-	}
-	return false
-}
-
-// maxRedirects bounds how many standby redirects one connect follows per
-// known address.
-const maxRedirects = 3
-
-// dialAttempt bounds one attempt to dial and connect to one admin
-// address: a paused (SIGSTOPped) server accepts TCP but never answers.
-const dialAttempt = 500 * time.Millisecond
-
-// reconnectBudget bounds one reconnect round of the engine (it sends
-// nothing meanwhile); a failed round is retried.
-const reconnectBudget = 3 * time.Second
-
-// redirect is a standby's answer to Connect: the leader's admin address.
-type redirect struct {
-	leader string
-	err    error
-}
-
-func (r *redirect) Error() string {
-	return "redirected to the leader at " + r.leader + ": " + r.err.Error()
 }

@@ -1,13 +1,19 @@
 // Package client is seqd's public Go client: it connects to a seqd server
-// over the admin plane, then gets timestamps over the Spec-S0 data path
-// (spec/PROTOCOL.md) on its own verbs device.
+// over the admin plane, then gets timestamps over the data path of the
+// server's mode (spec/PROTOCOL.md) on its own verbs device.
 //
-// One engine goroutine per Client owns the queue pairs: it takes the
-// requests callers submitted since its last turn, posts them as one chain
-// per QP (one doorbell), matches answers by tag, retransmits timed-out
-// requests under fresh tags, and reconnects after a server restart. A
-// Client is safe for concurrent use; GetTimestamp, GetTimestamps and the
-// asynchronous Submit all feed the same engine.
+// One engine goroutine per Client drives one transport, the mode's data
+// path (transport.go; specs0.go, herd.go, atomics.go, ...: one file per
+// mode, registered in transports): it takes the requests callers
+// submitted since its last turn and hands them to the transport, which
+// posts them as one chain per QP (one doorbell), matches answers and
+// retransmits; the engine checks every value (accept), fails requests at
+// their deadlines, and reconnects after a server restart or mode switch.
+// A Client is safe for concurrent use; GetTimestamp, GetTimestamps and
+// the asynchronous Submit all feed the same engine.
+//
+// The package links no server code: the admin plane's client side is
+// admin/adminclient (deps_test.go keeps it so).
 //
 // Dial needs only the server's admin address. Without WithDevice the
 // client binds the soft provider (linked by this package) to the local

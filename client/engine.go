@@ -10,48 +10,152 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/admin/adminpb"
-	"github.com/seqd/seqd/spec"
-	"github.com/seqd/seqd/verbs"
 )
 
-// engine owns the queue pairs; it is the only goroutine that touches them.
+const (
+	spinFor = 30 * time.Microsecond
+	// reconnectAfter: with requests outstanding and no answer for this
+	// long, the client assumes the server restarted and re-runs Connect.
+	// It first asks for the server's epoch: only a new epoch (a restart
+	// or a mode switch) makes it reconnect.
+	reconnectAfter = 50 * time.Millisecond
+	// retryConnectAfter paces reconnects after a failed one, or after an
+	// atomics QP broke.
+	retryConnectAfter = 5 * time.Millisecond
+	// maxRetryConnect caps the backoff between failed reconnects (while
+	// an HA group elects a new leader, say). A thousand clients retrying
+	// every 100 ms sent 10,000 Status and Connect calls a second to the
+	// instances electing a leader; at 1 s (jittered) they send ~1,000.
+	maxRetryConnect = time.Second
+	// slowProbesBeforeReconnect: Status probes in a row that time out
+	// before the client reconnects (keepOnSlowProbe).
+	slowProbesBeforeReconnect = 3
+	// reconnectBudget bounds one reconnect round of the engine (it sends
+	// nothing meanwhile); a failed round is retried.
+	reconnectBudget = 3 * time.Second
+	// scanEvery paces the engine's look for requests in flight whose
+	// callers gave up or whose deadline passed.
+	scanEvery = 200 * time.Microsecond
+)
+
+// engine is the data path's state: the one transport of the mode the
+// client is connected in, the requests in flight on it (by the
+// transport's request ID) and the backlog of requests not sent yet. Only
+// the engine goroutine (and Dial before it starts) touches it.
+type engine struct {
+	tr            transport
+	reqs          []*Request // by request ID; nil: the ID is free
+	free          []int      // the free IDs, a stack
+	ids           []int      // Send's argument
+	res           []result   // Poll's
+	backlog, tail *Request
+	timer         *time.Timer
+	lastAns       time.Duration
+	nextScan      time.Duration
+	reconnAt      time.Duration
+	// retryAfter is the pause before the next reconnect after failed
+	// ones (nextBackoff: jittered, growing from retryConnectAfter up to
+	// maxRetryConnect).
+	retryAfter time.Duration
+	connFailed bool
+	connFails  int           // reconnects failed in a row
+	slowProbes int           // Status probes timed out in a row (keepOnSlowProbe)
+	slowAns    time.Duration // lastAns when they began
+}
+
+func (e *engine) init() {
+	e.ids, e.res = make([]int, 64), make([]result, 64)
+}
+
+// use makes tr the data path. No request is in flight (requeue).
+func (e *engine) use(tr transport) {
+	e.tr = tr
+	n := tr.Free() + tr.Outstanding()
+	if n > cap(e.reqs) {
+		e.reqs, e.free = make([]*Request, n), make([]int, 0, n)
+	}
+	e.reqs = e.reqs[:n]
+	e.free = e.free[:0]
+	for id := n - 1; id >= 0; id-- {
+		e.free = append(e.free, id)
+	}
+}
+
+func (e *engine) inflight() int { return len(e.reqs) - len(e.free) }
+
+// take removes the request with ID id from the ones in flight.
+func (e *engine) take(id int) *Request {
+	r := e.reqs[id]
+	if r != nil {
+		e.reqs[id] = nil
+		e.free = append(e.free, id)
+	}
+	return r
+}
+
+func (e *engine) pushBack(r *Request) {
+	r.next = nil
+	if e.tail == nil {
+		e.backlog, e.tail = r, r
+	} else {
+		e.tail.next, e.tail = r, r
+	}
+}
+
+func (e *engine) pushFront(r *Request) {
+	r.next = e.backlog
+	e.backlog = r
+	if e.tail == nil {
+		e.tail = r
+	}
+}
+
+func (e *engine) popFront() *Request {
+	r := e.backlog
+	if r != nil {
+		e.backlog = r.next
+		if e.backlog == nil {
+			e.tail = nil
+		}
+		r.next = nil
+	}
+	return r
+}
+
+// engine is the goroutine that drives the transport.
 func (c *Client) engine() {
 	defer close(c.doneCh)
-	c.timer = time.AfterFunc(time.Hour, c.kickNow)
-	defer c.timer.Stop()
-	c.lastAns = c.now()
+	e := &c.eng
+	e.timer = time.AfterFunc(time.Hour, c.kickNow)
+	defer e.timer.Stop()
+	e.lastAns = c.now()
 	idleSince := time.Duration(-1)
 	for c.ctx.Err() == nil {
 		now := c.now()
 		did := c.intake(now)
-		if c.connFailed {
+		if e.connFailed {
 			c.expireBacklog(now)
-		} else if c.alt != nil {
-			did = c.altStep(now) || did
 		} else {
-			did = c.poll(now) || did
-			c.expire(now)
-			did = c.post(now) || did
-			c.reapSends()
+			did = c.step(now) || did
 		}
-		waiting := c.outstanding() > 0 || c.backlog != nil
+		waiting := e.inflight() > 0 || e.backlog != nil
 		switch {
-		case c.connFailed || (c.alt != nil && c.alt.Broken()):
-			if now-c.reconnAt > max(c.retryAfter, retryConnectAfter) {
+		case e.connFailed || e.tr.Broken():
+			if now-e.reconnAt > max(e.retryAfter, retryConnectAfter) {
 				c.reconnect(now, true)
 			}
-		case waiting && now-c.lastAns > reconnectAfter && now-c.reconnAt > reconnectAfter:
+		case waiting && now-e.lastAns > reconnectAfter && now-e.reconnAt > reconnectAfter:
 			c.reconnect(now, false)
 		}
 		if did {
 			idleSince = -1
 			continue
 		}
-		if c.outstanding() == 0 && c.backlog == nil {
+		if e.inflight() == 0 && e.backlog == nil {
 			select {
-			case <-c.wakeCh:
+			case <-c.sub.wakeCh:
 			case <-c.ctx.Done():
 			}
 			idleSince = -1
@@ -70,68 +174,130 @@ func (c *Client) engine() {
 	c.failAll(ErrNotConnected)
 }
 
+// step is one round on the transport: take answers, retransmit, give up
+// on requests whose callers did, send the backlog.
+func (c *Client) step(now time.Duration) bool {
+	e := &c.eng
+	tr := e.tr
+	did := false
+	n := tr.Poll(now, e.res)
+	for _, x := range e.res[:n] {
+		r := e.take(x.ID)
+		if r == nil {
+			continue
+		}
+		did = true
+		if x.Err != nil {
+			c.st.retransmits.Add(1)
+			e.pushFront(r) // sent again, after reconnecting if the QP broke
+			continue
+		}
+		e.lastAns = now
+		c.accept(r, x.Value)
+	}
+	if k := tr.Expire(now); k > 0 {
+		c.st.retransmits.Add(uint64(k))
+	}
+	if now >= e.nextScan {
+		e.nextScan = now + scanEvery
+		for id, r := range e.reqs {
+			if r != nil && (r.abandoned.Load() || now >= r.deadline) {
+				tr.Cancel(id)
+				e.take(id)
+				c.timeout(r)
+			}
+		}
+	}
+	for e.backlog != nil && (e.backlog.abandoned.Load() || now >= e.backlog.deadline) {
+		c.timeout(e.popFront())
+	}
+	for e.backlog != nil && !tr.Broken() {
+		k := min(tr.Free(), len(e.ids), len(e.free))
+		j := 0
+		for r := e.backlog; r != nil && j < k; r = r.next {
+			e.ids[j] = e.free[len(e.free)-1-j]
+			j++
+		}
+		if j == 0 {
+			break
+		}
+		sent, err := tr.Send(now, e.ids[:j])
+		for _, id := range e.ids[:sent] {
+			e.reqs[id] = e.popFront()
+		}
+		e.free = e.free[:len(e.free)-sent]
+		if sent > 0 {
+			did = true
+		}
+		if err != nil || sent < j {
+			break
+		}
+	}
+	return did
+}
+
+// accept hands out v for r, unless it would go backwards: the one check,
+// whatever the mode, that no value at or below one already returned
+// before r was submitted is handed out.
+func (c *Client) accept(r *Request, v uint64) {
+	if v <= r.floor {
+		c.st.regressions.Add(1)
+		c.log.Error("server answered a value not above one already returned", "value", v, "floor", r.floor, "mode", c.Mode())
+		c.finish(r, 0, fmt.Errorf("%w: %d <= %d", ErrRegression, v, r.floor))
+		return
+	}
+	for {
+		m := c.maxRet.Load()
+		if v <= m || c.maxRet.CompareAndSwap(m, v) {
+			break
+		}
+	}
+	c.st.answers.Add(1)
+	c.finish(r, Timestamp(v), nil)
+}
+
+// timeout fails r: its deadline passed or its caller gave up.
+func (c *Client) timeout(r *Request) {
+	c.st.timeouts.Add(1)
+	c.finish(r, 0, fmt.Errorf("%w: no answer before the deadline", ErrTimeout))
+}
+
 // sleep blocks in CQ.Wait until an answer may be ready, a request is
 // submitted, or the next retransmission is due.
 func (c *Client) sleep(now time.Duration) {
+	e := &c.eng
 	next := now + 2*time.Millisecond
-	cq := c.recvCQ
-	if c.alt != nil {
-		cq = c.alt.CQ()
-		if d, ok := c.alt.NextDeadline(); ok && d < next {
-			next = d
-		}
+	if d, ok := e.tr.NextDeadline(); ok && d < next {
+		next = d
 	}
-	for _, q := range c.qps {
-		if d, ok := q.win.NextDeadline(); ok && d < next {
-			next = d
-		}
-	}
-	kctx := *c.kickCtx.Load()
-	c.waiting.Store(true)
-	c.mu.Lock()
-	queued := c.queue != nil
-	c.mu.Unlock()
+	kctx := *c.sub.kickCtx.Load()
+	c.sub.waiting.Store(true)
+	c.sub.mu.Lock()
+	queued := c.sub.queue != nil
+	c.sub.mu.Unlock()
 	if !queued {
-		c.timer.Reset(max(next-now, 0))
-		cq.Wait(kctx)
-		c.timer.Stop()
+		e.timer.Reset(max(next-now, 0))
+		e.tr.CQ().Wait(kctx)
+		e.timer.Stop()
 	}
-	c.waiting.Store(false)
+	c.sub.waiting.Store(false)
 	if kctx.Err() != nil && c.ctx.Err() == nil {
 		c.newKick()
 	}
 }
 
-func (c *Client) kickNow() {
-	c.kickMu.Lock()
-	if c.kick != nil {
-		c.kick()
-	}
-	c.kickMu.Unlock()
-}
-
-func (c *Client) outstanding() int {
-	n := 0
-	for _, q := range c.qps {
-		n += q.win.Outstanding()
-	}
-	if c.alt != nil {
-		n += c.alt.Outstanding()
-	}
-	return n
-}
-
 // intake moves submitted requests to the backlog, oldest first.
 func (c *Client) intake(now time.Duration) bool {
-	c.mu.Lock()
-	q := c.queue
-	c.queue = nil
-	c.mu.Unlock()
+	e := &c.eng
+	c.sub.mu.Lock()
+	q := c.sub.queue
+	c.sub.queue = nil
+	c.sub.mu.Unlock()
 	if q == nil {
 		return false
 	}
-	if c.backlog == nil && c.outstanding() == 0 {
-		c.lastAns = now // the wait for an answer starts now
+	if e.backlog == nil && e.inflight() == 0 {
+		e.lastAns = now // the wait for an answer starts now
 	}
 	var rev *Request
 	for q != nil {
@@ -146,217 +312,22 @@ func (c *Client) intake(now time.Duration) bool {
 		if r.Deadline.IsZero() {
 			r.deadline = now + c.opts.timeout
 		}
-		c.pushBack(r)
+		e.pushBack(r)
 		r = n
 	}
 	return true
 }
 
-func (c *Client) pushBack(r *Request) {
-	r.next = nil
-	if c.tail == nil {
-		c.backlog, c.tail = r, r
-	} else {
-		c.tail.next, c.tail = r, r
-	}
-}
-
-func (c *Client) pushFront(r *Request) {
-	r.next = c.backlog
-	c.backlog = r
-	if c.tail == nil {
-		c.tail = r
-	}
-}
-
-func (c *Client) popFront() *Request {
-	r := c.backlog
-	if r != nil {
-		c.backlog = r.next
-		if c.backlog == nil {
-			c.tail = nil
-		}
-		r.next = nil
-	}
-	return r
-}
-
-// post sends backlog requests on QPs with room, one chain per QP.
-func (c *Client) post(now time.Duration) bool {
-	if c.backlog == nil {
-		return false
-	}
-	did := false
-	// One doorbell for all QPs' chains where the device can (the
-	// userspace provider: one sendmmsg instead of one per QP).
-	if b, ok := c.dev.(verbs.DoorbellBatcher); ok {
-		b.HoldDoorbell()
-		defer b.RingDoorbell()
-	}
-	for qi, q := range c.qps {
-		n := 0
-		for c.backlog != nil && q.win.Outstanding() < q.granted && n < len(q.wrs) {
-			r := c.backlog
-			if r.abandoned.Load() || now >= r.deadline {
-				c.popFront()
-				c.finish(r, 0, fmt.Errorf("%w: no answer before the deadline", ErrTimeout))
-				continue
-			}
-			if q.posted-q.done+uint64(n)+1 >= uint64(cap(q.wrs)+2*signalEvery) {
-				break
-			}
-			tag, _, err := q.win.Send(now, 0)
-			if err != nil {
-				break
-			}
-			c.popFront()
-			guess, high := c.spec.Guess(now)
-			r.high, r.qp = high, qi
-			if guess == spec.NoGuess {
-				r.high = ^uint64(0)
-			}
-			q.inflight[tag] = r
-			seq := q.posted + uint64(n)
-			wr := &q.wrs[n]
-			*wr = verbs.SendWR{ID: seq<<8 | uint64(qi), Opcode: verbs.OpSendWithImm,
-				Imm: uint32(spec.MustRequestImm(tag, guess)), AH: c.ahs[q.server],
-				RemoteQPN: c.srvQPN[q.server], RemoteQKey: c.qkey}
-			if seq%signalEvery == signalEvery-1 {
-				wr.Flags = verbs.Signaled
-			}
-			n++
-		}
-		if n == 0 {
-			continue
-		}
-		posted, err := q.qp.PostSend(q.wrs[:n])
-		q.posted += uint64(posted)
-		c.st.doorbells.Add(1)
-		did = true
-		if err != nil {
-			c.log.Warn("post requests", "qp", qi, "posted", posted, "of", n, "err", err)
-			// the unposted ones stay in their window and are resent on expiry
-		}
-	}
-	return did
-}
-
-// reapSends frees send queue slots.
-func (c *Client) reapSends() {
-	n, err := c.sendCQ.Poll(c.swcs)
-	if err != nil {
-		return
-	}
-	for _, wc := range c.swcs[:n] {
-		qi := int(wc.ID & 0xff)
-		if qi < len(c.qps) {
-			if seq := wc.ID >> 8; seq+1 > c.qps[qi].done {
-				c.qps[qi].done = seq + 1
-			}
-		}
-	}
-}
-
-// poll handles answers.
-func (c *Client) poll(now time.Duration) bool {
-	n, err := c.recvCQ.Poll(c.wcs)
-	if err != nil || n == 0 {
-		return false
-	}
-	buf := c.recvMR.Bytes()
-	for qi, q := range c.qps {
-		nr := 0
-		for i := range c.wcs[:n] {
-			wc := &c.wcs[i]
-			if int(wc.ID>>32) != qi {
-				continue
-			}
-			slot := wc.ID & 0xffffffff
-			c.recvWRs[nr].ID = wc.ID
-			c.recvSGE[nr] = verbs.SGE{Addr: c.recvMR.Addr() + slot*recvSlot, Length: recvSlot, LKey: c.recvMR.LKey()}
-			nr++
-			if wc.Status != verbs.WCSuccess || wc.Flags&verbs.WCWithImm == 0 || wc.ByteLen < verbs.GRHLen {
-				c.st.malformed.Add(1)
-				continue
-			}
-			if !c.srvResp.Match(wc) {
-				c.st.forged.Add(1) // not from the server's response QPs
-				continue
-			}
-			off := slot*recvSlot + verbs.GRHLen
-			c.answer(now, q, spec.Imm(wc.Imm), buf[off:off+uint64(wc.ByteLen)-verbs.GRHLen])
-		}
-		if nr > 0 {
-			if _, err := q.qp.PostRecv(c.recvWRs[:nr]); err != nil {
-				c.log.Warn("re-post receives", "qp", qi, "err", err)
-			}
-		}
-	}
-	return true
-}
-
-func (c *Client) answer(now time.Duration, q *cqp, imm spec.Imm, payload []byte) {
-	tag := imm.Tag()
-	if _, _, ok := q.win.Answer(now, tag); !ok {
-		c.st.stale.Add(1)
-		return
-	}
-	r := q.inflight[tag]
-	q.inflight[tag] = nil
-	c.lastAns = now
-	high := r.high
-	if high == ^uint64(0) {
-		high = 0
-		if len(payload) != spec.FullLen {
-			c.st.malformed.Add(1) // a confirmation of no guess
-			c.pushFront(r)
-			return
-		}
-	}
-	v, full, err := spec.DecodeAnswer(imm, payload, high)
-	if err != nil {
-		c.st.malformed.Add(1)
-		c.pushFront(r)
-		return
-	}
-	if full {
-		c.st.specMisses.Add(1)
-	}
-	c.spec.Learn(now, v)
-	if v <= r.floor {
-		c.st.regressions.Add(1)
-		c.log.Error("server answered a value not above one already returned", "value", v, "floor", r.floor)
-		c.finish(r, 0, fmt.Errorf("%w: %d <= %d", ErrRegression, v, r.floor))
-		return
-	}
-	for {
-		m := c.maxRet.Load()
-		if v <= m || c.maxRet.CompareAndSwap(m, v) {
-			break
-		}
-	}
-	c.st.answers.Add(1)
-	c.finish(r, Timestamp(v), nil)
-}
-
-// expire resends or fails requests that waited too long for an answer.
-func (c *Client) expire(now time.Duration) {
-	for _, q := range c.qps {
-		c.expired = q.win.Expire(now, c.expired[:0])
-		for i := len(c.expired) - 1; i >= 0; i-- { // pushFront: keep send order
-			e := c.expired[i]
-			r := q.inflight[e.Tag]
-			q.inflight[e.Tag] = nil
-			if r == nil {
-				continue
-			}
-			if r.abandoned.Load() || now >= r.deadline {
-				c.st.timeouts.Add(1)
-				c.finish(r, 0, fmt.Errorf("%w: no answer before the deadline", ErrTimeout))
-				continue
-			}
-			c.st.retransmits.Add(1)
-			c.pushFront(r)
+// requeue takes every request in flight back to the front of the
+// backlog (leaving the data path, or reconnecting on it): they are sent
+// again, under fresh tags or sequence numbers, on the next one. Answers
+// that still come for them are dropped.
+func (c *Client) requeue(now time.Duration) {
+	e := &c.eng
+	for id := len(e.reqs) - 1; id >= 0; id-- {
+		if r := e.take(id); r != nil {
+			e.tr.Cancel(id)
+			e.pushFront(r)
 		}
 	}
 }
@@ -383,8 +354,8 @@ func (c *Client) finish(r *Request, ts Timestamp, err error) {
 // died, or been paused). Requests in flight go back to the queue and are
 // resent under fresh tags (or sequence numbers) on the new data path,
 // which may be another instance's; a failed reconnect is retried, and
-// requests fail only at their deadlines. Every answer still passes the
-// floor check, so no value at or below one returned before is handed out.
+// requests fail only at their deadlines. Every answer still passes
+// accept, so no value at or below one returned before is handed out.
 //
 // Every Connect names the session it replaces (ConnectRequest.replaces):
 // a server that still holds it releases it in the same call, so a
@@ -392,51 +363,51 @@ func (c *Client) finish(r *Request, ts Timestamp, err error) {
 // session whose grant it did not hear (a Connect that timed out here but
 // was admitted there).
 func (c *Client) reconnect(now time.Duration, force bool) {
-	c.reconnAt = now
+	e := &c.eng
+	e.reconnAt = now
 	ctx, cancel := context.WithTimeout(c.ctx, reconnectBudget)
 	defer cancel()
 	// Only a server that restarted or switched (new epoch), stopped
-	// leading, or let our lease lapse (sessionLost) has lost our session;
+	// leading, or let our lease lapse (lease.lost) has lost our session;
 	// a live one is merely slow or losing packets, and retransmission
 	// copes.
 	unreachable := false
 	if !force {
 		sctx, scancel := context.WithTimeout(ctx, dialAttempt)
-		st, err := c.adm.Status(sctx, &adminpb.StatusRequest{})
+		st, err := c.admin.adm.Status(sctx, &adminpb.StatusRequest{})
 		scancel()
 		unreachable = err != nil
-		if err == nil && st.GetEpoch() == c.epoch && st.GetRole() != admin.RoleStandby && !c.sessionLost.Load() {
-			c.slowProbes = 0
+		if err == nil && st.GetEpoch() == c.sess.epoch && st.GetRole() != adminclient.RoleStandby && !c.lease.lost.Load() {
+			e.slowProbes = 0
 			return
 		}
 		if err != nil && c.keepOnSlowProbe(err) {
-			c.reconnAt = c.now() // the next probe a reconnectAfter from now
+			e.reconnAt = c.now() // the next probe a reconnectAfter from now
 			return
 		}
 		c.log.Info("server lost our session; reconnecting", "admin", c.Endpoint(), "status_err", err)
 	}
-	c.requeueS0(c.now()) // resent under fresh tags once connected
 	// One server: nothing else to try, so give a slow one time to admit
 	// us. Several: a paused one must not cost more than dialAttempt at
 	// first; the attempts grow as reconnects fail (a leader busy with a
 	// storm of reconnects).
 	perTry := reconnectBudget
-	if len(c.addrs) > 1 {
-		perTry = min(dialAttempt<<min(c.connFails, 3), reconnectBudget)
+	if len(c.admin.addrs) > 1 {
+		perTry = min(dialAttempt<<min(e.connFails, 3), reconnectBudget)
 	}
-	if err := c.connectAny(ctx, perTry, unreachable); err != nil {
+	if err := c.admin.connectAny(ctx, perTry, unreachable, c.connect); err != nil {
 		c.log.Debug("reconnect failed; retrying", "err", err)
-		c.connFailed = true
-		c.connFails++
-		c.retryAfter = nextBackoff(c.retryAfter, retryConnectAfter, maxRetryConnect, rand.Float64())
-		c.closeAlt()
+		c.requeue(c.now()) // a transport that broke: its requests wait for the next
+		e.connFailed = true
+		e.connFails++
+		e.retryAfter = nextBackoff(e.retryAfter, retryConnectAfter, maxRetryConnect, rand.Float64())
 		c.expireBacklog(c.now())
 		return
 	}
-	c.connFailed, c.retryAfter, c.connFails, c.slowProbes = false, 0, 0, 0
+	e.connFailed, e.retryAfter, e.connFails, e.slowProbes = false, 0, 0, 0
 	c.st.reconnects.Add(1)
-	c.lastAns = c.now()
-	c.log.Info("reconnected", "admin", c.Endpoint(), "session", c.session, "epoch", c.epoch)
+	e.lastAns = c.now()
+	c.log.Info("reconnected", "admin", c.Endpoint(), "session", c.sess.id, "epoch", c.sess.epoch)
 }
 
 // keepOnSlowProbe reports whether a Status probe that failed with err
@@ -449,38 +420,37 @@ func (c *Client) reconnect(now time.Duration, force bool) {
 // connection) the client reconnects; naming its session in the Connect
 // makes that safe even when the session was alive.
 func (c *Client) keepOnSlowProbe(err error) bool {
-	if status.Code(err) != codes.DeadlineExceeded || c.sessionLost.Load() {
+	e := &c.eng
+	if status.Code(err) != codes.DeadlineExceeded || c.lease.lost.Load() {
 		return false // refused, reset, or the lease renewer knows it is gone
 	}
-	if c.slowAns != c.lastAns {
-		c.slowAns, c.slowProbes = c.lastAns, 0
+	if e.slowAns != e.lastAns {
+		e.slowAns, e.slowProbes = e.lastAns, 0
 	}
-	c.slowProbes++
-	keep := c.slowProbes < slowProbesBeforeReconnect
+	e.slowProbes++
+	keep := e.slowProbes < slowProbesBeforeReconnect
 	if keep {
-		c.log.Debug("status probe timed out: keeping the session", "admin", c.Endpoint(), "probes", c.slowProbes)
+		c.log.Debug("status probe timed out: keeping the session", "admin", c.Endpoint(), "probes", e.slowProbes)
 	}
 	return keep
 }
 
 // failAll fails every queued and outstanding request with err.
 func (c *Client) failAll(err error) {
+	e := &c.eng
 	now := c.now()
-	for _, q := range c.qps {
-		for t, r := range q.inflight {
-			if r != nil {
-				q.win.Cancel(now, spec.Tag(t))
-				q.inflight[t] = nil
-				c.finish(r, 0, err)
-			}
+	for id := range e.reqs {
+		if r := e.take(id); r != nil {
+			e.tr.Cancel(id)
+			c.finish(r, 0, err)
 		}
 	}
-	for r := c.popFront(); r != nil; r = c.popFront() {
+	for r := e.popFront(); r != nil; r = e.popFront() {
 		c.finish(r, 0, err)
 	}
 	if err == ErrNotConnected {
 		c.intake(now)
-		for r := c.popFront(); r != nil; r = c.popFront() {
+		for r := e.popFront(); r != nil; r = e.popFront() {
 			c.finish(r, 0, err)
 		}
 	}
@@ -489,11 +459,11 @@ func (c *Client) failAll(err error) {
 // expireBacklog fails queued requests whose deadline passed or whose
 // caller gave up.
 func (c *Client) expireBacklog(now time.Duration) {
+	e := &c.eng
 	var keep, tail *Request
-	for r := c.popFront(); r != nil; r = c.popFront() {
+	for r := e.popFront(); r != nil; r = e.popFront() {
 		if r.abandoned.Load() || now >= r.deadline {
-			c.st.timeouts.Add(1)
-			c.finish(r, 0, fmt.Errorf("%w: no answer before the deadline", ErrTimeout))
+			c.timeout(r)
 			continue
 		}
 		if tail == nil {
@@ -503,5 +473,5 @@ func (c *Client) expireBacklog(now time.Duration) {
 		}
 		tail = r
 	}
-	c.backlog, c.tail = keep, tail
+	e.backlog, e.tail = keep, tail
 }

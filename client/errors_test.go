@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seqd/seqd/cmd/seqd/run"
+	"github.com/seqd/seqd/server"
 )
 
 func TestErrTimeoutIsDeadlineExceeded(t *testing.T) {
@@ -42,7 +42,7 @@ func TestSentinelErrors(t *testing.T) {
 		}
 	})
 	t.Run("ErrNotConnected", func(t *testing.T) {
-		a := startServer(t, run.Config{})
+		a := startServer(t, server.Config{})
 		c := dialT(t, a.Admin)
 		c.Close()
 		_, err := c.GetTimestamp(ctx)
@@ -51,7 +51,7 @@ func TestSentinelErrors(t *testing.T) {
 		}
 	})
 	t.Run("ErrTimeout", func(t *testing.T) {
-		a, stop := startStoppable(t, run.Config{})
+		a, stop := startStoppable(t, server.Config{})
 		c := dialT(t, a.Admin)
 		stop()
 		cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
@@ -71,7 +71,7 @@ func TestSentinelErrors(t *testing.T) {
 		// A counter-format seqd restarted on a fresh data directory starts
 		// again from the bottom: its answers would go backwards.
 		dir := t.TempDir()
-		a, stop := startStoppable(t, run.Config{Format: "counter", Data: dir})
+		a, stop := startStoppable(t, server.Config{Format: "counter", Data: dir})
 		c := dialT(t, a.Admin)
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
@@ -81,7 +81,7 @@ func TestSentinelErrors(t *testing.T) {
 			}
 		}
 		stop()
-		startServer(t, run.Config{Format: "counter", Data: t.TempDir(), Admin: a.Admin})
+		startServer(t, server.Config{Format: "counter", Data: t.TempDir(), Admin: a.Admin})
 		_, err := c.GetTimestamp(cctx)
 		if !errors.Is(err, ErrRegression) || err == ErrRegression {
 			t.Fatalf("GetTimestamp from a server gone backwards = %v, want a wrapped ErrRegression", err)
@@ -97,7 +97,7 @@ func TestSentinelErrors(t *testing.T) {
 // once it is back.
 func TestContextDeadlineOutlivesTimeout(t *testing.T) {
 	dir := t.TempDir()
-	a, stop := startStoppable(t, run.Config{Data: dir})
+	a, stop := startStoppable(t, server.Config{Data: dir})
 	c := dialT(t, a.Admin, WithTimeout(100*time.Millisecond))
 	stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -114,7 +114,7 @@ func TestContextDeadlineOutlivesTimeout(t *testing.T) {
 		t.Fatalf("the call returned %v after %v, before the server was back", err, time.Since(start))
 	case <-time.After(500 * time.Millisecond):
 	}
-	startServer(t, run.Config{Data: dir, Admin: a.Admin})
+	startServer(t, server.Config{Data: dir, Admin: a.Admin})
 	if err := <-res; err != nil {
 		t.Fatalf("GetTimestamp with a 20s context across a 500ms outage (WithTimeout 100ms): %v", err)
 	}

@@ -8,19 +8,19 @@ import (
 	"time"
 
 	"github.com/seqd/seqd/client"
-	"github.com/seqd/seqd/cmd/seqd/run"
+	"github.com/seqd/seqd/server"
 	_ "github.com/seqd/seqd/verbs/soft"
 )
 
 // startSeqd runs a seqd server in-process on ephemeral ports.
 func startSeqd(dir string) (adminAddr string, stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan run.Addrs, 1)
+	ready := make(chan server.Addrs, 1)
 	done := make(chan error, 1)
 	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	go func() {
-		done <- run.Run(ctx, run.Config{Device: "127.0.0.1:0", Admin: "127.0.0.1:0", Metrics: "off", Data: dir, Init: true},
-			quiet, func(a run.Addrs) { ready <- a })
+		done <- server.Run(ctx, server.Config{Device: "127.0.0.1:0", Admin: "127.0.0.1:0", Metrics: "off", Data: dir, Init: true},
+			quiet, func(a server.Addrs) { ready <- a })
 	}()
 	select {
 	case a := <-ready:

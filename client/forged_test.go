@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seqd/seqd/cmd/seqd/run"
+	"github.com/seqd/seqd/server"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 	"github.com/seqd/seqd/verbs/verbstest"
@@ -24,14 +24,14 @@ import (
 // value is returned, and the victim keeps being served.
 func TestSourceCheck(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan run.Addrs, 1)
+	ready := make(chan server.Addrs, 1)
 	done := make(chan error, 1)
 	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	go func() {
-		done <- run.Run(ctx, run.Config{Device: "127.0.0.1:0", Admin: "127.0.0.1:0", Metrics: "off", Data: t.TempDir(), Init: true},
-			quiet, func(a run.Addrs) { ready <- a })
+		done <- server.Run(ctx, server.Config{Device: "127.0.0.1:0", Admin: "127.0.0.1:0", Metrics: "off", Data: t.TempDir(), Init: true},
+			quiet, func(a server.Addrs) { ready <- a })
 	}()
-	var addrs run.Addrs
+	var addrs server.Addrs
 	select {
 	case addrs = <-ready:
 	case err := <-done:
@@ -49,7 +49,8 @@ func TestSourceCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Read before the load: the engine writes these only on a reconnect.
-	qkey, dst, dstQPN := c.ansQKey, c.qps[0].qp.Address(), c.qps[0].qp.QPN()
+	s0 := c.eng.tr.(*specS0)
+	qkey, dst, dstQPN := s0.ansQKey, s0.qps[0].qp.Address(), s0.qps[0].qp.QPN()
 
 	dev, err := verbs.Open("soft", "127.0.0.1:0", nil)
 	if err != nil {

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seqd/seqd/admin"
-	"github.com/seqd/seqd/cmd/seqd/run"
+	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/internal/netnstest"
+	"github.com/seqd/seqd/server"
 )
 
 // Plaintext to an admin address off loopback: refused unless chosen with
@@ -21,7 +21,7 @@ func TestPlaintextRefusedSaysWhatToPass(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_, err := Dial(ctx, "198.51.100.1:7070", WithDevice("soft", "127.0.0.1:0", ""))
-	if !errors.Is(err, admin.ErrPlaintextRefused) || !errors.Is(err, ErrUnavailable) {
+	if !errors.Is(err, adminclient.ErrPlaintextRefused) || !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("Dial = %v, want ErrPlaintextRefused (and ErrUnavailable)", err)
 	}
 	for _, want := range []string{"client.WithInsecure()", "-insecure", "-tls-ca", "grpc.WithTransportCredentials"} {
@@ -38,10 +38,10 @@ func TestWithInsecureOffLoopback(t *testing.T) {
 	if !netnstest.Enter(t, "198.51.100.7/32") {
 		return
 	}
-	a := startServer(t, run.Config{Device: "198.51.100.7:0", Admin: "198.51.100.7:0"})
+	a := startServer(t, server.Config{Device: "198.51.100.7:0", Admin: "198.51.100.7:0"})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := Dial(ctx, a.Admin); !errors.Is(err, admin.ErrPlaintextRefused) {
+	if _, err := Dial(ctx, a.Admin); !errors.Is(err, adminclient.ErrPlaintextRefused) {
 		t.Fatalf("Dial without WithInsecure = %v, want ErrPlaintextRefused", err)
 	}
 	c := dialT(t, a.Admin, WithInsecure())
@@ -60,14 +60,14 @@ func TestListenAllInterfaces(t *testing.T) {
 	if !netnstest.Enter(t, "198.51.100.7/32") {
 		return
 	}
-	a := startServer(t, run.Config{Device: "0.0.0.0:0", ProviderOpts: "advertise=198.51.100.7", Admin: "0.0.0.0:0"})
+	a := startServer(t, server.Config{Device: "0.0.0.0:0", ProviderOpts: "advertise=198.51.100.7", Admin: "0.0.0.0:0"})
 	_, port, err := net.SplitHostPort(a.Admin)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := dialT(t, net.JoinHostPort("198.51.100.7", port), WithInsecure())
-	if c.dataIP != netip.MustParseAddr("198.51.100.7") || !strings.HasPrefix(c.opts.device, "198.51.100.7:") {
-		t.Errorf("server data plane %v, device %q; want 198.51.100.7 for both", c.dataIP, c.opts.device)
+	if c.sess.dataIP != netip.MustParseAddr("198.51.100.7") || !strings.HasPrefix(c.opts.device, "198.51.100.7:") {
+		t.Errorf("server data plane %v, device %q; want 198.51.100.7 for both", c.sess.dataIP, c.opts.device)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -8,7 +8,7 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 )
@@ -89,8 +89,8 @@ func WithEndpoints(addrs ...string) Option {
 }
 
 // WithAdminDialOptions passes options to every dial of an admin server:
-// TLS (grpc.WithTransportCredentials with admin.ClientTLS) or a bearer
-// token (grpc.WithPerRPCCredentials with admin.BearerToken).
+// TLS (grpc.WithTransportCredentials with adminclient.ClientTLS) or a bearer
+// token (grpc.WithPerRPCCredentials with adminclient.BearerToken).
 func WithAdminDialOptions(opts ...grpc.DialOption) Option {
 	return func(o *options) error { o.dialOpts = append(o.dialOpts, opts...); return nil }
 }
@@ -98,10 +98,10 @@ func WithAdminDialOptions(opts ...grpc.DialOption) Option {
 // WithInsecure chooses a plaintext admin plane knowingly, also to admin
 // addresses off loopback (the admin plane otherwise needs TLS there, see
 // WithAdminDialOptions). A bearer token passed with
-// admin.BearerToken(token, true) then travels in the clear. The data
+// adminclient.BearerToken(token, true) then travels in the clear. The data
 // path is not encrypted either way.
 func WithInsecure() Option {
-	return func(o *options) error { o.dialOpts = append(o.dialOpts, admin.Insecure()); return nil }
+	return func(o *options) error { o.dialOpts = append(o.dialOpts, adminclient.Insecure()); return nil }
 }
 
 // WithLogger sets the logger (default slog.Default()).

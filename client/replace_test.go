@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/admin/admintest"
 	"github.com/seqd/seqd/verbs"
@@ -67,10 +68,10 @@ func TestReconnectNamesItsSession(t *testing.T) {
 	c := dialT(t, addr, WithQPs(1))
 	conns := func() []*adminpb.ConnectRequest { return be.Connects() }
 	first := conns()
-	if len(first) != 1 || len(first[0].GetReplaces()) != admin.TokenLen || bytes.Equal(first[0].GetReplaces(), c.token) {
-		t.Fatalf("first Connect names %x (token %x): want the client's own 16-byte handle", first[0].GetReplaces(), c.token)
+	if len(first) != 1 || len(first[0].GetReplaces()) != adminclient.TokenLen || bytes.Equal(first[0].GetReplaces(), c.sess.token) {
+		t.Fatalf("first Connect names %x (token %x): want the client's own 16-byte handle", first[0].GetReplaces(), c.sess.token)
 	}
-	tok := bytes.Clone(c.token)
+	tok := bytes.Clone(c.sess.token)
 
 	// Calls that get no answer make the engine probe. Two slow probes,
 	// then fast ones of the same epoch: the session stays.
@@ -95,8 +96,8 @@ func TestReconnectNamesItsSession(t *testing.T) {
 		t.Fatalf("reconnect after slow probes names %x, want the session's token %x", r, tok)
 	}
 	// A new epoch: reconnect, naming the latest session.
-	waitFor(t, func() bool { return len(c.lease.Load().token) != 0 && !bytes.Equal(c.lease.Load().token, tok) }, "the new session")
-	tok2 := bytes.Clone(c.lease.Load().token)
+	waitFor(t, func() bool { return len(c.lease.cur.Load().token) != 0 && !bytes.Equal(c.lease.cur.Load().token, tok) }, "the new session")
+	tok2 := bytes.Clone(c.lease.cur.Load().token)
 	n := len(conns())
 	be.epoch.Store(8)
 	waitFor(t, func() bool { return len(conns()) > n }, "a reconnect after the epoch changed")

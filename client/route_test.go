@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/seqd/seqd/admin/adminpb"
-	"github.com/seqd/seqd/cmd/seqd/run"
 	"github.com/seqd/seqd/internal/netnstest"
+	"github.com/seqd/seqd/server"
 	"github.com/seqd/seqd/verbs"
 )
 
@@ -81,7 +81,7 @@ func TestServerDataIP(t *testing.T) {
 
 // Without WithDevice the client binds the route's local address.
 func TestDialBindsByRoute(t *testing.T) {
-	a := startServer(t, run.Config{})
+	a := startServer(t, server.Config{})
 	c := dialT(t, a.Admin)
 	if !strings.HasPrefix(c.opts.device, "127.0.0.1:") {
 		t.Fatalf("device %q, want 127.0.0.1:0 (the route to the server)", c.opts.device)
@@ -109,7 +109,7 @@ func TestDialRebindsToDataPlaneRoute(t *testing.T) {
 	if !netnstest.Enter(t, "198.51.100.7/32") {
 		return
 	}
-	a := startServer(t, run.Config{Device: "198.51.100.7:0"})
+	a := startServer(t, server.Config{Device: "198.51.100.7:0"})
 	c := dialT(t, a.Admin) // 127.0.0.1:port: the first guess is 127.0.0.1
 	if !strings.HasPrefix(c.opts.device, "198.51.100.7:") {
 		t.Fatalf("device %q, want 198.51.100.7:0 (the route to the data plane)", c.opts.device)

@@ -8,13 +8,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seqd/seqd/cmd/seqd/run"
+	"github.com/seqd/seqd/server"
 )
 
 // startServer runs seqd in-process with cfg (ephemeral loopback ports
 // and -init unless cfg says otherwise) until the test ends, and returns its
 // addresses.
-func startServer(t testing.TB, cfg run.Config) run.Addrs {
+func startServer(t testing.TB, cfg server.Config) server.Addrs {
 	t.Helper()
 	a, _ := startStoppable(t, cfg)
 	return a
@@ -22,7 +22,7 @@ func startServer(t testing.TB, cfg run.Config) run.Addrs {
 
 // startStoppable is startServer that also returns a stop function (the
 // test's end calls it too; calling it twice is fine).
-func startStoppable(t testing.TB, cfg run.Config) (run.Addrs, func()) {
+func startStoppable(t testing.TB, cfg server.Config) (server.Addrs, func()) {
 	t.Helper()
 	if cfg.Device == "" {
 		cfg.Device = "127.0.0.1:0"
@@ -38,10 +38,10 @@ func startStoppable(t testing.TB, cfg run.Config) (run.Addrs, func()) {
 	// one loads its mark file whatever Init says.
 	cfg.Init = true
 	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan run.Addrs, 1)
+	ready := make(chan server.Addrs, 1)
 	done := make(chan error, 1)
 	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	go func() { done <- run.Run(ctx, cfg, quiet, func(a run.Addrs) { ready <- a }) }()
+	go func() { done <- server.Run(ctx, cfg, quiet, func(a server.Addrs) { ready <- a }) }()
 	select {
 	case a := <-ready:
 		var once sync.Once
@@ -55,7 +55,7 @@ func startStoppable(t testing.TB, cfg run.Config) (run.Addrs, func()) {
 		cancel()
 		t.Fatal("seqd did not start in 30s")
 	}
-	return run.Addrs{}, nil
+	return server.Addrs{}, nil
 }
 
 // dialT dials addr with opts, bounded by 10s, and closes the client when

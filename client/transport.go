@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"github.com/seqd/seqd/admin/adminpb"
@@ -44,8 +45,7 @@ type transport interface {
 	// Cancel drops request id (its caller gave up): an answer that still
 	// comes for it is discarded.
 	Cancel(id int)
-	// Close releases the transport's resources. The QPs it shares with
-	// the client (none but spec-s0's) stay.
+	// Close releases the transport's resources (not the client's PD).
 	Close() error
 }
 
@@ -77,6 +77,9 @@ type transportEnv struct {
 	// another mode: a dialer may take over its QPs (spec-s0 keeps its
 	// QPs across reconnects) instead of building new ones.
 	prev transport
+	// log is the client's logger; now its clock (the engine's now).
+	log *slog.Logger
+	now func() time.Duration
 }
 
 // dialer builds a mode's transport: its QPs, the Connect that admits

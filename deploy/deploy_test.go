@@ -29,8 +29,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seqd/seqd/cmd/seqd/run"
 	"github.com/seqd/seqd/modes"
+	"github.com/seqd/seqd/server"
 	_ "github.com/seqd/seqd/verbs/soft"
 )
 
@@ -388,13 +388,13 @@ func exported(t *testing.T) map[string]bool {
 	names := map[string]bool{}
 	for _, mode := range modes.All {
 		ctx, cancel := context.WithCancel(context.Background())
-		ready := make(chan run.Addrs, 1)
+		ready := make(chan server.Addrs, 1)
 		done := make(chan error, 1)
-		c := run.Config{Data: t.TempDir(), Init: true, Admin: "127.0.0.1:0", Metrics: "127.0.0.1:0", Device: "127.0.0.1:0", Mode: mode}
+		c := server.Config{Data: t.TempDir(), Init: true, Admin: "127.0.0.1:0", Metrics: "127.0.0.1:0", Device: "127.0.0.1:0", Mode: mode}
 		go func() {
-			done <- run.Run(ctx, c, slog.New(slog.NewTextHandler(io.Discard, nil)), func(a run.Addrs) { ready <- a })
+			done <- server.Run(ctx, c, slog.New(slog.NewTextHandler(io.Discard, nil)), func(a server.Addrs) { ready <- a })
 		}()
-		var a run.Addrs
+		var a server.Addrs
 		select {
 		case a = <-ready:
 		case err := <-done:

@@ -14,9 +14,9 @@ import (
 
 	"github.com/seqd/seqd/admin"
 	"github.com/seqd/seqd/admin/adminpb"
-	"github.com/seqd/seqd/cmd/seqd/run"
 	"github.com/seqd/seqd/ha/hatest"
 	"github.com/seqd/seqd/internal/netnstest"
+	"github.com/seqd/seqd/server"
 )
 
 // snippet is one ```go block of a document.
@@ -88,7 +88,7 @@ func TestDocSnippets(t *testing.T) {
 	}
 	quiet := slog.New(slog.DiscardHandler)
 	// make run: ./bin/seqd with its defaults.
-	startFixed(t, run.Config{Metrics: "off", Data: t.TempDir()}, quiet)
+	startFixed(t, server.Config{Metrics: "off", Data: t.TempDir()}, quiet)
 	for _, s := range snips {
 		name := fmt.Sprintf("%s:%d", s.file, s.line)
 		t.Run(name, func(t *testing.T) {
@@ -112,13 +112,13 @@ func TestDocSnippets(t *testing.T) {
 
 // startFixed runs seqd in-process with c (its own fixed addresses: the
 // defaults unless c sets them) until the test ends.
-func startFixed(t *testing.T, c run.Config, log *slog.Logger) {
+func startFixed(t *testing.T, c server.Config, log *slog.Logger) {
 	t.Helper()
 	c.Init = true // a fresh data directory: a new deployment
 	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan run.Addrs, 1)
+	ready := make(chan server.Addrs, 1)
 	done := make(chan error, 1)
-	go func() { done <- run.Run(ctx, c, log, func(a run.Addrs) { ready <- a }) }()
+	go func() { done <- server.Run(ctx, c, log, func(a server.Addrs) { ready <- a }) }()
 	select {
 	case <-ready:
 		t.Cleanup(func() { cancel(); <-done })
@@ -138,9 +138,9 @@ func startHAGroup(ctx context.Context, t *testing.T, log *slog.Logger) {
 	t.Helper()
 	etcd := hatest.Start(t, 1)
 	for i := 1; i <= 3; i++ {
-		startFixed(t, run.Config{Admin: fmt.Sprintf("127.0.0.1:707%d", i), Device: fmt.Sprintf("127.0.0.1:48%d1", i),
+		startFixed(t, server.Config{Admin: fmt.Sprintf("127.0.0.1:707%d", i), Device: fmt.Sprintf("127.0.0.1:48%d1", i),
 			Metrics: "off", Data: t.TempDir(),
-			HA: run.HAConfig{EtcdEndpoints: strings.Join(etcd.Endpoints(), ","), EtcdPrefix: "/seqd/prod", LeaseTTL: 3 * time.Second}}, log)
+			HA: server.HAConfig{EtcdEndpoints: strings.Join(etcd.Endpoints(), ","), EtcdPrefix: "/seqd/prod", LeaseTTL: 3 * time.Second}}, log)
 	}
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()

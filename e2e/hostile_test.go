@@ -20,7 +20,7 @@ import (
 	"github.com/seqd/seqd/admin"
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/client"
-	"github.com/seqd/seqd/cmd/seqd/run"
+	"github.com/seqd/seqd/server"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 	"github.com/seqd/seqd/verbs/rocev2"
@@ -524,9 +524,9 @@ func (h *hostile) run(pools [][][]byte, flood [][]byte, sent []uint64, stop <-ch
 
 // startWithMetrics runs seqd (Spec-S0) in-process with its metrics
 // endpoint on an ephemeral port.
-func startWithMetrics(t testing.TB) run.Addrs {
+func startWithMetrics(t testing.TB) server.Addrs {
 	t.Helper()
-	return startAddrs(t, run.Config{Metrics: "127.0.0.1:0", Workers: 2, MaxWindow: 64})
+	return startAddrs(t, server.Config{Metrics: "127.0.0.1:0", Workers: 2, MaxWindow: 64})
 }
 
 // dropReasons scrapes seqd_headeronly_drops_total by reason.

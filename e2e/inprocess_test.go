@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/seqd/seqd/client"
-	"github.com/seqd/seqd/cmd/seqd/run"
+	"github.com/seqd/seqd/server"
 	_ "github.com/seqd/seqd/verbs/soft"
 )
 
@@ -21,7 +21,7 @@ func quietLogger() *slog.Logger {
 // admin address. It stops when the test ends.
 func startServer(t testing.TB, provOpts string) string {
 	t.Helper()
-	return startConfig(t, run.Config{ProviderOpts: provOpts, Workers: 2, MaxWindow: 512})
+	return startConfig(t, server.Config{ProviderOpts: provOpts, Workers: 2, MaxWindow: 512})
 }
 
 func runLoad(t *testing.T, provOpts string, callers, perCaller int) {

@@ -11,16 +11,16 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/seqd/seqd/cmd/seqd/run"
+	"github.com/seqd/seqd/server"
 )
 
 // TestDefaultMaxClients fills a seqd with its default -max-clients
-// (run.DefaultMaxClients) synthetic sessions at window 1, on one worker
+// (server.DefaultMaxClients) synthetic sessions at window 1, on one worker
 // and without leases, measures the heap per session, and checks that
 // one more is refused with ResourceExhausted. Under the race detector
 // or -short it does the same with -max-clients 2048.
 func TestDefaultMaxClients(t *testing.T) {
-	n, cfg := run.DefaultMaxClients, run.Config{Workers: 1, SessionLease: -1}
+	n, cfg := server.DefaultMaxClients, server.Config{Workers: 1, SessionLease: -1}
 	if raceEnabled || testing.Short() {
 		n, cfg.MaxClients = 2048, 2048
 	}

@@ -10,14 +10,14 @@ import (
 	"github.com/seqd/seqd/admin"
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/client"
-	"github.com/seqd/seqd/cmd/seqd/run"
+	"github.com/seqd/seqd/server"
 	"github.com/seqd/seqd/spec"
 )
 
 // startMode runs seqd in-process in mode and returns its admin address.
 func startMode(t testing.TB, provOpts, mode string) string {
 	t.Helper()
-	return startConfig(t, run.Config{ProviderOpts: provOpts, Mode: mode, Workers: 2, MaxWindow: 64})
+	return startConfig(t, server.Config{ProviderOpts: provOpts, Mode: mode, Workers: 2, MaxWindow: 64})
 }
 
 func dialN(t testing.TB, ctx context.Context, addr, provOpts string, n int) []*client.Client {

@@ -16,16 +16,16 @@ import (
 
 	"github.com/seqd/seqd/admin"
 	"github.com/seqd/seqd/admin/adminpb"
-	"github.com/seqd/seqd/cmd/seqd/run"
 	"github.com/seqd/seqd/ha/hatest"
 	"github.com/seqd/seqd/headeronly"
+	"github.com/seqd/seqd/server"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 )
 
 // startConfig runs seqd in-process with c (ephemeral ports, a temporary
 // data directory) and returns its admin address.
-func startConfig(t testing.TB, c run.Config) string {
+func startConfig(t testing.TB, c server.Config) string {
 	t.Helper()
 	return startAddrs(t, c).Admin
 }
@@ -33,7 +33,7 @@ func startConfig(t testing.TB, c run.Config) string {
 // startAddrs is startConfig returning every listener's address. The data
 // directory is made before the cleanup that stops seqd is registered, so
 // that cleanups (run last-first) stop seqd before they remove it.
-func startAddrs(t testing.TB, c run.Config) run.Addrs {
+func startAddrs(t testing.TB, c server.Config) server.Addrs {
 	t.Helper()
 	c.Device, c.Admin, c.Data = "127.0.0.1:0", "127.0.0.1:0", t.TempDir()
 	c.Init = true // a fresh data directory: a new deployment
@@ -41,9 +41,9 @@ func startAddrs(t testing.TB, c run.Config) run.Addrs {
 		c.Metrics = "off"
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	addrs := make(chan run.Addrs, 1)
+	addrs := make(chan server.Addrs, 1)
 	done := make(chan error, 1)
-	go func() { done <- run.Run(ctx, c, quietLogger(), func(a run.Addrs) { addrs <- a }) }()
+	go func() { done <- server.Run(ctx, c, quietLogger(), func(a server.Addrs) { addrs <- a }) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -58,7 +58,7 @@ func startAddrs(t testing.TB, c run.Config) run.Addrs {
 	case <-time.After(10 * time.Second):
 		t.Fatal("seqd not ready after 10s")
 	}
-	return run.Addrs{}
+	return server.Addrs{}
 }
 
 // syntheticConnect is a Connect for a client that exists only on paper:
@@ -91,7 +91,7 @@ func TestAdmissionBeyondCapacity(t *testing.T) {
 	// One worker with the default receives; windows of 256.
 	recv := headeronly.DefaultMaxRecv
 	tries := recv/256 + 2
-	addr := startConfig(t, run.Config{Workers: 1, MaxWindow: 256, MaxClients: tries + 1})
+	addr := startConfig(t, server.Config{Workers: 1, MaxWindow: 256, MaxClients: tries + 1})
 	adm := adminClient(ctx, t, addr)
 	cs := dialN(t, ctx, addr, "", 1) // 2 QPs × 16
 	var ids [][]byte
@@ -143,7 +143,7 @@ func TestAdmissionBeyondCapacity(t *testing.T) {
 	}
 
 	// The session limit: MaxClients.
-	addr2 := startConfig(t, run.Config{Workers: 1, MaxWindow: 8, MaxClients: 5})
+	addr2 := startConfig(t, server.Config{Workers: 1, MaxWindow: 8, MaxClients: 5})
 	adm2 := adminClient(ctx, t, addr2)
 	for i := range 6 {
 		_, err := adm2.Connect(ctx, syntheticConnect(uint16(21000+i), 7, 1))
@@ -168,7 +168,7 @@ func TestManyClientsMemory(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	addr := startConfig(t, run.Config{Workers: 2, MaxWindow: 64, MaxClients: n + 16})
+	addr := startConfig(t, server.Config{Workers: 2, MaxWindow: 64, MaxClients: n + 16})
 	adm := adminClient(ctx, t, addr)
 	cs := dialN(t, ctx, addr, "", 1)
 	var v Verifier
@@ -305,7 +305,7 @@ func TestLeaseReclaimsDeadClients(t *testing.T) {
 		return req
 	}
 	fill := (headeronly.DefaultMaxRecv - 32) / 4096
-	addr := startConfig(t, run.Config{Workers: 1, MaxWindow: 256, MaxClients: 64, SessionLease: lease})
+	addr := startConfig(t, server.Config{Workers: 1, MaxWindow: 256, MaxClients: 64, SessionLease: lease})
 	adm := adminClient(ctx, t, addr)
 	cs := dialN(t, ctx, addr, "", 1)
 	var dead [][]byte
@@ -362,8 +362,8 @@ func TestLeaseReclaimsDeadClientsHA(t *testing.T) {
 	etcd := hatest.Start(t, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	addr := startConfig(t, run.Config{Workers: 1, MaxWindow: 256, MaxClients: 8, SessionLease: lease,
-		HA: run.HAConfig{EtcdEndpoints: strings.Join(etcd.Endpoints(), ","), LeaseTTL: time.Second}})
+	addr := startConfig(t, server.Config{Workers: 1, MaxWindow: 256, MaxClients: 8, SessionLease: lease,
+		HA: server.HAConfig{EtcdEndpoints: strings.Join(etcd.Endpoints(), ","), LeaseTTL: time.Second}})
 	adm := adminClient(ctx, t, addr)
 	// Until this instance has won its term, Connect redirects.
 	var first *adminpb.ConnectResponse

@@ -14,6 +14,7 @@ import (
 
 	"github.com/seqd/seqd/ha/hatest"
 	"github.com/seqd/seqd/oracle"
+	"github.com/seqd/seqd/spec"
 )
 
 // errLost is what faultKV returns for a transaction whose answer it
@@ -226,7 +227,7 @@ func TestCounterLeaderServesAfterAmbiguousCommit(t *testing.T) {
 	go func() {
 		defer close(done)
 		n.Run(rctx, func(ctx context.Context, term *Term) error {
-			o, err := term.OpenOracle(ctx, oracle.Config{Format: oracle.FormatCounter, CounterWindow: 128, MaxBatch: 16,
+			o, err := term.OpenOracle(ctx, oracle.Config{Format: spec.FormatCounter, CounterWindow: 128, MaxBatch: 16,
 				RetryMin: time.Millisecond, RetryMax: 20 * time.Millisecond, Logger: quietLogger()})
 			if err != nil {
 				return err

@@ -23,16 +23,16 @@ func TestChurnBoundsState(t *testing.T) {
 	for i := range cycles {
 		ip := netip.AddrFrom4([4]byte{127, 1, byte(i >> 8), byte(i)})
 		a, _ := verbs.Address{GID: verbs.GIDFromAddr(ip), Port: 4791}.MarshalBinary()
-		resp, err := s.Connect(ctx, &adminpb.ConnectRequest{Qps: []*adminpb.Endpoint{{Address: a, Qpn: 0x100}, {Address: a, Qpn: 0x101}},
+		resp, err := pb(s).Connect(ctx, &adminpb.ConnectRequest{Qps: []*adminpb.Endpoint{{Address: a, Qpn: 0x100}, {Address: a, Qpn: 0x101}},
 			Window: 4, ProtocolVersion: spec.ProtocolVersion})
 		if err != nil {
 			t.Fatalf("cycle %d: Connect = %v", i, err)
 		}
-		if err := s.Disconnect(ctx, &adminpb.DisconnectRequest{SessionId: resp.GetSessionId(), Epoch: resp.GetEpoch()}); err != nil {
+		if err := pb(s).Disconnect(ctx, &adminpb.DisconnectRequest{SessionId: resp.GetSessionId(), Epoch: resp.GetEpoch()}); err != nil {
 			t.Fatalf("cycle %d: Disconnect = %v", i, err)
 		}
 	}
-	st, err := s.Status(ctx)
+	st, err := pb(s).Status(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,9 +40,9 @@ func TestChurnBoundsState(t *testing.T) {
 		t.Fatalf("%d sessions after %d cycles, want 0", st.GetSessions(), cycles)
 	}
 	s.mu.Lock()
-	for _, w := range s.workers {
+	for _, w := range s.Workers {
 		if n := len(*w.peers.Load()); n != 0 || w.budget != 0 {
-			t.Errorf("worker %d: %d peers, receive budget %d after the churn, want 0 and 0", w.id, n, w.budget)
+			t.Errorf("worker %d: %d peers, receive budget %d after the churn, want 0 and 0", w.ID, n, w.budget)
 		}
 	}
 	s.mu.Unlock()

@@ -3,12 +3,11 @@ package headeronly
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/seqd/seqd/internal/claim"
+	wk "github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/spec"
-	"github.com/seqd/seqd/verbs"
 )
 
 // Claimer is the oracle as the data path uses it (package internal/claim).
@@ -20,8 +19,6 @@ type Currenter interface{ Current() uint64 }
 
 // Defaults filled in by Config.validate.
 const (
-	DefaultWorkers   = 1
-	DefaultRespQPs   = 3
 	DefaultMaxWindow = 256
 	// DefaultMaxClients: a session costs 340 B to 630 B of server heap
 	// with a shared receive queue (e2e TestDefaultMaxClients,
@@ -37,12 +34,9 @@ const (
 	// SessionSlack is how many receives a session's request QP has
 	// beyond its window (a retransmission can arrive while the request it
 	// repeats is still queued).
-	SessionSlack       = 4
-	DefaultBatch       = 64
-	DefaultSignalEvery = 32
-	DefaultSendDepth   = 1024
-	DefaultSpin        = 50 * time.Microsecond
-	DefaultWindow      = 64
+	SessionSlack  = 4
+	DefaultSpin   = 50 * time.Microsecond
+	DefaultWindow = 64
 )
 
 // ErrConfig reports an invalid Config.
@@ -50,22 +44,12 @@ var ErrConfig = errors.New("headeronly: invalid config")
 
 // Config configures a Server.
 type Config struct {
-	// Device is the verbs device the server's QPs live on. Required.
-	Device verbs.Device
-	// Oracle hands out values. Required.
-	Oracle Claimer
-	// Behind is the error Oracle.Claim returns when persistence lags
-	// (oracle.ErrBehind): the batch is kept and the claim retried.
-	Behind error
+	// Device, Oracle, Behind, Workers, RespQPs, Cores, Batch,
+	// SignalEvery, SendDepth, QKey, Epoch and Logger, as every CPU mode
+	// takes them (package internal/worker).
+	wk.Config
 	// Format of the values, reported to clients. Default spec.FormatHybrid.
 	Format spec.Format
-	// Workers is the number of polling workers. Default 1.
-	Workers int
-	// RespQPs is the number of response QPs per worker. Default 3.
-	RespQPs int
-	// Cores pins worker i to Cores[i]; -1 or a missing entry leaves it
-	// unpinned.
-	Cores []int
 	// MaxWindow is the largest window granted per client QP. Default 256.
 	MaxWindow int
 	// MaxClients is the most concurrent sessions. Default
@@ -96,51 +80,24 @@ type Config struct {
 	// own receives. spec/PROTOCOL.md ("Residence and windows") weighs the
 	// two.
 	SharedRecv bool
-	// Batch is the most completions one poll takes. Default 64.
-	Batch int
-	// SignalEvery: one send work request in SignalEvery is signaled.
-	// Default 32.
-	SignalEvery int
-	// SendDepth is the send queue depth of each response QP. Default 1024.
-	SendDepth int
 	// Spin is how long an idle worker busy-polls before it blocks.
 	// Default 50µs.
 	Spin time.Duration
-	// QKey is the Q_Key of every data-path packet. Default
-	// verbs.DefaultQKey.
-	QKey uint32
-	// Epoch identifies this server run. Default: the start time in ns.
-	Epoch uint64
-	// Version is reported in Status.
-	Version string
-	// Logger. Default slog.Default().
-	Logger *slog.Logger
 }
 
 func (c Config) validate() (Config, error) {
-	if c.Device == nil || c.Oracle == nil {
-		return c, fmt.Errorf("%w: Device and Oracle are required", ErrConfig)
-	}
-	def := func(p *int, d int, name string) error {
-		if *p == 0 {
-			*p = d
-		}
-		if *p < 0 {
-			return fmt.Errorf("%w: %s %d is negative", ErrConfig, name, *p)
-		}
-		return nil
+	if err := c.Config.Fill(ErrConfig); err != nil {
+		return c, err
 	}
 	for _, f := range []struct {
 		p    *int
 		d    int
 		name string
 	}{
-		{&c.Workers, DefaultWorkers, "Workers"}, {&c.RespQPs, DefaultRespQPs, "RespQPs"},
 		{&c.MaxWindow, DefaultMaxWindow, "MaxWindow"}, {&c.MaxClients, DefaultMaxClients, "MaxClients"},
-		{&c.MaxRecv, DefaultMaxRecv, "MaxRecv"}, {&c.Batch, DefaultBatch, "Batch"},
-		{&c.SignalEvery, DefaultSignalEvery, "SignalEvery"}, {&c.SendDepth, DefaultSendDepth, "SendDepth"},
+		{&c.MaxRecv, DefaultMaxRecv, "MaxRecv"},
 	} {
-		if err := def(f.p, f.d, f.name); err != nil {
+		if err := wk.Default(ErrConfig, f.name, f.p, f.d); err != nil {
 			return c, err
 		}
 	}
@@ -156,33 +113,11 @@ func (c Config) validate() (Config, error) {
 	if c.MaxWindow > spec.MaxWindow {
 		return c, fmt.Errorf("%w: MaxWindow %d above the protocol's %d", ErrConfig, c.MaxWindow, spec.MaxWindow)
 	}
-	if c.SendDepth < 2*c.Batch || c.SignalEvery > c.SendDepth/2 {
-		return c, fmt.Errorf("%w: SendDepth %d must be at least 2*Batch (%d) and 2*SignalEvery (%d)", ErrConfig, c.SendDepth, c.Batch, c.SignalEvery)
-	}
 	if a := c.Device.Attr(); a.MaxQPWR > 0 && (c.MaxRecv > a.MaxQPWR || c.SendDepth > a.MaxQPWR) {
 		return c, fmt.Errorf("%w: MaxRecv %d / SendDepth %d above the device's %d work requests", ErrConfig, c.MaxRecv, c.SendDepth, a.MaxQPWR)
-	}
-	if len(c.Cores) > c.Workers {
-		return c, fmt.Errorf("%w: %d cores for %d workers", ErrConfig, len(c.Cores), c.Workers)
 	}
 	if c.Spin == 0 {
 		c.Spin = DefaultSpin
 	}
-	if c.QKey == 0 {
-		c.QKey = verbs.DefaultQKey
-	}
-	if c.Epoch == 0 {
-		c.Epoch = uint64(time.Now().UnixNano())
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
 	return c, nil
-}
-
-func (c Config) core(i int) int {
-	if i < len(c.Cores) {
-		return c.Cores[i]
-	}
-	return -1
 }

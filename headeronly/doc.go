@@ -25,12 +25,13 @@
 // (reason "late"). Requests of one client QP beyond its granted window in
 // one batch are dropped (reason "window").
 //
-// Admission (Connect, Disconnect, Status) implements admin.Backend. A
-// Connect whose windows would exceed a worker's MaxRecv receive buffers,
-// or MaxClients sessions, is refused (admin.ErrNoCapacity, gRPC
-// ResourceExhausted); nothing is overcommitted. Connect creates the
-// session's request QPs and posts their receives, then hands them to the
-// workers; Disconnect hands them back, and each worker destroys them
+// Server implements dataplane.Mode (package modes serves it through the
+// admin protocol); its workers are internal/worker's. An Admit whose
+// windows would exceed a worker's MaxRecv receive buffers, or MaxClients
+// sessions, is refused (dataplane.ErrNoCapacity, gRPC ResourceExhausted);
+// nothing is overcommitted. Admit creates the session's request QPs and
+// posts their receives, then hands them to the workers; Release hands
+// them back, and each worker destroys them
 // between batches, when it holds no completion of them (recvq.go). With
 // SharedRecv, each worker keeps RecvSlack receives posted on its shared
 // QP beyond its clients' windows.

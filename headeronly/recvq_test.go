@@ -24,7 +24,7 @@ func TestSessionQueuesChurnUnderTraffic(t *testing.T) {
 	ctx := context.Background()
 	connect := func(c *rawClient) (*adminpb.ConnectResponse, verbs.Address, verbs.QPN) {
 		t.Helper()
-		resp, err := s.Connect(ctx, &adminpb.ConnectRequest{Qps: []*adminpb.Endpoint{c.endpoint()}, Window: 8, ProtocolVersion: spec.ProtocolVersion})
+		resp, err := pb(s).Connect(ctx, &adminpb.ConnectRequest{Qps: []*adminpb.Endpoint{c.endpoint()}, Window: 8, ProtocolVersion: spec.ProtocolVersion})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -50,7 +50,7 @@ func TestSessionQueuesChurnUnderTraffic(t *testing.T) {
 			imm, _ := spec.RequestImm(k, spec.NoGuess)
 			churn.send(a, q, imm, rocev2.DefaultPKey, 0)
 		}
-		if err := s.Disconnect(ctx, &adminpb.DisconnectRequest{SessionId: resp.GetSessionId(), SessionToken: resp.GetSessionToken(),
+		if err := pb(s).Disconnect(ctx, &adminpb.DisconnectRequest{SessionId: resp.GetSessionId(), SessionToken: resp.GetSessionToken(),
 			Epoch: resp.GetEpoch()}); err != nil {
 			t.Fatalf("cycle %d: %v", i, err)
 		}
@@ -72,7 +72,7 @@ func TestSessionQueuesChurnUnderTraffic(t *testing.T) {
 		}
 	}
 	live := func() (n int64) {
-		for _, w := range s.workers {
+		for _, w := range s.Workers {
 			n += w.rqLive.Load()
 		}
 		return n
@@ -93,14 +93,14 @@ func TestSessionQueuesChurnUnderTraffic(t *testing.T) {
 			break
 		}
 	}
-	served := s.Stats().Requests
+	served := s.totals().Requests
 	imm, _ := spec.RequestImm(100, spec.NoGuess)
 	churn.send(lastA, lastQ, imm, rocev2.DefaultPKey, 0)
 	churn.conn.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
 	if n, err := churn.conn.Read(buf); err == nil {
 		t.Fatalf("a request to a destroyed session queue was answered: %x", buf[:n])
 	}
-	if got := s.Stats().Requests; got != served {
+	if got := s.totals().Requests; got != served {
 		t.Fatalf("served %d requests after the last session left, want 0", got-served)
 	}
 }

@@ -28,7 +28,7 @@ import (
 // value.
 func TestConnectReplaces(t *testing.T) {
 	s := newServer(t, &fakeOracle{}) // 2 workers, MaxRecv 128, MaxWindow 64
-	_, addr := admintest.Start(t, admin.Config{Logger: slog.New(slog.DiscardHandler), SessionLease: time.Minute}, s)
+	_, addr := admintest.Start(t, admin.Config{Logger: slog.New(slog.DiscardHandler), SessionLease: time.Minute}, pb(s))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cc, err := admin.Dial(ctx, addr)
@@ -57,7 +57,7 @@ func TestConnectReplaces(t *testing.T) {
 	}
 	sessions := func() uint64 {
 		t.Helper()
-		st, err := s.Status(ctx)
+		st, err := pb(s).Status(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/seqd/seqd/admin/admintest"
 	"github.com/seqd/seqd/client"
 	"github.com/seqd/seqd/e2e"
+	wk "github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 	"github.com/seqd/seqd/verbs/verbstest"
@@ -40,7 +41,7 @@ func connectEnd(t *testing.T, s *Server, e *verbstest.End, w uint32) func(spec.T
 		t.Fatal(err)
 	}
 	a, _ := e.QP.Address().MarshalBinary()
-	resp, err := s.Connect(context.Background(), &adminpb.ConnectRequest{
+	resp, err := pb(s).Connect(context.Background(), &adminpb.ConnectRequest{
 		Qps: []*adminpb.Endpoint{{Address: a, Qpn: uint32(e.QP.QPN())}}, Window: w, ProtocolVersion: spec.ProtocolVersion})
 	if err != nil {
 		t.Fatal(err)
@@ -71,7 +72,7 @@ func connectEnd(t *testing.T, s *Server, e *verbstest.End, w uint32) func(spec.T
 // MaxResidence after its request arrived.
 func TestNoAnswerAfterMaxResidence(t *testing.T) {
 	o := &slowOracle{}
-	s, err := New(Config{Device: open(t), Oracle: o, Behind: errBehind, Workers: 1, MaxWindow: 64, MaxRecv: 128})
+	s, err := New(Config{Config: wk.Config{Device: open(t), Oracle: o, Behind: errBehind, Workers: 1}, MaxWindow: 64, MaxRecv: 128})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,14 +89,14 @@ func TestNoAnswerAfterMaxResidence(t *testing.T) {
 	// On a loaded machine a request can already be too old when the
 	// worker reads it (dropped as expired before any claim): send another
 	// until one is claimed.
-	for tag := spec.Tag(1); s.Stats().Drops["late"] == 0; tag++ {
+	for tag := spec.Tag(1); s.totals().Drops["late"] == 0; tag++ {
 		send(tag)
-		for dropped := func() uint64 { st := s.Stats(); return st.Drops["late"] + st.Drops["expired"] }; dropped() < uint64(tag); {
+		for dropped := func() uint64 { st := s.totals(); return st.Drops["late"] + st.Drops["expired"] }; dropped() < uint64(tag); {
 			if n, _ := cli.RecvCQ.Poll(wc); n > 0 {
 				t.Fatalf("answered although the claim took %v, longer than MaxResidence %v", 3*spec.MaxResidence, spec.MaxResidence)
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("neither answered nor dropped: stats %+v", s.Stats())
+				t.Fatalf("neither answered nor dropped: stats %+v", s.totals())
 			}
 			time.Sleep(time.Millisecond)
 		}
@@ -104,7 +105,7 @@ func TestNoAnswerAfterMaxResidence(t *testing.T) {
 	if n, _ := cli.RecvCQ.Poll(wc); n > 0 {
 		t.Fatalf("answered and counted late: %+v", wc[0])
 	}
-	if st := s.Stats(); st.Drops["late"] != 1 || st.Requests != 0 {
+	if st := s.totals(); st.Drops["late"] != 1 || st.Requests != 0 {
 		t.Fatalf("stats %+v, want one late drop and nothing served", st)
 	}
 
@@ -123,7 +124,7 @@ func TestNoAnswerAfterMaxResidence(t *testing.T) {
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no prompt claim answered: %+v", s.Stats())
+			t.Fatalf("no prompt claim answered: %+v", s.totals())
 		}
 	}
 }
@@ -138,12 +139,12 @@ func TestStalledAnswersWhileTagsWrap(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs for seconds")
 	}
-	s, err := New(Config{Device: open(t), Oracle: &fakeOracle{}, Behind: errBehind, Workers: 2, MaxWindow: 64, MaxRecv: 1024})
+	s, err := New(Config{Config: wk.Config{Device: open(t), Oracle: &fakeOracle{}, Behind: errBehind, Workers: 2}, MaxWindow: 64, MaxRecv: 1024})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	_, addr := admintest.Start(t, admin.Config{}, s)
+	_, addr := admintest.Start(t, admin.Config{}, pb(s))
 
 	// Long enough for a client QP retransmitting every 2ms, 32 tags at a
 	// time, to go through all NumTags tags during one stall.
@@ -156,7 +157,7 @@ func TestStalledAnswersWhileTagsWrap(t *testing.T) {
 			time.Sleep(stall)
 		}
 	}
-	s.workers[0].stall.Store(&hook)
+	s.Workers[0].Stall.Store(&hook)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -198,7 +199,7 @@ func TestStalledAnswersWhileTagsWrap(t *testing.T) {
 	if err := v.Check(); err != nil {
 		t.Fatal(err)
 	}
-	st := s.Stats()
+	st := s.totals()
 	var retrans uint64
 	for i, c := range clients {
 		cs := c.Stats()

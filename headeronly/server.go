@@ -8,33 +8,26 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/seqd/seqd/admin"
-	"github.com/seqd/seqd/admin/adminpb"
-	"github.com/seqd/seqd/internal/ahcache"
-	"github.com/seqd/seqd/spec"
+	"github.com/seqd/seqd/dataplane"
+	wk "github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/verbs"
 )
 
-// Server is a running Spec-S0 data path. It implements admin.Backend.
+// Server is a running Spec-S0 data path. It implements dataplane.Mode.
 type Server struct {
-	cfg    Config
-	log    *slog.Logger
-	pd     verbs.PD
-	ctx    context.Context
-	cancel context.CancelFunc
-	start  time.Time
-	closed atomic.Bool
-	wg     sync.WaitGroup
-
-	workers   []*worker
-	answerQPs []*adminpb.Endpoint // every worker's response QPs: answers come only from these
+	wk.Pool[*worker] // the workers run until closed
+	cfg              Config
+	log              *slog.Logger
+	ctx              context.Context
+	cancel           context.CancelFunc
+	start            time.Time
+	closed           atomic.Bool
 
 	mu        sync.Mutex
 	sessions  map[uint64]*session
 	nsessions atomic.Int64 // len(sessions), for Status without mu (held while admitting)
 	nextID    uint64
 	rr        int
-	ahs       *ahcache.Cache // one handle per client address, reaped after the last client left
 	closeOnce sync.Once
 }
 
@@ -49,10 +42,15 @@ type session struct {
 	rqs    []*recvQ // its own request QPs, one per peer (none with SharedRecv)
 }
 
-var (
-	_ admin.Backend  = (*Server)(nil)
-	_ admin.Replacer = (*Server)(nil)
-)
+var _ dataplane.Mode = (*Server)(nil)
+
+// Start starts the Spec-S0 data path with the settings every mode takes
+// and the defaults of the rest (dataplane.Factory).
+func Start(ctx context.Context, c dataplane.Config) (dataplane.Mode, error) {
+	return New(Config{Config: wk.Config{Device: c.Device, Oracle: c.Oracle, Behind: c.Behind, Workers: c.Workers,
+		RespQPs: c.RespQPs, Cores: c.Cores, QKey: c.QKey, Epoch: c.Epoch, Logger: c.Logger},
+		Format: c.Format, MaxWindow: c.MaxWindow, MaxClients: c.MaxClients})
+}
 
 // New creates the server's queue pairs and starts its workers.
 func New(cfg Config) (*Server, error) {
@@ -62,30 +60,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, start: time.Now(), sessions: map[uint64]*session{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	if s.pd, err = cfg.Device.AllocPD(); err != nil {
-		return nil, fmt.Errorf("headeronly: protection domain: %w", err)
-	}
-	s.ahs = ahcache.New(s.pd, 0)
-	for i := range cfg.Workers {
-		w, err := newWorker(s, i)
-		if err != nil {
-			s.Close()
-			return nil, err
-		}
-		s.workers = append(s.workers, w)
-	}
-	for _, w := range s.workers {
-		for _, qp := range w.resp.QPs() {
-			a, _ := qp.Address().MarshalBinary()
-			s.answerQPs = append(s.answerQPs, &adminpb.Endpoint{Address: a, Qpn: uint32(qp.QPN())})
-		}
-	}
-	for _, w := range s.workers {
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			w.run()
-		}()
+	if err := s.Start(cfg.Device, cfg.Workers, func(i int) (*worker, error) { return newWorker(s, i) }); err != nil {
+		s.Close()
+		return nil, err
 	}
 	s.log.Info("spec-s0 data path up", "device", cfg.Device.Name(), "workers", cfg.Workers,
 		"resp_qps", cfg.RespQPs, "format", cfg.Format, "epoch", cfg.Epoch)
@@ -93,11 +70,10 @@ func New(cfg Config) (*Server, error) {
 }
 
 // Endpoints returns the request QP of each worker.
-func (s *Server) Endpoints() []*adminpb.Endpoint {
-	eps := make([]*adminpb.Endpoint, len(s.workers))
-	for i, w := range s.workers {
-		a, _ := w.reqQP.Address().MarshalBinary()
-		eps[i] = &adminpb.Endpoint{Address: a, Qpn: uint32(w.reqQP.QPN())}
+func (s *Server) Endpoints() []dataplane.Endpoint {
+	eps := make([]dataplane.Endpoint, len(s.Workers))
+	for i, w := range s.Workers {
+		eps[i] = dataplane.Endpoint{Addr: w.reqQP.Address(), QPN: w.reqQP.QPN()}
 	}
 	return eps
 }
@@ -108,77 +84,55 @@ func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)
 		s.cancel()
-		s.wg.Wait()
+		s.Wait()
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		for _, w := range s.workers {
-			w.close()
-		}
-		if s.ahs != nil {
-			s.ahs.Close()
-		}
-		if s.pd != nil {
-			s.pd.Close()
-		}
+		s.Pool.Close()
 	})
 	return nil
 }
 
-// Connect admits a client: each of its QPs is assigned to a worker
-// (round-robin) whose receive queue grows by the granted window.
-func (s *Server) Connect(ctx context.Context, req *adminpb.ConnectRequest) (*adminpb.ConnectResponse, error) {
-	return s.admit(ctx, req, nil)
-}
+// Stop closes the server: its QPs are destroyed, so late requests are
+// dropped by the provider; every value it handed out was claimed.
+func (s *Server) Stop() (uint64, error) { return 0, s.Close() }
 
-// Replace releases the session old names (if this data path's epoch
-// still holds it) and admits req in one step: req may take the old
-// session's QPs and receive budget; when req is refused, the old session
-// stays (admin.Replacer).
-func (s *Server) Replace(ctx context.Context, old *adminpb.DisconnectRequest, req *adminpb.ConnectRequest) (*adminpb.ConnectResponse, error) {
-	return s.admit(ctx, req, old)
-}
-
-// admit admits req (replacing the session old names, if any). The
-// session's own request QPs are adopted by their workers before the
+// Admit admits a client: each of its QPs is assigned to a worker
+// (round-robin) whose receive queue grows by the granted window. When
+// replaces names a session of this epoch, it is released in the same
+// step: the new session may take its QPs and receive budget; when the
+// admission is refused, the old session stays.
+// The session's own request QPs are adopted by their workers before the
 // client hears yes, so that its first requests find their receives; that
 // wait is outside s.mu, so a storm of Connects is not serialised behind
 // the workers' batches (each worker adopts every QP handed to it at once).
-func (s *Server) admit(ctx context.Context, req *adminpb.ConnectRequest, old *adminpb.DisconnectRequest) (*adminpb.ConnectResponse, error) {
-	resp, rqs, err := s.admitLocked(ctx, req, old)
+func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces dataplane.SessionRef) (dataplane.Grant, error) {
+	g, rqs, err := s.admitLocked(ctx, a, replaces)
 	if err != nil {
-		return nil, err
+		return dataplane.Grant{}, err
 	}
 	s.awaitAdopted(ctx, rqs)
-	return resp, nil
+	return g, nil
 }
 
-func (s *Server) admitLocked(ctx context.Context, req *adminpb.ConnectRequest, old *adminpb.DisconnectRequest) (*adminpb.ConnectResponse, []*recvQ, error) {
+func (s *Server) admitLocked(ctx context.Context, a dataplane.Admission, old dataplane.SessionRef) (dataplane.Grant, []*recvQ, error) {
+	var no dataplane.Grant
 	if s.closed.Load() {
-		return nil, nil, fmt.Errorf("%w: server closing", admin.ErrUnavailable)
+		return no, nil, fmt.Errorf("%w: server closing", dataplane.ErrUnavailable)
 	}
-	if m := req.GetMode(); m != "" && m != spec.ModeSpecS0 {
-		return nil, nil, fmt.Errorf("%w: this server runs %s, not %s", admin.ErrFailedPrecondition, spec.ModeSpecS0, m)
+	if len(a.QPs) == 0 {
+		return no, nil, fmt.Errorf("%w: no queue pairs", dataplane.ErrInvalidArgument)
 	}
-	if v := req.GetProtocolVersion(); v < spec.ProtocolVersion {
-		return nil, nil, fmt.Errorf("%w: protocol version %d, server speaks %d", admin.ErrFailedPrecondition, v, spec.ProtocolVersion)
-	}
-	if len(req.GetQps()) == 0 {
-		return nil, nil, fmt.Errorf("%w: no queue pairs", admin.ErrInvalidArgument)
-	}
-	window := int(req.GetWindow())
-	if window == 0 {
+	window := a.Window
+	if window <= 0 {
 		window = min(DefaultWindow, s.cfg.MaxWindow)
 	}
 	window = min(window, s.cfg.MaxWindow)
-	keys := make([]peerKey, len(req.GetQps()))
-	for i, ep := range req.GetQps() {
-		if err := keys[i].addr.UnmarshalBinary(ep.GetAddress()); err != nil {
-			return nil, nil, fmt.Errorf("%w: qps[%d]: %v", admin.ErrInvalidArgument, i, err)
+	keys := make([]peerKey, len(a.QPs))
+	for i, ep := range a.QPs {
+		if ep.QPN > verbs.MaxQPN {
+			return no, nil, fmt.Errorf("%w: qps[%d]: QPN %d above 24 bits", dataplane.ErrInvalidArgument, i, ep.QPN)
 		}
-		if ep.GetQpn() > uint32(verbs.MaxQPN) {
-			return nil, nil, fmt.Errorf("%w: qps[%d]: QPN %d above 24 bits", admin.ErrInvalidArgument, i, ep.GetQpn())
-		}
-		keys[i].qpn = verbs.QPN(ep.GetQpn())
+		keys[i] = peerKey{ep.Addr, ep.QPN}
 	}
 
 	s.mu.Lock()
@@ -186,15 +140,15 @@ func (s *Server) admitLocked(ctx context.Context, req *adminpb.ConnectRequest, o
 	if err := ctx.Err(); err != nil {
 		// The caller gave up while waiting for the lock: admitting it
 		// now would leave a session nobody knows of.
-		return nil, nil, fmt.Errorf("%w: connect: %v", admin.ErrUnavailable, err)
+		return no, nil, fmt.Errorf("%w: connect: %v", dataplane.ErrUnavailable, err)
 	}
 	// The session being replaced, whose QPs and budget the new one may
 	// take (nil: none, or not of this epoch, or gone already).
 	var prev *session
-	freed := make([]int, len(s.workers))      // windows the replaced session frees
-	freedSlack := make([]int, len(s.workers)) // and the slack of its own request QPs
-	if old != nil && admin.CheckEpoch(old, s.cfg.Epoch) == nil {
-		prev = s.sessions[old.GetSessionId()]
+	freed := make([]int, len(s.Workers))      // windows the replaced session frees
+	freedSlack := make([]int, len(s.Workers)) // and the slack of its own request QPs
+	if old.ID != 0 {
+		prev = s.sessions[old.ID]
 	}
 	n := len(s.sessions)
 	if prev != nil {
@@ -205,12 +159,12 @@ func (s *Server) admitLocked(ctx context.Context, req *adminpb.ConnectRequest, o
 		}
 	}
 	if n >= s.cfg.MaxClients {
-		return nil, nil, fmt.Errorf("%w: %d sessions, the maximum", admin.ErrNoCapacity, n)
+		return no, nil, fmt.Errorf("%w: %d sessions, the maximum", dataplane.ErrNoCapacity, n)
 	}
 	for _, k := range keys {
-		for _, w := range s.workers {
+		for _, w := range s.Workers {
 			if p := (*w.peers.Load())[k]; p != nil && (prev == nil || p.session != prev.id) {
-				return nil, nil, fmt.Errorf("%w: QP %v at %v is already connected", admin.ErrFailedPrecondition, k.qpn, k.addr)
+				return no, nil, fmt.Errorf("%w: QP %v at %v is already connected", dataplane.ErrFailedPrecondition, k.qpn, k.addr)
 			}
 		}
 	}
@@ -220,44 +174,44 @@ func (s *Server) admitLocked(ctx context.Context, req *adminpb.ConnectRequest, o
 		perQP += min(SessionSlack, s.cfg.RecvSlack, window)
 	}
 	assign := make([]uint32, len(keys))
-	extra := make([]int, len(s.workers))
+	extra := make([]int, len(s.Workers))
 	for i := range keys {
-		wi := (s.rr + i) % len(s.workers)
+		wi := (s.rr + i) % len(s.Workers)
 		assign[i] = uint32(wi)
 		extra[wi] += window
 	}
 	for wi, e := range extra {
-		w := s.workers[wi]
+		w := s.Workers[wi]
 		if b := w.budget + e - freed[wi]; b > s.cfg.MaxRecv {
-			return nil, nil, fmt.Errorf("%w: worker %d would need %d receive buffers, the maximum is %d", admin.ErrNoCapacity, wi, b, s.cfg.MaxRecv)
+			return no, nil, fmt.Errorf("%w: worker %d would need %d receive buffers, the maximum is %d", dataplane.ErrNoCapacity, wi, b, s.cfg.MaxRecv)
 		}
 		if b := w.budget + w.slack + e/window*perQP - freed[wi] - freedSlack[wi]; b > w.cqSize {
-			return nil, nil, fmt.Errorf("%w: worker %d would have %d receives posted, its CQ holds %d", admin.ErrNoCapacity, wi, b, w.cqSize)
+			return no, nil, fmt.Errorf("%w: worker %d would have %d receives posted, its CQ holds %d", dataplane.ErrNoCapacity, wi, b, w.cqSize)
 		}
 	}
 	s.nextID++
 	// The session's own Q_Key: its answers carry it, so no other client
 	// (which knows only the request Q_Key and its own) can address them.
-	sess := &session{id: s.nextID, name: req.GetClientName(), window: window, perQP: perQP, qkey: verbs.RandomQKey(s.cfg.QKey)}
+	sess := &session{id: s.nextID, name: a.Name, window: window, perQP: perQP, qkey: verbs.RandomQKey(s.cfg.QKey)}
 	reqQKey := s.cfg.QKey
 	if !s.cfg.SharedRecv {
 		// Its own request QPs, with a Q_Key of their own: no other
 		// client can reach (and use up) their receives.
 		reqQKey = verbs.RandomQKey(s.cfg.QKey, sess.qkey)
 		if err := s.sessionRQs(sess, assign, reqQKey); err != nil {
-			return nil, nil, err
+			return no, nil, err
 		}
 	}
 	for i, k := range keys {
-		ah, err := s.ahs.Get(k.addr, time.Now())
+		ah, err := s.AHs.Get(k.addr, time.Now())
 		if err != nil {
 			for _, p := range sess.peers {
-				s.ahs.Put(p.key.addr, time.Now())
+				s.AHs.Put(p.key.addr, time.Now())
 			}
 			for _, q := range sess.rqs {
 				q.close() // never handed to a worker
 			}
-			return nil, nil, fmt.Errorf("%w: address handle for %v: %v", admin.ErrInvalidArgument, k.addr, err)
+			return no, nil, fmt.Errorf("%w: address handle for %v: %v", dataplane.ErrInvalidArgument, k.addr, err)
 		}
 		sess.peers = append(sess.peers, &peer{key: k, ah: ah, session: sess.id, qkey: sess.qkey, window: window})
 		sess.worker = append(sess.worker, int(assign[i]))
@@ -265,9 +219,9 @@ func (s *Server) admitLocked(ctx context.Context, req *adminpb.ConnectRequest, o
 	if prev != nil {
 		s.release(prev)
 	}
-	s.rr = (s.rr + len(keys)) % len(s.workers)
+	s.rr = (s.rr + len(keys)) % len(s.Workers)
 	for i, p := range sess.peers {
-		w := s.workers[sess.worker[i]]
+		w := s.Workers[sess.worker[i]]
 		w.budget += window
 		w.slack += perQP - window
 		w.setPeers(func(t peerTable) { t[p.key] = p })
@@ -276,8 +230,8 @@ func (s *Server) admitLocked(ctx context.Context, req *adminpb.ConnectRequest, o
 	if s.cfg.SharedRecv {
 		for wi, e := range extra {
 			if e > 0 {
-				s.workers[wi].want.Store(s.recvTarget(s.workers[wi].budget))
-				s.workers[wi].wake()
+				s.Workers[wi].want.Store(s.recvTarget(s.Workers[wi].budget))
+				s.Workers[wi].wake()
 			}
 		}
 		// Admission means RECVs are posted for the granted window before
@@ -285,35 +239,30 @@ func (s *Server) admitLocked(ctx context.Context, req *adminpb.ConnectRequest, o
 		// no RECV and be dropped.
 		for wi, e := range extra {
 			if e > 0 {
-				s.awaitRecvs(ctx, s.workers[wi])
+				s.awaitRecvs(ctx, s.Workers[wi])
 			}
 		}
 	} else {
 		// Each client QP sends to its own request QP, whose receives are
 		// posted already; the worker adopts it before its first batch
 		// that could hold a completion of it.
-		serverQPs = make([]*adminpb.Endpoint, len(sess.rqs))
+		serverQPs = make([]dataplane.Endpoint, len(sess.rqs))
 		for i, q := range sess.rqs {
-			a, _ := q.qp.Address().MarshalBinary()
-			serverQPs[i] = &adminpb.Endpoint{Address: a, Qpn: uint32(q.qpn)}
+			serverQPs[i] = dataplane.Endpoint{Addr: q.qp.Address(), QPN: q.qpn}
 			assign[i] = uint32(i)
-			s.workers[sess.worker[i]].inbox.add([]*recvQ{q}, nil)
-			s.workers[sess.worker[i]].wake()
+			s.Workers[sess.worker[i]].inbox.add([]*recvQ{q}, nil)
+			s.Workers[sess.worker[i]].wake()
 		}
 	}
 	s.sessions[sess.id] = sess
 	s.nsessions.Store(int64(len(s.sessions)))
 	s.log.Info("client connected", "session", sess.id, "name", sess.name, "qps", len(keys), "window", window)
-	resp := &adminpb.ConnectResponse{
-		SessionId: sess.id, Mode: spec.ModeSpecS0, Format: s.cfg.Format.String(), Qkey: reqQKey,
-		ServerQps: serverQPs, Assignment: assign, Window: uint32(window),
-		ProtocolVersion: spec.ProtocolVersion, Epoch: s.cfg.Epoch,
-		AnswerQkey: sess.qkey, AnswerQps: s.answerQPs,
-	}
+	g := dataplane.Grant{Session: sess.id, Epoch: s.cfg.Epoch, Window: window, QKey: reqQKey, AnswerQKey: sess.qkey,
+		ServerQPs: serverQPs, Assignment: assign, AnswerQPs: s.AnswerQPs}
 	if c, ok := s.cfg.Oracle.(Currenter); ok {
-		resp.High = c.Current()
+		g.High = c.Current()
 	}
-	return resp, sess.rqs, nil
+	return g, sess.rqs, nil
 }
 
 // sessionRQs creates sess's request QPs, one per client QP on the
@@ -322,14 +271,14 @@ func (s *Server) admitLocked(ctx context.Context, req *adminpb.ConnectRequest, o
 func (s *Server) sessionRQs(sess *session, assign []uint32, qkey uint32) error {
 	size := sess.perQP
 	for _, wi := range assign {
-		w := s.workers[wi]
+		w := s.Workers[wi]
 		q, err := s.newSessionRQ(w, sess.id, size, qkey)
 		if err != nil {
 			for _, q := range sess.rqs {
 				q.close()
 			}
 			sess.rqs = nil
-			return fmt.Errorf("%w: worker %d: a request QP of %d receives: %v", admin.ErrNoCapacity, wi, size, err)
+			return fmt.Errorf("%w: worker %d: a request QP of %d receives: %v", dataplane.ErrNoCapacity, wi, size, err)
 		}
 		sess.rqs = append(sess.rqs, q)
 	}
@@ -337,7 +286,7 @@ func (s *Server) sessionRQs(sess *session, assign []uint32, qkey uint32) error {
 }
 
 func (s *Server) newSessionRQ(w *worker, sess uint64, size int, qkey uint32) (*recvQ, error) {
-	qp, err := s.pd.CreateQP(verbs.QPInitAttr{Type: verbs.UD, SendCQ: w.sendCQ, RecvCQ: w.reqCQ,
+	qp, err := s.PD.CreateQP(verbs.QPInitAttr{Type: verbs.UD, SendCQ: w.sendCQ, RecvCQ: w.reqCQ,
 		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: size, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
 		return nil, err
@@ -346,7 +295,7 @@ func (s *Server) newSessionRQ(w *worker, sess uint64, size int, qkey uint32) (*r
 		qp.Close()
 		return nil, err
 	}
-	q, err := newRecvQ(s.pd, qp, sess, size, size, size)
+	q, err := newRecvQ(s.PD, qp, sess, size, size, size)
 	if err != nil {
 		qp.Close()
 		return nil, err
@@ -387,7 +336,7 @@ func (s *Server) awaitRecvs(ctx context.Context, w *worker) {
 	deadline := time.Now().Add(2 * time.Second)
 	for w.filled.Load() < want {
 		if ctx.Err() != nil || time.Now().After(deadline) || s.closed.Load() {
-			s.log.Warn("admitting before the worker posted its receives", "worker", w.id, "posted", w.filled.Load(), "want", want)
+			s.log.Warn("admitting before the worker posted its receives", "worker", w.ID, "posted", w.filled.Load(), "want", want)
 			return
 		}
 		w.wake()
@@ -401,8 +350,8 @@ func (s *Server) awaitRecvs(ctx context.Context, w *worker) {
 func (s *Server) AddressHandles() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.ahs.Reap(time.Now())
-	return s.ahs.Len()
+	s.AHs.Reap(time.Now())
+	return s.AHs.Len()
 }
 
 // OverrunSessions is the number of connected sessions one of whose own
@@ -411,10 +360,10 @@ func (s *Server) AddressHandles() int {
 // its own QPs. ok is false with Config.SharedRecv (no such QPs) or when
 // the provider does not count drops per QP.
 func (s *Server) OverrunSessions() (n int, ok bool) {
-	if s.cfg.SharedRecv || len(s.workers) == 0 {
+	if s.cfg.SharedRecv || len(s.Workers) == 0 {
 		return 0, false
 	}
-	if _, ok := s.workers[0].reqQP.(verbs.Counters); !ok {
+	if _, ok := s.Workers[0].reqQP.(verbs.Counters); !ok {
 		return 0, false
 	}
 	s.mu.Lock()
@@ -442,16 +391,14 @@ func (w *worker) setPeers(f func(peerTable)) {
 	w.peers.Store(&t)
 }
 
-// Disconnect releases a session of this data path's epoch.
-func (s *Server) Disconnect(ctx context.Context, req *adminpb.DisconnectRequest) error {
-	if err := admin.CheckEpoch(req, s.cfg.Epoch); err != nil {
-		return err
-	}
+// Release releases a session (its epoch is checked by the caller,
+// package modes).
+func (s *Server) Release(ctx context.Context, r dataplane.SessionRef) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	sess, ok := s.sessions[req.GetSessionId()]
+	sess, ok := s.sessions[r.ID]
 	if !ok {
-		return fmt.Errorf("%w: %d", admin.ErrUnknownSession, req.GetSessionId())
+		return fmt.Errorf("%w: %d", dataplane.ErrUnknownSession, r.ID)
 	}
 	s.release(sess)
 	return nil
@@ -464,8 +411,8 @@ func (s *Server) release(sess *session) {
 	s.nsessions.Store(int64(len(s.sessions)))
 	now := time.Now()
 	for i, p := range sess.peers {
-		s.ahs.Put(p.key.addr, now) // closed ahcache.Grace later: a worker may hold it in a batch
-		w := s.workers[sess.worker[i]]
+		s.AHs.Put(p.key.addr, now) // closed ahcache.Grace later: a worker may hold it in a batch
+		w := s.Workers[sess.worker[i]]
 		w.budget -= sess.window
 		w.slack -= sess.perQP - sess.window
 		if s.cfg.SharedRecv {
@@ -474,68 +421,41 @@ func (s *Server) release(sess *session) {
 		w.setPeers(func(t peerTable) { delete(t, p.key) })
 	}
 	for i, q := range sess.rqs { // destroyed by their workers between batches
-		w := s.workers[sess.worker[i]]
+		w := s.Workers[sess.worker[i]]
 		w.inbox.add(nil, []*recvQ{q})
 		w.wake()
 	}
 	s.log.Info("client disconnected", "session", sess.id, "name", sess.name)
 }
 
-// Stats are a snapshot of the data path's counters.
-type Stats struct {
-	Batches, Requests, SpecMisses, NoGuess, DupTags, Stalls, GuardHolds uint64
-	Drops                                                               map[string]uint64
-}
+// totals are the workers' counters added up (tests).
+func (s *Server) totals() wk.Totals { return wk.Total(s.Workers) }
 
-// Stats sums the workers' counters.
-func (s *Server) Stats() Stats {
-	st := Stats{Drops: map[string]uint64{}}
-	for _, w := range s.workers {
+// Stats reports the workers and the data path. Its Counters are the
+// metrics seqd_headeronly_*.
+func (s *Server) Stats() dataplane.Stats {
+	st := wk.Sum(s.Workers)
+	var noGuess, guardHolds uint64
+	for i, w := range s.Workers {
 		ws := &w.stats
-		st.Batches += ws.batches.Load()
-		st.Requests += ws.requests.Load()
-		st.SpecMisses += ws.specMisses.Load()
-		st.NoGuess += ws.noGuess.Load()
-		st.DupTags += ws.dupTags.Load()
-		st.Stalls += ws.stalls.Load()
-		st.GuardHolds += ws.guardHolds.Load()
-		for r := range numDropReasons {
-			st.Drops[dropReasonNames[r]] += ws.drops[r].Load()
-		}
-	}
-	return st
-}
-
-// Status reports the workers and the data path.
-func (s *Server) Status(ctx context.Context) (*adminpb.StatusResponse, error) {
-	resp := &adminpb.StatusResponse{Version: s.cfg.Version, Mode: spec.ModeSpecS0, Format: s.cfg.Format.String(), Epoch: s.cfg.Epoch}
-	for _, w := range s.workers {
-		ws := &w.stats
-		b, r := ws.batches.Load(), ws.requests.Load()
-		var drops uint64
-		for i := range ws.drops {
-			drops += ws.drops[i].Load()
-		}
-		st := &adminpb.WorkerStatus{Id: uint32(w.id), Core: int32(w.core), Batches: b, Requests: r,
-			SpecMisses: ws.specMisses.Load(), Retransmits: ws.dupTags.Load(), Drops: drops}
-		if b > 0 {
-			st.AvgBatch = float64(r) / float64(b)
-		}
-		resp.Workers = append(resp.Workers, st)
-		resp.Served += r
-		resp.SpecMisses += st.SpecMisses
-		resp.Drops += drops
-		resp.PersistStalls += ws.stalls.Load()
-	}
-	if c, ok := s.cfg.Oracle.(Currenter); ok {
-		resp.Current = c.Current()
+		x := &st.Workers[i]
+		x.SpecMisses, x.Retransmits = ws.specMisses.Load(), ws.dupTags.Load()
+		st.SpecMisses += x.SpecMisses
+		st.Retransmits += x.Retransmits
+		noGuess += ws.noGuess.Load()
+		guardHolds += ws.guardHolds.Load()
 	}
 	// Not under mu: a Connect holds it while its receives are posted,
 	// and a Status probe must not wait behind a storm of them.
-	resp.Sessions = uint64(s.nsessions.Load())
-	if c, ok := s.cfg.Device.(verbs.Counters); ok {
-		resp.ProviderCounters = map[string]uint64{}
-		c.VisitCounters(func(name string, v uint64) { resp.ProviderCounters[name] = v })
+	st.Sessions = int(s.nsessions.Load())
+	st.Counters = append(st.Counters,
+		dataplane.Counter{Name: "spec_misses_total", Help: "Answers that carried the full value (wrong guess, no guess or guard hold).", Value: st.SpecMisses},
+		dataplane.Counter{Name: "retransmits_seen_total", Help: "Requests repeating the previous tag of their QP (duplicates).", Value: st.Retransmits},
+		dataplane.Counter{Name: "no_guess_total", Help: "Requests that carried no guess.", Value: noGuess},
+		dataplane.Counter{Name: "guard_holds_total", Help: "Batches answered in full because the aliasing guard held confirmations.", Value: guardHolds})
+	if n, ok := s.OverrunSessions(); ok {
+		st.Counters = append(st.Counters, dataplane.Counter{Name: "sessions_overrun", Gauge: true, Value: uint64(n),
+			Help: "Connected sessions one of whose own request QPs dropped a request for want of a posted receive (the client sent beyond its window)."})
 	}
-	return resp, nil
+	return st
 }

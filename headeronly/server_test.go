@@ -10,6 +10,8 @@ import (
 
 	"github.com/seqd/seqd/admin"
 	"github.com/seqd/seqd/admin/adminpb"
+	wk "github.com/seqd/seqd/internal/worker"
+	"github.com/seqd/seqd/modes/adminmode"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 	_ "github.com/seqd/seqd/verbs/soft"
@@ -51,9 +53,19 @@ func open(t *testing.T) verbs.Device {
 	return d
 }
 
+// pb is s as package modes serves it: through the admin protocol.
+func pb(s *Server) *adminmode.Backend {
+	b := &adminmode.Backend{Mode: s, Name: spec.ModeSpecS0, Metrics: "headeronly", Format: s.cfg.Format,
+		Epoch: s.cfg.Epoch, Device: s.cfg.Device}
+	if c, ok := s.cfg.Oracle.(Currenter); ok {
+		b.Oracle = c
+	}
+	return b
+}
+
 func newServer(t *testing.T, o Claimer) *Server {
 	t.Helper()
-	s, err := New(Config{Device: open(t), Oracle: o, Behind: errBehind, Workers: 2, MaxWindow: 64, MaxRecv: 128})
+	s, err := New(Config{Config: wk.Config{Device: open(t), Oracle: o, Behind: errBehind, Workers: 2}, MaxWindow: 64, MaxRecv: 128})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,22 +92,22 @@ func TestConnectRefusals(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			if _, err := s.Connect(ctx, c.req); !errors.Is(err, c.want) {
+			if _, err := pb(s).Connect(ctx, c.req); !errors.Is(err, c.want) {
 				t.Fatalf("Connect = %v, want %v", err, c.want)
 			}
 		})
 	}
-	resp, err := s.Connect(ctx, &adminpb.ConnectRequest{Qps: []*adminpb.Endpoint{ep(1, 1), ep(1, 2)}, Window: 1000, ProtocolVersion: spec.ProtocolVersion})
+	resp, err := pb(s).Connect(ctx, &adminpb.ConnectRequest{Qps: []*adminpb.Endpoint{ep(1, 1), ep(1, 2)}, Window: 1000, ProtocolVersion: spec.ProtocolVersion})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if resp.GetWindow() != 64 || len(resp.GetAssignment()) != 2 || resp.GetAssignment()[0] == resp.GetAssignment()[1] {
 		t.Fatalf("granted window %d, assignment %v", resp.GetWindow(), resp.GetAssignment())
 	}
-	if err := s.Disconnect(ctx, &adminpb.DisconnectRequest{SessionId: resp.GetSessionId()}); err != nil {
+	if err := pb(s).Disconnect(ctx, &adminpb.DisconnectRequest{SessionId: resp.GetSessionId()}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Disconnect(ctx, &adminpb.DisconnectRequest{SessionId: resp.GetSessionId()}); !errors.Is(err, admin.ErrUnknownSession) {
+	if err := pb(s).Disconnect(ctx, &adminpb.DisconnectRequest{SessionId: resp.GetSessionId()}); !errors.Is(err, admin.ErrUnknownSession) {
 		t.Fatalf("second Disconnect = %v", err)
 	}
 }
@@ -114,7 +126,7 @@ func TestServeAndDropUnknown(t *testing.T) {
 		}
 	}
 	a, _ := cli.QP.Address().MarshalBinary()
-	resp, err := s.Connect(context.Background(), &adminpb.ConnectRequest{
+	resp, err := pb(s).Connect(context.Background(), &adminpb.ConnectRequest{
 		Qps: []*adminpb.Endpoint{{Address: a, Qpn: uint32(cli.QP.QPN())}}, Window: 8, ProtocolVersion: spec.ProtocolVersion})
 	if err != nil {
 		t.Fatal(err)
@@ -169,12 +181,12 @@ func TestServeAndDropUnknown(t *testing.T) {
 			t.Fatal(err)
 		}
 		wcs = append(wcs, buf[:n]...)
-		for ; resent < s.Stats().Drops["expired"] && next < 6; resent++ {
+		for ; resent < s.totals().Drops["expired"] && next < 6; resent++ {
 			send(cli, next)
 			next++
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d of 3 answers: %+v", len(wcs), s.Stats())
+			t.Fatalf("%d of 3 answers: %+v", len(wcs), s.totals())
 		}
 	}
 	var prev uint64
@@ -192,10 +204,10 @@ func TestServeAndDropUnknown(t *testing.T) {
 		prev = v
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for (s.Stats().Drops["unknown_source"] != 1 || s.Stats().Requests != 3) && time.Now().Before(deadline) {
+	for (s.totals().Drops["unknown_source"] != 1 || s.totals().Requests != 3) && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
-	st := s.Stats()
+	st := s.totals()
 	if st.Drops["unknown_source"] != 1 || st.Requests != 3 {
 		t.Fatalf("stats %+v", st)
 	}

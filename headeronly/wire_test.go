@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/seqd/seqd/admin/adminpb"
+	wk "github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 	"github.com/seqd/seqd/verbs/rocev2"
@@ -144,14 +145,14 @@ func TestWireRules(t *testing.T) {
 }
 
 func testWireRules(t *testing.T, shared bool) {
-	s, err := New(Config{Device: open(t), Oracle: &fakeOracle{}, Behind: errBehind, Workers: 2, MaxWindow: 64, MaxRecv: 128, SharedRecv: shared})
+	s, err := New(Config{Config: wk.Config{Device: open(t), Oracle: &fakeOracle{}, Behind: errBehind, Workers: 2}, MaxWindow: 64, MaxRecv: 128, SharedRecv: shared})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
 	dev := s.cfg.Device
 	cli := newRawClient(t, 0x4242)
-	resp, err := s.Connect(context.Background(), &adminpb.ConnectRequest{Qps: []*adminpb.Endpoint{cli.endpoint()},
+	resp, err := pb(s).Connect(context.Background(), &adminpb.ConnectRequest{Qps: []*adminpb.Endpoint{cli.endpoint()},
 		Window: 8, ProtocolVersion: spec.ProtocolVersion})
 	if err != nil {
 		t.Fatal(err)
@@ -177,7 +178,7 @@ func testWireRules(t *testing.T, shared bool) {
 		if resp.GetQkey() == s.cfg.QKey {
 			t.Fatalf("request Q_Key %#x is the server's shared one, want the session's own", resp.GetQkey())
 		}
-		resp2, err := s.Connect(context.Background(), &adminpb.ConnectRequest{Qps: []*adminpb.Endpoint{newRawClient(t, 0x4343).endpoint()},
+		resp2, err := pb(s).Connect(context.Background(), &adminpb.ConnectRequest{Qps: []*adminpb.Endpoint{newRawClient(t, 0x4343).endpoint()},
 			Window: 8, ProtocolVersion: spec.ProtocolVersion})
 		if err != nil {
 			t.Fatal(err)
@@ -213,7 +214,7 @@ func testWireRules(t *testing.T, shared bool) {
 		imm, _ := spec.RequestImm(tag, spec.NoGuess)
 		var a answer
 		for try := 0; ; try++ {
-			expired := s.Stats().Drops["expired"]
+			expired := s.totals().Drops["expired"]
 			cli.send(srv[assigned], srvQPN[assigned], imm, rocev2.DefaultPKey, 0)
 			var ok bool
 			if a, ok = cli.recv(5 * time.Second); ok {
@@ -222,8 +223,8 @@ func testWireRules(t *testing.T, shared bool) {
 			// Dropped for its age on a loaded machine (the worker was
 			// descheduled past MaxResidence): retransmitted, as a client
 			// would. Any other loss fails.
-			if s.Stats().Drops["expired"] == expired || try == 3 {
-				t.Fatalf("no answer to tag %d (server %+v)", tag, s.Stats())
+			if s.totals().Drops["expired"] == expired || try == 3 {
+				t.Fatalf("no answer to tag %d (server %+v)", tag, s.totals())
 			}
 		}
 		src := verbs.QPN(a.pk.SrcQP)
@@ -260,7 +261,7 @@ func testWireRules(t *testing.T, shared bool) {
 				qkey = v
 			}
 		})
-		return s.Stats().Drops["unknown_source"], pkey, icrc, qkey
+		return s.totals().Drops["unknown_source"], pkey, icrc, qkey
 	}
 	u0, p0, i0, q0 := drops()
 	imm, _ := spec.RequestImm(100, spec.NoGuess)
@@ -301,7 +302,7 @@ func testWireRules(t *testing.T, shared bool) {
 			t.Fatalf("a dropped request was answered: %+v", a.pk)
 		}
 	}
-	if s.Stats().Requests != 13 {
-		t.Fatalf("served %d requests, want 13", s.Stats().Requests)
+	if s.totals().Requests != 13 {
+		t.Fatalf("served %d requests, want 13", s.totals().Requests)
 	}
 }

@@ -3,12 +3,10 @@ package headeronly
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"sync/atomic"
 	"time"
 
-	"github.com/seqd/seqd/internal/claim"
-	"github.com/seqd/seqd/internal/respq"
+	wk "github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 )
@@ -18,40 +16,25 @@ import (
 // rather than silently truncated.
 const recvSlot = verbs.GRHLen + 24
 
-// dropReason says why a request was not answered.
-type dropReason int
-
+// The reasons a request goes unanswered besides internal/worker's
+// (expired, late, oracle_error, send_error).
 const (
-	dropWCError dropReason = iota
+	dropWCError = wk.NumDrops + iota
 	dropBadOpcode
 	dropBadLength
 	dropUnknownSource
-	dropExpired
-	dropSendError
-	dropOracle
-	dropLate
 	dropWindow
-	numDropReasons
 )
 
-var dropReasonNames = [numDropReasons]string{
-	"wc_error", "bad_opcode", "bad_length", "unknown_source", "expired", "send_error", "oracle_error",
-	"late", "window",
-}
+var dropNames = []string{"wc_error", "bad_opcode", "bad_length", "unknown_source", "window"}
 
-func (r dropReason) String() string { return dropReasonNames[r] }
-
-// workerStats are written by the worker only, read by Status and the
-// metrics collectors at any time.
+// workerStats are what a worker counts besides internal/worker's Counts:
+// written by the worker only, read by Stats at any time.
 type workerStats struct {
-	batches    atomic.Uint64
-	requests   atomic.Uint64 // requests answered
 	specMisses atomic.Uint64 // answers that carried the full value
 	noGuess    atomic.Uint64 // of which the client sent NoGuess
 	dupTags    atomic.Uint64 // same tag as the previous request of that QP
-	stalls     atomic.Uint64 // claims refused with Behind
 	guardHolds atomic.Uint64 // batches answered in full because of the guard
-	drops      [numDropReasons]atomic.Uint64
 	_          [64]byte
 }
 
@@ -81,13 +64,11 @@ type pending struct {
 }
 
 type worker struct {
-	id   int
-	core int
-	s    *Server
+	wk.Base
+	s *Server
 
 	reqCQ, sendCQ verbs.CQ
 	reqQP         verbs.QP
-	resp          *respq.Set // the Q response QPs
 
 	shared *recvQ               // reqQP's receives (Config.SharedRecv; else none posted)
 	rqs    map[verbs.QPN]*recvQ // worker-owned: every adopted receive queue, by QPN
@@ -111,11 +92,6 @@ type worker struct {
 
 	guard spec.Guard
 	stats workerStats
-
-	// stall, when set (tests only), runs between a batch's claim and its
-	// answers' doorbell: a worker descheduled there, or a send queue that
-	// drains slowly. Loaded once per batch.
-	stall atomic.Pointer[func()]
 }
 
 type kicker struct {
@@ -125,10 +101,11 @@ type kicker struct {
 
 func newWorker(s *Server, id int) (w *worker, err error) {
 	c := &s.cfg
-	w = &worker{id: id, core: c.core(id), s: s}
+	w = &worker{s: s}
+	w.ID = id
 	defer func() {
 		if err != nil {
-			w.close()
+			w.Close()
 		}
 	}()
 	dev := s.cfg.Device
@@ -139,7 +116,7 @@ func newWorker(s *Server, id int) (w *worker, err error) {
 	if w.sendCQ, err = dev.CreateCQ(c.RespQPs * c.SendDepth); err != nil {
 		return nil, fmt.Errorf("headeronly: worker %d: send CQ: %w", id, err)
 	}
-	if w.reqQP, err = s.pd.CreateQP(verbs.QPInitAttr{Type: verbs.UD, SendCQ: w.sendCQ, RecvCQ: w.reqCQ,
+	if w.reqQP, err = s.PD.CreateQP(verbs.QPInitAttr{Type: verbs.UD, SendCQ: w.sendCQ, RecvCQ: w.reqCQ,
 		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: c.MaxRecv, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
 		return nil, fmt.Errorf("headeronly: worker %d: request QP: %w", id, err)
 	}
@@ -150,14 +127,13 @@ func newWorker(s *Server, id int) (w *worker, err error) {
 	if c.SharedRecv {
 		slots = c.MaxRecv
 	}
-	if w.shared, err = newRecvQ(s.pd, w.reqQP, 0, 0, slots, max(c.Batch, slots)); err != nil {
+	if w.shared, err = newRecvQ(s.PD, w.reqQP, 0, 0, slots, max(c.Batch, slots)); err != nil {
 		return nil, fmt.Errorf("headeronly: worker %d: %w", id, err)
 	}
 	w.rqs = map[verbs.QPN]*recvQ{w.shared.qpn: w.shared}
 	w.dirty = make([]*recvQ, 0, c.Batch)
-	if w.resp, err = respq.New(respq.Config{PD: s.pd, CQ: w.sendCQ, QPs: c.RespQPs, Depth: c.SendDepth,
-		SignalEvery: c.SignalEvery, SlotLen: spec.FullLen, QKey: c.QKey, Batch: c.Batch}); err != nil {
-		return nil, fmt.Errorf("headeronly: worker %d: %w", id, err)
+	if err = w.Init(&c.Config, id, s.PD, w.sendCQ, spec.FullLen, &s.closed, dropNames...); err != nil {
+		return nil, fmt.Errorf("headeronly: %w", err)
 	}
 	w.wcs = make([]verbs.WC, c.Batch)
 	w.sendWRs = make([]verbs.SendWR, c.Batch)
@@ -186,10 +162,8 @@ func (w *worker) wake() {
 
 // close destroys the worker's resources, the receive queues it adopted
 // and those still in its inbox. The worker is not running.
-func (w *worker) close() {
-	if w.resp != nil {
-		w.resp.Close()
-	}
+func (w *worker) Close() {
+	w.Base.Close()
 	w.takeInbox(false)
 	for _, q := range w.rqs {
 		if q != w.shared {
@@ -200,30 +174,14 @@ func (w *worker) close() {
 	if w.shared != nil {
 		w.shared.mr.Close()
 	}
-	for _, c := range []interface{ Close() error }{w.reqQP, w.reqCQ, w.sendCQ} {
-		if c != nil && !isNilIface(c) {
-			c.Close()
-		}
-	}
-}
-
-func isNilIface(c interface{ Close() error }) bool {
-	switch v := c.(type) {
-	case verbs.QP:
-		return v == nil
-	case verbs.MR:
-		return v == nil
-	case verbs.CQ:
-		return v == nil
-	}
-	return false
+	wk.CloseAll(w.reqQP, w.reqCQ, w.sendCQ)
 }
 
 // fillRecvs posts reqQP's receives until want are posted.
 func (w *worker) fillRecvs() error {
 	w.shared.size = int(w.want.Load())
 	if err := w.shared.fill(); err != nil {
-		return fmt.Errorf("headeronly: worker %d: %w", w.id, err)
+		return fmt.Errorf("headeronly: worker %d: %w", w.ID, err)
 	}
 	return nil
 }
@@ -259,7 +217,7 @@ func (w *worker) takeInbox(adoptOnly bool) {
 		// destroyed when the last of them has been polled (reapDying).
 		q.dying = true
 		if err := q.qp.Modify(&verbs.QPAttr{State: verbs.StateErr}, verbs.AttrState); err != nil {
-			w.s.log.Warn("retire request QP", "worker", w.id, "qpn", q.qpn, "err", err)
+			w.s.log.Warn("retire request QP", "worker", w.ID, "qpn", q.qpn, "err", err)
 			q.posted = 0 // destroyed now: a completion still queued is told apart by its WR ID
 		}
 		w.dying = append(w.dying, q)
@@ -300,19 +258,10 @@ func (w *worker) rqOf(wc *verbs.WC) *recvQ {
 	return q
 }
 
-// run is the worker's loop. It returns when the server closes.
-func (w *worker) run() {
-	log := w.s.log.With("worker", w.id)
-	if w.core >= 0 {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := pin(w.core); err != nil {
-			log.Warn("running unpinned", "err", err)
-			w.core = -1
-		} else {
-			log.Debug("pinned", "core", w.core)
-		}
-	}
+// Run is the worker's loop. It returns when the server closes.
+func (w *worker) Run() {
+	log := w.Log
+	defer w.Pin()()
 	start := w.s.start
 	w.guard = spec.NewGuard(time.Since(start))
 	idleSince := time.Duration(-1)
@@ -335,7 +284,7 @@ func (w *worker) run() {
 			log.Error("poll requests", "err", err)
 			n = 0
 		}
-		w.reapSends()
+		w.ReapSends()
 		now := time.Since(start)
 		if n == 0 {
 			if idleSince < 0 {
@@ -372,7 +321,7 @@ func (w *worker) batch(wcs []verbs.WC) {
 		}
 		if q == nil { // a queue retired with its session
 			if wc.Status == verbs.WCSuccess {
-				st.drops[dropUnknownSource].Add(1)
+				w.Drops[dropUnknownSource].Add(1)
 			}
 			continue
 		}
@@ -381,37 +330,37 @@ func (w *worker) batch(wcs []verbs.WC) {
 		}
 		if q.dying { // its session is gone; flushed receives are not requests
 			if wc.Status == verbs.WCSuccess {
-				st.drops[dropUnknownSource].Add(1)
+				w.Drops[dropUnknownSource].Add(1)
 			}
 			continue
 		}
 		switch {
 		case wc.Status != verbs.WCSuccess:
-			st.drops[dropWCError].Add(1)
+			w.Drops[dropWCError].Add(1)
 			continue
 		case wc.Opcode != verbs.WCRecv || wc.Flags&verbs.WCWithImm == 0:
-			st.drops[dropBadOpcode].Add(1)
+			w.Drops[dropBadOpcode].Add(1)
 			continue
 		case spec.CheckRequestLen(int(wc.ByteLen)-verbs.GRHLen) != nil:
-			st.drops[dropBadLength].Add(1)
+			w.Drops[dropBadLength].Add(1)
 			continue
 		}
 		p := peers[peerKey{wc.Src, wc.SrcQP}]
 		if p == nil || q.sess != 0 && q.sess != p.session {
-			st.drops[dropUnknownSource].Add(1)
+			w.Drops[dropUnknownSource].Add(1)
 			continue
 		}
 		if a := wc.Arrived; a != 0 && polled.Sub(a) > spec.MaxResidence {
 			// Too old already (it waited behind a stall): dropped alone,
 			// so that it does not age the fresh requests of the batch.
-			st.drops[dropExpired].Add(1)
+			w.Drops[wk.DropExpired].Add(1)
 			continue
 		}
 		if p.inBatch++; p.inBatch > p.window && p.window > 0 {
 			// More requests of this QP at the server than its window: the
 			// excess is not answered (the client broke the contract that
 			// sized the receive queue for everyone).
-			st.drops[dropWindow].Add(1)
+			w.Drops[dropWindow].Add(1)
 			continue
 		}
 		imm := spec.Imm(wc.Imm)
@@ -431,7 +380,7 @@ func (w *worker) batch(wcs []verbs.WC) {
 	}
 	for i, q := range w.dirty {
 		if err := q.post(q.nre); err != nil {
-			w.s.log.Error("re-post receives", "worker", w.id, "err", err)
+			w.s.log.Error("re-post receives", "worker", w.ID, "err", err)
 		}
 		q.nre = 0
 		w.dirty[i] = nil
@@ -443,12 +392,7 @@ func (w *worker) batch(wcs []verbs.WC) {
 	if oldest == 0 { // a provider that does not stamp: from now on
 		oldest = verbs.Now()
 	}
-	if verbs.Now().Sub(oldest) > spec.MaxResidence {
-		st.drops[dropExpired].Add(uint64(valid))
-		w.clearPend(valid)
-		return
-	}
-	first, ok := w.claim(oldest, valid)
+	first, ok := w.Claim(oldest, valid)
 	if !ok {
 		w.clearPend(valid)
 		return
@@ -458,8 +402,8 @@ func (w *worker) batch(wcs []verbs.WC) {
 		st.guardHolds.Add(1)
 	}
 	if w.answer(w.pend[:valid], first, confirm, oldest) {
-		st.batches.Add(1)
-		st.requests.Add(uint64(valid))
+		w.Batches.Add(1)
+		w.Requests.Add(uint64(valid))
 	}
 }
 
@@ -467,26 +411,6 @@ func (w *worker) clearPend(n int) {
 	for i := range w.pend[:n] {
 		w.pend[i] = pending{}
 	}
-}
-
-// claim claims n values for a batch whose oldest request arrived at
-// oldest, through claim.Batch: retrying while the oracle is behind,
-// giving up once the batch is older than spec.MaxResidence.
-func (w *worker) claim(oldest verbs.Time, n int) (uint64, bool) {
-	first, stalls, out, err := claim.Batch(w.s.cfg.Oracle, w.s.cfg.Behind, n, func() bool {
-		return verbs.Now().Sub(oldest) > spec.MaxResidence || w.s.closed.Load()
-	})
-	w.stats.stalls.Add(uint64(stalls))
-	switch out {
-	case claim.Failed:
-		w.stats.drops[dropOracle].Add(uint64(n))
-		w.s.log.Error("claim", "worker", w.id, "n", n, "err", err)
-		return 0, false
-	case claim.Expired:
-		w.stats.drops[dropExpired].Add(uint64(n))
-		return 0, false
-	}
-	return first, true
 }
 
 // answer builds one answer per request and posts them as one chain on the
@@ -498,13 +422,8 @@ func (w *worker) claim(oldest verbs.Time, n int) (uint64, bool) {
 // whether the answers were posted.
 func (w *worker) answer(reqs []pending, first uint64, confirm bool, oldest verbs.Time) bool {
 	defer w.clearPend(len(reqs))
-	if f := w.stall.Load(); f != nil {
-		(*f)()
-	}
-	b, ok := w.resp.Next(len(reqs))
+	b, ok := w.Next(len(reqs))
 	if !ok {
-		w.s.log.Error("send queue never drained", "worker", w.id)
-		w.stats.drops[dropSendError].Add(uint64(len(reqs)))
 		return false
 	}
 	for i := range reqs {
@@ -531,22 +450,5 @@ func (w *worker) answer(reqs []pending, first uint64, confirm bool, oldest verbs
 		w.sendSGE[i] = sge
 		wr.SG = w.sendSGE[i : i+1]
 	}
-	if verbs.Now().Sub(oldest) > spec.MaxResidence {
-		// Too late: the claimed values are skipped (never handed out).
-		w.stats.drops[dropLate].Add(uint64(len(reqs)))
-		return false
-	}
-	n, err := b.Post(w.sendWRs[:len(reqs)])
-	if err != nil {
-		w.stats.drops[dropSendError].Add(uint64(len(reqs) - n))
-		w.s.log.Error("post answers", "worker", w.id, "posted", n, "of", len(reqs), "err", err)
-	}
-	return n > 0
-}
-
-// reapSends frees send queue slots and counts answers that failed.
-func (w *worker) reapSends() {
-	if _, failed := w.resp.Reap(); failed > 0 {
-		w.stats.drops[dropSendError].Add(uint64(failed))
-	}
+	return w.Post(b, w.sendWRs[:len(reqs)], oldest)
 }

@@ -1,11 +1,14 @@
 package herd
 
 import (
+	"context"
 	"errors"
 	"net/netip"
 	"testing"
 	"time"
 
+	"github.com/seqd/seqd/dataplane"
+	wk "github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/verbs"
 )
 
@@ -14,7 +17,7 @@ import (
 // return to zero once their grace period is over (issue 12, defect 4:
 // herd kept one handle per address ever seen until Close).
 func TestChurnBoundsState(t *testing.T) {
-	srv, err := New(Config{Device: open(t, ""), Oracle: &fakeOracle{}, MaxQPs: 8, MaxWindow: 4})
+	srv, err := New(Config{Config: wk.Config{Device: open(t, ""), Oracle: &fakeOracle{}}, MaxQPs: 8, MaxWindow: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,11 +27,12 @@ func TestChurnBoundsState(t *testing.T) {
 	for i := range cycles {
 		ip := netip.AddrFrom4([4]byte{127, 1, byte(i >> 8), byte(i)})
 		a := verbs.Address{GID: verbs.GIDFromAddr(ip), Port: 4791}
-		q := ClientQP{Write: Endpoint{Addr: a, QPN: 0x100}, Recv: Endpoint{Addr: a, QPN: 0x101}}
-		var g Grant
+		adm := dataplane.Admission{Name: "churn", Window: 4, ConnQPs: []dataplane.Endpoint{{Addr: a, QPN: 0x100}},
+			QPs: []dataplane.Endpoint{{Addr: a, QPN: 0x101}}}
+		var g dataplane.Grant
 		deadline := time.Now().Add(5 * time.Second)
 		for {
-			if g, err = srv.Admit("churn", []ClientQP{q}, 4); err == nil {
+			if g, err = srv.Admit(context.Background(), adm, dataplane.SessionRef{}); err == nil {
 				break
 			}
 			if !errors.Is(err, ErrNoRoom) || time.Now().After(deadline) {
@@ -36,12 +40,12 @@ func TestChurnBoundsState(t *testing.T) {
 			}
 			time.Sleep(100 * time.Microsecond) // the worker frees released blocks after its next sweep
 		}
-		if err := srv.Release(g.Session); err != nil {
+		if err := srv.Release(context.Background(), dataplane.SessionRef{ID: g.Session}); err != nil {
 			t.Fatalf("cycle %d: Release = %v", i, err)
 		}
 		peak = max(peak, srv.AddressHandles())
 	}
-	if n := srv.Sessions(); n != 0 {
+	if n := srv.sessionCount(); n != 0 {
 		t.Fatalf("%d sessions after %d admit/release cycles, want 0", n, cycles)
 	}
 	deadline := time.Now().Add(10 * time.Second)

@@ -3,8 +3,8 @@
 // with inlined, unsignaled UC RDMA WRITEs; core-pinned server workers poll
 // the region, claim once per batch from the oracle and answer with UD
 // SENDs carrying the 8-byte value, one posted chain per batch, rotated
-// across Q response QPs. It holds both halves: Server (the workers and
-// admission) and Conn (the client side a client.Client drives).
+// across Q response QPs. This package is the server (a dataplane.Mode:
+// the workers, on internal/worker, and admission); the client side is client/herd.go.
 //
 // # Request region
 //

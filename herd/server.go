@@ -1,81 +1,42 @@
 package herd
 
 import (
-	"errors"
+	"context"
 	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/seqd/seqd/internal/ahcache"
+	"github.com/seqd/seqd/dataplane"
+	wk "github.com/seqd/seqd/internal/worker"
+	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 )
 
-// Errors of admission.
+// Errors of admission, each wrapping its dataplane kind.
 var (
-	ErrClosed    = errors.New("herd: server stopped")
-	ErrNoRoom    = errors.New("herd: no free slots")
-	ErrArgument  = errors.New("herd: invalid argument")
-	ErrNoSession = errors.New("herd: unknown session")
+	ErrClosed    = fmt.Errorf("herd: server stopped: %w", dataplane.ErrUnavailable)
+	ErrNoRoom    = fmt.Errorf("herd: no free slots: %w", dataplane.ErrNoCapacity)
+	ErrArgument  = fmt.Errorf("herd: %w", dataplane.ErrInvalidArgument)
+	ErrNoSession = fmt.Errorf("herd: %w", dataplane.ErrUnknownSession)
 )
-
-// Endpoint is one queue pair as peers see it.
-type Endpoint struct {
-	Addr verbs.Address
-	QPN  verbs.QPN
-}
-
-// ClientQP is what a client brings for one of its queue pairs: the UC QP
-// it writes requests with and the UD QP answers go to.
-type ClientQP struct {
-	Write Endpoint // UC, in RESET or INIT until the grant connects it
-	Recv  Endpoint // UD
-}
-
-// QPGrant is what the server grants one client QP.
-type QPGrant struct {
-	// Server is the server UC QP the client's Write QP connects to.
-	Server Endpoint
-	// Addr and RKey name slot 0 of the client QP's block; window position
-	// p is at Addr + p*spec.SlotLen.
-	Addr uint64
-	RKey uint32
-	// Worker serves the block.
-	Worker int
-}
-
-// Grant is an admitted session.
-type Grant struct {
-	Session uint64
-	QKey    uint32
-	Window  int
-	Epoch   uint64
-	QPs     []QPGrant
-	// AnswerFrom are the server's response QPs: the client accepts an
-	// answer only from one of them.
-	AnswerFrom verbs.Senders
-}
 
 // Server is a running HERD data path.
 type Server struct {
-	cfg   Config
-	log   *slog.Logger
-	pd    verbs.PD
-	start time.Time
+	wk.Pool[*worker] // the workers run while !stopped
+	cfg              Config
+	log              *slog.Logger
+	start            time.Time
 
 	stopped atomic.Bool
-	wg      sync.WaitGroup
-	workers []*worker
 
-	mu         sync.Mutex
-	sessions   map[uint64]*session
-	nextID     uint64
-	rr         int
-	answerFrom verbs.Senders  // every worker's response QPs
-	ahs        *ahcache.Cache // one handle per client address, reaped after the last client left
-	stopOnce   sync.Once
-	closed     bool
+	mu       sync.Mutex
+	sessions map[uint64]*session
+	nextID   uint64
+	rr       int
+	stopOnce sync.Once
+	closed   bool
 }
 
 type session struct {
@@ -86,6 +47,21 @@ type session struct {
 	addrs   []verbs.Address // the answer address of each client QP (its handle's key)
 }
 
+var _ dataplane.Mode = (*Server)(nil)
+
+// Start starts the HERD data path with the settings every mode takes and
+// the defaults of the rest (dataplane.Factory): one block of slots per
+// client QP, at most MaxClients client QPs per worker.
+func Start(ctx context.Context, c dataplane.Config) (dataplane.Mode, error) {
+	mw := c.MaxWindow
+	if mw > spec.HERDMaxWindow {
+		mw = spec.HERDMaxWindow
+	}
+	return New(Config{Config: wk.Config{Device: c.Device, Oracle: c.Oracle, Behind: c.Behind, Workers: c.Workers,
+		RespQPs: c.RespQPs, Cores: c.Cores, QKey: c.QKey, Epoch: c.Epoch, Logger: c.Logger},
+		MaxWindow: mw, MaxQPs: c.MaxClients})
+}
+
 // New creates the workers (regions, CQs, response QPs) and starts them.
 func New(cfg Config) (*Server, error) {
 	cfg, err := cfg.validate()
@@ -93,29 +69,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, start: time.Now(), sessions: map[uint64]*session{}}
-	if s.pd, err = cfg.Device.AllocPD(); err != nil {
-		return nil, fmt.Errorf("herd: protection domain: %w", err)
-	}
-	s.ahs = ahcache.New(s.pd, 0)
-	for i := range cfg.Workers {
-		w, err := newWorker(s, i)
-		if err != nil {
-			s.Close()
-			return nil, err
-		}
-		s.workers = append(s.workers, w)
-	}
-	for _, w := range s.workers {
-		for _, qp := range w.resp.QPs() {
-			s.answerFrom = append(s.answerFrom, verbs.SenderOf(qp.Address(), qp.QPN()))
-		}
-	}
-	for _, w := range s.workers {
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			w.run()
-		}()
+	if err := s.Start(cfg.Device, cfg.Workers, func(i int) (*worker, error) { return newWorker(s, i) }); err != nil {
+		s.Close()
+		return nil, err
 	}
 	s.log.Info("herd data path up", "device", cfg.Device.Name(), "workers", cfg.Workers,
 		"resp_qps", cfg.RespQPs, "max_window", cfg.MaxWindow, "epoch", cfg.Epoch)
@@ -125,74 +81,87 @@ func New(cfg Config) (*Server, error) {
 // Epoch identifies this server run.
 func (s *Server) Epoch() uint64 { return s.cfg.Epoch }
 
-// QKey is the Q_Key of the answers.
-func (s *Server) QKey() uint32 { return s.cfg.QKey }
-
-// Admit admits a client's QPs: each gets a block of window slots on a
-// worker (round-robin) and a server UC QP connected to its Write QP.
-func (s *Server) Admit(name string, qps []ClientQP, window int) (Grant, error) {
-	if len(qps) == 0 {
-		return Grant{}, fmt.Errorf("%w: no queue pairs", ErrArgument)
+// Admit admits a client's QPs: a.QPs are its UD answer QPs, a.ConnQPs
+// its UC write QPs, one per answer QP. Each gets a block of window slots
+// on a worker (round-robin) and a server UC QP connected to its write
+// QP. A session replaces names is released first (herd's sessions never
+// share QPs, so its resources need not pass to the new one).
+func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces dataplane.SessionRef) (dataplane.Grant, error) {
+	var no dataplane.Grant
+	if len(a.QPs) == 0 {
+		return no, fmt.Errorf("%w: no queue pairs", ErrArgument)
 	}
+	if len(a.ConnQPs) != len(a.QPs) {
+		return no, fmt.Errorf("%w: herd needs one UC write QP (conn QPs) per answer QP", dataplane.ErrFailedPrecondition)
+	}
+	window := a.Window
 	if window <= 0 || window > s.cfg.MaxWindow {
 		window = min(max(window, DefaultWindow), s.cfg.MaxWindow)
 	}
-	for i, q := range qps {
-		if q.Write.QPN > verbs.MaxQPN || q.Recv.QPN > verbs.MaxQPN {
-			return Grant{}, fmt.Errorf("%w: qps[%d]: QPN above 24 bits", ErrArgument, i)
+	for i := range a.QPs {
+		if a.ConnQPs[i].QPN > verbs.MaxQPN || a.QPs[i].QPN > verbs.MaxQPN {
+			return no, fmt.Errorf("%w: qps[%d]: QPN above 24 bits", ErrArgument, i)
 		}
+	}
+	if err := dataplane.ReleaseReplaced(ctx, s, replaces); err != nil {
+		return no, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stopped.Load() {
-		return Grant{}, ErrClosed
+		return no, ErrClosed
 	}
-	sess := &session{name: name, window: window}
+	sess := &session{name: a.Name, window: window}
 	// The session's own answer Q_Key: no other client can address its
 	// answers (spec/PROTOCOL.md, "Sessions").
-	g := Grant{QKey: verbs.RandomQKey(s.cfg.QKey), Window: window, Epoch: s.cfg.Epoch, AnswerFrom: s.answerFrom}
+	g := dataplane.Grant{QKey: s.cfg.QKey, AnswerQKey: verbs.RandomQKey(s.cfg.QKey), Window: window, Epoch: s.cfg.Epoch,
+		AnswerQPs: s.AnswerQPs}
 	now := time.Now()
-	fail := func(err error) (Grant, error) {
+	fail := func(err error) (dataplane.Grant, error) {
 		for _, c := range sess.clients {
-			s.workers[c.worker].release(c)
+			s.Workers[c.worker].release(c)
 		}
 		for _, a := range sess.addrs {
-			s.ahs.Put(a, now)
+			s.AHs.Put(a, now)
 		}
-		return Grant{}, err
+		return no, err
 	}
-	for i, q := range qps {
-		wi := (s.rr + i) % len(s.workers)
-		w := s.workers[wi]
-		ah, err := s.ahs.Get(q.Recv.Addr, now)
+	for i := range a.QPs {
+		wi := (s.rr + i) % len(s.Workers)
+		w := s.Workers[wi]
+		recv := a.QPs[i]
+		ah, err := s.AHs.Get(recv.Addr, now)
 		if err != nil {
-			return fail(fmt.Errorf("%w: address handle for %v: %v", ErrArgument, q.Recv.Addr, err))
+			return fail(fmt.Errorf("%w: address handle for %v: %v", ErrArgument, recv.Addr, err))
 		}
-		sess.addrs = append(sess.addrs, q.Recv.Addr)
-		c, err := w.admit(q, ah, window)
+		sess.addrs = append(sess.addrs, recv.Addr)
+		c, err := w.admit(a.ConnQPs[i], recv, ah, window)
 		if err != nil {
 			return fail(err)
 		}
-		c.qkey = g.QKey // before publish: the worker sees c only then
+		c.qkey = g.AnswerQKey // before publish: the worker sees c only then
 		sess.clients = append(sess.clients, c)
-		g.QPs = append(g.QPs, QPGrant{Server: Endpoint{c.uc.Address(), c.uc.QPN()},
-			Addr: w.region.Addr() + uint64(c.base)*slotLen, RKey: w.region.RKey(), Worker: wi})
+		g.ServerConnQPs = append(g.ServerConnQPs, dataplane.Endpoint{Addr: c.uc.Address(), QPN: c.uc.QPN()})
+		g.RemoteAddr = append(g.RemoteAddr, w.region.Addr()+uint64(c.base)*slotLen)
+		g.RKey = append(g.RKey, w.region.RKey())
+		g.Assignment = append(g.Assignment, uint32(i))
 	}
-	s.rr = (s.rr + len(qps)) % len(s.workers)
+	s.rr = (s.rr + len(a.QPs)) % len(s.Workers)
 	s.nextID++
 	sess.id = s.nextID
 	g.Session = sess.id
 	s.sessions[sess.id] = sess
 	for _, c := range sess.clients {
-		s.workers[c.worker].publish()
+		s.Workers[c.worker].publish()
 	}
-	s.log.Info("herd client admitted", "session", sess.id, "name", name, "qps", len(qps), "window", window)
+	s.log.Info("herd client admitted", "session", sess.id, "name", a.Name, "qps", len(a.QPs), "window", window)
 	return g, nil
 }
 
 // Release ends a session: its server UC QPs move to ERR and its slots are
 // freed once the worker no longer looks at them.
-func (s *Server) Release(id uint64) error {
+func (s *Server) Release(ctx context.Context, r dataplane.SessionRef) error {
+	id := r.ID
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sess, ok := s.sessions[id]
@@ -201,13 +170,13 @@ func (s *Server) Release(id uint64) error {
 	}
 	delete(s.sessions, id)
 	for _, c := range sess.clients {
-		s.workers[c.worker].release(c)
+		s.Workers[c.worker].release(c)
 	}
 	now := time.Now()
 	for _, a := range sess.addrs {
-		s.ahs.Put(a, now) // closed ahcache.Grace later: a worker may hold it in a batch
+		s.AHs.Put(a, now) // closed ahcache.Grace later: a worker may hold it in a batch
 	}
-	s.ahs.Reap(now)
+	s.AHs.Reap(now)
 	s.log.Info("herd client released", "session", id, "name", sess.name)
 	return nil
 }
@@ -218,12 +187,12 @@ func (s *Server) Release(id uint64) error {
 func (s *Server) AddressHandles() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.ahs.Reap(time.Now())
-	return s.ahs.Len()
+	s.AHs.Reap(time.Now())
+	return s.AHs.Len()
 }
 
-// Sessions is the number of admitted sessions.
-func (s *Server) Sessions() int {
+// sessionCount is the number of admitted sessions.
+func (s *Server) sessionCount() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.sessions)
@@ -232,19 +201,19 @@ func (s *Server) Sessions() int {
 // Stop drains the mode: the workers finish the batch in hand and exit,
 // then every QP (client UC QPs and response QPs) moves to ERR so late
 // requests get no answer. After Stop returns, every value the mode handed
-// out was claimed from the oracle. Stop is idempotent.
-func (s *Server) Stop() error {
+// out was claimed from the oracle (high is 0). Stop is idempotent.
+func (s *Server) Stop() (high uint64, err error) {
 	s.stopOnce.Do(func() {
 		s.mu.Lock()
 		s.stopped.Store(true)
 		s.mu.Unlock()
-		s.wg.Wait()
-		for _, w := range s.workers {
+		s.Wait()
+		for _, w := range s.Workers {
 			w.toErr()
 		}
 		s.log.Info("herd data path stopped")
 	})
-	return nil
+	return 0, nil
 }
 
 // Close stops the server and releases every verbs resource.
@@ -256,56 +225,37 @@ func (s *Server) Close() error {
 		return nil
 	}
 	s.closed = true
-	for _, w := range s.workers {
-		w.close()
-	}
-	s.ahs.Close()
-	if s.pd != nil {
-		s.pd.Close()
-	}
+	s.Pool.Close()
 	return nil
 }
 
-// Stats are a snapshot of the data path's counters.
-type Stats struct {
-	Batches, Requests, Stalls, Duplicates, Malformed uint64
-	Drops                                            map[string]uint64
+// totals are the workers' counters added up (tests).
+type totals struct {
+	wk.Totals
+	Duplicates uint64
 }
 
-// Stats sums the workers' counters.
-func (s *Server) Stats() Stats {
-	st := Stats{Drops: map[string]uint64{}}
-	for _, w := range s.workers {
-		ws := &w.stats
-		st.Batches += ws.batches.Load()
-		st.Requests += ws.requests.Load()
-		st.Stalls += ws.stalls.Load()
-		st.Duplicates += ws.duplicates.Load()
-		st.Malformed += ws.malformed.Load()
-		for r := range numDropReasons {
-			st.Drops[dropReasonNames[r]] += ws.drops[r].Load()
-		}
+func (s *Server) totals() totals {
+	t := totals{Totals: wk.Total(s.Workers)}
+	for _, w := range s.Workers {
+		t.Duplicates += w.stats.duplicates.Load()
 	}
+	return t
+}
+
+// Stats reports each worker and the data path. Its Counters are the
+// metrics seqd_herd_*.
+func (s *Server) Stats() dataplane.Stats {
+	st := wk.Sum(s.Workers)
+	st.Sessions = s.sessionCount()
+	var malformed uint64
+	for i, w := range s.Workers {
+		st.Workers[i].Retransmits = w.stats.duplicates.Load()
+		st.Retransmits += st.Workers[i].Retransmits
+		malformed += w.stats.malformed.Load()
+	}
+	st.Counters = append(st.Counters,
+		dataplane.Counter{Name: "duplicates_total", Help: "WRITEs of a (slot, seq) already answered, or older.", Value: st.Retransmits},
+		dataplane.Counter{Name: "malformed_total", Help: "Slots that did not decode.", Value: malformed})
 	return st
-}
-
-// WorkerStats is one worker's counters, for status reports.
-type WorkerStats struct {
-	ID, Core                  int
-	Batches, Requests, Drops  uint64
-	Duplicates, Stalls, Slots uint64
-}
-
-// Workers reports each worker.
-func (s *Server) Workers() []WorkerStats {
-	out := make([]WorkerStats, len(s.workers))
-	for i, w := range s.workers {
-		ws := &w.stats
-		out[i] = WorkerStats{ID: w.id, Core: w.core, Batches: ws.batches.Load(), Requests: ws.requests.Load(),
-			Duplicates: ws.duplicates.Load(), Stalls: ws.stalls.Load(), Slots: uint64(len(*w.clients.Load()))}
-		for r := range ws.drops {
-			out[i].Drops += ws.drops[r].Load()
-		}
-	}
-	return out
 }

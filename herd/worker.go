@@ -8,41 +8,21 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/seqd/seqd/internal/claim"
-	"github.com/seqd/seqd/internal/respq"
+	"github.com/seqd/seqd/dataplane"
+	wk "github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 )
 
 const slotLen = spec.SlotLen
 
-// dropReason says why a request was not answered.
-type dropReason int
-
-const (
-	dropExpired dropReason = iota
-	dropSendError
-	dropOracle
-	dropLate
-	numDropReasons
-)
-
-var dropReasonNames = [numDropReasons]string{"expired", "send_error", "oracle_error", "late"}
-
-func (r dropReason) String() string { return dropReasonNames[r] }
-
-// DropReasons are the reasons Stats.Drops counts requests under.
-func DropReasons() []string { return dropReasonNames[:] }
-
-// workerStats are written by the worker only and read at any time.
+// workerStats are what a worker counts besides internal/worker's Counts
+// (whose drop reasons are all herd's): written by the worker only, read
+// at any time.
 type workerStats struct {
-	batches    atomic.Uint64
-	requests   atomic.Uint64 // requests answered
-	stalls     atomic.Uint64 // claims refused with Behind
 	duplicates atomic.Uint64 // WRITEs of a (slot, seq) already answered, or older
 	malformed  atomic.Uint64 // slots that did not decode
 	lost       atomic.Uint64 // CAS on zeroing lost to a newer WRITE
-	drops      [numDropReasons]atomic.Uint64
 	_          [64]byte
 }
 
@@ -76,15 +56,13 @@ type limbo struct {
 }
 
 type worker struct {
-	id   int
-	core int
-	s    *Server
+	wk.Base
+	s *Server
 
 	region verbs.MR
 	words  []uint64 // the region as 8-byte slots
 	ucCQ   verbs.CQ
 	sendCQ verbs.CQ
-	resp   *respq.Set // the Q response QPs
 
 	clients atomic.Pointer[[]*hclient] // published copy; read once per sweep
 	sweeps  atomic.Uint64
@@ -102,23 +80,20 @@ type worker struct {
 	sges   []verbs.SGE
 	pend   []pending
 	stats  workerStats
-
-	// stall, when set (tests only), runs between a batch's claim and its
-	// answers' doorbell. Loaded once per batch.
-	stall atomic.Pointer[func()]
 }
 
 func newWorker(s *Server, id int) (w *worker, err error) {
 	c := &s.cfg
-	w = &worker{id: id, core: c.core(id), s: s}
+	w = &worker{s: s}
+	w.ID = id
 	defer func() {
 		if err != nil {
-			w.close()
+			w.Close()
 		}
 	}()
 	dev := c.Device
 	nslots := c.MaxQPs * c.MaxWindow
-	if w.region, err = s.pd.RegMR(nslots*slotLen, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
+	if w.region, err = s.PD.RegMR(nslots*slotLen, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
 		return nil, fmt.Errorf("herd: worker %d: request region: %w", id, err)
 	}
 	b := w.region.Bytes()
@@ -132,9 +107,8 @@ func newWorker(s *Server, id int) (w *worker, err error) {
 	if w.sendCQ, err = dev.CreateCQ(c.RespQPs * c.SendDepth); err != nil {
 		return nil, fmt.Errorf("herd: worker %d: send CQ: %w", id, err)
 	}
-	if w.resp, err = respq.New(respq.Config{PD: s.pd, CQ: w.sendCQ, QPs: c.RespQPs, Depth: c.SendDepth,
-		SignalEvery: c.SignalEvery, SlotLen: spec.HERDAnswerLen, QKey: c.QKey, Batch: c.Batch}); err != nil {
-		return nil, fmt.Errorf("herd: worker %d: %w", id, err)
+	if err = w.Init(&c.Config, id, s.PD, w.sendCQ, spec.HERDAnswerLen, &s.stopped); err != nil {
+		return nil, fmt.Errorf("herd: %w", err)
 	}
 	for i := c.MaxQPs - 1; i >= 0; i-- {
 		w.free = append(w.free, i)
@@ -150,24 +124,24 @@ func newWorker(s *Server, id int) (w *worker, err error) {
 
 // admit gives client QP q a block and a connected server UC QP. Called
 // with Server.mu held; publish makes it visible to the worker.
-func (w *worker) admit(q ClientQP, ah verbs.AH, window int) (*hclient, error) {
+func (w *worker) admit(write, recv dataplane.Endpoint, ah verbs.AH, window int) (*hclient, error) {
 	w.reclaim()
 	if len(w.free) == 0 {
-		return nil, fmt.Errorf("%w: worker %d serves %d client QPs", ErrNoRoom, w.id, w.s.cfg.MaxQPs)
+		return nil, fmt.Errorf("%w: worker %d serves %d client QPs", ErrNoRoom, w.ID, w.s.cfg.MaxQPs)
 	}
-	uc, err := w.s.pd.CreateQP(verbs.QPInitAttr{Type: verbs.UC, SendCQ: w.ucCQ, RecvCQ: w.ucCQ,
+	uc, err := w.s.PD.CreateQP(verbs.QPInitAttr{Type: verbs.UC, SendCQ: w.ucCQ, RecvCQ: w.ucCQ,
 		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
-		return nil, fmt.Errorf("herd: worker %d: UC QP: %w", w.id, err)
+		return nil, fmt.Errorf("herd: worker %d: UC QP: %w", w.ID, err)
 	}
-	if err := verbs.Connect(uc, verbs.ConnectAttr{Remote: q.Write.Addr, RemoteQPN: q.Write.QPN, Access: verbs.AccessRemoteWrite}); err != nil {
+	if err := verbs.Connect(uc, verbs.ConnectAttr{Remote: write.Addr, RemoteQPN: write.QPN, Access: verbs.AccessRemoteWrite}); err != nil {
 		uc.Close()
-		return nil, fmt.Errorf("%w: connect UC QP to %v %v: %v", ErrArgument, q.Write.Addr, q.Write.QPN, err)
+		return nil, fmt.Errorf("%w: connect UC QP to %v %v: %v", ErrArgument, write.Addr, write.QPN, err)
 	}
 	blk := w.free[len(w.free)-1]
 	w.free = w.free[:len(w.free)-1]
-	c := &hclient{worker: w.id, block: blk, base: blk * w.s.cfg.MaxWindow, window: window, uc: uc, ah: ah,
-		qpn: q.Recv.QPN, last: make([]uint32, window), seen: verbs.Now()}
+	c := &hclient{worker: w.ID, block: blk, base: blk * w.s.cfg.MaxWindow, window: window, uc: uc, ah: ah,
+		qpn: recv.QPN, last: make([]uint32, window), seen: verbs.Now()}
 	for i := range w.s.cfg.MaxWindow {
 		atomic.StoreUint64(&w.words[c.base+i], 0)
 	}
@@ -220,12 +194,12 @@ func (w *worker) toErr() {
 	for _, c := range w.all {
 		c.uc.Modify(e, verbs.AttrState)
 	}
-	if w.resp != nil {
-		w.resp.ToErr()
+	if w.Resp != nil {
+		w.Resp.ToErr()
 	}
 }
 
-func (w *worker) close() {
+func (w *worker) Close() {
 	for _, c := range w.all {
 		c.uc.Close()
 	}
@@ -233,31 +207,13 @@ func (w *worker) close() {
 		l.c.uc.Close()
 	}
 	w.all, w.limbo = nil, nil
-	if w.resp != nil {
-		w.resp.Close()
-	}
-	if w.region != nil {
-		w.region.Close()
-	}
-	if w.ucCQ != nil {
-		w.ucCQ.Close()
-	}
-	if w.sendCQ != nil {
-		w.sendCQ.Close()
-	}
+	w.Base.Close()
+	wk.CloseAll(w.region, w.ucCQ, w.sendCQ)
 }
 
-// run is the worker's loop. It returns when the server stops.
-func (w *worker) run() {
-	log := w.s.log.With("worker", w.id)
-	if w.core >= 0 {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := pin(w.core); err != nil {
-			log.Warn("running unpinned", "err", err)
-			w.core = -1
-		}
-	}
+// Run is the worker's loop. It returns when the server stops.
+func (w *worker) Run() {
+	defer w.Pin()()
 	cfg := &w.s.cfg
 	start := w.s.start
 	idleSince := time.Duration(-1)
@@ -267,7 +223,7 @@ func (w *worker) run() {
 		// (the userspace provider receives on the poller); plain WRITEs
 		// complete nothing, so it stays empty.
 		w.ucCQ.Poll(w.wcs)
-		w.reapSends()
+		w.ReapSends()
 		now := time.Since(start)
 		if w.collect() == 0 {
 			if idleSince < 0 {
@@ -339,7 +295,7 @@ func (w *worker) collect() int {
 				// Possibly too old already (the worker did not sweep
 				// this client for a while): dropped alone, so that it
 				// does not age the rest of the batch.
-				st.drops[dropExpired].Add(1)
+				w.Drops[wk.DropExpired].Add(1)
 				continue
 			}
 			w.pend = append(w.pend, pending{c, pos, sl.Seq})
@@ -358,39 +314,15 @@ func (w *worker) collect() int {
 // batch claims once for the collected requests and answers them.
 func (w *worker) batch() {
 	n := len(w.pend)
-	first, ok := w.claim(w.oldest, n)
+	first, ok := w.Claim(w.oldest, n)
 	if ok && w.answer(first) {
-		w.stats.batches.Add(1)
-		w.stats.requests.Add(uint64(n))
+		w.Batches.Add(1)
+		w.Requests.Add(uint64(n))
 	}
 	for i := range w.pend {
 		w.pend[i] = pending{}
 	}
 	w.pend = w.pend[:0]
-}
-
-// claim claims n values for a batch whose oldest request arrived at
-// oldest, through claim.Batch: retrying while the oracle is behind,
-// giving up once the batch is older than spec.MaxResidence.
-func (w *worker) claim(oldest verbs.Time, n int) (uint64, bool) {
-	if verbs.Now().Sub(oldest) > spec.MaxResidence {
-		w.stats.drops[dropExpired].Add(uint64(n))
-		return 0, false
-	}
-	first, stalls, out, err := claim.Batch(w.s.cfg.Oracle, w.s.cfg.Behind, n, func() bool {
-		return verbs.Now().Sub(oldest) > spec.MaxResidence || w.s.stopped.Load()
-	})
-	w.stats.stalls.Add(uint64(stalls))
-	switch out {
-	case claim.Failed:
-		w.stats.drops[dropOracle].Add(uint64(n))
-		w.s.log.Error("claim", "worker", w.id, "n", n, "err", err)
-		return 0, false
-	case claim.Expired:
-		w.stats.drops[dropExpired].Add(uint64(n))
-		return 0, false
-	}
-	return first, true
 }
 
 // answer posts one UD SEND per pending request, values first.., as one
@@ -400,13 +332,8 @@ func (w *worker) claim(oldest verbs.Time, n int) (uint64, bool) {
 // whether the answers were posted.
 func (w *worker) answer(first uint64) bool {
 	n := len(w.pend)
-	if f := w.stall.Load(); f != nil {
-		(*f)()
-	}
-	b, ok := w.resp.Next(n)
+	b, ok := w.Next(n)
 	if !ok {
-		w.s.log.Error("send queue never drained", "worker", w.id)
-		w.stats.drops[dropSendError].Add(uint64(n))
 		return false
 	}
 	for i := range w.pend {
@@ -420,22 +347,5 @@ func (w *worker) answer(first uint64) bool {
 			SG: w.sges[i : i+1], Imm: uint32(imm), AH: p.c.ah, RemoteQPN: p.c.qpn, RemoteQKey: p.c.qkey}
 		b.Prepare(wr, i)
 	}
-	if verbs.Now().Sub(w.oldest) > spec.MaxResidence {
-		// Too late: the claimed values are skipped (never handed out).
-		w.stats.drops[dropLate].Add(uint64(n))
-		return false
-	}
-	posted, err := b.Post(w.wrs[:n])
-	if err != nil {
-		w.stats.drops[dropSendError].Add(uint64(n - posted))
-		w.s.log.Error("post answers", "worker", w.id, "posted", posted, "of", n, "err", err)
-	}
-	return posted > 0
-}
-
-// reapSends frees send queue slots and counts answers that failed.
-func (w *worker) reapSends() {
-	if _, failed := w.resp.Reap(); failed > 0 {
-		w.stats.drops[dropSendError].Add(uint64(failed))
-	}
+	return w.Post(b, w.wrs[:n], w.oldest)
 }

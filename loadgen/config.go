@@ -57,7 +57,7 @@ type Config struct {
 	// for the clients' devices and a spawned seqd's: fault injection.
 	ProviderOpts string
 	// AdminDialOptions go to every dial of Admin's admin plane: TLS, a
-	// bearer token, or plaintext off loopback (admin.ClientSecurity makes
+	// bearer token, or plaintext off loopback (adminclient.ClientSecurity makes
 	// them). A spawned seqd is plaintext on loopback: they do not apply.
 	AdminDialOptions []grpc.DialOption
 

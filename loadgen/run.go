@@ -9,7 +9,7 @@ import (
 
 	"github.com/HdrHistogram/hdrhistogram-go"
 
-	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/client"
 	"github.com/seqd/seqd/loadgen/verify"
@@ -133,7 +133,7 @@ type runner struct {
 	c   *Config
 	log *slog.Logger
 	rep *Report
-	srv *server // when spawned
+	srv *spawned // when spawned
 	// readyAt: a freshly started seqd confirms no guess for
 	// spec.Holdoff, answering every request in full; points wait for it.
 	readyAt time.Time
@@ -159,7 +159,7 @@ func (r *runner) closeServer() error {
 func (r *runner) connectAdmin(ctx context.Context, addr string) error {
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	cc, err := admin.Dial(dctx, addr, r.c.adminOpts()...)
+	cc, err := adminclient.Dial(dctx, addr, r.c.adminOpts()...)
 	if err != nil {
 		return fmt.Errorf("loadgen: admin %s: %w", addr, err)
 	}

@@ -14,16 +14,16 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/admin/adminpb"
-	"github.com/seqd/seqd/cmd/seqd/run"
+	"github.com/seqd/seqd/server"
 )
 
 // InProcess as Config.SeqdBinary runs seqd inside loadgen.
 const InProcess = "in-process"
 
-// server is a seqd that loadgen started.
-type server struct {
+// spawned is a seqd that loadgen started.
+type spawned struct {
 	admin string
 	desc  string
 	stop  func() error
@@ -46,7 +46,7 @@ func findSeqd() string {
 
 // spawn starts seqd serving mode, on loopback with free ports and a fresh
 // data directory, and waits until its admin plane answers.
-func spawn(ctx context.Context, c *Config, mode string) (*server, error) {
+func spawn(ctx context.Context, c *Config, mode string) (*spawned, error) {
 	bin := c.SeqdBinary
 	if bin == "" {
 		bin = findSeqd()
@@ -55,7 +55,7 @@ func spawn(ctx context.Context, c *Config, mode string) (*server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loadgen: spawn: %w", err)
 	}
-	var s *server
+	var s *spawned
 	if bin == "" || bin == InProcess {
 		s, err = spawnInProcess(c, mode, dir)
 	} else {
@@ -74,18 +74,18 @@ func spawn(ctx context.Context, c *Config, mode string) (*server, error) {
 	return s, nil
 }
 
-func spawnInProcess(c *Config, mode, dir string) (*server, error) {
+func spawnInProcess(c *Config, mode, dir string) (*spawned, error) {
 	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan run.Addrs, 1)
+	ready := make(chan server.Addrs, 1)
 	done := make(chan error, 1)
 	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	go func() {
-		done <- run.Run(ctx, run.Config{Device: "127.0.0.1:0", Admin: "127.0.0.1:0", Metrics: "off", Data: dir, Init: true,
-			Mode: mode, Cores: c.SeqdCores, ProviderOpts: c.ProviderOpts}, quiet, func(a run.Addrs) { ready <- a })
+		done <- server.Run(ctx, server.Config{Device: "127.0.0.1:0", Admin: "127.0.0.1:0", Metrics: "off", Data: dir, Init: true,
+			Mode: mode, Cores: c.SeqdCores, ProviderOpts: c.ProviderOpts}, quiet, func(a server.Addrs) { ready <- a })
 	}()
 	select {
 	case a := <-ready:
-		return &server{admin: a.Admin, desc: "in-process seqd", stop: func() error { cancel(); return <-done }}, nil
+		return &spawned{admin: a.Admin, desc: "in-process seqd", stop: func() error { cancel(); return <-done }}, nil
 	case err := <-done:
 		cancel()
 		return nil, fmt.Errorf("loadgen: in-process seqd (%s): %w", mode, err)
@@ -125,7 +125,7 @@ func freePort() (string, error) {
 	return l.Addr().String(), nil
 }
 
-func spawnBinary(ctx context.Context, c *Config, bin, mode, dir string) (*server, error) {
+func spawnBinary(ctx context.Context, c *Config, bin, mode, dir string) (*spawned, error) {
 	addr, err := freePort()
 	if err != nil {
 		return nil, fmt.Errorf("loadgen: spawn: free port: %w", err)
@@ -169,7 +169,7 @@ func spawnBinary(ctx context.Context, c *Config, bin, mode, dir string) (*server
 		default:
 		}
 		if err := ping(ctx, addr); err == nil {
-			return &server{admin: addr, desc: bin + " (pid " + fmt.Sprint(cmd.Process.Pid) + ")", stop: stop}, nil
+			return &spawned{admin: addr, desc: bin + " (pid " + fmt.Sprint(cmd.Process.Pid) + ")", stop: stop}, nil
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			stop()
@@ -182,7 +182,7 @@ func spawnBinary(ctx context.Context, c *Config, bin, mode, dir string) (*server
 func ping(ctx context.Context, addr string) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	cc, err := admin.Dial(ctx, addr)
+	cc, err := adminclient.Dial(ctx, addr)
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,14 @@
 // (headeronly), HERD (herd) or fetch-and-add (atomics) — behind one admin
 // backend, and switches between them at run time (SetMode).
 //
+// Every mode is a dataplane.Mode started by its dataplane.Factory, listed
+// by one line in registry; a name not there is an unknown mode. modes is
+// the one place that speaks the admin protocol for them: package
+// modes/adminmode turns ConnectRequest into dataplane.Admission, Grant
+// into ConnectResponse, DisconnectRequest into SessionRef, and Stats into
+// StatusResponse and the metrics seqd_<mode>_* (Spec-S0's are
+// seqd_headeronly_*).
+//
 // # Switching
 //
 // SetMode holds the switch lock (Connect, Disconnect and Status wait), then

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -12,6 +13,11 @@ import (
 
 	"github.com/seqd/seqd/admin"
 	"github.com/seqd/seqd/admin/adminpb"
+	"github.com/seqd/seqd/atomics"
+	"github.com/seqd/seqd/dataplane"
+	"github.com/seqd/seqd/headeronly"
+	"github.com/seqd/seqd/herd"
+	"github.com/seqd/seqd/modes/adminmode"
 	"github.com/seqd/seqd/oracle"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
@@ -24,24 +30,35 @@ const (
 	Atomics = spec.ModeAtomics
 )
 
-// All lists every mode.
-var All = []string{SpecS0, HERD, Atomics}
+// registry is every mode seqd runs: one line per mode, keyed by its
+// spec name (spec/modes.go).
+var registry = map[string]dataplane.Factory{
+	spec.ModeSpecS0:  headeronly.Start,
+	spec.ModeHERD:    herd.Start,
+	spec.ModeAtomics: atomics.Start,
+}
+
+// metricNames names a mode's metrics (seqd_<name>_*) where the mode's
+// name does not: Spec-S0's are seqd_headeronly_*, after its package.
+var metricNames = map[string]string{spec.ModeSpecS0: "headeronly"}
+
+// All lists every registered mode, in the order of spec.Modes.
+var All = registered()
+
+func registered() []string {
+	var all []string
+	for _, m := range spec.Modes {
+		if registry[m] != nil {
+			all = append(all, m)
+		}
+	}
+	return all
+}
 
 // ErrUnknownMode reports a mode name outside All.
 var ErrUnknownMode = errors.New("modes: unknown mode")
 
 var errNoMode = fmt.Errorf("%w: no mode is running (a switch failed)", admin.ErrUnavailable)
-
-// DataPath is a running mode.
-type DataPath interface {
-	admin.Backend
-	// Stop drains the mode and moves its QPs to ERR; it returns the
-	// highest value the mode could have handed out outside the oracle
-	// (0 for modes that claim every value from the oracle).
-	Stop() (high uint64, err error)
-	Close() error
-	Collectors() []prometheus.Collector
-}
 
 // Config configures a Switch.
 type Config struct {
@@ -75,7 +92,7 @@ type Switch struct {
 
 	mu       sync.RWMutex
 	mode     string
-	dp       DataPath
+	dp       *adminmode.Backend // the running mode; nil after a failed switch
 	switches uint64
 }
 
@@ -101,17 +118,26 @@ func New(ctx context.Context, cfg Config, mode string) (*Switch, error) {
 	return s, nil
 }
 
-func (s *Switch) start(ctx context.Context, mode string) (DataPath, error) {
-	epoch := uint64(time.Now().UnixNano())
-	switch mode {
-	case SpecS0:
-		return startSpecS0(&s.cfg, epoch)
-	case HERD:
-		return startHERD(&s.cfg, epoch)
-	case Atomics:
-		return startAtomics(ctx, &s.cfg, epoch)
+func (s *Switch) start(ctx context.Context, mode string) (*adminmode.Backend, error) {
+	start := registry[mode]
+	if start == nil {
+		return nil, fmt.Errorf("%w %q (have %q)", ErrUnknownMode, mode, All)
 	}
-	return nil, fmt.Errorf("%w %q (have %q)", ErrUnknownMode, mode, All)
+	c := &s.cfg
+	epoch := uint64(time.Now().UnixNano())
+	f := s.cfg.Oracle.Format()
+	m, err := start(ctx, dataplane.Config{Device: c.Device, Oracle: c.Oracle, Behind: oracle.ErrBehind, Format: f,
+		Workers: c.Workers, RespQPs: c.RespQPs, Cores: c.Cores, MaxWindow: c.MaxWindow, MaxClients: c.MaxClients,
+		Logger: c.Logger, Epoch: epoch, QKey: c.QKey, AtomicsBlock: c.AtomicsBlock})
+	if err != nil {
+		return nil, err
+	}
+	metrics := metricNames[mode]
+	if metrics == "" {
+		metrics = strings.ReplaceAll(mode, "-", "_")
+	}
+	return &adminmode.Backend{Mode: m, Name: mode, Metrics: metrics, Format: f, Epoch: epoch, Version: c.Version,
+		Device: c.Device, Oracle: c.Oracle}, nil
 }
 
 // Mode is the mode being served.
@@ -127,9 +153,7 @@ func (s *Switch) Connect(ctx context.Context, req *adminpb.ConnectRequest) (*adm
 }
 
 // Replace releases the session old names and admits req in the current
-// mode (admin.Replacer): in one step in spec-s0; in herd and atomics,
-// whose sessions never share QPs, as a release followed by an admission
-// under the switch's lock.
+// mode (admin.Replacer), in one step (dataplane.Mode.Admit).
 func (s *Switch) Replace(ctx context.Context, old *adminpb.DisconnectRequest, req *adminpb.ConnectRequest) (*adminpb.ConnectResponse, error) {
 	return s.admit(ctx, old, req)
 }
@@ -145,16 +169,7 @@ func (s *Switch) admit(ctx context.Context, old *adminpb.DisconnectRequest, req 
 	if s.dp == nil {
 		return nil, errNoMode
 	}
-	if old == nil {
-		return s.dp.Connect(ctx, req)
-	}
-	if r, ok := s.dp.(admin.Replacer); ok {
-		return r.Replace(ctx, old, req)
-	}
-	if err := s.dp.Disconnect(ctx, old); err != nil && !errors.Is(err, admin.ErrUnknownSession) {
-		return nil, err
-	}
-	return s.dp.Connect(ctx, req)
+	return s.dp.Replace(ctx, old, req)
 }
 
 // Disconnect releases a session of the current mode.
@@ -178,8 +193,6 @@ func (s *Switch) Status(ctx context.Context) (*adminpb.StatusResponse, error) {
 	if err != nil {
 		return nil, err
 	}
-	st.Mode = s.mode
-	st.Current = max(st.Current, s.cfg.Oracle.Current())
 	st.PersistedMark = s.cfg.Oracle.Mark()
 	return st, nil
 }
@@ -194,21 +207,18 @@ func (s *Switch) SetMode(ctx context.Context, req *adminpb.SetModeRequest) (*adm
 		prev = ""
 	}
 	if mode == prev {
-		st, _ := s.dp.Status(ctx)
-		return &adminpb.SetModeResponse{Previous: prev, Mode: mode, High: s.cfg.Oracle.Current(), Epoch: st.GetEpoch()}, nil
+		return &adminpb.SetModeResponse{Previous: prev, Mode: mode, High: s.cfg.Oracle.Current(), Epoch: s.dp.Epoch}, nil
 	}
-	switch mode {
-	case SpecS0, HERD, Atomics:
-	default:
+	if registry[mode] == nil {
 		return nil, fmt.Errorf("%w: %w %q", admin.ErrInvalidArgument, ErrUnknownMode, mode)
 	}
 	var high uint64
 	if s.dp != nil {
-		h, err := s.dp.Stop()
+		h, err := s.dp.Mode.Stop()
 		if err != nil {
 			return nil, fmt.Errorf("modes: stopping %s: %w", prev, err)
 		}
-		s.dp.Close()
+		s.dp.Mode.Close()
 		s.dp, high = nil, h
 	}
 	high = max(high, s.cfg.Oracle.Current())
@@ -228,9 +238,8 @@ func (s *Switch) SetMode(ctx context.Context, req *adminpb.SetModeRequest) (*adm
 	}
 	s.mode, s.dp = mode, dp
 	s.switches++
-	st, _ := dp.Status(ctx)
 	s.log.Info("mode switched", "from", prev, "to", mode, "high", high)
-	return &adminpb.SetModeResponse{Previous: prev, Mode: mode, High: high, Epoch: st.GetEpoch()}, nil
+	return &adminpb.SetModeResponse{Previous: prev, Mode: mode, High: high, Epoch: dp.Epoch}, nil
 }
 
 // Advance moves the oracle forward for an operator (Admin.Advance): every
@@ -279,8 +288,8 @@ func (s *Switch) Close() error {
 	if s.dp == nil {
 		return nil
 	}
-	s.dp.Stop()
-	err := s.dp.Close()
+	s.dp.Mode.Stop()
+	err := s.dp.Mode.Close()
 	s.dp = nil
 	return err
 }
@@ -300,7 +309,5 @@ func (d *dynCollector) Collect(ch chan<- prometheus.Metric) {
 	if s.dp == nil {
 		return
 	}
-	for _, c := range s.dp.Collectors() {
-		c.Collect(ch)
-	}
+	s.dp.Collect(ch)
 }

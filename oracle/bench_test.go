@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/seqd/seqd/oracle"
+	"github.com/seqd/seqd/spec"
 )
 
 // benchOracle opens an oracle on a FileStore in a temp directory, with the
@@ -12,7 +13,7 @@ import (
 // default 1<<20: a benchmark claiming 64 values every ~20ns uses half of
 // that in well under a millisecond, faster than an fsync, so with the
 // default it would measure the disk (stalls/op shows it), not the claim.
-func benchOracle(b *testing.B, format oracle.Format) *oracle.Oracle {
+func benchOracle(b *testing.B, format spec.Format) *oracle.Oracle {
 	return open(b, oracle.Config{Format: format, Dir: b.TempDir(), Init: true, CounterWindow: 1 << 36})
 }
 
@@ -30,7 +31,7 @@ func claimLoop(b *testing.B, o *oracle.Oracle, n int) (stalls int) {
 }
 
 func BenchmarkClaim(b *testing.B) {
-	for _, format := range []oracle.Format{oracle.FormatHybrid, oracle.FormatCounter} {
+	for _, format := range []spec.Format{spec.FormatHybrid, spec.FormatCounter} {
 		for _, n := range []int{1, 64} {
 			b.Run(format.String()+"/n="+itoa(n), func(b *testing.B) {
 				o := benchOracle(b, format)
@@ -46,7 +47,7 @@ func BenchmarkClaim(b *testing.B) {
 }
 
 func BenchmarkClaimParallel(b *testing.B) {
-	for _, format := range []oracle.Format{oracle.FormatHybrid, oracle.FormatCounter} {
+	for _, format := range []spec.Format{spec.FormatHybrid, spec.FormatCounter} {
 		for _, n := range []int{1, 64} {
 			b.Run(format.String()+"/n="+itoa(n), func(b *testing.B) {
 				o := benchOracle(b, format)
@@ -65,7 +66,7 @@ func BenchmarkClaimParallel(b *testing.B) {
 // BenchmarkCounterClaim is the pure state machine alone, without the
 // wrapper's closed check, persister wake-up and stats.
 func BenchmarkCounterClaim(b *testing.B) {
-	for _, format := range []oracle.Format{oracle.FormatHybrid, oracle.FormatCounter} {
+	for _, format := range []spec.Format{spec.FormatHybrid, spec.FormatCounter} {
 		b.Run(format.String(), func(b *testing.B) {
 			c := oracle.NewCounter(format, 1<<20, func() int64 { return T0 })
 			c.SetMark(1 << 62)

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/seqd/seqd/spec"
 )
 
 // Defaults filled by Config.validate.
@@ -19,8 +21,8 @@ const (
 // Config configures an Oracle. The zero value plus Dir (or Store) is a
 // working hybrid oracle.
 type Config struct {
-	// Format of the values; the zero value is FormatHybrid.
-	Format Format
+	// Format of the values; zero means spec.FormatHybrid.
+	Format spec.Format
 	// Store persists the mark. If nil, Open opens a FileStore in Dir.
 	Store Store
 	// Dir is the data directory for the default FileStore.
@@ -66,7 +68,10 @@ type Config struct {
 
 // validate checks c and fills defaults. It is the one place that does.
 func (c *Config) validate() error {
-	if !c.Format.valid() {
+	if c.Format == 0 {
+		c.Format = spec.FormatHybrid
+	}
+	if !c.Format.Valid() {
 		return fmt.Errorf("%w: format %d", ErrConfig, c.Format)
 	}
 	if c.Store == nil && c.Dir == "" {
@@ -90,7 +95,7 @@ func (c *Config) validate() error {
 	if c.CounterWindow < 2*uint64(c.MaxBatch) || c.CounterWindow > 1<<62 {
 		return fmt.Errorf("%w: CounterWindow %d: want [2*MaxBatch, 1<<62] (MaxBatch %d)", ErrConfig, c.CounterWindow, c.MaxBatch)
 	}
-	if c.Format == FormatHybrid && uint64(c.HybridWindow/time.Millisecond)<<LogicalBits < 2*uint64(c.MaxBatch) {
+	if c.Format == spec.FormatHybrid && uint64(c.HybridWindow/time.Millisecond)<<spec.HybridLogicalBits < 2*uint64(c.MaxBatch) {
 		return fmt.Errorf("%w: HybridWindow %v is too small for MaxBatch %d", ErrConfig, c.HybridWindow, c.MaxBatch)
 	}
 	if c.Floor >= limit {
@@ -119,10 +124,10 @@ func (c *Config) validate() error {
 
 // window returns the mark window in values.
 func (c *Config) window() uint64 {
-	if c.Format == FormatCounter {
+	if c.Format == spec.FormatCounter {
 		return c.CounterWindow
 	}
-	return uint64(c.HybridWindow/time.Millisecond) << LogicalBits
+	return uint64(c.HybridWindow/time.Millisecond) << spec.HybridLogicalBits
 }
 
 func wallClock() int64 { return time.Now().UnixMilli() }

@@ -3,6 +3,8 @@ package oracle
 import (
 	"math"
 	"sync/atomic"
+
+	"github.com/seqd/seqd/spec"
 )
 
 // cacheLine pads hot words apart; 128 covers adjacent-line prefetching.
@@ -20,8 +22,8 @@ type Counter struct {
 	// Read-mostly: written only by SetMark.
 	mark   atomic.Uint64 // values above mark are never handed out
 	low    atomic.Uint64 // a claim reaching low should wake the persister
-	format Format
-	window uint64 // in values: count, or milliseconds<<LogicalBits
+	format spec.Format
+	window uint64 // in values: count, or milliseconds<<spec.HybridLogicalBits
 	clock  func() int64
 	_      [cacheLine - 48]byte
 
@@ -34,21 +36,24 @@ type Counter struct {
 
 // NewCounter returns a Counter at zero with a zero mark, so every claim
 // returns ErrBehind until the first SetMark. window is the headroom the
-// persister keeps, in values (for hybrid, milliseconds<<LogicalBits); it
+// persister keeps, in values (for hybrid, milliseconds<<spec.HybridLogicalBits); it
 // must be at least 2. clock returns Unix milliseconds; the counter format
-// never calls it.
-func NewCounter(f Format, window uint64, clock func() int64) *Counter {
+// never calls it. A zero f means spec.FormatHybrid.
+func NewCounter(f spec.Format, window uint64, clock func() int64) *Counter {
+	if f == 0 {
+		f = spec.FormatHybrid
+	}
 	c := &Counter{format: f, window: max(window, 2), clock: clock}
 	c.lastNow.Store(math.MinInt64) // nothing observed yet
 	return c
 }
 
 // Format returns the counter's format.
-func (c *Counter) Format() Format { return c.format }
+func (c *Counter) Format() spec.Format { return c.format }
 
 // Claim reserves n consecutive values and returns the first. They are
 // greater than every value returned before and, for hybrid, at or above
-// now<<LogicalBits. If the last one would be above the mark, Claim counts a
+// now<<spec.HybridLogicalBits. If the last one would be above the mark, Claim counts a
 // stall and returns ErrBehind without reserving anything. n must be at
 // least 1.
 //
@@ -59,7 +64,7 @@ func (c *Counter) Claim(n int) (uint64, error) {
 		return 0, ErrBatchSize
 	}
 	k := uint64(n - 1)
-	if c.format == FormatCounter {
+	if c.format == spec.FormatCounter {
 		m := c.mark.Load()
 		cur := c.last.Load()
 		if cur >= m || k >= m-cur {
@@ -76,7 +81,7 @@ func (c *Counter) Claim(n int) (uint64, error) {
 		}
 		return last - k, nil
 	}
-	floor := physicalFloor(c.observe())
+	floor := spec.HybridFloor(c.observe())
 	for {
 		cur := c.last.Load()
 		m := c.mark.Load()
@@ -178,9 +183,9 @@ type Plan struct {
 func (c *Counter) Plan() Plan {
 	var p Plan
 	base := c.last.Load()
-	if c.format == FormatHybrid {
+	if c.format == spec.FormatHybrid {
 		p.Now = c.observe()
-		base = max(base, physicalFloor(p.Now))
+		base = max(base, spec.HybridFloor(p.Now))
 	}
 	m := c.mark.Load()
 	half := c.window / 2
@@ -190,8 +195,8 @@ func (c *Counter) Plan() Plan {
 	}
 	low := base >= m || m-base < half
 	p.Due = low && p.Target > m // not due at the end of the range
-	if !low && c.format == FormatHybrid {
-		p.Wake = int64((m-half)>>LogicalBits) + 1
+	if !low && c.format == spec.FormatHybrid {
+		p.Wake = int64((m-half)>>spec.HybridLogicalBits) + 1
 	}
 	return p
 }

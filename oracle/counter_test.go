@@ -7,9 +7,10 @@ import (
 
 	"github.com/seqd/seqd/oracle"
 	"github.com/seqd/seqd/oracle/oracletest"
+	"github.com/seqd/seqd/spec"
 )
 
-func ts(ms int64, logical uint32) uint64 { return uint64(oracle.Compose(ms, logical)) }
+func ts(ms int64, logical uint32) uint64 { return spec.HybridValue(ms, logical) }
 
 // step is one action on a Counter in a table test. Exactly one of the
 // action fields is meaningful, chosen by op.
@@ -34,7 +35,7 @@ func TestCounterClaim(t *testing.T) {
 	const big = math.MaxUint64 >> 1
 	tests := []struct {
 		name      string
-		format    oracle.Format
+		format    spec.Format
 		steps     []step
 		stalls    uint64
 		stepsBack uint64
@@ -52,8 +53,8 @@ func TestCounterClaim(t *testing.T) {
 		},
 		{
 			name: "hybrid logical overflow carries into the next millisecond without waiting",
-			steps: []step{at(T), setMark(big), claim(oracle.MaxLogical, ts(T, 0)),
-				claim(2, ts(T, oracle.MaxLogical)), claim(1, ts(T+1, 1)), at(T + 1), claim(1, ts(T+1, 2))},
+			steps: []step{at(T), setMark(big), claim(spec.HybridLogicalMask, ts(T, 0)),
+				claim(2, ts(T, spec.HybridLogicalMask)), claim(1, ts(T+1, 1)), at(T + 1), claim(1, ts(T+1, 2))},
 			current: ts(T+1, 2),
 		},
 		{
@@ -102,7 +103,7 @@ func TestCounterClaim(t *testing.T) {
 		},
 		{
 			name:   "counter is dense from 1",
-			format: oracle.FormatCounter,
+			format: spec.FormatCounter,
 			steps: []step{setMark(10), claim(1, 1), claim(4, 2), claim(5, 6), claimErr(1, oracle.ErrBehind),
 				setMark(20), claim(1, 11)},
 			stalls:  1,
@@ -110,20 +111,20 @@ func TestCounterClaim(t *testing.T) {
 		},
 		{
 			name:    "counter ignores the clock",
-			format:  oracle.FormatCounter,
+			format:  spec.FormatCounter,
 			steps:   []step{at(T), setMark(10), claim(1, 1), at(T - 1000), claim(1, 2)},
 			current: 2,
 		},
 		{
 			name:    "counter batch larger than the headroom stalls",
-			format:  oracle.FormatCounter,
+			format:  spec.FormatCounter,
 			steps:   []step{setMark(10), claim(3, 1), claimErr(8, oracle.ErrBehind), claim(7, 4)},
 			stalls:  1,
 			current: 10,
 		},
 		{
 			name:   "counter floor above the mark stalls until the mark follows",
-			format: oracle.FormatCounter,
+			format: spec.FormatCounter,
 			steps: []step{setMark(100), claim(1, 1), floor(150), claimErr(1, oracle.ErrBehind),
 				setMark(50), claimErr(1, oracle.ErrBehind), setMark(200), claim(1, 151), floor(10), claim(1, 152)},
 			stalls:  2,
@@ -151,7 +152,7 @@ func TestCounterClaim(t *testing.T) {
 					}
 					if err == nil && got != s.want {
 						t.Fatalf("step %d: Claim(%d) = %d (%v), want %d (%v)", i, s.n, got,
-							oracle.Timestamp(got), s.want, oracle.Timestamp(s.want))
+							spec.Timestamp(got), s.want, spec.Timestamp(s.want))
 					}
 				default:
 					t.Fatalf("step %d: unknown op %q", i, s.op)
@@ -171,7 +172,7 @@ func TestCounterClaim(t *testing.T) {
 }
 
 func TestCounterSetMarkNeverLowers(t *testing.T) {
-	c := oracle.NewCounter(oracle.FormatCounter, 100, nil)
+	c := oracle.NewCounter(spec.FormatCounter, 100, nil)
 	if !c.SetMark(100) || c.SetMark(50) || c.SetMark(100) || c.Mark() != 100 {
 		t.Fatalf("SetMark: mark %d, want 100 raised once", c.Mark())
 	}
@@ -182,31 +183,31 @@ func TestCounterSetMarkNeverLowers(t *testing.T) {
 
 func TestCounterPlan(t *testing.T) {
 	const T = 1_700_000_000_000
-	w := uint64(3000) << oracle.LogicalBits
+	w := uint64(3000) << spec.HybridLogicalBits
 	tests := []struct {
 		name   string
-		format oracle.Format
+		format spec.Format
 		window uint64
 		now    int64
 		mark   uint64
 		floor  uint64
 		want   oracle.Plan
 	}{
-		{"counter fresh", oracle.FormatCounter, 100, 0, 0, 0, oracle.Plan{Target: 100, Due: true}},
-		{"counter plenty of headroom", oracle.FormatCounter, 100, 0, 100, 40, oracle.Plan{Target: 140}},
-		{"counter exactly half left", oracle.FormatCounter, 100, 0, 100, 50, oracle.Plan{Target: 150}},
-		{"counter under half left", oracle.FormatCounter, 100, 0, 100, 51, oracle.Plan{Target: 151, Due: true}},
-		{"counter floor above mark", oracle.FormatCounter, 100, 0, 100, 500, oracle.Plan{Target: 600, Due: true}},
-		{"hybrid fresh", oracle.FormatHybrid, w, T, 0, 0, oracle.Plan{Target: ts(T+3000, 0), Due: true, Now: T}},
-		{"hybrid waits for the clock", oracle.FormatHybrid, w, T, ts(T+3000, 0), 0,
+		{"counter fresh", spec.FormatCounter, 100, 0, 0, 0, oracle.Plan{Target: 100, Due: true}},
+		{"counter plenty of headroom", spec.FormatCounter, 100, 0, 100, 40, oracle.Plan{Target: 140}},
+		{"counter exactly half left", spec.FormatCounter, 100, 0, 100, 50, oracle.Plan{Target: 150}},
+		{"counter under half left", spec.FormatCounter, 100, 0, 100, 51, oracle.Plan{Target: 151, Due: true}},
+		{"counter floor above mark", spec.FormatCounter, 100, 0, 100, 500, oracle.Plan{Target: 600, Due: true}},
+		{"hybrid fresh", spec.FormatHybrid, w, T, 0, 0, oracle.Plan{Target: ts(T+3000, 0), Due: true, Now: T}},
+		{"hybrid waits for the clock", spec.FormatHybrid, w, T, ts(T+3000, 0), 0,
 			oracle.Plan{Target: ts(T+3000, 0), Now: T, Wake: T + 1501}},
-		{"hybrid at half", oracle.FormatHybrid, w, T + 1500, ts(T+3000, 0), 0,
+		{"hybrid at half", spec.FormatHybrid, w, T + 1500, ts(T+3000, 0), 0,
 			oracle.Plan{Target: ts(T+4500, 0), Now: T + 1500, Wake: T + 1501}},
-		{"hybrid under half", oracle.FormatHybrid, w, T + 1501, ts(T+3000, 0), 0,
+		{"hybrid under half", spec.FormatHybrid, w, T + 1501, ts(T+3000, 0), 0,
 			oracle.Plan{Target: ts(T+4501, 0), Due: true, Now: T + 1501}},
-		{"hybrid values ahead of the clock", oracle.FormatHybrid, w, T, ts(T+3000, 0), ts(T+2000, 0),
+		{"hybrid values ahead of the clock", spec.FormatHybrid, w, T, ts(T+3000, 0), ts(T+2000, 0),
 			oracle.Plan{Target: ts(T+5000, 0), Due: true, Now: T}},
-		{"end of range", oracle.FormatCounter, 100, 0, math.MaxUint64 - 1<<32, math.MaxUint64 - 1<<32 - 1,
+		{"end of range", spec.FormatCounter, 100, 0, math.MaxUint64 - 1<<32, math.MaxUint64 - 1<<32 - 1,
 			oracle.Plan{Target: math.MaxUint64 - 1<<32}},
 	}
 	for _, tt := range tests {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/seqd/seqd/oracle"
+	"github.com/seqd/seqd/spec"
 )
 
 // Environment of the helper process in TestKill9Restart.
@@ -40,13 +41,13 @@ func TestKill9Restart(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 9))
-	for _, format := range []oracle.Format{oracle.FormatCounter, oracle.FormatHybrid} {
+	for _, format := range []spec.Format{spec.FormatCounter, spec.FormatHybrid} {
 		t.Run(format.String(), func(t *testing.T) {
 			dir := t.TempDir()
 			var maxSeen uint64
 			for run := range 6 {
 				// Hybrid saves every 1<<17 values, about 4000 batches.
-				killAfter := rng.IntN(map[oracle.Format]int{oracle.FormatCounter: 2000, oracle.FormatHybrid: 12000}[format])
+				killAfter := rng.IntN(map[spec.Format]int{spec.FormatCounter: 2000, spec.FormatHybrid: 12000}[format])
 				if run == 0 {
 					killAfter = 0 // likely inside Open
 				}
@@ -72,7 +73,7 @@ func TestKill9Restart(t *testing.T) {
 // runCrashChild runs one helper until it has written killAfter lines, kills
 // it with SIGKILL, reads what it wrote before dying, and returns the first
 // and last values served and the number of batches.
-func runCrashChild(t *testing.T, dir string, format oracle.Format, seed uint64, killAfter int) (first, last uint64, lines int) {
+func runCrashChild(t *testing.T, dir string, format spec.Format, seed uint64, killAfter int) (first, last uint64, lines int) {
 	t.Helper()
 	pr, pw, err := os.Pipe()
 	if err != nil {
@@ -142,7 +143,7 @@ func TestCrashHelper(t *testing.T) {
 	if dir == "" {
 		t.Skip("helper process for TestKill9Restart")
 	}
-	format, err := oracle.ParseFormat(os.Getenv(crashFormatEnv))
+	format, err := spec.ParseFormat(os.Getenv(crashFormatEnv))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,8 +18,6 @@ var (
 	ErrBackward = errors.New("oracle: refusing to move the counter backward")
 	// ErrRange means a value is beyond what the oracle can hand out.
 	ErrRange = errors.New("oracle: value out of range")
-	// ErrFormat means an unknown format name.
-	ErrFormat = errors.New("oracle: unknown format")
 	// ErrConfig means an invalid Config.
 	ErrConfig = errors.New("oracle: invalid config")
 	// ErrCorrupt means the persisted mark could not be read back intact.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/seqd/seqd/spec"
 	"io"
 	"log/slog"
 	"os"
@@ -138,7 +139,7 @@ func TestFileStoreCorruptOrTruncated(t *testing.T) {
 				}
 			}
 			// Opening an oracle on it fails too: it never starts at zero.
-			if _, err := Open(context.Background(), Config{Dir: dir, Format: FormatCounter}); !errors.Is(err, ErrCorrupt) {
+			if _, err := Open(context.Background(), Config{Dir: dir, Format: spec.FormatCounter}); !errors.Is(err, ErrCorrupt) {
 				t.Errorf("Open = %v, want ErrCorrupt", err)
 			}
 		})
@@ -219,7 +220,7 @@ func TestOpenMissingMark(t *testing.T) {
 			return dir
 		}, ErrCorrupt, false, "Config.Floor"},
 	}
-	for _, format := range []Format{FormatCounter, FormatHybrid} {
+	for _, format := range []spec.Format{spec.FormatCounter, spec.FormatHybrid} {
 		for _, tc := range cases {
 			t.Run(format.String()+"/"+tc.name, func(t *testing.T) {
 				ctx := context.Background()

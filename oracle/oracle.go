@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/seqd/seqd/spec"
 )
 
 // Oracle hands out batches of strictly increasing values. It wraps a
@@ -128,9 +130,9 @@ func Open(ctx context.Context, cfg Config) (*Oracle, error) {
 		cancel()
 		return nil, fmt.Errorf("oracle: persisted mark %d leaves no room: %w", m, ErrRange)
 	}
-	if cfg.Format == FormatHybrid && Timestamp(m).Physical() > p.Now+int64(cfg.HybridWindow/time.Millisecond) {
+	if cfg.Format == spec.FormatHybrid && spec.Timestamp(m).Physical().UnixMilli() > p.Now+int64(cfg.HybridWindow/time.Millisecond) {
 		o.log.Warn("oracle: clock is behind the persisted mark; timestamps run ahead of the clock until it catches up",
-			"mark", Timestamp(m).String(), "now_ms", p.Now)
+			"mark", spec.Timestamp(m).String(), "now_ms", p.Now)
 	}
 	if err := o.persist(ctx, p.Target); err != nil {
 		cancel()
@@ -213,7 +215,7 @@ func (o *Oracle) Current() uint64 { return o.c.Current() }
 func (o *Oracle) Mark() uint64 { return o.c.Mark() }
 
 // Format returns the oracle's format.
-func (o *Oracle) Format() Format { return o.c.Format() }
+func (o *Oracle) Format() spec.Format { return o.c.Format() }
 
 // Advance moves the counter forward for an operator: the next value handed
 // out is above to. It returns ErrBackward if to is below the current value.

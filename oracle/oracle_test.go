@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/seqd/seqd/oracle"
 	"github.com/seqd/seqd/oracle/oracletest"
+	"github.com/seqd/seqd/spec"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -46,19 +46,19 @@ func mustClaim(t testing.TB, o *oracle.Oracle, n int) uint64 {
 func TestOpenStartsAboveLoadedMark(t *testing.T) {
 	tests := []struct {
 		name   string
-		format oracle.Format
+		format spec.Format
 		mark   uint64
 		now    int64
 		floor  uint64
 		want   uint64
 	}{
-		{"hybrid fresh", oracle.FormatHybrid, 0, T0, 0, ts(T0, 0)},
-		{"hybrid mark in the past", oracle.FormatHybrid, ts(T0-10, 5), T0, 0, ts(T0, 0)},
-		{"hybrid mark ahead of the clock", oracle.FormatHybrid, ts(T0+10_000, 5), T0, 0, ts(T0+10_000, 6)},
-		{"hybrid floor above the mark", oracle.FormatHybrid, ts(T0, 0), T0, ts(T0+50, 0), ts(T0+50, 1)},
-		{"counter fresh", oracle.FormatCounter, 0, 0, 0, 1},
-		{"counter restart", oracle.FormatCounter, 1 << 20, 0, 0, 1<<20 + 1},
-		{"counter floor", oracle.FormatCounter, 100, 0, 5000, 5001},
+		{"hybrid fresh", spec.FormatHybrid, 0, T0, 0, ts(T0, 0)},
+		{"hybrid mark in the past", spec.FormatHybrid, ts(T0-10, 5), T0, 0, ts(T0, 0)},
+		{"hybrid mark ahead of the clock", spec.FormatHybrid, ts(T0+10_000, 5), T0, 0, ts(T0+10_000, 6)},
+		{"hybrid floor above the mark", spec.FormatHybrid, ts(T0, 0), T0, ts(T0+50, 0), ts(T0+50, 1)},
+		{"counter fresh", spec.FormatCounter, 0, 0, 0, 1},
+		{"counter restart", spec.FormatCounter, 1 << 20, 0, 0, 1<<20 + 1},
+		{"counter floor", spec.FormatCounter, 100, 0, 5000, 5001},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -72,7 +72,7 @@ func TestOpenStartsAboveLoadedMark(t *testing.T) {
 				t.Fatalf("saves %v, Mark %d: want a save above %d before Open returns", saves, o.Mark(), tt.mark)
 			}
 			if got := mustClaim(t, o, 1); got != tt.want {
-				t.Fatalf("first value %d (%v), want %d (%v)", got, oracle.Timestamp(got), tt.want, oracle.Timestamp(tt.want))
+				t.Fatalf("first value %d (%v), want %d (%v)", got, spec.Timestamp(got), tt.want, spec.Timestamp(tt.want))
 			}
 		})
 	}
@@ -92,7 +92,7 @@ func TestOpenErrors(t *testing.T) {
 		{"no store", oracle.Config{}, oracle.ErrConfig},
 		{"bad format", oracle.Config{Format: 9, Store: oracletest.NewMemStore(0)}, oracle.ErrConfig},
 		{"sub-ms window", oracle.Config{HybridWindow: time.Microsecond, Store: oracletest.NewMemStore(0)}, oracle.ErrConfig},
-		{"counter window below 2*MaxBatch", oracle.Config{Format: oracle.FormatCounter, CounterWindow: 10, MaxBatch: 6, Store: oracletest.NewMemStore(0)}, oracle.ErrConfig},
+		{"counter window below 2*MaxBatch", oracle.Config{Format: spec.FormatCounter, CounterWindow: 10, MaxBatch: 6, Store: oracletest.NewMemStore(0)}, oracle.ErrConfig},
 		{"retry bounds", oracle.Config{RetryMin: time.Second, RetryMax: time.Millisecond, Store: oracletest.NewMemStore(0)}, oracle.ErrConfig},
 		{"floor out of range", oracle.Config{Floor: math.MaxUint64, Store: oracletest.NewMemStore(0)}, oracle.ErrRange},
 		{"load fails", oracle.Config{Store: failing}, loadErr},
@@ -119,7 +119,7 @@ func TestOpenErrors(t *testing.T) {
 // crosses the last durable mark until a save has returned.
 func TestPersistBeforeHandOut(t *testing.T) {
 	store := oracletest.NewMemStore(0)
-	o := open(t, oracle.Config{Format: oracle.FormatCounter, Store: store, CounterWindow: 64, MaxBatch: 8})
+	o := open(t, oracle.Config{Format: spec.FormatCounter, Store: store, CounterWindow: 64, MaxBatch: 8})
 	if o.Mark() != 64 {
 		t.Fatalf("Mark = %d, want 64", o.Mark())
 	}
@@ -166,7 +166,7 @@ func TestPersistErrorsAreRetried(t *testing.T) {
 		default:
 		}
 	}
-	o := open(t, oracle.Config{Format: oracle.FormatCounter, Store: store, CounterWindow: 16, MaxBatch: 1,
+	o := open(t, oracle.Config{Format: spec.FormatCounter, Store: store, CounterWindow: 16, MaxBatch: 1,
 		RetryMin: time.Millisecond, RetryMax: 2 * time.Millisecond})
 	<-attempts // the save in Open
 	store.SetErr(errors.New("injected"))
@@ -197,7 +197,7 @@ func TestClockStepsBack(t *testing.T) {
 	clk.Add(2000)
 	c := mustClaim(t, o, 1)
 	if !(a < b && b < c) || c != ts(T0+1000, 0) {
-		t.Fatalf("values %v %v %v", oracle.Timestamp(a), oracle.Timestamp(b), oracle.Timestamp(c))
+		t.Fatalf("values %v %v %v", spec.Timestamp(a), spec.Timestamp(b), spec.Timestamp(c))
 	}
 	if s := o.Stats(); s.ClockStepsBack != 1 {
 		t.Fatalf("ClockStepsBack = %d, want 1", s.ClockStepsBack)
@@ -205,7 +205,7 @@ func TestClockStepsBack(t *testing.T) {
 }
 
 func TestAdvanceAndFloor(t *testing.T) {
-	o := open(t, oracle.Config{Format: oracle.FormatCounter, Store: oracletest.NewMemStore(0), CounterWindow: 1000, MaxBatch: 10})
+	o := open(t, oracle.Config{Format: spec.FormatCounter, Store: oracletest.NewMemStore(0), CounterWindow: 1000, MaxBatch: 10})
 	mustClaim(t, o, 10)
 	if err := o.Advance(5); !errors.Is(err, oracle.ErrBackward) {
 		t.Fatalf("Advance(5) after 10 = %v, want ErrBackward", err)
@@ -247,7 +247,7 @@ func TestBatchSize(t *testing.T) {
 
 func TestClose(t *testing.T) {
 	store := oracletest.NewMemStore(0)
-	o := open(t, oracle.Config{Format: oracle.FormatCounter, Store: store, CounterWindow: 2, MaxBatch: 1})
+	o := open(t, oracle.Config{Format: spec.FormatCounter, Store: store, CounterWindow: 2, MaxBatch: 1})
 	mustClaim(t, o, 1)
 	mustClaim(t, o, 1)
 	release := store.Hold() // nothing advances from here
@@ -281,7 +281,7 @@ func TestClose(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	store2 := oracletest.NewMemStore(0)
-	o2 := open(t, oracle.Config{Format: oracle.FormatCounter, Store: store2, CounterWindow: 2, MaxBatch: 1})
+	o2 := open(t, oracle.Config{Format: spec.FormatCounter, Store: store2, CounterWindow: 2, MaxBatch: 1})
 	rel2 := store2.Hold()
 	defer rel2()
 	for {
@@ -298,7 +298,7 @@ func TestClose(t *testing.T) {
 // unique, each goroutine's values increase, and none is above the store's
 // mark. Run with -race.
 func TestConcurrentClaims(t *testing.T) {
-	for _, format := range []oracle.Format{oracle.FormatCounter, oracle.FormatHybrid} {
+	for _, format := range []spec.Format{spec.FormatCounter, spec.FormatHybrid} {
 		t.Run(format.String(), func(t *testing.T) {
 			store := oracletest.NewMemStore(0)
 			o := open(t, oracle.Config{Format: format, Store: store, CounterWindow: 256, MaxBatch: 8})
@@ -339,7 +339,7 @@ func TestConcurrentClaims(t *testing.T) {
 				total += uint64(len(vs))
 			}
 			s := o.Stats()
-			if s.Values != total || s.Claims != G*K || o.Current() > o.Mark() && format == oracle.FormatHybrid {
+			if s.Values != total || s.Claims != G*K || o.Current() > o.Mark() && format == spec.FormatHybrid {
 				t.Fatalf("Stats %+v; handed out %d values in %d claims", s, total, G*K)
 			}
 			t.Logf("%s: %d values, %d stalls, %d persists", format, total, s.Stalls, s.Persists)
@@ -349,7 +349,7 @@ func TestConcurrentClaims(t *testing.T) {
 
 func TestMetrics(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
-	o := open(t, oracle.Config{Format: oracle.FormatCounter, Store: oracletest.NewMemStore(0)})
+	o := open(t, oracle.Config{Format: spec.FormatCounter, Store: oracletest.NewMemStore(0)})
 	if err := o.Register(reg); err != nil {
 		t.Fatal(err)
 	}
@@ -389,32 +389,6 @@ func TestMetrics(t *testing.T) {
 		if g, ok := got[name]; !ok || g != v {
 			t.Errorf("%s = %v (present %v), want %v", name, g, ok, v)
 		}
-	}
-}
-
-func TestFormatAndTimestamp(t *testing.T) {
-	for _, s := range []string{"hybrid", "counter", " Counter "} {
-		f, err := oracle.ParseFormat(s)
-		if err != nil || f.String() != strings.ToLower(strings.TrimSpace(s)) {
-			t.Errorf("ParseFormat(%q) = %v, %v", s, f, err)
-		}
-	}
-	if _, err := oracle.ParseFormat("tso"); !errors.Is(err, oracle.ErrFormat) {
-		t.Errorf("ParseFormat(tso) = %v", err)
-	}
-	var f oracle.Format
-	if err := f.UnmarshalText([]byte("counter")); err != nil || f != oracle.FormatCounter {
-		t.Errorf("UnmarshalText: %v %v", f, err)
-	}
-	tsv := oracle.Compose(1723456789012, 42)
-	if tsv.Physical() != 1723456789012 || tsv.Logical() != 42 || uint64(tsv) != 1723456789012<<18|42 {
-		t.Errorf("Compose = %d", uint64(tsv))
-	}
-	if got, want := tsv.String(), "2024-08-12T09:59:49.012Z+42"; got != want {
-		t.Errorf("String() = %q, want %q", got, want)
-	}
-	if oracle.Compose(-1, 1<<18+3) != 3 || oracle.Compose(1<<50, 0).Physical() != oracle.MaxPhysical {
-		t.Error("Compose does not clamp")
 	}
 }
 

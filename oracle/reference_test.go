@@ -7,12 +7,13 @@ import (
 
 	"github.com/seqd/seqd/oracle"
 	"github.com/seqd/seqd/oracle/oracletest"
+	"github.com/seqd/seqd/spec"
 )
 
 // refCounter is a deliberately simple, single-threaded model of Counter:
 // no atomics, no cleverness, the rules written down as plainly as possible.
 type refCounter struct {
-	format    oracle.Format
+	format    spec.Format
 	window    uint64
 	last      uint64
 	mark      uint64
@@ -33,7 +34,7 @@ func (r *refCounter) clockFloor(now int64) uint64 {
 	if now <= 0 {
 		return 0
 	}
-	return uint64(min(now, oracle.MaxPhysical)) << oracle.LogicalBits
+	return uint64(min(now, spec.HybridMaxPhysical)) << spec.HybridLogicalBits
 }
 
 func (r *refCounter) claim(n int, now int64) (uint64, error) {
@@ -41,7 +42,7 @@ func (r *refCounter) claim(n int, now int64) (uint64, error) {
 		return 0, oracle.ErrBatchSize
 	}
 	first := r.last + 1
-	if r.format == oracle.FormatHybrid {
+	if r.format == spec.FormatHybrid {
 		r.observe(now)
 		first = max(first, r.clockFloor(now))
 	}
@@ -56,7 +57,7 @@ func (r *refCounter) claim(n int, now int64) (uint64, error) {
 
 func (r *refCounter) plan(now int64) (target uint64, due bool) {
 	base := r.last
-	if r.format == oracle.FormatHybrid {
+	if r.format == spec.FormatHybrid {
 		r.observe(now)
 		base = max(base, r.clockFloor(now))
 	}
@@ -71,13 +72,13 @@ func (r *refCounter) plan(now int64) (target uint64, due bool) {
 // TestCounterMatchesReference drives Counter and refCounter with the same
 // random sequences of claims, clock moves, marks and floors.
 func TestCounterMatchesReference(t *testing.T) {
-	for _, format := range []oracle.Format{oracle.FormatHybrid, oracle.FormatCounter} {
+	for _, format := range []spec.Format{spec.FormatHybrid, spec.FormatCounter} {
 		for seed := uint64(1); seed <= 20; seed++ {
 			t.Run(format.String(), func(t *testing.T) {
 				rng := rand.New(rand.NewPCG(seed, 0x5eed))
 				window := uint64(1000)
-				if format == oracle.FormatHybrid {
-					window = 20 << oracle.LogicalBits
+				if format == spec.FormatHybrid {
+					window = 20 << spec.HybridLogicalBits
 				}
 				start := int64(1_700_000_000_000)
 				clk := oracletest.NewClock(start)
@@ -88,7 +89,7 @@ func TestCounterMatchesReference(t *testing.T) {
 					case op < 70: // claim, sometimes a large batch to overflow the logical part
 						n := rng.IntN(70)
 						if rng.IntN(50) == 0 {
-							n = rng.IntN(1 << (oracle.LogicalBits + 1))
+							n = rng.IntN(1 << (spec.HybridLogicalBits + 1))
 						}
 						got, err := c.Claim(n)
 						want, werr := ref.claim(n, clk.Now())

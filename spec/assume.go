@@ -1,7 +1,6 @@
 package spec
 
 import (
-	"fmt"
 	"time"
 )
 
@@ -65,54 +64,4 @@ func boolToInt(b bool) int {
 		return 1
 	}
 	return 0
-}
-
-// Format is how the 64 bits of a value are laid out.
-type Format uint8
-
-// Formats.
-const (
-	// FormatHybrid: the top 46 bits are Unix milliseconds, the low 18 bits
-	// a logical counter within the millisecond.
-	FormatHybrid Format = iota + 1
-	// FormatCounter: a plain counter.
-	FormatCounter
-)
-
-// Hybrid layout.
-const (
-	HybridLogicalBits = 18
-	HybridLogicalMask = 1<<HybridLogicalBits - 1
-)
-
-func (f Format) String() string {
-	switch f {
-	case FormatHybrid:
-		return "hybrid"
-	case FormatCounter:
-		return "counter"
-	}
-	return fmt.Sprintf("Format(%d)", uint8(f))
-}
-
-// ParseFormat parses a format name as String prints it.
-func ParseFormat(s string) (Format, error) {
-	switch s {
-	case "hybrid":
-		return FormatHybrid, nil
-	case "counter":
-		return FormatCounter, nil
-	}
-	return 0, fmt.Errorf("spec: unknown format %q (want hybrid or counter)", s)
-}
-
-// HybridPhysical returns the physical part of a hybrid value.
-func HybridPhysical(v uint64) time.Time { return time.UnixMilli(int64(v >> HybridLogicalBits)) }
-
-// HybridLogical returns the logical part of a hybrid value.
-func HybridLogical(v uint64) uint32 { return uint32(v & HybridLogicalMask) }
-
-// HybridValue builds a hybrid value.
-func HybridValue(ms int64, logical uint32) uint64 {
-	return uint64(ms)<<HybridLogicalBits | uint64(logical&HybridLogicalMask)
 }

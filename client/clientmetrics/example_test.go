@@ -11,7 +11,7 @@ import (
 
 	"github.com/seqd/seqd/client"
 	"github.com/seqd/seqd/client/clientmetrics"
-	seqd "github.com/seqd/seqd/cmd/seqd/run"
+	seqd "github.com/seqd/seqd/server"
 	_ "github.com/seqd/seqd/verbs/soft"
 )
 

@@ -15,7 +15,7 @@ import (
 	"runtime/pprof"
 	"syscall"
 
-	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/loadgen"
 )
 
@@ -35,7 +35,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.SeqdCores, "seqd-cores", "", "with -spawn: seqd's -cores (its workers' cores)")
 	fs.StringVar(&c.Provider, "provider", "soft", "the clients' verbs provider")
 	fs.StringVar(&c.Device, "device", "", "the clients' verbs device, e.g. 198.51.100.2:0 for soft (default: the local address of the route to -admin's host, then to seqd's data plane)")
-	var sec admin.ClientSecurity
+	var sec adminclient.ClientSecurity
 	sec.Register(fs)
 	fs.StringVar(&c.ProviderOpts, "provider-opts", "", "verbs provider options for the clients and a spawned seqd, e.g. loss=0.01,dup=0.01,reorder=0.01 (fault injection)")
 	modes := fs.String("modes", "spec-s0", "modes to compare, in order, comma-separated (may repeat)")

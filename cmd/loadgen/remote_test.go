@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seqd/seqd/cmd/seqd/run"
 	"github.com/seqd/seqd/internal/netnstest"
+	"github.com/seqd/seqd/server"
 )
 
 func TestSecurityFlags(t *testing.T) {
@@ -46,11 +46,11 @@ func TestRemoteInsecure(t *testing.T) {
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan run.Addrs, 1)
+	ready := make(chan server.Addrs, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- run.Run(ctx, run.Config{Device: "198.51.100.7:0", Admin: "198.51.100.7:0", Metrics: "off", Data: t.TempDir(), Init: true},
-			slog.New(slog.DiscardHandler), func(a run.Addrs) { ready <- a })
+		done <- server.Run(ctx, server.Config{Device: "198.51.100.7:0", Admin: "198.51.100.7:0", Metrics: "off", Data: t.TempDir(), Init: true},
+			slog.New(slog.DiscardHandler), func(a server.Addrs) { ready <- a })
 	}()
 	var addr string
 	select {

@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	seqd "github.com/seqd/seqd/cmd/seqd/run"
 	"github.com/seqd/seqd/internal/netnstest"
+	seqd "github.com/seqd/seqd/server"
 )
 
 // Plaintext off loopback: refused with what to pass (nothing is sent),

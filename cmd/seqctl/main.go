@@ -39,6 +39,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/admin/adminpb"
 )
 
@@ -86,7 +87,7 @@ type env struct {
 
 // dial connects to the admin server; ctx bounds the wait.
 func (e *env) dial(ctx context.Context) (*grpc.ClientConn, error) {
-	return admin.Dial(ctx, e.addr, e.opts...)
+	return adminclient.Dial(ctx, e.addr, e.opts...)
 }
 
 // onLeader calls f with a client of the admin server and, when that
@@ -96,13 +97,13 @@ func (e *env) dial(ctx context.Context) (*grpc.ClientConn, error) {
 func (e *env) onLeader(ctx context.Context, f func(adminpb.AdminClient) error) error {
 	addr := e.addr
 	for hops := 0; ; hops++ {
-		cc, err := admin.Dial(ctx, addr, e.opts...)
+		cc, err := adminclient.Dial(ctx, addr, e.opts...)
 		if err != nil {
 			return err
 		}
 		err = f(adminpb.NewAdminClient(cc))
 		cc.Close()
-		leader, redirected := admin.LeaderFromError(err)
+		leader, redirected := adminclient.LeaderFromError(err)
 		if !redirected || leader == "" || leader == addr || hops >= 3 {
 			return err
 		}
@@ -112,9 +113,9 @@ func (e *env) onLeader(ctx context.Context, f func(adminpb.AdminClient) error) e
 }
 
 // security turns the TLS, token and -insecure flags into dial options.
-func security(sec *admin.ClientSecurity) ([]grpc.DialOption, error) {
+func security(sec *adminclient.ClientSecurity) ([]grpc.DialOption, error) {
 	opts, err := sec.DialOptions()
-	if errors.Is(err, admin.ErrSecurityFlags) {
+	if errors.Is(err, adminclient.ErrSecurityFlags) {
 		return nil, usageError{err.Error()}
 	}
 	return opts, err
@@ -132,7 +133,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	addr := fs.String("admin", admin.DefaultAddr, "admin server `address` (host:port)")
 	timeout := fs.Duration("timeout", 5*time.Second, "bound on the whole command")
-	var sec admin.ClientSecurity
+	var sec adminclient.ClientSecurity
 	sec.Register(fs)
 	fs.Usage = func() { usage(fs, stderr) }
 	if err := fs.Parse(args); err != nil {

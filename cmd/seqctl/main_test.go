@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/admin/admintest"
 )
@@ -78,7 +79,7 @@ func TestStatusTable(t *testing.T) {
 func TestStatusJSON(t *testing.T) {
 	_, b, addr := startServer(t)
 	ctx := t.Context()
-	cc, err := admin.Dial(ctx, addr)
+	cc, err := adminclient.Dial(ctx, addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +99,7 @@ func TestStatusJSON(t *testing.T) {
 	}
 	want := proto.Clone(testStatus).(*adminpb.StatusResponse)
 	want.Sessions = uint64(b.Sessions())
-	want.Role = admin.RoleSingle // the admin server fills it for backends outside an HA group
+	want.Role = adminclient.RoleSingle // the admin server fills it for backends outside an HA group
 	if !proto.Equal(&got, want) {
 		t.Fatalf("status -json = %v, want %v", &got, want)
 	}
@@ -114,7 +115,7 @@ func TestHealth(t *testing.T) {
 	if code != exitOK || out != "SERVING\n" {
 		t.Fatalf("health = %d %q %q, want 0 SERVING", code, out, errs)
 	}
-	code, _, errs = seqctl("-admin", addr, "-timeout", "30s", "health", "-service", admin.ServiceName)
+	code, _, errs = seqctl("-admin", addr, "-timeout", "30s", "health", "-service", adminclient.ServiceName)
 	if code != exitOK {
 		t.Fatalf("health -service = %d %q", code, errs)
 	}
@@ -148,7 +149,7 @@ func TestBackendError(t *testing.T) {
 	_, b, addr := startServer(t)
 	b.Fail(fmt.Errorf("%w: recovering", admin.ErrUnavailable))
 	code, _, errs := seqctl("-admin", addr, "-timeout", "30s", "status")
-	if code != exitFail || !strings.Contains(errs, "Unavailable: admin: unavailable: recovering") {
+	if code != exitFail || !strings.Contains(errs, "Unavailable: unavailable: recovering") {
 		t.Fatalf("status = %d %q", code, errs)
 	}
 }

@@ -22,15 +22,16 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/client"
-	seqd "github.com/seqd/seqd/cmd/seqd/run"
 	"github.com/seqd/seqd/ha/hatest"
+	seqd "github.com/seqd/seqd/server"
 	_ "github.com/seqd/seqd/verbs/soft"
 )
 
 // These tests run seqctl against a real seqd wired in-process by
-// cmd/seqd/run, the library seqd's main calls with its flags.
+// server, the library seqd's main calls with its flags.
 
 // runSeqd starts seqd with c (listeners on free loopback ports unless c
 // names its device and admin address) and returns its admin address. It
@@ -114,7 +115,7 @@ func TestSeqdCommands(t *testing.T) {
 	if code != exitOK || !matches(`role +single\n`, out) || !matches(`leader +-\n`, out) || !matches(`mode +spec-s0\n`, out) {
 		t.Fatalf("status = %d\n%s%s", code, out, errs)
 	}
-	if st := statusOf(t, addr); st.GetRole() != admin.RoleSingle {
+	if st := statusOf(t, addr); st.GetRole() != adminclient.RoleSingle {
 		t.Errorf("status -o json role = %q, want single", st.GetRole())
 	}
 	if code, out, _ := seqctl("-admin", addr, "status", "-json"); code != exitOK || !matches(`"role":\s*"single"`, out) {
@@ -233,7 +234,7 @@ func TestSeqdTLS(t *testing.T) {
 	tokens := writeToken(t, "tls-operator-token-0123")
 	addr := runSeqd(t, seqd.Config{Security: seqd.SecurityConfig{TLSCert: cert, TLSKey: key, TokenFile: tokens}})
 	tlsFlags := []string{"-tls-ca", p.caFile()}
-	if st := statusOf(t, addr, tlsFlags...); st.GetRole() != admin.RoleSingle {
+	if st := statusOf(t, addr, tlsFlags...); st.GetRole() != adminclient.RoleSingle {
 		t.Errorf("status over TLS: role %q", st.GetRole())
 	}
 	if code, _, errs := seqctl("-admin", addr, "status"); code != exitFail {
@@ -265,9 +266,9 @@ func TestSeqdHA(t *testing.T) {
 		for time.Now().Before(deadline) {
 			sa, sb := statusOf(t, a), statusOf(t, b)
 			switch {
-			case sa.GetRole() == admin.RoleLeader && sb.GetRole() == admin.RoleStandby && sb.GetLeader() == a:
+			case sa.GetRole() == adminclient.RoleLeader && sb.GetRole() == adminclient.RoleStandby && sb.GetLeader() == a:
 				return a, b
-			case sb.GetRole() == admin.RoleLeader && sa.GetRole() == admin.RoleStandby && sa.GetLeader() == b:
+			case sb.GetRole() == adminclient.RoleLeader && sa.GetRole() == adminclient.RoleStandby && sa.GetLeader() == b:
 				return b, a
 			}
 			time.Sleep(20 * time.Millisecond)

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/seqd/seqd/admin"
-	seqd "github.com/seqd/seqd/cmd/seqd/run"
+	seqd "github.com/seqd/seqd/server"
 	"github.com/seqd/seqd/ha/hatest"
 )
 

@@ -42,7 +42,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 
-	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/client"
 	"github.com/seqd/seqd/client/clientmetrics"
 	"github.com/seqd/seqd/internal/envflag"
@@ -70,7 +70,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(addr s
 	peers := fs.String("peers", "", "`URLs` of the other seqd-pd instances in front of the same seqd group, comma separated (PD clients given every instance move between them)")
 	exact := fs.Bool("exact", false, "answer only ranges whose values all came back to seqd-pd (consecutive): needed when the seqd group has other clients or several seqd-pd; fails requests whose batch spans a millisecond (large counts)")
 	metrics := fs.String("metrics", "127.0.0.1:9465", "Prometheus /metrics listen `address`, or off")
-	var sec admin.ClientSecurity
+	var sec adminclient.ClientSecurity
 	sec.Register(fs)
 	var lf logflag.Config
 	lf.Register(fs)
@@ -99,7 +99,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(addr s
 }
 
 func serve(ctx context.Context, log *slog.Logger, listen, seqd string, clusterID uint64, name, url string,
-	timeout time.Duration, peers string, exact bool, metrics string, sec *admin.ClientSecurity, ready func(string)) error {
+	timeout time.Duration, peers string, exact bool, metrics string, sec *adminclient.ClientSecurity, ready func(string)) error {
 	dialOpts, err := sec.DialOptions()
 	if err != nil {
 		return err

@@ -14,7 +14,7 @@ import (
 
 	pd "github.com/tikv/pd/client"
 
-	seqdrun "github.com/seqd/seqd/cmd/seqd/run"
+	seqdrun "github.com/seqd/seqd/server"
 	_ "github.com/seqd/seqd/verbs/soft"
 )
 

@@ -20,8 +20,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/seqd/seqd/cmd/seqd/run"
 	"github.com/seqd/seqd/internal/version"
+	"github.com/seqd/seqd/server"
 	_ "github.com/seqd/seqd/verbs/ibv"
 	_ "github.com/seqd/seqd/verbs/soft"
 )
@@ -35,7 +35,7 @@ func main() {
 
 func realMain(args []string, stderr io.Writer) int {
 	log := slog.New(slog.NewTextHandler(stderr, nil))
-	var c run.Config
+	var c server.Config
 	fs := flag.NewFlagSet("seqd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfgFile := fs.String("config", "", "read flags from `FILE`, one name=value per line")
@@ -54,7 +54,7 @@ func realMain(args []string, stderr io.Writer) int {
 	fs.StringVar(&c.Format, "format", "hybrid", "value format: hybrid or counter")
 	fs.StringVar(&c.Mode, "mode", "spec-s0", "data-path mode: spec-s0, herd or atomics (switch at run time with seqctl set-mode)")
 	fs.IntVar(&c.MaxWindow, "max-window", 256, "largest window granted per client QP")
-	fs.IntVar(&c.MaxClients, "max-clients", run.DefaultMaxClients, "most concurrent client sessions (under 1 KiB of memory each; each worker also bounds the sum of its clients' windows at 32768)")
+	fs.IntVar(&c.MaxClients, "max-clients", server.DefaultMaxClients, "most concurrent client sessions (under 1 KiB of memory each; each worker also bounds the sum of its clients' windows at 32768)")
 	fs.DurationVar(&c.SessionLease, "session-lease", 30*time.Second, "a client session not renewed within this lease (the client library renews every third of it) is disconnected; negative: no leases")
 	fs.StringVar(&c.HA.EtcdEndpoints, "etcd-endpoints", "", "etcd client URLs, comma-separated: run as one instance of an HA group (the mark lives in etcd, not -data)")
 	fs.StringVar(&c.HA.EtcdPrefix, "etcd-prefix", "/seqd", "etcd key prefix of the HA group")
@@ -93,7 +93,7 @@ func realMain(args []string, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := run.Run(ctx, c, log, nil); err != nil {
+	if err := server.Run(ctx, c, log, nil); err != nil {
 		fmt.Fprintf(stderr, "seqd: %v\n", err)
 		return 1
 	}

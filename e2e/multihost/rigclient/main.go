@@ -41,7 +41,7 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 
-	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/client"
 )
 
@@ -93,7 +93,7 @@ func run(adminAddr, device string, sessions int, period, deadline, timeout, dial
 		opts = append(opts, client.WithInsecure())
 	}
 	if tlsCA != "" {
-		creds, err := admin.ClientTLS(admin.TLSConfig{CAFile: tlsCA})
+		creds, err := adminclient.ClientTLS(adminclient.TLSConfig{CAFile: tlsCA})
 		if err != nil {
 			return err
 		}

@@ -1,8 +1,6 @@
-package admin
+package adminclient
 
 import (
-	"errors"
-
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -17,9 +15,6 @@ const (
 	ErrorDomain     = "seqd.admin.v1"
 	MetaLeader      = "leader"
 )
-
-// ErrNotLeader: this instance does not lead; wrap a RedirectError.
-var ErrNotLeader = errors.New("admin: not the leader")
 
 // RedirectError is the status error a standby returns, naming leader.
 func RedirectError(leader string) error {

@@ -1,8 +1,8 @@
-// Package run wires a seqd server from a Config: the oracle, the verbs
+// Package server wires a seqd server from a Config: the oracle, the verbs
 // device, the data-path mode, the admin gRPC server and the metrics
 // endpoint. cmd/seqd parses flags into a Config and calls Run; tests call
 // Run in-process.
-package run
+package server
 
 import (
 	"context"
@@ -69,7 +69,7 @@ type Config struct {
 	Advance uint64
 
 	cores  []int
-	format oracle.Format
+	format spec.Format
 	popts  verbs.Options
 }
 
@@ -91,7 +91,7 @@ func (c *Config) Validate() error {
 	if c.popts, err = verbs.ParseOptions(c.ProviderOpts); err != nil {
 		return fmt.Errorf("%w: -provider-opts: %v", ErrConfig, err)
 	}
-	if c.format, err = oracle.ParseFormat(c.Format); err != nil {
+	if c.format, err = spec.ParseFormat(c.Format); err != nil {
 		return fmt.Errorf("%w: -format: %v", ErrConfig, err)
 	}
 	if !slices.Contains(modes.All, c.Mode) {

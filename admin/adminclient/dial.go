@@ -1,4 +1,4 @@
-package admin
+package adminclient
 
 import (
 	"context"
@@ -67,12 +67,4 @@ func defaultCreds(addr string) credentials.TransportCredentials {
 		return insecure.NewCredentials()
 	}
 	return nil
-}
-
-// isLoopback reports whether a listener address is on loopback.
-func isLoopback(a net.Addr) bool {
-	if ta, ok := a.(*net.TCPAddr); ok {
-		return ta.IP.IsLoopback()
-	}
-	return a.Network() == "unix"
 }

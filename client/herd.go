@@ -1,28 +1,33 @@
-package herd
+package client
 
 import (
+	"context"
 	"fmt"
 	"time"
 
+	"github.com/seqd/seqd/admin/adminpb"
+	"github.com/seqd/seqd/dataplane"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 )
 
-// Conn is the client side of the HERD mode: for each client QP a UC QP
-// that writes requests into the QP's block of slots and a UD QP whose
-// RECVs take the answers. One goroutine owns a Conn (the client engine);
-// its methods are not safe for concurrent use.
+func init() { transports[spec.ModeHERD] = dialHERD }
+
+// herdConn is the HERD data path: for each client QP a UC QP that
+// writes requests into the QP's block of server slots and a UD QP whose
+// RECVs take the answers. Request ID id is position id%window of QP
+// id/window; a WRITE carries a fresh sequence number, and an answer is
+// taken only for the sequence number its position waits for.
 //
-// A request is identified by an ID (qp*window + position). RECVs are
-// posted before any request is written, and re-posted as answers are
-// taken.
-type Conn struct {
-	pd     verbs.PD
+// RECVs are posted before any request is written, and re-posted as
+// answers are taken.
+type herdConn struct {
+	st     *stats
 	recvCQ verbs.CQ
 	sendCQ verbs.CQ
 	reqMR  verbs.MR // one SlotLen buffer per (qp, position)
 	recvMR verbs.MR
-	qps    []*connQP
+	qps    []*herdQP
 	window int
 	free   int
 	recvN  int // RECVs per UD QP
@@ -33,18 +38,14 @@ type Conn struct {
 	recvSGE []verbs.SGE
 	timeout time.Duration
 
-	answerFrom verbs.Senders // the server's response QPs (Grant.AnswerFrom)
-
-	// Forged counts answers dropped because they came from a QP or
-	// address other than the server's response QPs.
-	Retransmits, Stale, Malformed, Forged uint64
+	answerFrom verbs.Senders // the server's response QPs
 }
 
-type connQP struct {
+type herdQP struct {
 	uc, ud verbs.QP
 	addr   uint64
 	rkey   uint32
-	pos    []position
+	pos    []herdPos
 	wrs    []verbs.SendWR
 	sges   []verbs.SGE
 	nwr    int
@@ -52,32 +53,36 @@ type connQP struct {
 	done   uint64
 }
 
-type position struct {
+type herdPos struct {
 	seq      spec.Seq
 	busy     bool
 	deadline time.Duration
 }
 
-// Result is one answered request.
-type Result struct {
-	ID    int
-	Value uint64
+const herdSignalEvery = 16
+
+// dialHERD admits the client in herd mode with fresh QPs.
+func dialHERD(ctx context.Context, env *transportEnv) (transport, error) {
+	window := min(env.window, spec.HERDMaxWindow)
+	h, err := newHERD(env.pd, env.dev, env.st, env.qps, window, env.retransmit)
+	if err != nil {
+		return nil, fmt.Errorf("client: herd QPs: %w", err)
+	}
+	req := &adminpb.ConnectRequest{Window: uint32(window), Mode: spec.ModeHERD}
+	qps, conn := h.endpoints()
+	req.Qps, req.ConnQps = pbEndpoints(qps), pbEndpoints(conn)
+	return admit(ctx, env, req, h)
 }
 
-const (
-	connSignalEvery = 16
-	recvSlot        = verbs.GRHLen + 64
-)
-
-// NewConn creates the client's QPs in RESET: nqps pairs of a UC write QP
-// and a UD receive QP, for up to window requests per pair. timeout is how
-// long a request waits for its answer before it is written again under a
-// fresh sequence number.
-func NewConn(pd verbs.PD, dev verbs.Device, nqps, window int, timeout time.Duration) (c *Conn, err error) {
+// newHERD creates the QPs in RESET: nqps pairs of a UC write QP and a UD
+// receive QP, for up to window requests per pair. timeout is how long a
+// request waits for its answer before it is written again under a fresh
+// sequence number.
+func newHERD(pd verbs.PD, dev verbs.Device, st *stats, nqps, window int, timeout time.Duration) (c *herdConn, err error) {
 	if nqps < 1 || window < 1 || window > spec.HERDMaxWindow {
-		return nil, fmt.Errorf("%w: %d QPs, window %d", ErrArgument, nqps, window)
+		return nil, fmt.Errorf("%w: %d QPs, window %d", ErrConfig, nqps, window)
 	}
-	c = &Conn{pd: pd, window: window, timeout: timeout, recvN: 2*window + 16}
+	c = &herdConn{st: st, window: window, timeout: timeout, recvN: 2*window + 16}
 	defer func() {
 		if err != nil {
 			c.Close()
@@ -86,7 +91,7 @@ func NewConn(pd verbs.PD, dev verbs.Device, nqps, window int, timeout time.Durat
 	if c.recvCQ, err = dev.CreateCQ(nqps * c.recvN); err != nil {
 		return nil, fmt.Errorf("herd: client receive CQ: %w", err)
 	}
-	if c.sendCQ, err = dev.CreateCQ(nqps * (2*window/connSignalEvery + 4)); err != nil {
+	if c.sendCQ, err = dev.CreateCQ(nqps * (2*window/herdSignalEvery + 4)); err != nil {
 		return nil, fmt.Errorf("herd: client send CQ: %w", err)
 	}
 	if c.reqMR, err = pd.RegMR(nqps*window*spec.SlotLen, verbs.AccessLocalWrite); err != nil {
@@ -96,10 +101,10 @@ func NewConn(pd verbs.PD, dev verbs.Device, nqps, window int, timeout time.Durat
 		return nil, fmt.Errorf("herd: client receive buffers: %w", err)
 	}
 	for i := range nqps {
-		q := &connQP{pos: make([]position, window), wrs: make([]verbs.SendWR, window), sges: make([]verbs.SGE, window)}
+		q := &herdQP{pos: make([]herdPos, window), wrs: make([]verbs.SendWR, window), sges: make([]verbs.SGE, window)}
 		c.qps = append(c.qps, q)
 		if q.uc, err = pd.CreateQP(verbs.QPInitAttr{Type: verbs.UC, SendCQ: c.sendCQ, RecvCQ: c.sendCQ,
-			Cap: verbs.QPCap{MaxSendWR: 2*window + 2*connSignalEvery, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: spec.SlotLen}}); err != nil {
+			Cap: verbs.QPCap{MaxSendWR: 2*window + 2*herdSignalEvery, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: spec.SlotLen}}); err != nil {
 			return nil, fmt.Errorf("herd: client UC QP %d: %w", i, err)
 		}
 		if q.ud, err = pd.CreateQP(verbs.QPInitAttr{Type: verbs.UD, SendCQ: c.sendCQ, RecvCQ: c.recvCQ,
@@ -117,25 +122,32 @@ func NewConn(pd verbs.PD, dev verbs.Device, nqps, window int, timeout time.Durat
 	return c, nil
 }
 
-// QPs describes the client's QPs for Server.Admit.
-func (c *Conn) QPs() []ClientQP {
-	out := make([]ClientQP, len(c.qps))
-	for i, q := range c.qps {
-		out[i] = ClientQP{Write: Endpoint{q.uc.Address(), q.uc.QPN()}, Recv: Endpoint{q.ud.Address(), q.ud.QPN()}}
+// endpoints names the QPs for admission: the UD QPs answers go to, and
+// the UC QPs that write the requests (dataplane.Admission's QPs and
+// ConnQPs).
+func (c *herdConn) endpoints() (recv, write []dataplane.Endpoint) {
+	for _, q := range c.qps {
+		recv = append(recv, dataplane.Endpoint{Addr: q.ud.Address(), QPN: q.ud.QPN()})
+		write = append(write, dataplane.Endpoint{Addr: q.uc.Address(), QPN: q.uc.QPN()})
 	}
-	return out
+	return recv, write
 }
 
-// Attach brings the QPs up for grant g: RECVs first, then the UC QPs
+// attach brings the QPs up for grant g: RECVs first, then the UC QPs
 // connected to the server's. The window becomes min(window, g.Window).
-func (c *Conn) Attach(g Grant) error {
-	if len(g.QPs) != len(c.qps) || g.Window < 1 {
-		return fmt.Errorf("%w: grant for %d QPs (have %d), window %d", ErrArgument, len(g.QPs), len(c.qps), g.Window)
+func (c *herdConn) attach(g dataplane.Grant) error {
+	n := len(g.ServerConnQPs)
+	if n != len(c.qps) || len(g.RemoteAddr) != n || len(g.RKey) != n || g.Window < 1 {
+		return fmt.Errorf("%w: connect: malformed herd grant (%d server QPs, %d addresses, %d keys for %d QPs, window %d)",
+			ErrUnavailable, n, len(g.RemoteAddr), len(g.RKey), len(c.qps), g.Window)
+	}
+	if len(g.AnswerQPs) == 0 || g.AnswerQKey == 0 {
+		return fmt.Errorf("%w: connect: herd grant without answer QPs or answer Q_Key", ErrUnavailable)
 	}
 	c.window = min(c.window, g.Window)
-	c.answerFrom = g.AnswerFrom
+	c.answerFrom = sendersOf(g.AnswerQPs)
 	for i, q := range c.qps {
-		if err := verbs.BringUpUD(q.ud, g.QKey, 0); err != nil {
+		if err := verbs.BringUpUD(q.ud, g.AnswerQKey, 0); err != nil {
 			return fmt.Errorf("herd: client UD QP %d bring-up: %w", i, err)
 		}
 		for s := range c.recvN {
@@ -144,53 +156,47 @@ func (c *Conn) Attach(g Grant) error {
 		if _, err := q.ud.PostRecv(c.recvWRs[:c.recvN]); err != nil {
 			return fmt.Errorf("herd: client UD QP %d: post receives: %w", i, err)
 		}
-		gq := g.QPs[i]
-		if err := verbs.Connect(q.uc, verbs.ConnectAttr{Remote: gq.Server.Addr, RemoteQPN: gq.Server.QPN}); err != nil {
+		srv := g.ServerConnQPs[i]
+		if err := verbs.Connect(q.uc, verbs.ConnectAttr{Remote: srv.Addr, RemoteQPN: srv.QPN}); err != nil {
 			return fmt.Errorf("herd: client UC QP %d connect: %w", i, err)
 		}
-		q.addr, q.rkey = gq.Addr, gq.RKey
+		q.addr, q.rkey = g.RemoteAddr[i], g.RKey[i]
 		q.pos = q.pos[:c.window]
 	}
 	c.free = len(c.qps) * c.window
 	return nil
 }
 
-func (c *Conn) setRecv(i, qi, s int) {
+func (c *herdConn) setRecv(i, qi, s int) {
 	slot := qi*c.recvN + s
 	c.recvWRs[i].ID = uint64(slot)
 	c.recvSGE[i] = verbs.SGE{Addr: c.recvMR.Addr() + uint64(slot)*recvSlot, Length: recvSlot, LKey: c.recvMR.LKey()}
 }
 
-// Free is how many more requests Send can take now.
-func (c *Conn) Free() int { return c.free }
+func (c *herdConn) Free() int { return c.free }
 
-// Outstanding is how many requests wait for an answer.
-func (c *Conn) Outstanding() int { return len(c.qps)*c.window - c.free }
+func (c *herdConn) Outstanding() int { return len(c.qps)*c.window - c.free }
 
-// CQ is the completion queue answers arrive on, for the engine to wait on.
-func (c *Conn) CQ() verbs.CQ { return c.recvCQ }
+func (c *herdConn) CQ() verbs.CQ { return c.recvCQ }
 
-// Send writes up to len(ids) new requests, spreading them over the QPs,
-// one chain per QP; it stores the ID of each in ids and returns how many
-// it wrote.
-func (c *Conn) Send(now time.Duration, ids []int) (int, error) {
+func (c *herdConn) Broken() bool { return false }
+
+// Send writes the requests ids, one chain per QP.
+func (c *herdConn) Send(now time.Duration, ids []int) (int, error) {
 	n := 0
-	var ferr error
-	for qi, q := range c.qps {
-		for pos := range q.pos {
-			if n == len(ids) {
-				break
-			}
-			p := &q.pos[pos]
-			if p.busy {
-				continue
-			}
-			p.busy = true
-			c.free--
-			ids[n] = qi*c.window + pos
-			n++
-			c.queueWrite(now, qi, pos)
+	for _, id := range ids {
+		qi, pos := id/c.window, id%c.window
+		p := &c.qps[qi].pos[pos]
+		if p.busy {
+			break // not the engine's: never happens
 		}
+		p.busy = true
+		c.free--
+		c.queueWrite(now, qi, pos)
+		n++
+	}
+	var ferr error
+	for _, q := range c.qps {
 		if err := c.flush(q); err != nil && ferr == nil {
 			ferr = err
 		}
@@ -200,7 +206,7 @@ func (c *Conn) Send(now time.Duration, ids []int) (int, error) {
 
 // queueWrite adds the WRITE of position pos under a fresh sequence number
 // to its QP's chain.
-func (c *Conn) queueWrite(now time.Duration, qi, pos int) {
+func (c *herdConn) queueWrite(now time.Duration, qi, pos int) {
 	q := c.qps[qi]
 	p := &q.pos[pos]
 	p.seq = p.seq.Next()
@@ -213,7 +219,7 @@ func (c *Conn) queueWrite(now time.Duration, qi, pos int) {
 	wr := &q.wrs[q.nwr]
 	*wr = verbs.SendWR{ID: seq<<8 | uint64(qi), Opcode: verbs.OpRDMAWrite, Flags: verbs.Inline,
 		SG: q.sges[q.nwr : q.nwr+1], RemoteAddr: q.addr + uint64(pos*spec.SlotLen), RKey: q.rkey}
-	if seq%connSignalEvery == connSignalEvery-1 {
+	if seq%herdSignalEvery == herdSignalEvery-1 {
 		wr.Flags |= verbs.Signaled
 	}
 	q.nwr++
@@ -221,11 +227,11 @@ func (c *Conn) queueWrite(now time.Duration, qi, pos int) {
 
 // flush posts q's pending WRITEs as one chain (one doorbell). WRITEs that
 // could not be posted are retried when they expire.
-func (c *Conn) flush(q *connQP) error {
+func (c *herdConn) flush(q *herdQP) error {
 	if q.nwr == 0 {
 		return nil
 	}
-	for q.posted-q.done+uint64(q.nwr) > uint64(2*c.window+connSignalEvery) {
+	for q.posted-q.done+uint64(q.nwr) > uint64(2*c.window+herdSignalEvery) {
 		if c.reapSends() == 0 {
 			break
 		}
@@ -233,17 +239,16 @@ func (c *Conn) flush(q *connQP) error {
 	n, err := q.uc.PostSend(q.wrs[:q.nwr])
 	q.posted += uint64(n)
 	q.nwr = 0
+	c.st.doorbells.Add(1)
 	if err != nil {
 		return fmt.Errorf("herd: write requests: %w", err)
 	}
 	return nil
 }
 
-// Poll takes answered requests into res and returns how many.
-func (c *Conn) Poll(now time.Duration, res []Result) int {
+func (c *herdConn) Poll(now time.Duration, res []result) int {
 	c.reapSends()
-	lim := min(len(res), len(c.wcs))
-	n, err := c.recvCQ.Poll(c.wcs[:lim])
+	n, err := c.recvCQ.Poll(c.wcs[:min(len(res), len(c.wcs))])
 	if err != nil || n == 0 {
 		return 0
 	}
@@ -262,28 +267,28 @@ func (c *Conn) Poll(now time.Duration, res []Result) int {
 			nr++
 			if wc.Status != verbs.WCSuccess || wc.Flags&verbs.WCWithImm == 0 || wc.ByteLen < verbs.GRHLen {
 				if wc.Status != verbs.WCWRFlushErr {
-					c.Malformed++
+					c.st.malformed.Add(1)
 				}
 				continue
 			}
 			if !c.answerFrom.Match(wc) {
-				c.Forged++
+				c.st.forged.Add(1)
 				continue
 			}
 			off := slot*recvSlot + verbs.GRHLen
 			pos, seq, v, err := spec.DecodeHERDAnswer(spec.HERDImm(wc.Imm), buf[off:off+int(wc.ByteLen)-verbs.GRHLen])
 			if err != nil || pos >= len(q.pos) {
-				c.Malformed++
+				c.st.malformed.Add(1)
 				continue
 			}
 			p := &q.pos[pos]
 			if !p.busy || p.seq != seq {
-				c.Stale++ // an answer to an earlier WRITE, or a duplicate
+				c.st.stale.Add(1) // an answer to an earlier WRITE, or a duplicate
 				continue
 			}
 			p.busy = false
 			c.free++
-			res[k] = Result{ID: qi*c.window + pos, Value: v}
+			res[k] = result{ID: qi*c.window + pos, Value: v}
 			k++
 		}
 		if nr > 0 {
@@ -294,8 +299,8 @@ func (c *Conn) Poll(now time.Duration, res []Result) int {
 }
 
 // Expire writes every request that waited longer than the timeout again,
-// under a fresh sequence number, and returns how many it rewrote.
-func (c *Conn) Expire(now time.Duration) int {
+// under a fresh sequence number.
+func (c *herdConn) Expire(now time.Duration) int {
 	n := 0
 	for qi, q := range c.qps {
 		for pos := range q.pos {
@@ -306,12 +311,10 @@ func (c *Conn) Expire(now time.Duration) int {
 		}
 		c.flush(q)
 	}
-	c.Retransmits += uint64(n)
 	return n
 }
 
-// NextDeadline is when the earliest outstanding request expires.
-func (c *Conn) NextDeadline() (time.Duration, bool) {
+func (c *herdConn) NextDeadline() (time.Duration, bool) {
 	var d time.Duration
 	ok := false
 	for _, q := range c.qps {
@@ -325,7 +328,7 @@ func (c *Conn) NextDeadline() (time.Duration, bool) {
 }
 
 // Cancel gives up on request id: any answer to it is stale from now on.
-func (c *Conn) Cancel(id int) {
+func (c *herdConn) Cancel(id int) {
 	qi, pos := id/c.window, id%c.window
 	if qi < 0 || qi >= len(c.qps) || pos >= len(c.qps[qi].pos) {
 		return
@@ -338,7 +341,7 @@ func (c *Conn) Cancel(id int) {
 	}
 }
 
-func (c *Conn) reapSends() int {
+func (c *herdConn) reapSends() int {
 	n, err := c.sendCQ.Poll(c.swcs)
 	if err != nil {
 		return 0
@@ -353,8 +356,8 @@ func (c *Conn) reapSends() int {
 	return n
 }
 
-// Close releases the Conn's verbs resources (not the PD).
-func (c *Conn) Close() error {
+// Close releases the verbs resources (not the PD).
+func (c *herdConn) Close() error {
 	for _, q := range c.qps {
 		if q.uc != nil {
 			q.uc.Close()

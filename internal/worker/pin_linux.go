@@ -1,6 +1,6 @@
 //go:build linux
 
-package herd
+package worker
 
 import (
 	"fmt"
@@ -8,13 +8,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// pin binds the calling OS thread (locked by the caller) to core.
-func pin(core int) error {
+// Pin binds the calling OS thread (locked by the caller) to core.
+func Pin(core int) error {
 	var set unix.CPUSet
 	set.Zero()
 	set.Set(core)
 	if err := unix.SchedSetaffinity(0, &set); err != nil {
-		return fmt.Errorf("herd: pin to core %d: %w", core, err)
+		return fmt.Errorf("pin to core %d: %w", core, err)
 	}
 	return nil
 }

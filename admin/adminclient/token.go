@@ -1,0 +1,73 @@
+package adminclient
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"google.golang.org/grpc/credentials"
+)
+
+// ErrTokenFile reports an unusable token file.
+var ErrTokenFile = errors.New("admin: token file")
+
+// ReadTokens reads a token file: one token a line, # comments. It refuses a file others can read.
+func ReadTokens(path string) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrTokenFile, err)
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("%w: %s is readable by others (mode %v); chmod 600 it", ErrTokenFile, path, st.Mode().Perm())
+	}
+	var toks []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if len(line) < 16 {
+			return nil, fmt.Errorf("%w: %s: a token shorter than 16 characters", ErrTokenFile, path)
+		}
+		toks = append(toks, line)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrTokenFile, err)
+	}
+	if len(toks) == 0 {
+		return nil, fmt.Errorf("%w: %s holds no token", ErrTokenFile, path)
+	}
+	return toks, nil
+}
+
+// BearerToken returns per-call credentials that send token. With
+// insecure set they are sent over plaintext too: on loopback, or off it
+// when the caller chose plaintext (Insecure).
+func BearerToken(token string, insecure bool) credentials.PerRPCCredentials {
+	return bearerCreds{token: token, insecure: insecure}
+}
+
+type bearerCreds struct {
+	token    string
+	insecure bool
+}
+
+func (b bearerCreds) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + b.token}, nil
+}
+
+func (b bearerCreds) RequireTransportSecurity() bool { return !b.insecure }
+
+// ReadTokenFile returns the first token of a token file, for clients.
+func ReadTokenFile(path string) (string, error) {
+	toks, err := ReadTokens(path)
+	if err != nil {
+		return "", err
+	}
+	return toks[0], nil
+}

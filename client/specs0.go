@@ -1,0 +1,467 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/seqd/seqd/admin/adminpb"
+	"github.com/seqd/seqd/spec"
+	"github.com/seqd/seqd/verbs"
+)
+
+func init() { transports[spec.ModeSpecS0] = dialSpecS0 }
+
+const (
+	recvSlot    = verbs.GRHLen + 64
+	signalEvery = 16
+)
+
+// errMalformed is a result's error for an answer that matched its request
+// but could not be decoded: the engine sends the request again.
+var errMalformed = errors.New("client: malformed answer")
+
+// specS0 is the Spec-S0 data path: header-only UD SENDs whose immediate
+// carries a tag and a guess of the value's high part (PROTOCOL.md). Each
+// QP has a spec.Window matching answers to tags; a request that waits
+// longer than the retransmission timeout is sent again under a fresh tag.
+// Its QPs outlive reconnects: a dialer handed a specS0 as prev re-runs
+// Connect with the same QPs.
+type specS0 struct {
+	env     *transportEnv
+	recvCQ  verbs.CQ
+	sendCQ  verbs.CQ
+	recvMR  verbs.MR
+	qps     []*s0QP
+	ahs     []verbs.AH
+	srvQPN  []verbs.QPN
+	qkey    uint32        // the request Q_Key (the server QPs')
+	ansQKey uint32        // the session's answer Q_Key, set on every client QP
+	srvResp verbs.Senders // the server's response QPs: answers come only from these
+	epoch   uint64
+	spec    spec.Speculator
+
+	// By engine request ID: the QP and tag it is in flight under, and
+	// the high part its answer completes (^0: sent without a guess).
+	idQP    []int
+	idTag   []spec.Tag
+	high    []uint64
+	pending []int // expired but not resent yet (no tag free): resent first
+	now     time.Duration
+
+	wcs     []verbs.WC
+	swcs    []verbs.WC
+	expired []spec.Expired
+	recvWRs []verbs.RecvWR
+	recvSGE []verbs.SGE
+}
+
+type s0QP struct {
+	qp      verbs.QP
+	win     *spec.Window
+	granted int
+	server  int // index into the server endpoints
+	posted  uint64
+	done    uint64
+	wrs     []verbs.SendWR
+}
+
+// dialSpecS0 (re-)connects in Spec-S0: on prev's QPs when prev is a
+// specS0, else on new ones.
+func dialSpecS0(ctx context.Context, env *transportEnv) (transport, error) {
+	s, ok := env.prev.(*specS0)
+	if !ok {
+		var err error
+		if s, err = newSpecS0(env); err != nil {
+			return nil, err
+		}
+	}
+	s.env = env
+	if err := s.connect(ctx); err != nil {
+		if !ok {
+			s.Close()
+		}
+		return nil, err
+	}
+	return s, nil
+}
+
+func newSpecS0(env *transportEnv) (s *specS0, err error) {
+	s = &specS0{env: env}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+	perQP := env.window + 16
+	if s.recvCQ, err = env.dev.CreateCQ(env.qps * perQP); err != nil {
+		return nil, fmt.Errorf("client: receive CQ: %w", err)
+	}
+	sendDepth := 2*env.window + 2*signalEvery
+	if s.sendCQ, err = env.dev.CreateCQ(env.qps * (sendDepth/signalEvery + 1)); err != nil {
+		return nil, fmt.Errorf("client: send CQ: %w", err)
+	}
+	if s.recvMR, err = env.pd.RegMR(env.qps*perQP*recvSlot, verbs.AccessLocalWrite); err != nil {
+		return nil, fmt.Errorf("client: receive buffers: %w", err)
+	}
+	s.wcs = make([]verbs.WC, 64)
+	s.swcs = make([]verbs.WC, 64)
+	s.recvWRs = make([]verbs.RecvWR, perQP)
+	s.recvSGE = make([]verbs.SGE, perQP)
+	for i := range s.recvWRs {
+		s.recvWRs[i].SG = s.recvSGE[i : i+1]
+	}
+	n := env.qps * env.window
+	s.idQP, s.idTag, s.high = make([]int, n), make([]spec.Tag, n), make([]uint64, n)
+	for i := range s.idQP {
+		s.idQP[i] = -1
+	}
+	s.pending = make([]int, 0, n)
+	for i := range env.qps {
+		qp, err := env.pd.CreateQP(verbs.QPInitAttr{Type: verbs.UD, SendCQ: s.sendCQ, RecvCQ: s.recvCQ,
+			Cap: verbs.QPCap{MaxSendWR: sendDepth, MaxRecvWR: perQP, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		if err != nil {
+			return nil, fmt.Errorf("client: QP %d: %w", i, err)
+		}
+		win, err := spec.NewWindow(spec.WindowConfig{Size: env.window, Timeout: env.retransmit})
+		if err != nil {
+			qp.Close()
+			return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+		}
+		s.qps = append(s.qps, &s0QP{qp: qp, win: win, wrs: make([]verbs.SendWR, env.window)})
+	}
+	return s, nil
+}
+
+// postInitialRecvs fills QP i's receive queue (once it is out of RESET).
+func (s *specS0) postInitialRecvs(i int) error {
+	perQP := len(s.recvWRs)
+	for k := range perQP {
+		s.recvWRs[k].ID = uint64(i)<<32 | uint64(i*perQP+k)
+		s.recvSGE[k] = verbs.SGE{Addr: s.recvMR.Addr() + uint64(i*perQP+k)*recvSlot, Length: recvSlot, LKey: s.recvMR.LKey()}
+	}
+	if _, err := s.qps[i].qp.PostRecv(s.recvWRs); err != nil {
+		return fmt.Errorf("client: QP %d: post receives: %w", i, err)
+	}
+	return nil
+}
+
+// connect runs Connect with the QPs, brings them up (with the session's
+// answer Q_Key) and builds the address handles.
+func (s *specS0) connect(ctx context.Context) error {
+	req := &adminpb.ConnectRequest{Window: uint32(s.env.window), Mode: spec.ModeSpecS0}
+	for _, q := range s.qps {
+		a, _ := q.qp.Address().MarshalBinary()
+		req.Qps = append(req.Qps, &adminpb.Endpoint{Address: a, Qpn: uint32(q.qp.QPN())})
+	}
+	sent := s.env.now() // Connect's high is at least this fresh (PROTOCOL.md)
+	resp, err := s.env.connect(ctx, req)
+	if err != nil {
+		return err
+	}
+	if len(resp.GetAssignment()) != len(s.qps) || len(resp.GetServerQps()) == 0 || resp.GetWindow() == 0 ||
+		len(resp.GetAnswerQps()) == 0 || resp.GetAnswerQkey() == 0 {
+		return fmt.Errorf("%w: connect: malformed answer (%d assignments for %d QPs, %d server QPs, window %d, %d answer QPs, answer Q_Key %#x)",
+			ErrUnavailable, len(resp.GetAssignment()), len(s.qps), len(resp.GetServerQps()), resp.GetWindow(),
+			len(resp.GetAnswerQps()), resp.GetAnswerQkey())
+	}
+	from, err := senders(resp.GetAnswerQps())
+	if err != nil {
+		return err
+	}
+	for _, ah := range s.ahs {
+		ah.Close()
+	}
+	s.ahs, s.srvQPN = s.ahs[:0], s.srvQPN[:0]
+	for i, ep := range resp.GetServerQps() {
+		a, qpn, err := endpoint(ep)
+		if err != nil {
+			return fmt.Errorf("%w: connect: server QP %d: %v", ErrUnavailable, i, err)
+		}
+		ah, err := s.env.pd.CreateAH(verbs.AHAttr{Dest: a, PortNum: 1})
+		if err != nil {
+			return fmt.Errorf("client: address handle for %v: %w", a, err)
+		}
+		s.ahs = append(s.ahs, ah)
+		s.srvQPN = append(s.srvQPN, qpn)
+	}
+	for i, q := range s.qps {
+		if q.qp.State() == verbs.StateReset {
+			if err := verbs.BringUpUD(q.qp, resp.GetAnswerQkey(), 0); err != nil {
+				return fmt.Errorf("client: QP %d bring-up: %w", i, err)
+			}
+			if err := s.postInitialRecvs(i); err != nil {
+				return err
+			}
+		} else if resp.GetAnswerQkey() != s.ansQKey {
+			if err := q.qp.Modify(&verbs.QPAttr{QKey: resp.GetAnswerQkey()}, verbs.AttrQKey); err != nil {
+				return fmt.Errorf("client: QP %d Q_Key: %w", i, err)
+			}
+		}
+		srv := int(resp.GetAssignment()[i])
+		if srv >= len(s.ahs) {
+			return fmt.Errorf("%w: connect: assignment %d out of range", ErrUnavailable, srv)
+		}
+		q.server = srv
+		q.granted = min(int(resp.GetWindow()), s.env.window)
+	}
+	if s.epoch != resp.GetEpoch() {
+		s.spec.Forget()
+	}
+	s.epoch = resp.GetEpoch()
+	s.qkey, s.ansQKey, s.srvResp = resp.GetQkey(), resp.GetAnswerQkey(), from
+	if h := resp.GetHigh(); h != 0 {
+		s.spec.Learn(sent, h)
+	}
+	return nil
+}
+
+func (s *specS0) Free() int {
+	n := -len(s.pending)
+	for _, q := range s.qps {
+		n += q.granted - q.win.Outstanding()
+	}
+	return max(n, 0)
+}
+
+func (s *specS0) Outstanding() int {
+	n := len(s.pending)
+	for _, q := range s.qps {
+		n += q.win.Outstanding()
+	}
+	return n
+}
+
+// Send sends ids, one chain per QP, the QPs filled in turn.
+func (s *specS0) Send(now time.Duration, ids []int) (int, error) {
+	s.now = now
+	return s.send(now, ids), nil
+}
+
+// send sends ids under fresh tags, one chain per QP, and returns how
+// many it took (a prefix).
+func (s *specS0) send(now time.Duration, ids []int) int {
+	// One doorbell for all QPs' chains where the device can (the
+	// userspace provider: one sendmmsg instead of one per QP).
+	if b, ok := s.env.dev.(verbs.DoorbellBatcher); ok {
+		b.HoldDoorbell()
+		defer b.RingDoorbell()
+	}
+	took := 0
+	for qi, q := range s.qps {
+		n := 0
+		for took < len(ids) && q.win.Outstanding() < q.granted && n < len(q.wrs) {
+			if !s.queue(now, qi, n, ids[took]) {
+				break
+			}
+			n++
+			took++
+		}
+		s.post(qi, n)
+	}
+	return took
+}
+
+// queue adds request id to QP qi's chain at position n under a fresh tag
+// and guess; false when the QP cannot take it now.
+func (s *specS0) queue(now time.Duration, qi, n, id int) bool {
+	q := s.qps[qi]
+	if q.posted-q.done+uint64(n)+1 >= uint64(cap(q.wrs)+2*signalEvery) {
+		return false
+	}
+	tag, _, err := q.win.Send(now, uint64(id))
+	if err != nil {
+		return false
+	}
+	guess, high := s.spec.Guess(now)
+	if guess == spec.NoGuess {
+		high = ^uint64(0)
+	}
+	s.idQP[id], s.idTag[id], s.high[id] = qi, tag, high
+	seq := q.posted + uint64(n)
+	wr := &q.wrs[n]
+	*wr = verbs.SendWR{ID: seq<<8 | uint64(qi), Opcode: verbs.OpSendWithImm,
+		Imm: uint32(spec.MustRequestImm(tag, guess)), AH: s.ahs[q.server],
+		RemoteQPN: s.srvQPN[q.server], RemoteQKey: s.qkey}
+	if seq%signalEvery == signalEvery-1 {
+		wr.Flags = verbs.Signaled
+	}
+	return true
+}
+
+// post rings QP qi's doorbell for its first n work requests. The ones
+// not posted stay in their window and are resent on expiry.
+func (s *specS0) post(qi, n int) {
+	if n == 0 {
+		return
+	}
+	q := s.qps[qi]
+	posted, err := q.qp.PostSend(q.wrs[:n])
+	q.posted += uint64(posted)
+	s.env.st.doorbells.Add(1)
+	if err != nil {
+		s.env.log.Warn("post requests", "qp", qi, "posted", posted, "of", n, "err", err)
+	}
+}
+
+// reapSends frees send queue slots.
+func (s *specS0) reapSends() {
+	n, err := s.sendCQ.Poll(s.swcs)
+	if err != nil {
+		return
+	}
+	for _, wc := range s.swcs[:n] {
+		if qi := int(wc.ID & 0xff); qi < len(s.qps) {
+			if seq := wc.ID >> 8; seq+1 > s.qps[qi].done {
+				s.qps[qi].done = seq + 1
+			}
+		}
+	}
+}
+
+func (s *specS0) Poll(now time.Duration, res []result) int {
+	s.now = now
+	s.reapSends()
+	n, err := s.recvCQ.Poll(s.wcs[:min(len(res), len(s.wcs))])
+	if err != nil || n == 0 {
+		return 0
+	}
+	buf := s.recvMR.Bytes()
+	k := 0
+	for qi, q := range s.qps {
+		nr := 0
+		for i := range s.wcs[:n] {
+			wc := &s.wcs[i]
+			if int(wc.ID>>32) != qi {
+				continue
+			}
+			slot := wc.ID & 0xffffffff
+			s.recvWRs[nr].ID = wc.ID
+			s.recvSGE[nr] = verbs.SGE{Addr: s.recvMR.Addr() + slot*recvSlot, Length: recvSlot, LKey: s.recvMR.LKey()}
+			nr++
+			if wc.Status != verbs.WCSuccess || wc.Flags&verbs.WCWithImm == 0 || wc.ByteLen < verbs.GRHLen {
+				s.env.st.malformed.Add(1)
+				continue
+			}
+			if !s.srvResp.Match(wc) {
+				s.env.st.forged.Add(1) // not from the server's response QPs
+				continue
+			}
+			off := slot*recvSlot + verbs.GRHLen
+			if s.answer(now, q, spec.Imm(wc.Imm), buf[off:off+uint64(wc.ByteLen)-verbs.GRHLen], &res[k]) {
+				k++
+			}
+		}
+		if nr > 0 {
+			if _, err := q.qp.PostRecv(s.recvWRs[:nr]); err != nil {
+				s.env.log.Warn("re-post receives", "qp", qi, "err", err)
+			}
+		}
+	}
+	return k
+}
+
+// answer matches one answer to its request and decodes it into r.
+func (s *specS0) answer(now time.Duration, q *s0QP, imm spec.Imm, payload []byte, r *result) bool {
+	cookie, _, ok := q.win.Answer(now, imm.Tag())
+	if !ok {
+		s.env.st.stale.Add(1)
+		return false
+	}
+	id := int(cookie)
+	s.idQP[id] = -1
+	high := s.high[id]
+	if high == ^uint64(0) {
+		high = 0
+		if len(payload) != spec.FullLen {
+			s.env.st.malformed.Add(1) // a confirmation of no guess
+			*r = result{ID: id, Err: errMalformed}
+			return true
+		}
+	}
+	v, full, err := spec.DecodeAnswer(imm, payload, high)
+	if err != nil {
+		s.env.st.malformed.Add(1)
+		*r = result{ID: id, Err: errMalformed}
+		return true
+	}
+	if full {
+		s.env.st.specMisses.Add(1)
+	}
+	s.spec.Learn(now, v)
+	*r = result{ID: id, Value: v}
+	return true
+}
+
+// Expire resends, under fresh tags, the requests that waited longer than
+// the retransmission timeout.
+func (s *specS0) Expire(now time.Duration) int {
+	s.now = now
+	for _, q := range s.qps {
+		s.expired = q.win.Expire(now, s.expired[:0])
+		for _, e := range s.expired {
+			id := int(e.Cookie)
+			s.idQP[id] = -1
+			s.pending = append(s.pending, id)
+		}
+	}
+	if len(s.pending) == 0 {
+		return 0
+	}
+	sent := s.send(now, s.pending)
+	s.pending = s.pending[:copy(s.pending, s.pending[sent:])]
+	return sent
+}
+
+func (s *specS0) NextDeadline() (time.Duration, bool) {
+	if len(s.pending) > 0 {
+		return s.now, true
+	}
+	var d time.Duration
+	ok := false
+	for _, q := range s.qps {
+		if t, has := q.win.NextDeadline(); has && (!ok || t < d) {
+			d, ok = t, true
+		}
+	}
+	return d, ok
+}
+
+func (s *specS0) CQ() verbs.CQ { return s.recvCQ }
+
+func (s *specS0) Broken() bool { return false }
+
+func (s *specS0) Cancel(id int) {
+	if qi := s.idQP[id]; qi >= 0 {
+		s.qps[qi].win.Cancel(s.now, s.idTag[id])
+		s.idQP[id] = -1
+		return
+	}
+	for i, p := range s.pending {
+		if p == id {
+			s.pending = append(s.pending[:i], s.pending[i+1:]...)
+			return
+		}
+	}
+}
+
+func (s *specS0) Close() error {
+	for _, q := range s.qps {
+		q.qp.Close()
+	}
+	s.qps = nil
+	for _, ah := range s.ahs {
+		ah.Close()
+	}
+	s.ahs = nil
+	if s.recvMR != nil {
+		s.recvMR.Close()
+	}
+	for _, cq := range []verbs.CQ{s.recvCQ, s.sendCQ} {
+		if cq != nil {
+			cq.Close()
+		}
+	}
+	return nil
+}

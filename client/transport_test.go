@@ -1,0 +1,137 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/seqd/seqd/verbs"
+	_ "github.com/seqd/seqd/verbs/soft"
+)
+
+// The transports' tests drive a transport the way the engine does, against
+// a mode's server started in-process (herd_test.go, atomics_test.go).
+
+var errBehind = errors.New("behind")
+
+// fakeOracle counts up from 1<<40; every behindEvery-th claim, and every
+// claim while refuse is set, fails with errBehind; a claim that succeeds
+// takes delay.
+type fakeOracle struct {
+	mu          sync.Mutex
+	next        uint64
+	calls       int
+	behindEvery int
+	refuse      bool
+	delay       atomic.Int64 // ns
+}
+
+func (o *fakeOracle) Claim(n int) (uint64, error) {
+	if d := time.Duration(o.delay.Load()); d > 0 {
+		time.Sleep(d)
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.calls++
+	if o.refuse || (o.behindEvery > 0 && o.calls%o.behindEvery == 0) {
+		return 0, errBehind
+	}
+	if o.next == 0 {
+		o.next = 1 << 40
+	}
+	f := o.next
+	o.next += uint64(n)
+	return f, nil
+}
+
+func (o *fakeOracle) ClaimWait(ctx context.Context, n int) (uint64, error) { return o.Claim(n) }
+
+func (o *fakeOracle) set(f func(o *fakeOracle)) {
+	o.mu.Lock()
+	f(o)
+	o.mu.Unlock()
+}
+
+func openSoft(t testing.TB, opts string) verbs.Device {
+	t.Helper()
+	o, err := verbs.ParseOptions(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := verbs.Open("soft", "127.0.0.1:0", o)
+	if err != nil {
+		t.Skipf("soft provider: %v", err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+// drive runs total requests through tr as the engine does (IDs from a
+// free list, at most Free at a time) and returns the values in completion
+// order. Every value must be above each value returned before its
+// request was sent (the engine's accept), and no request may fail.
+func drive(t testing.TB, tr transport, st *stats, total int, clock func() time.Duration) []uint64 {
+	t.Helper()
+	capacity := tr.Free() + tr.Outstanding()
+	var free []int
+	for id := range capacity {
+		free = append(free, id)
+	}
+	ids := make([]int, capacity)
+	res := make([]result, 64)
+	floor := make([]uint64, capacity) // largest value returned before request id was sent
+	var maxRet uint64
+	var out []uint64
+	sent := 0
+	deadline := time.Now().Add(20 * time.Second)
+	for len(out) < total {
+		if time.Now().After(deadline) || tr.Broken() {
+			t.Fatalf("%d of %d answered before the deadline (broken %v)", len(out), total, tr.Broken())
+		}
+		now := clock()
+		if want := min(tr.Free(), total-sent, len(free)); want > 0 {
+			copy(ids, free[len(free)-want:])
+			n, err := tr.Send(now, ids[:want])
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, id := range ids[:n] {
+				floor[id] = maxRet
+			}
+			// Send took a prefix of ids (copies of free's last want
+			// entries): the rest stay free.
+			free = append(free[:len(free)-want], ids[n:want]...)
+			sent += n
+		}
+		n := tr.Poll(now, res)
+		for _, x := range res[:n] {
+			if x.Err != nil {
+				t.Fatalf("request %d failed: %v", x.ID, x.Err)
+			}
+			if x.Value <= floor[x.ID] {
+				t.Fatalf("request %d got %d, not above %d returned before it was sent", x.ID, x.Value, floor[x.ID])
+			}
+			maxRet = max(maxRet, x.Value)
+			out = append(out, x.Value)
+			free = append(free, x.ID)
+		}
+		if k := tr.Expire(now); k > 0 {
+			st.retransmits.Add(uint64(k))
+		}
+	}
+	return out
+}
+
+func checkUnique(t testing.TB, vs []uint64) {
+	t.Helper()
+	seen := make(map[uint64]bool, len(vs))
+	for _, v := range vs {
+		if seen[v] {
+			t.Fatalf("value %d handed out twice", v)
+		}
+		seen[v] = true
+	}
+}

@@ -1,0 +1,56 @@
+package worker
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/seqd/seqd/dataplane"
+	"github.com/seqd/seqd/internal/ahcache"
+	"github.com/seqd/seqd/verbs"
+)
+
+// Pool is what every CPU mode's server holds besides its sessions: the
+// protection domain, the address handles of its clients, and its workers,
+// each running on a goroutine of its own. Embed it in the server.
+type Pool[W Worker] struct {
+	PD  verbs.PD
+	AHs *ahcache.Cache // one handle per client address, reaped after the last client left
+	// Workers, and the response QPs of all of them (AnswerQPs: a client
+	// drops answers from any other sender).
+	Workers   []W
+	AnswerQPs []dataplane.Endpoint
+	wg        sync.WaitGroup
+}
+
+// Start allocates the protection domain and the address handle cache on
+// dev, makes n workers with create (Create) and runs them (Run). On an
+// error the caller closes the pool (Close): what was made is released.
+func (p *Pool[W]) Start(dev verbs.Device, n int, create func(id int) (W, error)) error {
+	var err error
+	if p.PD, err = dev.AllocPD(); err != nil {
+		return fmt.Errorf("worker pool: protection domain: %w", err)
+	}
+	p.AHs = ahcache.New(p.PD, 0)
+	if p.Workers, p.AnswerQPs, err = Create(n, create); err != nil {
+		return err
+	}
+	Run(&p.wg, p.Workers)
+	return nil
+}
+
+// Wait waits until every worker's Run returned.
+func (p *Pool[W]) Wait() { p.wg.Wait() }
+
+// Close closes the workers (which are no longer running), the address
+// handles and the protection domain.
+func (p *Pool[W]) Close() {
+	for _, w := range p.Workers {
+		w.Close()
+	}
+	if p.AHs != nil {
+		p.AHs.Close()
+	}
+	if p.PD != nil {
+		p.PD.Close()
+	}
+}

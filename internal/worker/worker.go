@@ -1,0 +1,405 @@
+// Package worker is the skeleton every CPU mode's worker shares (spec-s0,
+// herd and the modes after them): the configuration common to their
+// worker pools, core pinning, the claim of a batch's values from the
+// oracle within the residence bound, and the response QPs a batch's
+// answers leave on (package respq).
+//
+// A mode embeds Config in its own configuration and Base in its worker:
+//
+//	w.Init(&cfg.Config, id, pd, sendCQ, slotLen, &s.stopped, worker.Counters{...})
+//	defer w.Pin()()
+//	...
+//	first, ok := w.Claim(oldest, n)
+//	b, ok := w.Next(n) // fill b.Prepare / b.Slot
+//	w.Post(b, wrs, oldest)
+//	w.ReapSends()
+//
+// Nothing here allocates on the hot path (Claim, Next, Post, ReapSends).
+package worker
+
+import (
+	"fmt"
+	"log/slog"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/seqd/seqd/dataplane"
+	"github.com/seqd/seqd/internal/claim"
+	"github.com/seqd/seqd/internal/respq"
+	"github.com/seqd/seqd/spec"
+	"github.com/seqd/seqd/verbs"
+)
+
+// Defaults of the common fields, filled in by Config.Fill.
+const (
+	DefaultWorkers     = 1
+	DefaultRespQPs     = 3
+	DefaultBatch       = 64
+	DefaultSignalEvery = 32
+	DefaultSendDepth   = 1024
+)
+
+// Config is the configuration every CPU mode's worker pool shares.
+type Config struct {
+	// Device the mode's QPs live on. Required.
+	Device verbs.Device
+	// Oracle hands out values. Required.
+	Oracle claim.Claimer
+	// Behind is the error Oracle.Claim returns when persistence lags
+	// (oracle.ErrBehind): the batch is kept and the claim retried.
+	Behind error
+	// Workers is the number of polling workers. Default 1.
+	Workers int
+	// RespQPs is the number of response UD QPs per worker. Default 3.
+	RespQPs int
+	// Cores pins worker i to Cores[i]; -1 or a missing entry leaves it
+	// unpinned.
+	Cores []int
+	// Batch is the most requests one batch answers. Default 64.
+	Batch int
+	// SignalEvery: one send work request in SignalEvery is signaled.
+	// Default 32.
+	SignalEvery int
+	// SendDepth is the send queue depth of each response QP. Default 1024.
+	SendDepth int
+	// QKey of the data-path packets. Default verbs.DefaultQKey.
+	QKey uint32
+	// Epoch identifies this run of the mode. Default: the start time in ns.
+	Epoch uint64
+	// Logger. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Fill fills in the defaults of c and checks it; errors wrap errConfig
+// (the mode's own ErrConfig).
+func (c *Config) Fill(errConfig error) error {
+	if c.Device == nil || c.Oracle == nil {
+		return fmt.Errorf("%w: Device and Oracle are required", errConfig)
+	}
+	for _, f := range []struct {
+		p    *int
+		d    int
+		name string
+	}{
+		{&c.Workers, DefaultWorkers, "Workers"}, {&c.RespQPs, DefaultRespQPs, "RespQPs"},
+		{&c.Batch, DefaultBatch, "Batch"}, {&c.SignalEvery, DefaultSignalEvery, "SignalEvery"},
+		{&c.SendDepth, DefaultSendDepth, "SendDepth"},
+	} {
+		if err := Default(errConfig, f.name, f.p, f.d); err != nil {
+			return err
+		}
+	}
+	if c.SendDepth < 2*c.Batch || c.SignalEvery > c.SendDepth/2 {
+		return fmt.Errorf("%w: SendDepth %d must be at least 2*Batch (%d) and 2*SignalEvery (%d)", errConfig, c.SendDepth, c.Batch, c.SignalEvery)
+	}
+	if len(c.Cores) > c.Workers {
+		return fmt.Errorf("%w: %d cores for %d workers", errConfig, len(c.Cores), c.Workers)
+	}
+	if c.QKey == 0 {
+		c.QKey = verbs.DefaultQKey
+	}
+	if c.Epoch == 0 {
+		c.Epoch = uint64(time.Now().UnixNano())
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+// Default sets *p to d when it is 0; a negative *p is an error wrapping
+// errConfig.
+func Default(errConfig error, name string, p *int, d int) error {
+	if *p == 0 {
+		*p = d
+	}
+	if *p < 0 {
+		return fmt.Errorf("%w: %s %d is negative", errConfig, name, *p)
+	}
+	return nil
+}
+
+// Core is the core worker i is pinned to, -1 for none.
+func (c *Config) Core(i int) int {
+	if i < len(c.Cores) {
+		return c.Cores[i]
+	}
+	return -1
+}
+
+// The drop reasons every CPU worker counts (Base counts them); a mode
+// numbers its own from NumDrops on and names them at Init.
+const (
+	// DropExpired: older than spec.MaxResidence before its values were
+	// claimed.
+	DropExpired = iota
+	// DropLate: its claimed values were skipped because the doorbell would
+	// have come later than spec.MaxResidence after it arrived.
+	DropLate
+	// DropOracle: the oracle refused the claim.
+	DropOracle
+	// DropSend: its answer could not be posted, or completed in error.
+	DropSend
+	NumDrops
+)
+
+var dropNames = [NumDrops]string{"expired", "late", "oracle_error", "send_error"}
+
+// Counts are a worker's counters: written by the worker only, read at any
+// time.
+type Counts struct {
+	Batches  atomic.Uint64 // batches answered
+	Requests atomic.Uint64 // requests answered
+	Stalls   atomic.Uint64 // claims refused with Config.Behind
+	// Drops counts requests not answered, by reason: DropExpired to
+	// DropSend, then the mode's own.
+	Drops     []atomic.Uint64
+	dropNames []string
+}
+
+// Base is the part every CPU worker shares: its identity, its response
+// QPs, its claims. Embed it in the worker and call Init before use; it
+// is owned by the worker goroutine (Stall excepted).
+type Base struct {
+	ID int
+	// Core the worker runs on: -1 unpinned (or pinning failed).
+	Core int
+	Log  *slog.Logger
+	// Resp are the worker's response QPs.
+	Resp *respq.Set
+	// Stall, when set (tests only), runs between a batch's claim and its
+	// answers' doorbell (in Next): a worker descheduled there, or a send
+	// queue that drains slowly. Loaded once per batch.
+	Stall atomic.Pointer[func()]
+
+	Counts
+
+	cfg     *Config
+	stopped *atomic.Bool
+}
+
+// Init sets b up as worker id of cfg, with response QPs on pd whose sends
+// complete on sendCQ, each with slotLen payload bytes per entry. stopped
+// tells the claim to give up when the mode stops. drops names the mode's
+// own drop reasons, NumDrops on.
+func (b *Base) Init(cfg *Config, id int, pd verbs.PD, sendCQ verbs.CQ, slotLen int, stopped *atomic.Bool, drops ...string) error {
+	b.ID, b.Core, b.Log, b.cfg, b.stopped = id, cfg.Core(id), cfg.Logger.With("worker", id), cfg, stopped
+	b.initCounts(drops)
+	var err error
+	if b.Resp, err = respq.New(respq.Config{PD: pd, CQ: sendCQ, QPs: cfg.RespQPs, Depth: cfg.SendDepth,
+		SignalEvery: cfg.SignalEvery, SlotLen: slotLen, QKey: cfg.QKey, Batch: cfg.Batch}); err != nil {
+		return fmt.Errorf("worker %d: %w", id, err)
+	}
+	return nil
+}
+
+// Close releases the response QPs.
+func (b *Base) Close() {
+	if b.Resp != nil {
+		b.Resp.Close()
+		b.Resp = nil
+	}
+}
+
+// Pin locks the calling goroutine to its thread and binds that to the
+// worker's core, if it has one; the function it returns undoes the lock.
+// When pinning fails the worker runs unpinned (Core -1).
+func (b *Base) Pin() (unlock func()) {
+	if b.Core < 0 {
+		return func() {}
+	}
+	runtime.LockOSThread()
+	if err := Pin(b.Core); err != nil {
+		b.Log.Warn("running unpinned", "err", err)
+		b.Core = -1
+	} else {
+		b.Log.Debug("pinned", "core", b.Core)
+	}
+	return runtime.UnlockOSThread
+}
+
+// Expired reports whether a batch whose oldest request arrived at oldest
+// is older than spec.MaxResidence.
+func Expired(oldest verbs.Time) bool { return verbs.Now().Sub(oldest) > spec.MaxResidence }
+
+// Claim claims n values for a batch whose oldest request arrived at
+// oldest, through claim.Batch: retrying while the oracle is behind,
+// giving up (and counting the n requests) once the batch is older than
+// spec.MaxResidence, the mode stopped, or the oracle failed.
+func (b *Base) Claim(oldest verbs.Time, n int) (uint64, bool) {
+	if Expired(oldest) {
+		b.Drops[DropExpired].Add(uint64(n))
+		return 0, false
+	}
+	first, stalls, out, err := claim.Batch(b.cfg.Oracle, b.cfg.Behind, n, func() bool {
+		return Expired(oldest) || b.stopped.Load()
+	})
+	b.Stalls.Add(uint64(stalls))
+	switch out {
+	case claim.Failed:
+		b.Drops[DropOracle].Add(uint64(n))
+		b.Log.Error("claim", "n", n, "err", err)
+		return 0, false
+	case claim.Expired:
+		b.Drops[DropExpired].Add(uint64(n))
+		return 0, false
+	}
+	return first, true
+}
+
+// Next runs the Stall hook, if any, and returns the response QP batch n
+// answers are prepared in (respq.Set.Next); false, with the n counted,
+// when the send queue never drained.
+func (b *Base) Next(n int) (respq.Batch, bool) {
+	if f := b.Stall.Load(); f != nil {
+		(*f)()
+	}
+	r, ok := b.Resp.Next(n)
+	if !ok {
+		b.Log.Error("send queue never drained")
+		b.Drops[DropSend].Add(uint64(n))
+	}
+	return r, ok
+}
+
+// Post rings the doorbell for wrs, prepared in r, unless the batch, whose
+// oldest request arrived at oldest, is by then older than
+// spec.MaxResidence (its values are skipped, never handed out): no answer
+// leaves later than that after its request arrived. It reports whether
+// any answer was posted.
+func (b *Base) Post(r respq.Batch, wrs []verbs.SendWR, oldest verbs.Time) bool {
+	if Expired(oldest) {
+		b.Drops[DropLate].Add(uint64(len(wrs)))
+		return false
+	}
+	n, err := r.Post(wrs)
+	if err != nil {
+		b.Drops[DropSend].Add(uint64(len(wrs) - n))
+		b.Log.Error("post answers", "posted", n, "of", len(wrs), "err", err)
+	}
+	return n > 0
+}
+
+// ReapSends frees send queue slots and counts answers that failed.
+func (b *Base) ReapSends() {
+	if _, failed := b.Resp.Reap(); failed > 0 {
+		b.Drops[DropSend].Add(uint64(failed))
+	}
+}
+
+// CloseAll closes, in order, each of rs that is not nil (the verbs
+// resources of a worker or mode, some never created).
+func CloseAll(rs ...interface{ Close() error }) {
+	for _, r := range rs {
+		if r != nil {
+			r.Close()
+		}
+	}
+}
+
+// Worker is a mode's worker as Create, Run and Pool handle it: it embeds
+// Base, has a loop, Run, that returns when the mode stops, and Close,
+// which releases what it holds (Base's included) once Run returned.
+type Worker interface {
+	Run()
+	Close()
+	base() *Base
+}
+
+func (b *Base) base() *Base { return b }
+
+// Create makes n workers with create and lists the response QPs of all
+// of them (the QPs answers come from: a client drops any other sender).
+// On an error it returns the workers made so far, for the caller to
+// close.
+func Create[W Worker](n int, create func(id int) (W, error)) (ws []W, answerQPs []dataplane.Endpoint, err error) {
+	for i := range n {
+		w, err := create(i)
+		if err != nil {
+			return ws, nil, err
+		}
+		ws = append(ws, w)
+	}
+	for _, w := range ws {
+		for _, qp := range w.base().Resp.QPs() {
+			answerQPs = append(answerQPs, dataplane.Endpoint{Addr: qp.Address(), QPN: qp.QPN()})
+		}
+	}
+	return ws, answerQPs, nil
+}
+
+// Run runs each worker's loop on a goroutine of its own, counted by wg.
+func Run[W Worker](wg *sync.WaitGroup, ws []W) {
+	for _, w := range ws {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.Run()
+		}()
+	}
+}
+
+func (c *Counts) initCounts(drops []string) {
+	c.dropNames = append(dropNames[:], drops...)
+	c.Drops = make([]atomic.Uint64, len(c.dropNames))
+}
+
+// Sum adds up the workers' Counts into a dataplane.Stats: a line per
+// worker (ID, Core, Batches, Requests, Drops), the totals (Served,
+// Batches, Stalls, Drops) and, as Counters, the drops by reason
+// (drops_total). The mode adds what it counts besides.
+func Sum[W Worker](ws []W) dataplane.Stats {
+	var st dataplane.Stats
+	byReason := DropsByReason(ws)
+	for _, w := range ws {
+		b := w.base()
+		x := dataplane.WorkerStats{ID: b.ID, Core: b.Core, Batches: b.Batches.Load(), Requests: b.Requests.Load()}
+		for i := range b.Drops {
+			x.Drops += b.Drops[i].Load()
+		}
+		st.Workers = append(st.Workers, x)
+		st.Served += x.Requests
+		st.Batches += x.Batches
+		st.Drops += x.Drops
+		st.Stalls += b.Stalls.Load()
+	}
+	if len(ws) > 0 {
+		for _, r := range ws[0].base().dropNames {
+			st.Counters = append(st.Counters, dataplane.Counter{Name: "drops_total", Help: "Requests not answered, by reason.",
+				Reason: r, Value: byReason[r]})
+		}
+	}
+	return st
+}
+
+// DropsByReason adds up the workers' drops, by reason name.
+func DropsByReason[W Worker](ws []W) map[string]uint64 {
+	m := map[string]uint64{}
+	for _, w := range ws {
+		b := w.base()
+		for i := range b.Drops {
+			m[b.dropNames[i]] += b.Drops[i].Load()
+		}
+	}
+	return m
+}
+
+// Totals are the workers' Counts added up.
+type Totals struct {
+	Batches, Requests, Stalls uint64
+	Drops                     map[string]uint64 // by reason
+}
+
+// Total adds up the workers' Counts.
+func Total[W Worker](ws []W) Totals {
+	t := Totals{Drops: DropsByReason(ws)}
+	for _, w := range ws {
+		b := w.base()
+		t.Batches += b.Batches.Load()
+		t.Requests += b.Requests.Load()
+		t.Stalls += b.Stalls.Load()
+	}
+	return t
+}

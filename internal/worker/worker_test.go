@@ -1,0 +1,163 @@
+package worker
+
+import (
+	"errors"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/seqd/seqd/spec"
+	"github.com/seqd/seqd/verbs"
+	_ "github.com/seqd/seqd/verbs/soft"
+)
+
+var errConfig = errors.New("test: invalid config")
+
+type oracle struct {
+	next   uint64
+	behind int // refuse this many claims with errBehind first
+	err    error
+}
+
+var errBehind = errors.New("behind")
+
+func (o *oracle) Claim(n int) (uint64, error) {
+	if o.err != nil {
+		return 0, o.err
+	}
+	if o.behind > 0 {
+		o.behind--
+		return 0, errBehind
+	}
+	f := o.next
+	o.next += uint64(n)
+	return f, nil
+}
+
+func device(t *testing.T) verbs.Device {
+	d, err := verbs.Open("soft", "127.0.0.1:0", nil)
+	if err != nil {
+		t.Skipf("soft provider: %v", err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+func TestFill(t *testing.T) {
+	dev := device(t)
+	c := Config{Device: dev, Oracle: &oracle{}}
+	if err := c.Fill(errConfig); err != nil {
+		t.Fatal(err)
+	}
+	if c.Workers != DefaultWorkers || c.RespQPs != DefaultRespQPs || c.Batch != DefaultBatch ||
+		c.SignalEvery != DefaultSignalEvery || c.SendDepth != DefaultSendDepth || c.QKey != verbs.DefaultQKey ||
+		c.Epoch == 0 || c.Logger == nil {
+		t.Fatalf("defaults not filled: %+v", c)
+	}
+	if c.Core(0) != -1 {
+		t.Fatalf("Core(0) = %d without Cores, want -1", c.Core(0))
+	}
+	c = Config{Device: dev, Oracle: &oracle{}, Workers: 2, Cores: []int{3}}
+	if err := c.Fill(errConfig); err != nil || c.Core(0) != 3 || c.Core(1) != -1 {
+		t.Fatalf("Cores [3] of 2 workers: %v, cores %d %d", err, c.Core(0), c.Core(1))
+	}
+	for name, bad := range map[string]Config{
+		"no device":     {Oracle: &oracle{}},
+		"negative":      {Device: dev, Oracle: &oracle{}, RespQPs: -1},
+		"shallow sends": {Device: dev, Oracle: &oracle{}, Batch: 64, SendDepth: 100},
+		"more cores":    {Device: dev, Oracle: &oracle{}, Workers: 1, Cores: []int{0, 1}},
+	} {
+		if err := bad.Fill(errConfig); !errors.Is(err, errConfig) {
+			t.Errorf("%s: Fill = %v, want errConfig", name, err)
+		}
+	}
+}
+
+func base(o *oracle, stopped *atomic.Bool) *Base {
+	cfg := &Config{Oracle: o, Behind: errBehind, Logger: slog.New(slog.DiscardHandler)}
+	b := &Base{Log: cfg.Logger, cfg: cfg, stopped: stopped}
+	b.initCounts([]string{"mine"})
+	return b
+}
+
+func TestClaim(t *testing.T) {
+	var stopped atomic.Bool
+	o := &oracle{next: 100, behind: 3}
+	b := base(o, &stopped)
+	n := &b.Counts
+	if first, ok := b.Claim(verbs.Now(), 4); !ok || first != 100 || n.Stalls.Load() != 3 {
+		t.Fatalf("Claim = %d, %v with %d stalls; want 100 after 3", first, ok, n.Stalls.Load())
+	}
+	old := verbs.Now() - verbs.Time(spec.MaxResidence) - verbs.Time(time.Millisecond)
+	if _, ok := b.Claim(old, 5); ok || n.Drops[DropExpired].Load() != 5 || o.next != 104 {
+		t.Fatalf("an expired batch: ok %v, %d expired, oracle at %d", ok, n.Drops[DropExpired].Load(), o.next)
+	}
+	o.behind = 1 << 30
+	stopped.Store(true)
+	if _, ok := b.Claim(verbs.Now(), 2); ok || n.Drops[DropExpired].Load() != 7 {
+		t.Fatalf("behind while stopped: ok %v, %d expired, want 7", ok, n.Drops[DropExpired].Load())
+	}
+	o.err = errors.New("broken")
+	if _, ok := b.Claim(verbs.Now(), 3); ok || n.Drops[DropOracle].Load() != 3 {
+		t.Fatalf("a failing oracle: ok %v, %d oracle drops, want 3", ok, n.Drops[DropOracle].Load())
+	}
+}
+
+func TestSum(t *testing.T) {
+	var stopped atomic.Bool
+	ws := []*fakeWorker{{base(&oracle{}, &stopped)}, {base(&oracle{}, &stopped)}}
+	ws[1].ID, ws[1].Core = 1, 3
+	ws[0].Requests.Add(10)
+	ws[0].Batches.Add(2)
+	ws[1].Requests.Add(5)
+	ws[1].Batches.Add(1)
+	ws[1].Stalls.Add(4)
+	ws[0].Drops[DropLate].Add(1)
+	ws[1].Drops[NumDrops].Add(2) // "mine"
+	st := Sum(ws)
+	if st.Served != 15 || st.Batches != 3 || st.Stalls != 4 || st.Drops != 3 || len(st.Workers) != 2 ||
+		st.Workers[1].ID != 1 || st.Workers[1].Core != 3 || st.Workers[1].Drops != 2 || st.Workers[0].Requests != 10 {
+		t.Fatalf("Sum = %+v", st)
+	}
+	got := map[string]uint64{}
+	for _, c := range st.Counters {
+		if c.Name != "drops_total" {
+			t.Fatalf("counter %+v", c)
+		}
+		got[c.Reason] = c.Value
+	}
+	if len(got) != NumDrops+1 || got["late"] != 1 || got["mine"] != 2 || got["expired"] != 0 {
+		t.Fatalf("drops by reason %v", got)
+	}
+}
+
+type fakeWorker struct{ *Base }
+
+func (fakeWorker) Run() {}
+
+func TestCloseAll(t *testing.T) {
+	var cq verbs.CQ // nil: never created
+	closed := 0
+	CloseAll(cq, closer(func() { closed++ }), nil)
+	if closed != 1 {
+		t.Fatalf("closed %d, want 1", closed)
+	}
+}
+
+type closer func()
+
+func (c closer) Close() error { c(); return nil }
+
+// BenchmarkClaim is the claim of a batch on the hot path: it allocates
+// nothing. (A claim the machine descheduled for longer than
+// spec.MaxResidence expires; that is counted, not a failure.)
+func BenchmarkClaim(b *testing.B) {
+	var stopped atomic.Bool
+	w := base(&oracle{}, &stopped)
+	b.ReportAllocs()
+	for b.Loop() {
+		w.Claim(verbs.Now(), 16)
+	}
+	b.ReportMetric(float64(w.Drops[DropExpired].Load()/16), "expired")
+}
