@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/seqd/seqd/admin"
-	seqd "github.com/seqd/seqd/server"
 	"github.com/seqd/seqd/ha/hatest"
+	seqd "github.com/seqd/seqd/server"
 )
 
 func TestGetAndDecode(t *testing.T) {
