@@ -239,7 +239,7 @@ func (c *herdConn) flush(q *herdQP) error {
 	n, err := q.uc.PostSend(q.wrs[:q.nwr])
 	q.posted += uint64(n)
 	q.nwr = 0
-	c.st.doorbells.Add(1)
+	c.st.doorbell(n)
 	if err != nil {
 		return fmt.Errorf("herd: write requests: %w", err)
 	}

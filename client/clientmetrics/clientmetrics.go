@@ -25,7 +25,7 @@ type Collector struct {
 	src StatsSource
 
 	calls, answers, retransmits, reconnects, doorbells, specMisses,
-	dropped, errors *prometheus.Desc
+	dropped, errors, inFlight, latency, batch *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -45,13 +45,17 @@ func New(src StatsSource, labels prometheus.Labels) *Collector {
 		doorbells:   d("doorbells_total", "Posted chains of requests (one doorbell each)."),
 		specMisses:  d("spec_misses_total", "Answers whose speculated high part missed (the server sent the full value)."),
 		dropped:     d("dropped_answers_total", "Answers dropped by reason: stale (its request was resent or gone), malformed, forged (not from the server's response QPs), bad_qkey (without the session's answer Q_Key).", "reason"),
-		errors:      d("call_errors_total", "Calls that failed, by kind: timeout (the deadline passed), regression (an answer not above a value returned before).", "kind"),
+		errors:      d("call_errors_total", "Calls that failed, by kind: timeout (the deadline passed), regression (an answer not above a value returned before), other (the client closed, or a configuration error).", "kind"),
+		inFlight:    d("calls_in_flight", "Calls submitted and not yet completed."),
+		latency:     d("call_duration_seconds", "Time from a call's submission to its completion, with a value or an error."),
+		batch:       d("batch_size", "Requests posted per doorbell (one chain)."),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.calls, c.answers, c.retransmits, c.reconnects, c.doorbells, c.specMisses, c.dropped, c.errors} {
+	for _, d := range []*prometheus.Desc{c.calls, c.answers, c.retransmits, c.reconnects, c.doorbells, c.specMisses, c.dropped,
+		c.errors, c.inFlight, c.latency, c.batch} {
 		ch <- d
 	}
 }
@@ -74,4 +78,15 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.dropped, s.BadQKey, "bad_qkey")
 	counter(c.errors, s.Timeouts, "timeout")
 	counter(c.errors, s.Regressions, "regression")
+	counter(c.errors, s.Failed-min(s.Failed, s.Timeouts+s.Regressions), "other")
+	ch <- prometheus.MustNewConstMetric(c.inFlight, prometheus.GaugeValue, float64(s.InFlight()))
+	histogram(ch, c.latency, s.Latency)
+	histogram(ch, c.batch, s.BatchSizes)
+}
+
+func histogram(ch chan<- prometheus.Metric, d *prometheus.Desc, h client.Histogram) {
+	if len(h.Bounds) == 0 {
+		return
+	}
+	ch <- prometheus.MustNewConstHistogram(d, h.Count, h.Sum, h.Cumulative())
 }

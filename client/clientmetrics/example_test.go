@@ -69,7 +69,11 @@ func Example() {
 			m := mf.GetMetric()[0]
 			fmt.Println(mf.GetName(), m.GetLabel()[0].GetValue(), m.GetCounter().GetValue())
 		}
+		if mf.GetName() == "seqd_client_call_duration_seconds" {
+			fmt.Println(mf.GetName(), "count", mf.GetMetric()[0].GetHistogram().GetSampleCount())
+		}
 	}
 	// Output:
+	// seqd_client_call_duration_seconds count 3
 	// seqd_client_calls_total orders 3
 }

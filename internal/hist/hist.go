@@ -80,6 +80,19 @@ func (h *Histogram) Snapshot(scale float64) Snapshot {
 	return s
 }
 
+// Add adds o's counts to s: snapshots of histograms with the same bounds
+// (an empty s takes o's bounds).
+func (s *Snapshot) Add(o Snapshot) {
+	if len(s.Bounds) == 0 {
+		s.Bounds, s.Counts = slices.Clone(o.Bounds), make([]uint64, len(o.Counts))
+	}
+	for i := range min(len(s.Counts), len(o.Counts)) {
+		s.Counts[i] += o.Counts[i]
+	}
+	s.Count += o.Count
+	s.Sum += o.Sum
+}
+
 // Cumulative is s's buckets in Prometheus's form: for each bound, the
 // count of observations at or below it.
 func (s Snapshot) Cumulative() map[float64]uint64 {

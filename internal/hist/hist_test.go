@@ -79,3 +79,16 @@ func equal(a, b []uint64) bool {
 	}
 	return true
 }
+
+func TestAdd(t *testing.T) {
+	a, b := New([]uint64{10, 100}), New([]uint64{10, 100})
+	a.Observe(5)
+	b.Observe(50)
+	b.Observe(500)
+	var s Snapshot
+	s.Add(a.Snapshot(1))
+	s.Add(b.Snapshot(1))
+	if !equal(s.Counts, []uint64{1, 1, 1}) || s.Count != 3 || s.Sum != 555 || len(s.Bounds) != 2 {
+		t.Fatalf("%+v", s)
+	}
+}
