@@ -116,7 +116,7 @@ func TestAtomicsLeaseRenewsAndFences(t *testing.T) {
 	if st := r.srv.Lease(); st.Renewals == 0 {
 		t.Fatalf("no renewal after %d values with 64-value leases: %+v", len(vs), st)
 	}
-	r.orc.set(func(o *fakeOracle) { o.refuse = true })
+	r.orc.SetRefuse(true)
 	hi := r.srv.Lease().LeaseHi
 	ids := []int{0, 1, 2, 3}
 	res := make([]result, 8)
@@ -139,7 +139,7 @@ func TestAtomicsLeaseRenewsAndFences(t *testing.T) {
 	if _, err := r.srv.Admit(context.Background(), dataplane.Admission{Name: "x", QPs: r.conn.endpoints()}, dataplane.SessionRef{}); !errors.Is(err, atomics.ErrFenced) {
 		t.Fatalf("Admit while fenced = %v", err)
 	}
-	r.orc.set(func(o *fakeOracle) { o.refuse = false })
+	r.orc.SetRefuse(false)
 	for r.srv.Lease().Fenced {
 		if time.Now().After(deadline) {
 			t.Fatal("fence never lifted")

@@ -30,7 +30,7 @@ type herdRig struct {
 
 func newHERDRig(t testing.TB, srvOpts, cliOpts string, qps, window int) *herdRig {
 	t.Helper()
-	r := &herdRig{orc: &fakeOracle{behindEvery: 7}, st: &stats{}, t0: time.Now()}
+	r := &herdRig{orc: &fakeOracle{BehindEvery: 7}, st: &stats{}, t0: time.Now()}
 	var err error
 	r.srv, err = herd.New(herd.Config{Config: wk.Config{Device: openSoft(t, srvOpts), Oracle: r.orc, Behind: errBehind, Workers: 2}, MaxWindow: herdMaxWindow, MaxQPs: 8})
 	if err != nil {
@@ -201,8 +201,8 @@ func TestHERDStopMovesToErr(t *testing.T) {
 // MaxResidence after the request landed.
 func TestHERDNoAnswerAfterMaxResidence(t *testing.T) {
 	r := newHERDRig(t, "", "", 1, 1)
-	r.orc.set(func(o *fakeOracle) { o.behindEvery = 0 })
-	r.orc.delay.Store(int64(3 * spec.MaxResidence))
+	r.orc.SetBehindEvery(0)
+	r.orc.Delay.Store(int64(3 * spec.MaxResidence))
 	if n, err := r.conn.Send(r.now(), []int{0}); n != 1 || err != nil {
 		t.Fatal(n, err)
 	}
@@ -230,7 +230,7 @@ func TestHERDNoAnswerAfterMaxResidence(t *testing.T) {
 	}
 	// Prompt claims are answered as usual: the client's retransmission
 	// (a fresh sequence number) is.
-	r.orc.delay.Store(0)
+	r.orc.Delay.Store(0)
 	for r.conn.Poll(r.now(), res) == 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("the retransmission was never answered: %+v", r.srv.Stats())

@@ -1,13 +1,10 @@
 package client
 
 import (
-	"context"
-	"errors"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/seqd/seqd/internal/claimtest"
 	"github.com/seqd/seqd/verbs"
 	_ "github.com/seqd/seqd/verbs/soft"
 )
@@ -15,59 +12,12 @@ import (
 // The transports' tests drive a transport the way the engine does, against
 // a mode's server started in-process (herd_test.go, atomics_test.go).
 
-var errBehind = errors.New("behind")
+// The fake oracle and soft devices every mode's tests share.
+type fakeOracle = claimtest.Oracle
 
-// fakeOracle counts up from 1<<40; every behindEvery-th claim, and every
-// claim while refuse is set, fails with errBehind; a claim that succeeds
-// takes delay.
-type fakeOracle struct {
-	mu          sync.Mutex
-	next        uint64
-	calls       int
-	behindEvery int
-	refuse      bool
-	delay       atomic.Int64 // ns
-}
+var errBehind = claimtest.ErrBehind
 
-func (o *fakeOracle) Claim(n int) (uint64, error) {
-	if d := time.Duration(o.delay.Load()); d > 0 {
-		time.Sleep(d)
-	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.calls++
-	if o.refuse || (o.behindEvery > 0 && o.calls%o.behindEvery == 0) {
-		return 0, errBehind
-	}
-	if o.next == 0 {
-		o.next = 1 << 40
-	}
-	f := o.next
-	o.next += uint64(n)
-	return f, nil
-}
-
-func (o *fakeOracle) ClaimWait(ctx context.Context, n int) (uint64, error) { return o.Claim(n) }
-
-func (o *fakeOracle) set(f func(o *fakeOracle)) {
-	o.mu.Lock()
-	f(o)
-	o.mu.Unlock()
-}
-
-func openSoft(t testing.TB, opts string) verbs.Device {
-	t.Helper()
-	o, err := verbs.ParseOptions(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := verbs.Open("soft", "127.0.0.1:0", o)
-	if err != nil {
-		t.Skipf("soft provider: %v", err)
-	}
-	t.Cleanup(func() { d.Close() })
-	return d
-}
+func openSoft(t testing.TB, opts string) verbs.Device { return claimtest.OpenSoft(t, opts) }
 
 // drive runs total requests through tr as the engine does (IDs from a
 // free list, at most Free at a time) and returns the values in completion

@@ -18,21 +18,6 @@ import (
 	"github.com/seqd/seqd/verbs/verbstest"
 )
 
-// slowOracle is fakeOracle whose Claim blocks for delay while armed: a
-// claim that succeeds late (the worker descheduled, a page fault), which
-// claim.Batch cannot see because the oracle was never behind.
-type slowOracle struct {
-	fakeOracle
-	delay atomic.Int64
-}
-
-func (o *slowOracle) Claim(n int) (uint64, error) {
-	if d := time.Duration(o.delay.Load()); d > 0 {
-		time.Sleep(d)
-	}
-	return o.fakeOracle.Claim(n)
-}
-
 // connectEnd admits a raw UD endpoint with window w and returns a
 // function that sends it a request with a tag.
 func connectEnd(t *testing.T, s *Server, e *verbstest.End, w uint32) func(spec.Tag) {
@@ -71,7 +56,7 @@ func connectEnd(t *testing.T, s *Server, e *verbstest.End, w uint32) func(spec.T
 // only while the oracle reported behind, so this answer left 3×
 // MaxResidence after its request arrived.
 func TestNoAnswerAfterMaxResidence(t *testing.T) {
-	o := &slowOracle{}
+	o := &fakeOracle{}
 	s, err := New(Config{Config: wk.Config{Device: open(t), Oracle: o, Behind: errBehind, Workers: 1}, MaxWindow: 64, MaxRecv: 128})
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +68,7 @@ func TestNoAnswerAfterMaxResidence(t *testing.T) {
 		verbstest.PostRecv(t, cli.QP, verbs.RecvWR{ID: uint64(i), SG: verbstest.SG(cli.MR, i*64, 64)})
 	}
 
-	o.delay.Store(int64(3 * spec.MaxResidence))
+	o.Delay.Store(int64(3 * spec.MaxResidence))
 	wc := make([]verbs.WC, 1)
 	deadline := time.Now().Add(10 * time.Second)
 	// On a loaded machine a request can already be too old when the
@@ -111,7 +96,7 @@ func TestNoAnswerAfterMaxResidence(t *testing.T) {
 
 	// A prompt claim is answered as usual (again a request can be too old
 	// when read on a loaded machine: resend until one is answered).
-	o.delay.Store(0)
+	o.Delay.Store(0)
 	deadline = time.Now().Add(10 * time.Second)
 	for tag := spec.Tag(spec.NumTags - 1); ; tag-- {
 		send(tag)

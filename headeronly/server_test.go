@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"net/netip"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/seqd/seqd/admin"
 	"github.com/seqd/seqd/admin/adminpb"
+	"github.com/seqd/seqd/internal/claimtest"
 	wk "github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/modes/adminmode"
 	"github.com/seqd/seqd/spec"
@@ -18,40 +18,12 @@ import (
 	"github.com/seqd/seqd/verbs/verbstest"
 )
 
-var errBehind = errors.New("behind")
+// The fake oracle and soft devices every mode's tests share.
+type fakeOracle = claimtest.Oracle
 
-// fakeOracle counts up from 1<<40 and refuses every behindEvery-th claim.
-type fakeOracle struct {
-	mu          sync.Mutex
-	next        uint64
-	calls       int
-	behindEvery int
-}
+var errBehind = claimtest.ErrBehind
 
-func (o *fakeOracle) Claim(n int) (uint64, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.calls++
-	if o.behindEvery > 0 && o.calls%o.behindEvery == 0 {
-		return 0, errBehind
-	}
-	if o.next == 0 {
-		o.next = 1 << 40
-	}
-	f := o.next
-	o.next += uint64(n)
-	return f, nil
-}
-
-func open(t *testing.T) verbs.Device {
-	t.Helper()
-	d, err := verbs.Open("soft", "127.0.0.1:0", nil)
-	if err != nil {
-		t.Skipf("soft provider: %v", err)
-	}
-	t.Cleanup(func() { d.Close() })
-	return d
-}
+func open(t *testing.T) verbs.Device { return claimtest.OpenSoft(t, "") }
 
 // pb is s as package modes serves it: through the admin protocol.
 func pb(s *Server) *adminmode.Backend {
@@ -116,7 +88,7 @@ func TestConnectRefusals(t *testing.T) {
 // the guard holds, through oracle stalls); an unknown QP is dropped and
 // counted.
 func TestServeAndDropUnknown(t *testing.T) {
-	s := newServer(t, &fakeOracle{behindEvery: 3})
+	s := newServer(t, &fakeOracle{BehindEvery: 3})
 	dev := open(t)
 	cli := verbstest.NewEnd(t, dev, verbs.UD)
 	stranger := verbstest.NewEnd(t, dev, verbs.UD)

@@ -4,59 +4,22 @@ import (
 	"context"
 	"errors"
 	"net/netip"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/seqd/seqd/dataplane"
+	"github.com/seqd/seqd/internal/claimtest"
 	wk "github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/verbs"
 	_ "github.com/seqd/seqd/verbs/soft"
 )
 
-var errBehind = errors.New("behind")
+// The fake oracle and soft devices every mode's tests share.
+type fakeOracle = claimtest.Oracle
 
-// fakeOracle counts up from 1<<40 and refuses every behindEvery-th claim.
-type fakeOracle struct {
-	mu          sync.Mutex
-	next        uint64
-	calls       int
-	behindEvery int
-	delay       atomic.Int64 // a claim that succeeds this late (ns)
-}
+var errBehind = claimtest.ErrBehind
 
-func (o *fakeOracle) Claim(n int) (uint64, error) {
-	if d := time.Duration(o.delay.Load()); d > 0 {
-		time.Sleep(d)
-	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.calls++
-	if o.behindEvery > 0 && o.calls%o.behindEvery == 0 {
-		return 0, errBehind
-	}
-	if o.next == 0 {
-		o.next = 1 << 40
-	}
-	f := o.next
-	o.next += uint64(n)
-	return f, nil
-}
-
-func open(t testing.TB, opts string) verbs.Device {
-	t.Helper()
-	o, err := verbs.ParseOptions(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := verbs.Open("soft", "127.0.0.1:0", o)
-	if err != nil {
-		t.Skipf("soft provider: %v", err)
-	}
-	t.Cleanup(func() { d.Close() })
-	return d
-}
+func open(t testing.TB, opts string) verbs.Device { return claimtest.OpenSoft(t, opts) }
 
 func TestAdmitRelease(t *testing.T) {
 	srv, err := New(Config{Config: wk.Config{Device: open(t, ""), Oracle: &fakeOracle{}}, MaxQPs: 1, MaxWindow: 4})
