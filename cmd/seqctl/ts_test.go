@@ -74,7 +74,9 @@ func TestMembers(t *testing.T) {
 	for {
 		code, out, errs := seqctl("-admin", b+","+gone+","+a, "-timeout", "2s", "members", "-o", "json")
 		ms = nil
-		if code == exitOK && json.Unmarshal([]byte(out), &ms) == nil && len(ms) == 3 && ms[1].Role == admin.RoleStandby {
+		if code == exitOK && json.Unmarshal([]byte(out), &ms) == nil && len(ms) == 3 && ms[1].Role == admin.RoleStandby &&
+			ms[1].Leader == ms[0].Address { // the standby has learned the leader
+
 			break
 		}
 		if time.Now().After(deadline) {
