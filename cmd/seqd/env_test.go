@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"strings"
 	"testing"
 )
@@ -10,6 +11,8 @@ import (
 // wins over it, a bad value names the variable, and -log-format json
 // makes every line JSON.
 func TestEnvAndLogFlags(t *testing.T) {
+	defer func(w io.Writer) { stdout = w }(stdout)
+	stdout = io.Discard
 	env := map[string]string{"SEQD_FORMAT": "bogus"}
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 	var errb bytes.Buffer
