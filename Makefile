@@ -4,7 +4,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/seqd/seqd/internal/version.Version=$(VERSION)
 BIN     := bin
 
-.PHONY: all build build-ibverbs test test-short lint run bench bench-verbs bench-client fuzz-short clean docker docker-ibverbs docker-smoke check-guide check-deploy lossy soak cross storm bench-remote
+.PHONY: all build build-ibverbs test-ibverbs-fake test-nic-wire test test-short lint run bench bench-verbs bench-client fuzz-short clean docker docker-ibverbs docker-smoke check-guide check-deploy lossy soak cross storm bench-remote
 
 all: build
 
@@ -15,6 +15,19 @@ build:
 build-ibverbs:
 	CGO_ENABLED=1 $(GO) build -tags ibverbs -ldflags '$(LDFLAGS)' -o $(BIN)/ibverbs/ ./cmd/...
 	CGO_ENABLED=1 $(GO) vet -tags ibverbs ./verbs/ibv/
+
+# The libibverbs provider's post, poll, GRH, async-event and batching paths
+# against the fake ibv_context (verbs/ibv/fake.go): no NIC needed.
+test-ibverbs-fake:
+	CGO_ENABLED=1 $(GO) test -race -count=1 -tags ibverbs,ibverbs_fake ./verbs/ibv/
+
+# The wire tests of the userspace provider against what a NIC does (root,
+# ethtool and python3-scapy): GSO segments' ICRCs for their real IPv4 IDs,
+# the NIC-like peer (nicwire=on) both ways, the RoCEv2 port shared by
+# several queues, and seqd's server and clients against the NIC-like peer
+# both ways (e2e/multihost). make test runs them too; this is the short way.
+test-nic-wire:
+	$(GO) test -count=1 -run 'GSOSegmentsOnTheWire|NICWire|SharedRoCEPort|ScapyVector' -v ./verbs/soft/ ./verbs/rocev2/ ./e2e/multihost/
 
 # The public client and the command-line tools build for other systems
 # (the soft provider fails at run time there): CGO_ENABLED=0, darwin and

@@ -17,7 +17,9 @@ import (
 // the expired one (and a disconnected one) as unknown, and refuses bare IDs.
 func TestSessionLease(t *testing.T) {
 	be := admintest.NewBackend(nil)
-	const ttl = 150 * time.Millisecond
+	// Long enough that a descheduled test (a loaded CI machine) still
+	// renews in time: renewals come every ttl/3.
+	const ttl = 600 * time.Millisecond
 	_, addr := admintest.Start(t, admin.Config{SessionLease: ttl}, be)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

@@ -46,11 +46,7 @@ type herdQP struct {
 	addr   uint64
 	rkey   uint32
 	pos    []herdPos
-	wrs    []verbs.SendWR
-	sges   []verbs.SGE
-	nwr    int
-	posted uint64
-	done   uint64
+	sendChain
 }
 
 type herdPos struct {
@@ -91,7 +87,9 @@ func newHERD(pd verbs.PD, dev verbs.Device, st *stats, nqps, window int, timeout
 	if c.recvCQ, err = dev.CreateCQ(nqps * c.recvN); err != nil {
 		return nil, fmt.Errorf("herd: client receive CQ: %w", err)
 	}
-	if c.sendCQ, err = dev.CreateCQ(nqps * (2*window/herdSignalEvery + 4)); err != nil {
+	// Room for every WR the send queues hold, not only the signaled ones:
+	// a QP in ERR flushes them all, unsignaled too (ibv_poll_cq(3)).
+	if c.sendCQ, err = dev.CreateCQ(nqps * (2*window + 2*herdSignalEvery + 4)); err != nil {
 		return nil, fmt.Errorf("herd: client send CQ: %w", err)
 	}
 	if c.reqMR, err = pd.RegMR(nqps*window*spec.SlotLen, verbs.AccessLocalWrite); err != nil {
@@ -101,7 +99,7 @@ func newHERD(pd verbs.PD, dev verbs.Device, st *stats, nqps, window int, timeout
 		return nil, fmt.Errorf("herd: client receive buffers: %w", err)
 	}
 	for i := range nqps {
-		q := &herdQP{pos: make([]herdPos, window), wrs: make([]verbs.SendWR, window), sges: make([]verbs.SGE, window)}
+		q := &herdQP{pos: make([]herdPos, window), sendChain: newSendChain(window)}
 		c.qps = append(c.qps, q)
 		if q.uc, err = pd.CreateQP(verbs.QPInitAttr{Type: verbs.UC, SendCQ: c.sendCQ, RecvCQ: c.sendCQ,
 			Cap: verbs.QPCap{MaxSendWR: 2*window + 2*herdSignalEvery, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: spec.SlotLen}}); err != nil {
@@ -214,33 +212,14 @@ func (c *herdConn) queueWrite(now time.Duration, qi, pos int) {
 	idx := qi*cap(q.pos) + pos
 	buf := c.reqMR.Bytes()[idx*spec.SlotLen : (idx+1)*spec.SlotLen]
 	spec.PutSlot(buf, p.seq) // seq from Next is valid
-	q.sges[q.nwr] = verbs.SGE{Addr: c.reqMR.Addr() + uint64(idx*spec.SlotLen), Length: spec.SlotLen, LKey: c.reqMR.LKey()}
-	seq := q.posted + uint64(q.nwr)
-	wr := &q.wrs[q.nwr]
-	*wr = verbs.SendWR{ID: seq<<8 | uint64(qi), Opcode: verbs.OpRDMAWrite, Flags: verbs.Inline,
-		SG: q.sges[q.nwr : q.nwr+1], RemoteAddr: q.addr + uint64(pos*spec.SlotLen), RKey: q.rkey}
-	if seq%herdSignalEvery == herdSignalEvery-1 {
-		wr.Flags |= verbs.Signaled
-	}
-	q.nwr++
+	q.add(qi, herdSignalEvery, verbs.SendWR{Opcode: verbs.OpRDMAWrite, Flags: verbs.Inline, RemoteAddr: q.addr + uint64(pos*spec.SlotLen), RKey: q.rkey},
+		verbs.SGE{Addr: c.reqMR.Addr() + uint64(idx*spec.SlotLen), Length: spec.SlotLen, LKey: c.reqMR.LKey()})
 }
 
 // flush posts q's pending WRITEs as one chain (one doorbell). WRITEs that
 // could not be posted are retried when they expire.
 func (c *herdConn) flush(q *herdQP) error {
-	if q.nwr == 0 {
-		return nil
-	}
-	for q.posted-q.done+uint64(q.nwr) > uint64(2*c.window+herdSignalEvery) {
-		if c.reapSends() == 0 {
-			break
-		}
-	}
-	n, err := q.uc.PostSend(q.wrs[:q.nwr])
-	q.posted += uint64(n)
-	q.nwr = 0
-	c.st.doorbell(n)
-	if err != nil {
+	if err := q.post(q.uc, uint64(2*c.window+herdSignalEvery), c.reapSends, c.st); err != nil {
 		return fmt.Errorf("herd: write requests: %w", err)
 	}
 	return nil
@@ -341,41 +320,14 @@ func (c *herdConn) Cancel(id int) {
 	}
 }
 
-func (c *herdConn) reapSends() int {
-	n, err := c.sendCQ.Poll(c.swcs)
-	if err != nil {
-		return 0
-	}
-	for _, wc := range c.swcs[:n] {
-		if qi := int(wc.ID & 0xff); qi < len(c.qps) {
-			if seq := wc.ID >> 8; seq+1 > c.qps[qi].done {
-				c.qps[qi].done = seq + 1
-			}
-		}
-	}
-	return n
-}
+func (c *herdConn) reapSends() int { return reapSends(c.sendCQ, c.swcs, c.qps) }
 
 // Close releases the verbs resources (not the PD).
 func (c *herdConn) Close() error {
 	for _, q := range c.qps {
-		if q.uc != nil {
-			q.uc.Close()
-		}
-		if q.ud != nil {
-			q.ud.Close()
-		}
+		closeAll(q.uc, q.ud)
 	}
 	c.qps = nil
-	for _, r := range []verbs.MR{c.reqMR, c.recvMR} {
-		if r != nil {
-			r.Close()
-		}
-	}
-	for _, q := range []verbs.CQ{c.recvCQ, c.sendCQ} {
-		if q != nil {
-			q.Close()
-		}
-	}
+	closeAll(c.reqMR, c.recvMR, c.recvCQ, c.sendCQ)
 	return nil
 }

@@ -22,6 +22,7 @@ type options struct {
 	window     int
 	timeout    time.Duration
 	retransmit time.Duration
+	rfpReads   int // WithRFPReads (rfp.go); 0: spec.RFPDefaultReads
 	name       string
 	logger     *slog.Logger
 	endpoints  []string

@@ -99,7 +99,10 @@ func newSpecS0(env *transportEnv) (s *specS0, err error) {
 		return nil, fmt.Errorf("client: receive CQ: %w", err)
 	}
 	sendDepth := 2*env.window + 2*signalEvery
-	if s.sendCQ, err = env.dev.CreateCQ(env.qps * (sendDepth/signalEvery + 1)); err != nil {
+	// Room for every WR in flight, not only the signaled ones: a QP that
+	// goes to ERR flushes them all, unsignaled too (ibv_poll_cq(3)), and
+	// an overrun CQ cannot be used again.
+	if s.sendCQ, err = env.dev.CreateCQ(env.qps * (sendDepth + 1)); err != nil {
 		return nil, fmt.Errorf("client: send CQ: %w", err)
 	}
 	if s.recvMR, err = env.pd.RegMR(env.qps*perQP*recvSlot, verbs.AccessLocalWrite); err != nil {

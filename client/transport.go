@@ -65,6 +65,8 @@ type transportEnv struct {
 	qps, window int
 	retransmit  time.Duration
 	name        string
+	// rfpReads is WithRFPReads' R (0: spec.RFPDefaultReads).
+	rfpReads int
 	// connect runs the admin Connect for req (filling in the protocol
 	// version, client name and the session it replaces), checks the
 	// reply's version and, on success, records the session: the

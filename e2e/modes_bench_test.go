@@ -6,14 +6,14 @@ import (
 	"time"
 
 	"github.com/seqd/seqd/client"
-	"github.com/seqd/seqd/spec"
+	"github.com/seqd/seqd/modes"
 )
 
-// BenchmarkModes reports, per mode, the single-client serial latency
+// BenchmarkModes reports, per registered mode, the single-client serial latency
 // (ns/op of one GetTimestamp at a time) and one-process throughput
 // (parallel callers over one client).
 func BenchmarkModes(b *testing.B) {
-	for _, mode := range []string{spec.ModeSpecS0, spec.ModeHERD, spec.ModeAtomics} {
+	for _, mode := range modes.All {
 		addr := startMode(b, "", mode)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		c, err := client.Dial(ctx, addr, client.WithQPs(2), client.WithWindow(32), client.WithLogger(quietLogger()))

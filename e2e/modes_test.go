@@ -10,6 +10,7 @@ import (
 	"github.com/seqd/seqd/admin"
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/client"
+	"github.com/seqd/seqd/modes"
 	"github.com/seqd/seqd/server"
 	"github.com/seqd/seqd/spec"
 )
@@ -72,9 +73,10 @@ func load(ctx context.Context, clients []*client.Client, callers, perCaller int,
 }
 
 // TestEveryMode: the real-time-order/uniqueness check passes in every
-// mode, clean and with loss, duplication and reordering injected.
+// registered mode, clean and with loss, duplication and reordering
+// injected.
 func TestEveryMode(t *testing.T) {
-	for _, mode := range []string{spec.ModeSpecS0, spec.ModeHERD, spec.ModeAtomics} {
+	for _, mode := range modes.All {
 		for _, f := range []struct{ name, opts string }{{"clean", ""}, {"faults", "loss=0.05,dup=0.05,reorder=0.05"}} {
 			t.Run(mode+"/"+f.name, func(t *testing.T) {
 				addr := startMode(t, f.opts, mode)
@@ -106,8 +108,22 @@ func TestEveryMode(t *testing.T) {
 	}
 }
 
-// TestSwitchModes switches modes 20 times under load from concurrent
-// clients and checks the whole history.
+// switchOrder is the modes to switch to from all[0]: through every other
+// mode and back to all[0], then the other way round, so that each mode
+// follows and precedes several others.
+func switchOrder(all []string) []string {
+	var order []string
+	order = append(order, all[1:]...)
+	order = append(order, all[0])
+	for i := len(all) - 2; i >= 1; i-- {
+		order = append(order, all[i])
+	}
+	return append(order, all[0])
+}
+
+// TestSwitchModes switches modes 20 times, and at least once through
+// switchOrder, under load from concurrent clients and checks the whole
+// history.
 func TestSwitchModes(t *testing.T) {
 	opts := ""
 	addr := startMode(t, opts, spec.ModeSpecS0)
@@ -124,9 +140,9 @@ func TestSwitchModes(t *testing.T) {
 	stop := make(chan struct{})
 	errc := make(chan error, 1)
 	go func() { errc <- load(ctx, cs, 6, 0, &v, stop) }()
-	order := []string{spec.ModeHERD, spec.ModeAtomics, spec.ModeSpecS0, spec.ModeAtomics, spec.ModeHERD, spec.ModeSpecS0}
+	order := switchOrder(modes.All)
 	var lastHigh uint64
-	for i := range 20 {
+	for i := range max(20, len(order)) {
 		before := v.Len()
 		// Let every mode serve some calls before switching away.
 		deadline := time.Now().Add(10 * time.Second)

@@ -132,7 +132,7 @@ func (s *Server) admitLocked(ctx context.Context, a dataplane.Admission, old dat
 		if ep.QPN > verbs.MaxQPN {
 			return no, nil, fmt.Errorf("%w: qps[%d]: QPN %d above 24 bits", dataplane.ErrInvalidArgument, i, ep.QPN)
 		}
-		keys[i] = peerKey{ep.Addr, ep.QPN}
+		keys[i] = peerKey{ep.Addr, ep.QPN, !s.cfg.Device.Attr().SourcePorts}
 	}
 
 	s.mu.Lock()
@@ -163,7 +163,7 @@ func (s *Server) admitLocked(ctx context.Context, a dataplane.Admission, old dat
 	}
 	for _, k := range keys {
 		for _, w := range s.Workers {
-			if p := (*w.peers.Load())[k]; p != nil && (prev == nil || p.session != prev.id) {
+			if p := (*w.peers.Load())[k.id()]; p != nil && (prev == nil || p.session != prev.id) {
 				return no, nil, fmt.Errorf("%w: QP %v at %v is already connected", dataplane.ErrFailedPrecondition, k.qpn, k.addr)
 			}
 		}
@@ -224,7 +224,7 @@ func (s *Server) admitLocked(ctx context.Context, a dataplane.Admission, old dat
 		w := s.Workers[sess.worker[i]]
 		w.budget += window
 		w.slack += perQP - window
-		w.setPeers(func(t peerTable) { t[p.key] = p })
+		w.setPeers(func(t peerTable) { t[p.key.id()] = p })
 	}
 	serverQPs := s.Endpoints()
 	if s.cfg.SharedRecv {
@@ -418,7 +418,7 @@ func (s *Server) release(sess *session) {
 		if s.cfg.SharedRecv {
 			w.want.Store(s.recvTarget(w.budget))
 		}
-		w.setPeers(func(t peerTable) { delete(t, p.key) })
+		w.setPeers(func(t peerTable) { delete(t, p.key.id()) })
 	}
 	for i, q := range sess.rqs { // destroyed by their workers between batches
 		w := s.Workers[sess.worker[i]]

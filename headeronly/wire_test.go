@@ -30,6 +30,17 @@ type rawClient struct {
 	psn     uint32
 	qkey    uint32 // of requests
 	ansQKey uint32 // of answers
+	corrupt bool   // send an ICRC right for no IPv4 ID
+	// tx, when set, is the socket requests leave from (a NIC-style
+	// client: a source port of its own, answers to conn on 4791).
+	tx *net.UDPConn
+}
+
+// verifyAnyID reports whether b's ICRC is right for flow f with some IPv4
+// ID: what a UDP socket, which never sees the ID, can check.
+func verifyAnyID(f *rocev2.Flow, b []byte) bool {
+	_, ok := rocev2.VerifyICRCAnyID(f, b)
+	return ok
 }
 
 func newRawClient(t *testing.T, qpn uint32) *rawClient {
@@ -51,10 +62,16 @@ func (c *rawClient) endpoint() *adminpb.Endpoint {
 
 // send sends a header-only request to the server QP at dst: the IPv4 ID
 // the kernel writes for this unconnected socket is 0, which is what the
-// ICRC assumes. pkey and icrcID let a test break the rules.
+// ICRC assumes. pkey and c.corrupt let a test break the rules; icrcID
+// computes the ICRC for another ID (which the server recovers and
+// accepts).
 func (c *rawClient) send(dst verbs.Address, qpn verbs.QPN, imm spec.Imm, pkey uint16, icrcID uint16) {
 	c.t.Helper()
-	f := rocev2.Flow{Src: c.addr.GID.Addr().As4(), Dst: dst.GID.Addr().As4(), SrcPort: c.addr.Port, DstPort: dst.Port,
+	conn, sport := c.conn, c.addr.Port
+	if c.tx != nil {
+		conn, sport = c.tx, uint16(c.tx.LocalAddr().(*net.UDPAddr).Port)
+	}
+	f := rocev2.Flow{Src: c.addr.GID.Addr().As4(), Dst: dst.GID.Addr().As4(), SrcPort: sport, DstPort: dst.Port,
 		ID: icrcID, FlagsFrag: 0x4000}
 	pk := rocev2.Packet{Opcode: rocev2.UDSendOnlyWithImm, PKey: pkey, DestQP: uint32(qpn), PSN: c.psn,
 		QKey: c.qkey, SrcQP: c.qpn, Imm: uint32(imm)}
@@ -63,9 +80,12 @@ func (c *rawClient) send(dst verbs.Address, qpn verbs.QPN, imm spec.Imm, pkey ui
 		c.t.Fatal(err)
 	}
 	rocev2.PutICRC(&f, b)
+	if c.corrupt {
+		b[len(b)-1] ^= 0x80 // right for no IPv4 ID
+	}
 	c.psn = (c.psn + 1) & 0xffffff
 	to := &net.UDPAddr{IP: net.IP(dst.GID.Addr().AsSlice()), Port: int(dst.Port)}
-	if _, err := c.conn.WriteToUDP(b, to); err != nil {
+	if _, err := conn.WriteToUDP(b, to); err != nil {
 		c.t.Fatal(err)
 	}
 }
@@ -96,10 +116,12 @@ func (c *rawClient) recv(d time.Duration) (answer, bool) {
 	if err := a.pk.Decode(b); err != nil {
 		c.t.Fatalf("answer %x: %v", b, err)
 	}
-	f := rocev2.Flow{Src: a.from.GID.Addr().As4(), Dst: c.addr.GID.Addr().As4(), SrcPort: a.from.Port, DstPort: c.addr.Port, FlagsFrag: 0x4000}
+	f := rocev2.Flow{Src: a.from.GID.Addr().As4(), Dst: c.addr.GID.Addr().As4(), SrcPort: a.from.Port, DstPort: c.addr.RoCEPort(), FlagsFrag: 0x4000}
 	switch {
-	case !rocev2.VerifyICRC(&f, b):
-		c.t.Fatalf("answer %x: ICRC does not verify with IPv4 ID 0", b)
+	case !verifyAnyID(&f, b):
+		// A lone answer carries ID 0; the k-th segment of a GSO run
+		// carries ID k, which this socket cannot see.
+		c.t.Fatalf("answer %x: ICRC right for no IPv4 ID", b)
 	case a.pk.Opcode != rocev2.UDSendOnlyWithImm:
 		c.t.Fatalf("answer opcode %v, want UD SEND_WITH_IMM", a.pk.Opcode)
 	case a.pk.PKey != rocev2.DefaultPKey || a.pk.SE || a.pk.MigReq || a.pk.TVer != 0 || a.pk.FECN || a.pk.BECN || a.pk.AckReq:
@@ -131,9 +153,9 @@ func field(resp *adminpb.ConnectResponse, name string) (protoreflect.Value, bool
 // answers come from the worker's response QPs, rotated per batch (never
 // from a request QP; from the QPs the reply names, where it names them),
 // with P_Key 0xffff, no BTH flags, the session's answer Q_Key and an ICRC
-// computed with IPv4 ID 0; a request to a connected but non-assigned
+// computed for its IPv4 ID; a request to a connected but non-assigned
 // server QP, one from another UDP source port, one with another P_Key and
-// one whose ICRC assumed a non-zero IPv4 ID are all dropped and counted.
+// one whose ICRC is right for no IPv4 ID are all dropped and counted.
 // By default each client QP sends to a request QP of its own, with a
 // request Q_Key of its own: then the non-assigned server QP is another
 // session's, and a request to it is dropped by the provider (its Q_Key)
@@ -277,8 +299,10 @@ func testWireRules(t *testing.T, shared bool) {
 	stranger := newRawClient(t, cli.qpn) // same QPN, another UDP port
 	stranger.qkey, stranger.ansQKey = cli.qkey, cli.ansQKey
 	stranger.send(srv[assigned], srvQPN[assigned], imm, rocev2.DefaultPKey, 0)
-	cli.send(srv[assigned], srvQPN[assigned], imm, 0x1234, 0)              // another partition
-	cli.send(srv[assigned], srvQPN[assigned], imm, rocev2.DefaultPKey, 99) // ICRC over IPv4 ID 99
+	cli.send(srv[assigned], srvQPN[assigned], imm, 0x1234, 0) // another partition
+	cli.corrupt = true
+	cli.send(srv[assigned], srvQPN[assigned], imm, rocev2.DefaultPKey, 0) // an ICRC right for no ID
+	cli.corrupt = false
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		u, p, i, q := drops()
@@ -304,5 +328,68 @@ func testWireRules(t *testing.T, shared bool) {
 	}
 	if s.totals().Requests != 13 {
 		t.Fatalf("served %d requests, want 13", s.totals().Requests)
+	}
+}
+
+// TestNICStyleClient: a client that behaves as an RDMA NIC does registers
+// its address with port 0 (the RoCEv2 port), sends its requests from
+// another UDP port (a NIC picks one per address handle), and listens on
+// 4791. The server knows it by (IP, QPN), not by the source port, and
+// answers to 4791, never to the port the request came from.
+func TestNICStyleClient(t *testing.T) {
+	s, err := New(Config{Config: wk.Config{Device: open(t), Oracle: &fakeOracle{}, Behind: errBehind, Workers: 1}, MaxWindow: 64, MaxRecv: 128})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	ip := net.IPv4(127, byte(1+time.Now().UnixNano()%250), byte(time.Now().UnixNano()>>8), 7)
+	rx, err := net.ListenUDP("udp4", &net.UDPAddr{IP: ip, Port: verbs.RoCEv2Port})
+	if err != nil {
+		t.Skipf("udp socket on %v:4791: %v", ip, err)
+	}
+	t.Cleanup(func() { rx.Close() })
+	tx, err := net.ListenUDP("udp4", &net.UDPAddr{IP: ip})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tx.Close() })
+	a, _ := netip.AddrFromSlice(ip.To4())
+	cli := &rawClient{t: t, conn: rx, tx: tx, qpn: 0x5151, addr: verbs.Address{GID: verbs.GIDFromAddr(a)}} // Port 0
+	resp, err := pb(s).Connect(context.Background(), &adminpb.ConnectRequest{Qps: []*adminpb.Endpoint{cli.endpoint()},
+		Window: 8, ProtocolVersion: spec.ProtocolVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli.qkey, cli.ansQKey = resp.GetQkey(), resp.GetQkey()
+	if v, ok := field(resp, "answer_qkey"); ok && v.Uint() != 0 {
+		cli.ansQKey = uint32(v.Uint())
+	}
+	var srv verbs.Address
+	if err := srv.UnmarshalBinary(resp.GetServerQps()[0].GetAddress()); err != nil {
+		t.Fatal(err)
+	}
+	srvQPN := verbs.QPN(resp.GetServerQps()[0].GetQpn())
+	var last uint64
+	for tag := range spec.Tag(5) {
+		imm, _ := spec.RequestImm(tag, spec.NoGuess)
+		var ans answer
+		for try := 0; ; try++ {
+			expired := s.totals().Drops["expired"]
+			cli.send(srv, srvQPN, imm, rocev2.DefaultPKey, 0)
+			var ok bool
+			if ans, ok = cli.recv(5 * time.Second); ok {
+				break
+			}
+			if s.totals().Drops["expired"] == expired || try == 3 {
+				t.Fatalf("no answer at 4791 to tag %d (server %+v)", tag, s.totals())
+			}
+		}
+		if spec.Imm(ans.pk.Imm).Tag() != tag || ans.value <= last {
+			t.Fatalf("answer tag %d value %d after %d, want tag %d", spec.Imm(ans.pk.Imm).Tag(), ans.value, last, tag)
+		}
+		last = ans.value
+	}
+	if d := s.totals().Drops["unknown_source"]; d != 0 {
+		t.Errorf("%d requests dropped as unknown source", d)
 	}
 }

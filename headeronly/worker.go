@@ -38,10 +38,14 @@ type workerStats struct {
 	_          [64]byte
 }
 
-// peerKey identifies a client QP: its port address and QPN.
+// peerKey is a client QP as it registered: its address and QPN. Peer
+// tables are keyed by its identity on the wire, id().
 type peerKey struct {
 	addr verbs.Address
 	qpn  verbs.QPN
+	// portBlind: the server's device does not see UDP source ports (a
+	// NIC), so the identity is (IP, QPN) whatever port addr names.
+	portBlind bool
 }
 
 // peer is a client QP admitted to a worker.
@@ -55,7 +59,13 @@ type peer struct {
 	inBatch int           // worker-owned; requests in the current batch
 }
 
-type peerTable map[peerKey]*peer
+// id is the client QP's identity on the wire: (IP, QPN), plus the UDP
+// port only where its address has a port of its own (verbs.SenderOf):
+// a NIC sends from a random source port per address handle.
+func (k peerKey) id() verbs.Sender { return verbs.SenderFor(k.addr, k.qpn, !k.portBlind) }
+
+// peerTable finds a client QP by its identity on the wire.
+type peerTable map[verbs.Sender]*peer
 
 // pending is a valid request of the current batch.
 type pending struct {
@@ -345,7 +355,11 @@ func (w *worker) batch(wcs []verbs.WC) {
 			w.Drops[dropBadLength].Add(1)
 			continue
 		}
-		p := peers[peerKey{wc.Src, wc.SrcQP}]
+		exact, anyPort := verbs.SenderKeys(wc)
+		p := peers[exact]
+		if p == nil {
+			p = peers[anyPort] // a NIC-style sender: its source port is no part of it
+		}
 		if p == nil || q.sess != 0 && q.sess != p.session {
 			w.Drops[dropUnknownSource].Add(1)
 			continue

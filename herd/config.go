@@ -2,7 +2,6 @@ package herd
 
 import (
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/seqd/seqd/internal/claim"
@@ -18,8 +17,8 @@ const (
 	DefaultMaxWindow = 64
 	DefaultWindow    = 16
 	DefaultMaxQPs    = 256
-	DefaultSpin      = 200 * time.Microsecond
-	DefaultMaxSleep  = 500 * time.Microsecond
+	DefaultSpin      = wk.DefaultSpin
+	DefaultMaxSleep  = wk.DefaultMaxSleep
 )
 
 // ErrConfig reports an invalid Config.
@@ -48,14 +47,8 @@ func (c Config) validate() (Config, error) {
 	if err := c.Config.Fill(ErrConfig); err != nil {
 		return c, err
 	}
-	if err := wk.Default(ErrConfig, "MaxWindow", &c.MaxWindow, DefaultMaxWindow); err != nil {
+	if err := wk.FillSlots(ErrConfig, &c.MaxWindow, DefaultMaxWindow, spec.HERDMaxWindow, &c.MaxQPs, DefaultMaxQPs); err != nil {
 		return c, err
-	}
-	if err := wk.Default(ErrConfig, "MaxQPs", &c.MaxQPs, DefaultMaxQPs); err != nil {
-		return c, err
-	}
-	if c.MaxWindow > spec.HERDMaxWindow {
-		return c, fmt.Errorf("%w: MaxWindow %d above the protocol's %d", ErrConfig, c.MaxWindow, spec.HERDMaxWindow)
 	}
 	if c.Spin == 0 {
 		c.Spin = DefaultSpin

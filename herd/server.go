@@ -35,7 +35,6 @@ type Server struct {
 	sessions map[uint64]*session
 	nextID   uint64
 	rr       int
-	stopOnce sync.Once
 	closed   bool
 }
 
@@ -203,16 +202,9 @@ func (s *Server) sessionCount() int {
 // requests get no answer. After Stop returns, every value the mode handed
 // out was claimed from the oracle (high is 0). Stop is idempotent.
 func (s *Server) Stop() (high uint64, err error) {
-	s.stopOnce.Do(func() {
-		s.mu.Lock()
-		s.stopped.Store(true)
-		s.mu.Unlock()
-		s.Wait()
-		for _, w := range s.Workers {
-			w.toErr()
-		}
+	if s.Pool.Stop(&s.mu, &s.stopped, nil, (*worker).toErr) {
 		s.log.Info("herd data path stopped")
-	})
+	}
 	return 0, nil
 }
 

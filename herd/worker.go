@@ -3,7 +3,6 @@ package herd
 import (
 	"encoding/binary"
 	"fmt"
-	"runtime"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -73,13 +72,12 @@ type worker struct {
 	limbo  []limbo
 	nclose []verbs.QP
 
-	cur    int        // client the next sweep starts at
-	oldest verbs.Time // arrival bound of the collected batch's oldest request
-	wcs    []verbs.WC
-	wrs    []verbs.SendWR
-	sges   []verbs.SGE
-	pend   []pending
-	stats  workerStats
+	sweep wk.Sweep // where the next sweep starts; the batch's arrival bound (Oldest)
+	wcs   []verbs.WC
+	wrs   []verbs.SendWR
+	sges  []verbs.SGE
+	pend  []pending
+	stats workerStats
 }
 
 func newWorker(s *Server, id int) (w *worker, err error) {
@@ -214,30 +212,19 @@ func (w *worker) Close() {
 // Run is the worker's loop. It returns when the server stops.
 func (w *worker) Run() {
 	defer w.Pin()()
-	cfg := &w.s.cfg
+	idle := wk.Idle{Spin: w.s.cfg.Spin, MaxSleep: w.s.cfg.MaxSleep}
 	start := w.s.start
-	idleSince := time.Duration(-1)
-	sleep := time.Duration(0)
 	for !w.s.stopped.Load() {
 		// Polling the UC CQ moves the provider's packets on this thread
 		// (the userspace provider receives on the poller); plain WRITEs
 		// complete nothing, so it stays empty.
 		w.ucCQ.Poll(w.wcs)
 		w.ReapSends()
-		now := time.Since(start)
 		if w.collect() == 0 {
-			if idleSince < 0 {
-				idleSince = now
-			}
-			if cfg.Spin < 0 || now-idleSince < cfg.Spin {
-				runtime.Gosched()
-				continue
-			}
-			sleep = min(max(2*sleep, 10*time.Microsecond), cfg.MaxSleep)
-			time.Sleep(sleep)
+			idle.Wait(time.Since(start))
 			continue
 		}
-		idleSince, sleep = -1, 0
+		idle.Busy()
 		w.batch()
 	}
 }
@@ -249,72 +236,55 @@ func (w *worker) collect() int {
 	w.sweeps.Add(1)
 	clients := *w.clients.Load()
 	w.pend = w.pend[:0]
-	if len(clients) == 0 {
-		return 0
-	}
-	sweep := verbs.Now() // before any slot of this sweep is read
-	w.oldest = sweep
-	limit := cap(w.pend)
 	st := &w.stats
-	if w.cur >= len(clients) {
-		w.cur = 0
-	}
-	for k := range clients {
-		ci := (w.cur + k) % len(clients)
-		c := clients[ci]
-		seen := c.seen
-		for pos := range c.window {
-			p := &w.words[c.base+pos]
-			word := atomic.LoadUint64(p)
-			if word == 0 {
-				continue
-			}
-			var b [slotLen]byte
-			binary.LittleEndian.PutUint64(b[:], word)
-			sl, err := spec.DecodeSlot(b[:])
-			if err != nil {
-				st.malformed.Add(1)
+	for c, pos := range wk.Slots(&w.sweep, clients) {
+		p := &w.words[c.base+pos]
+		word := atomic.LoadUint64(p)
+		if word == 0 {
+			continue
+		}
+		var b [slotLen]byte
+		binary.LittleEndian.PutUint64(b[:], word)
+		sl, err := spec.DecodeSlot(b[:])
+		if err != nil {
+			st.malformed.Add(1)
+			atomic.CompareAndSwapUint64(p, word, 0)
+			continue
+		}
+		seq := uint32(sl.Seq)
+		if last := c.last[pos]; last != 0 {
+			if d := (seq - last) & spec.SeqMask; d == 0 || d >= 1<<(spec.SeqBits-1) {
+				st.duplicates.Add(1) // answered already, or older than what was
 				atomic.CompareAndSwapUint64(p, word, 0)
 				continue
 			}
-			seq := uint32(sl.Seq)
-			if last := c.last[pos]; last != 0 {
-				if d := (seq - last) & spec.SeqMask; d == 0 || d >= 1<<(spec.SeqBits-1) {
-					st.duplicates.Add(1) // answered already, or older than what was
-					atomic.CompareAndSwapUint64(p, word, 0)
-					continue
-				}
-			}
-			c.last[pos] = seq
-			// Zero the slot BEFORE the reply is posted; a newer WRITE that
-			// landed meanwhile is kept for the next sweep.
-			if !atomic.CompareAndSwapUint64(p, word, 0) {
-				st.lost.Add(1)
-			}
-			if sweep.Sub(seen) > spec.MaxResidence {
-				// Possibly too old already (the worker did not sweep
-				// this client for a while): dropped alone, so that it
-				// does not age the rest of the batch.
-				w.Drops[wk.DropExpired].Add(1)
-				continue
-			}
-			w.pend = append(w.pend, pending{c, pos, sl.Seq})
-			w.oldest = min(w.oldest, seen)
-			if len(w.pend) == limit {
-				w.cur = ci
-				return len(w.pend)
-			}
 		}
-		c.seen = sweep
+		c.last[pos] = seq
+		// Zero the slot BEFORE the reply is posted; a newer WRITE that
+		// landed meanwhile is kept for the next sweep.
+		if !atomic.CompareAndSwapUint64(p, word, 0) {
+			st.lost.Add(1)
+		}
+		if !w.sweep.Fresh(c.seen) {
+			w.Drops[wk.DropExpired].Add(1)
+			continue
+		}
+		w.pend = append(w.pend, pending{c, pos, sl.Seq})
+		if len(w.pend) == cap(w.pend) {
+			break
+		}
 	}
-	w.cur = (w.cur + 1) % len(clients)
 	return len(w.pend)
 }
+
+// Window and Seen make a client wk.Swept.
+func (c *hclient) Window() int       { return c.window }
+func (c *hclient) Seen() *verbs.Time { return &c.seen }
 
 // batch claims once for the collected requests and answers them.
 func (w *worker) batch() {
 	n := len(w.pend)
-	first, ok := w.Claim(w.oldest, n)
+	first, ok := w.Claim(w.sweep.Oldest, n)
 	if ok && w.answer(first) {
 		w.Batches.Add(1)
 		w.Requests.Add(uint64(n))
@@ -347,5 +317,5 @@ func (w *worker) answer(first uint64) bool {
 			SG: w.sges[i : i+1], Imm: uint32(imm), AH: p.c.ah, RemoteQPN: p.c.qpn, RemoteQKey: p.c.qkey}
 		b.Prepare(wr, i)
 	}
-	return w.Post(b, w.wrs[:n], w.oldest)
+	return w.Post(b, w.wrs[:n], w.sweep.Oldest)
 }

@@ -14,11 +14,14 @@ import (
 	"github.com/seqd/seqd/admin"
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/atomics"
+	"github.com/seqd/seqd/darpc"
 	"github.com/seqd/seqd/dataplane"
+	"github.com/seqd/seqd/fasst"
 	"github.com/seqd/seqd/headeronly"
 	"github.com/seqd/seqd/herd"
 	"github.com/seqd/seqd/modes/adminmode"
 	"github.com/seqd/seqd/oracle"
+	"github.com/seqd/seqd/rfp"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 )
@@ -36,6 +39,9 @@ var registry = map[string]dataplane.Factory{
 	spec.ModeSpecS0:  headeronly.Start,
 	spec.ModeHERD:    herd.Start,
 	spec.ModeAtomics: atomics.Start,
+	spec.ModeFaSST:   fasst.Start,
+	spec.ModeDaRPC:   darpc.Start,
+	spec.ModeRFP:     rfp.Start,
 }
 
 // metricNames names a mode's metrics (seqd_<name>_*) where the mode's

@@ -4,9 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 )
 
@@ -51,29 +48,7 @@ func herdVectors() []vector {
 }
 
 func TestGoldenHERD(t *testing.T) {
-	var b strings.Builder
-	for _, v := range herdVectors() {
-		t.Run(v.name, func(t *testing.T) {
-			line, err := v.line()
-			if err != nil {
-				t.Fatalf("%s: %v", v.name, err)
-			}
-			fmt.Fprintf(&b, "%s: %s\n", v.name, line)
-		})
-	}
-	path := filepath.Join("testdata", "herd.golden")
-	if *update {
-		if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test ./spec -update to create it)", err)
-	}
-	if got := b.String(); got != string(want) {
-		t.Errorf("HERD layouts differ from %s (go test ./spec -update rewrites it):\ngot:\n%swant:\n%s", path, got, want)
-	}
+	checkGolden(t, "herd.golden", "HERD layouts", renderVectors(t, herdVectors()))
 }
 
 func TestSeqNext(t *testing.T) {

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -160,17 +158,5 @@ func TestGoldenWire(t *testing.T) {
 	line("unguessable-high", "high=0x%x -> guess=%v (NoGuess: %v) confirms(value 0x%x)=%v", h, GuessOf(h), GuessOf(h) == NoGuess,
 		h<<LowBits|5, Confirms(GuessOf(h), h<<LowBits|5))
 
-	path := filepath.Join("testdata", "wire.golden")
-	if *update {
-		if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test ./spec -update to create it)", err)
-	}
-	if got := b.String(); got != string(want) {
-		t.Errorf("wire vectors differ from %s (go test ./spec -update rewrites it):\ngot:\n%swant:\n%s", path, got, want)
-	}
+	checkGolden(t, "wire.golden", "wire vectors", b.String())
 }

@@ -55,6 +55,18 @@ type Address struct {
 	Port uint16
 }
 
+// RoCEv2Port is the UDP destination port of RoCEv2 (IANA 4791).
+const RoCEv2Port = 4791
+
+// RoCEPort returns the UDP port a's packets go to: a.Port, or the RoCEv2
+// port for 0. Port 0 and 4791 name the same thing.
+func (a Address) RoCEPort() uint16 {
+	if a.Port == 0 {
+		return RoCEv2Port
+	}
+	return a.Port
+}
+
 // AddressLen is the length of an Address in its binary form.
 const AddressLen = 20
 

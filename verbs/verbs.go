@@ -38,10 +38,16 @@ type DeviceAttr struct {
 	// means not applicable: on a NIC every QP is its own engine.
 	Queues int
 	// AtomicBigEndian says how the responder reads and writes the 8-byte
-	// word of an atomic: big endian (Mellanox NICs) or host order (the
-	// userspace provider, like Linux's rxe). Code that shares an atomic
-	// counter with the CPU must use this order.
+	// word of an atomic: big endian, or host order (the userspace
+	// provider, like Linux's rxe, and mlx5 devices that advertise
+	// atomics: the ibv provider derives it from atomic_cap). Code that
+	// shares an atomic counter with the CPU must use this order; the
+	// conformance suite checks it against what atomics really do.
 	AtomicBigEndian bool
+	// SourcePorts says whether receive completions carry the sender's
+	// UDP source port (WC.Src.Port): the userspace provider sees it; a
+	// NIC never shows the UDP header, so its WC.Src.Port is 0.
+	SourcePorts bool
 }
 
 // PD is a protection domain: memory regions, address handles and queue

@@ -33,6 +33,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -41,6 +42,7 @@ import (
 	"github.com/seqd/seqd/admin"
 	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/admin/adminpb"
+	"github.com/seqd/seqd/spec"
 )
 
 func main() {
@@ -68,7 +70,7 @@ type command struct {
 var commands = []command{
 	{"status", "[-o text|json]", "print the server's status (-json: the same as -o json)", runStatus},
 	{"health", "[-service name]", "exit 0 if the server reports SERVING", runHealth},
-	{"set-mode", "spec-s0|herd|atomics", "switch the data-path mode at run time", runSetMode},
+	{"set-mode", strings.Join(spec.Modes, "|"), "switch the data-path mode at run time (to one the server registers)", runSetMode},
 	{"advance", "VALUE", "move the counter forward: every later value is above VALUE", runAdvance},
 	{"transfer-leader", "", "hand HA leadership to a standby and print the new leader", runTransferLeader},
 	{"get", "[-n N] [-o text|json]", "get timestamps through the data path (the client library)", runGet},

@@ -3,6 +3,7 @@ package worker
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/seqd/seqd/dataplane"
 	"github.com/seqd/seqd/internal/ahcache"
@@ -20,6 +21,7 @@ type Pool[W Worker] struct {
 	Workers   []W
 	AnswerQPs []dataplane.Endpoint
 	wg        sync.WaitGroup
+	stopOnce  sync.Once
 }
 
 // Start allocates the protection domain and the address handle cache on
@@ -36,6 +38,30 @@ func (p *Pool[W]) Start(dev verbs.Device, n int, create func(id int) (W, error))
 	}
 	Run(&p.wg, p.Workers)
 	return nil
+}
+
+// Stop drains the workers, once: it sets stopped while holding mu (the
+// lock admission checks stopped under, so nothing is admitted after),
+// calls wake (if any) so that a worker blocked waiting sees it, waits
+// until every worker's Run returned (each finishes the batch in hand),
+// then moves each worker's QPs to the error state (toErr), so that late
+// requests get no answer. Later calls do nothing; it reports whether this
+// call stopped the pool.
+func (p *Pool[W]) Stop(mu *sync.Mutex, stopped *atomic.Bool, wake func(), toErr func(W)) (first bool) {
+	p.stopOnce.Do(func() {
+		first = true
+		mu.Lock()
+		stopped.Store(true)
+		mu.Unlock()
+		if wake != nil {
+			wake()
+		}
+		p.Wait()
+		for _, w := range p.Workers {
+			toErr(w)
+		}
+	})
+	return first
 }
 
 // Wait waits until every worker's Run returned.

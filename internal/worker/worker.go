@@ -122,6 +122,23 @@ func Default(errConfig error, name string, p *int, d int) error {
 	return nil
 }
 
+// FillSlots fills in and checks the limits of a mode whose clients WRITE
+// requests into slots (herd, rfp): *maxWindow slots per client QP
+// (default defWindow, at most protoMax) and *maxQPs client QPs per worker
+// (default defQPs). Errors wrap errConfig.
+func FillSlots(errConfig error, maxWindow *int, defWindow, protoMax int, maxQPs *int, defQPs int) error {
+	if err := Default(errConfig, "MaxWindow", maxWindow, defWindow); err != nil {
+		return err
+	}
+	if err := Default(errConfig, "MaxQPs", maxQPs, defQPs); err != nil {
+		return err
+	}
+	if *maxWindow > protoMax {
+		return fmt.Errorf("%w: MaxWindow %d above the protocol's %d", errConfig, *maxWindow, protoMax)
+	}
+	return nil
+}
+
 // Core is the core worker i is pinned to, -1 for none.
 func (c *Config) Core(i int) int {
 	if i < len(c.Cores) {
@@ -191,13 +208,19 @@ const SampleEvery = 16
 var ServiceTimeBounds = hist.Exponential(1000, 2, 15)
 
 // Init sets b up as worker id of cfg, with response QPs on pd whose sends
-// complete on sendCQ, each with slotLen payload bytes per entry. stopped
-// tells the claim to give up when the mode stops. drops names the mode's
-// own drop reasons, NumDrops on.
+// complete on sendCQ, each with slotLen payload bytes per entry. A mode
+// that answers on its clients' own connections passes NoResp for slotLen
+// (rfp) or a nil sendCQ (darpc): it gets no response QPs (Resp stays nil;
+// Next, Post and ReapSends are not for it). stopped tells the claim to
+// give up when the mode stops. drops names the mode's own drop reasons,
+// NumDrops on.
 func (b *Base) Init(cfg *Config, id int, pd verbs.PD, sendCQ verbs.CQ, slotLen int, stopped *atomic.Bool, drops ...string) error {
 	b.ID, b.Core, b.Log, b.cfg, b.stopped = id, cfg.Core(id), cfg.Logger.With("worker", id), cfg, stopped
 	b.serviceTime = hist.New(ServiceTimeBounds)
 	b.initCounts(drops)
+	if slotLen == NoResp || sendCQ == nil {
+		return nil
+	}
 	var err error
 	if b.Resp, err = respq.New(respq.Config{PD: pd, CQ: sendCQ, QPs: cfg.RespQPs, Depth: cfg.SendDepth,
 		SignalEvery: cfg.SignalEvery, SlotLen: slotLen, QKey: cfg.QKey, Batch: cfg.Batch}); err != nil {
@@ -205,6 +228,9 @@ func (b *Base) Init(cfg *Config, id int, pd verbs.PD, sendCQ verbs.CQ, slotLen i
 	}
 	return nil
 }
+
+// NoResp, as Init's slotLen, makes a worker without response QPs.
+const NoResp = -1
 
 // Close releases the response QPs.
 func (b *Base) Close() {
@@ -343,6 +369,9 @@ func Create[W Worker](n int, create func(id int) (W, error)) (ws []W, answerQPs 
 		ws = append(ws, w)
 	}
 	for _, w := range ws {
+		if w.base().Resp == nil {
+			continue
+		}
 		for _, qp := range w.base().Resp.QPs() {
 			answerQPs = append(answerQPs, dataplane.Endpoint{Addr: qp.Address(), QPN: qp.QPN()})
 		}
@@ -425,4 +454,45 @@ func Total[W Worker](ws []W) Totals {
 		t.Stalls += b.Stalls.Load()
 	}
 	return t
+}
+
+// Defaults of Idle.
+const (
+	DefaultSpin     = 200 * time.Microsecond
+	DefaultMaxSleep = 500 * time.Microsecond
+)
+
+// Idle is the idle policy of a worker that polls memory for requests
+// (herd, rfp): after the last work found it keeps polling, yielding the
+// processor, for Spin, then sleeps between polls, from 10 µs doubling up
+// to MaxSleep. A negative Spin polls forever, as a core-pinned worker on
+// a real NIC should. Zero fields take the defaults. Owned by the worker.
+type Idle struct {
+	Spin, MaxSleep time.Duration
+	idle           bool
+	since, sleep   time.Duration
+}
+
+// Busy notes that the last poll found work.
+func (i *Idle) Busy() { i.idle, i.sleep = false, 0 }
+
+// Wait waits after a poll, at now (on any fixed clock), found no work.
+func (i *Idle) Wait(now time.Duration) {
+	if !i.idle {
+		i.idle, i.since = true, now
+	}
+	spin := i.Spin
+	if spin == 0 {
+		spin = DefaultSpin
+	}
+	if spin < 0 || now-i.since < spin {
+		runtime.Gosched()
+		return
+	}
+	ms := i.MaxSleep
+	if ms <= 0 {
+		ms = DefaultMaxSleep
+	}
+	i.sleep = min(max(2*i.sleep, 10*time.Microsecond), ms)
+	time.Sleep(i.sleep)
 }

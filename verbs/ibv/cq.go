@@ -37,6 +37,7 @@ type cq struct {
 	life life
 
 	closed atomic.Bool
+	broken atomic.Bool // IBV_EVENT_CQ_ERR arrived: the CQ cannot be used
 	pollMu sync.Mutex
 	// drained is the clock read before the last poll that found the CQ
 	// empty (returned less than asked), under pollMu; waited says a Wait
@@ -116,7 +117,9 @@ func (d *device) createCQ(cqe int) (_ *cq, err error) {
 		C.seqd_cq_free(sc)
 		return nil, fmt.Errorf("ibv: ibv_req_notify_cq: %w", rcErr(rc, nil))
 	}
-	return &cq{dev: d, c: sc, out: unsafe.Slice(sc.out, int(sc.n)), ch: f, raw: raw, qps: map[uint32]*qp{}}, nil
+	c := &cq{dev: d, c: sc, out: unsafe.Slice(sc.out, int(sc.n)), ch: f, raw: raw, qps: map[uint32]*qp{}}
+	d.addCQ(c)
+	return c, nil
 }
 
 // Poll moves up to min(len(wc), 256) completions into wc with one cgo call.
@@ -137,11 +140,15 @@ func (c *cq) Poll(wc []verbs.WC) (int, error) {
 	if c.closed.Load() {
 		return 0, fmt.Errorf("%w: ibv CQ", verbs.ErrClosed)
 	}
+	if c.broken.Load() {
+		return 0, fmt.Errorf("%w: IBV_EVENT_CQ_ERR: the CQ overran and cannot be used", verbs.ErrCQOverrun)
+	}
 	if len(wc) == 0 {
 		return 0, nil
 	}
 	now := verbs.Now()
 	asked := min(len(wc), len(c.out))
+	c.dev.crossings.Add(1)
 	got := int(C.seqd_poll(c.c, C.int(asked)))
 	if got < 0 {
 		return 0, fmt.Errorf("%w: ibv_poll_cq failed (%d): the CQ is in error", verbs.ErrCQOverrun, got)
@@ -244,6 +251,7 @@ func (c *cq) Close() error {
 	c.pollMu.Lock()
 	defer c.pollMu.Unlock()
 	defer c.dev.life.release()
+	c.dev.removeCQ(c)
 	c.ch.Close()
 	// All events were acknowledged as they were read, as
 	// ibv_destroy_cq requires.

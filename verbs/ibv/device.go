@@ -11,7 +11,9 @@ import "C"
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -34,9 +36,21 @@ type device struct {
 	name     string
 	port     uint8 // physical port
 	gidIndex uint8
+	tclass   uint8 // default traffic class (tclass option)
 	addr     verbs.Address
 	attr     verbs.DeviceAttr
 	life     life
+
+	async     asyncState
+	objs      asyncObjs
+	asyncFile *os.File
+	asyncDone chan struct{}
+	asyncStop atomic.Bool
+
+	// crossings counts calls from Go into the driver on the data path
+	// (post and poll), for the provider_crossings counter.
+	crossings atomic.Uint64
+	many      manyScratch // PostMany's
 }
 
 // open is the provider entry point (see the package documentation).
@@ -72,6 +86,10 @@ func open(name string, opts verbs.Options) (verbs.Device, error) {
 		C.ibv_close_device(ctx)
 		return nil, err
 	}
+	if err := d.startAsync(); err != nil {
+		C.ibv_close_device(ctx)
+		return nil, err
+	}
 	return d, nil
 }
 
@@ -104,7 +122,7 @@ func findDevice(names []string, name string) (int, error) {
 }
 
 // query fills the device's attributes, port address and GID index.
-func (d *device) query(cfg config) error {
+func (d *device) query(cfg config) (err error) {
 	var da C.struct_ibv_device_attr
 	if rc, errno := C.ibv_query_device(d.ctx, &da); rc != 0 {
 		return fmt.Errorf("ibv: ibv_query_device %s: %w", d.name, rcErr(rc, errno))
@@ -127,12 +145,23 @@ func (d *device) query(cfg config) error {
 		MaxRdAtomic: int(da.max_qp_rd_atom),
 		ActiveMTU:   mtu,
 		Queues:      0, // every hardware QP is its own engine; see doc.go
-		// Mellanox NICs treat the atomic word as big endian.
-		AtomicBigEndian: true,
+	}
+	be, ok := atomicBigEndian(int(da.atomic_cap), hostBigEndian(), cfg.atomicOrder)
+	d.attr.AtomicBigEndian = be
+	if !ok {
+		d.attr.MaxRdAtomic = 0 // IBV_ATOMIC_NONE: no atomics to read
+	}
+	if cfg.tclass > 0 {
+		d.tclass = uint8(cfg.tclass)
 	}
 	gi := cfg.gidIndex
-	if gi < 0 {
-		gi = pickGID(d.gidTable(int(pa.gid_tbl_len)*int(da.phys_port_cnt)), int(d.port))
+	if gi < 0 && pa.link_layer == C.IBV_LINK_LAYER_INFINIBAND {
+		gi = 0 // InfiniBand: no RoCE GID types
+	} else if gi < 0 {
+		gi, err = pickGID(d.gidTable(int(pa.gid_tbl_len)*int(da.phys_port_cnt)), int(d.port), cfg.gidIPv6)
+		if err != nil {
+			return fmt.Errorf("ibv: %s: %w", d.name, err)
+		}
 	}
 	if gi >= int(pa.gid_tbl_len) {
 		return fmt.Errorf("%w: ibv option gid_index=%d: port %d of %s has %d GIDs", verbs.ErrInvalidArgument, gi, d.port, d.name, pa.gid_tbl_len)
@@ -184,6 +213,8 @@ func (d *device) VisitCounters(f func(name string, value uint64)) {
 	if f == nil || d.life.isClosed() {
 		return
 	}
+	d.async.visit(f)
+	f(verbs.CounterProviderCrossings, d.crossings.Load())
 	visitSysfsCounters(sysfsRoot, d.name, d.port, f)
 }
 
@@ -205,6 +236,7 @@ func (d *device) Close() error {
 	if err := d.life.close("ibv device " + d.name); err != nil {
 		return err
 	}
+	d.stopAsync()
 	if rc, errno := C.ibv_close_device(d.ctx); rc != 0 {
 		return fmt.Errorf("ibv: ibv_close_device: %w", rcErr(rc, errno))
 	}
@@ -237,8 +269,17 @@ func (d *device) fillAH(a *C.struct_ibv_ah_attr, v verbs.AHAttr) {
 		a.grh.hop_limit = 64
 	}
 	a.grh.traffic_class = C.uint8_t(v.TrafficClass)
+	if v.TrafficClass == 0 {
+		a.grh.traffic_class = C.uint8_t(d.tclass)
+	}
 	a.dlid = C.uint16_t(v.Dest.LID)
 	a.port_num = d.physPort(v.PortNum)
+}
+
+// hostBigEndian reports whether the host stores words big endian.
+func hostBigEndian() bool {
+	x := uint16(1)
+	return *(*byte)(unsafe.Pointer(&x)) == 0
 }
 
 // errnoString renders an errno as "function not implemented (ENOSYS)".

@@ -18,10 +18,17 @@
 // sysfs with github.com/Mellanox/rdmamap), or "" for the first device.
 // Options:
 //
-//	port=N       physical port (default 1)
-//	gid_index=N  source GID index (default: the port's first RoCE v2
-//	             GID that is IPv4-mapped, as reported by
-//	             ibv_query_gid_table; else 0)
+//	port=N          physical port (default 1)
+//	gid_index=N     source GID index (default: the port's first RoCE v2
+//	                GID of gid_family, as ibv_query_gid_table reports;
+//	                with none, opening fails: index 0 is usually RoCE v1)
+//	gid_family=F    ipv4 (default) or ipv6
+//	tclass=N        traffic class (IPv4 TOS byte) of AHs and paths that
+//	                leave it 0
+//	atomic_order=O  host or be: overrides the atomic byte order
+//	                (DeviceAttr.AtomicBigEndian), which otherwise follows
+//	                atomic_cap: a device that advertises atomics uses host
+//	                order (mlx5 reports IB_ATOMIC_HCA only then)
 //
 // Unknown options are an error wrapping verbs.ErrInvalidArgument. With no
 // device the error wraps verbs.ErrNoDevice and carries the errno of
@@ -59,9 +66,22 @@
 //
 // Poll moves a batch of up to 256 completions with one cgo call. For UD
 // receives it fills WC.Src from the GRH area of the receive buffer: each
-// UD QP remembers, in posting order, where each receive's first SGE
-// starts (UD receives complete in order), and Poll reads the 40 bytes
-// through the registered MR, never through a raw address. RoCE v2 over
+// UD QP remembers, in posting order, the SGEs that hold each receive's
+// first 40 bytes (the NIC writes the GRH across them when the first is
+// shorter; UD receives complete in order), and Poll gathers them through
+// the registered MRs, never through a raw address. WC.Src.Port is 0: a
+// NIC never shows the UDP header.
+//
+// QP.PostBatch (verbs.BatchPoster) posts a receive chain and a send chain
+// in one cgo call: a loop that polls one CQ shared by its receives and
+// sends and posts through verbs.PostBatch makes two cgo calls per batch.
+// The provider_crossings counter counts them.
+//
+// A goroutine reads the context's asynchronous events (parked in the
+// netpoller on the async fd): IBV_EVENT_CQ_ERR makes the CQ's Poll fail
+// with verbs.ErrCQOverrun; QP_FATAL, QP_REQ_ERR and QP_ACCESS_ERR put
+// the QP in ERR; port and device events set port_down and device_fatal.
+// Each is logged and counted (async_* counters). RoCE v2 over
 // IPv4 is recognised as rdma-core does, by a valid IPv4 header in bytes
 // 20..39.
 //
@@ -84,7 +104,10 @@
 // no-device error; and under -tags ibverbs,ibverbs_fake the post and poll
 // paths against a fake ibv_context whose post_send, post_recv and poll_cq
 // are test functions (chain linking, bad_wr mapping, unions, byte order
-// of Imm, GRH sources, zero allocations). What needs a NIC (device and
+// of Imm, GRH sources and a GRH split across SGEs, zero allocations,
+// async events, batched posts; with fakeStrict the fake accounts the send
+// queue as hardware does, flushes every outstanding WR on ERR and
+// overruns a full CQ). CI runs it (make test-ibverbs-fake). What needs a NIC (device and
 // resource creation, Modify, Wait, the conformance suite in
 // verbs/verbstest) skips with the reason; on a host with a NIC run
 //

@@ -49,3 +49,28 @@ func isIPv4Header(b []byte) bool {
 	}
 	return sum == 0xffff
 }
+
+// maxGRHSGE bounds the SGEs a receive's GRH may be spread over.
+const maxGRHSGE = 4
+
+// grhSGEs returns the SGEs of sg that hold its first 40 bytes, cut to
+// them, and their number; 0 when sg holds less or needs more than
+// maxGRHSGE of them.
+func grhSGEs(sg []verbs.SGE) (out [maxGRHSGE]verbs.SGE, n uint8) {
+	need := uint32(verbs.GRHLen)
+	for _, s := range sg {
+		if s.Length == 0 {
+			continue
+		}
+		if n == maxGRHSGE {
+			return out, 0
+		}
+		s.Length = min(s.Length, need)
+		out[n] = s
+		n++
+		if need -= s.Length; need == 0 {
+			return out, n
+		}
+	}
+	return out, 0
+}

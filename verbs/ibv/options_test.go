@@ -15,10 +15,16 @@ func TestParseOptions(t *testing.T) {
 		want config
 		err  error
 	}{
-		{"Defaults", nil, config{port: 1, gidIndex: -1}, nil},
-		{"Port", verbs.Options{"port": "2"}, config{port: 2, gidIndex: -1}, nil},
-		{"GIDIndex", verbs.Options{"gid_index": "3"}, config{port: 1, gidIndex: 3}, nil},
-		{"GIDIndexZero", verbs.Options{"gid_index": "0"}, config{port: 1, gidIndex: 0}, nil},
+		{"Defaults", nil, config{port: 1, gidIndex: -1, tclass: -1}, nil},
+		{"Port", verbs.Options{"port": "2"}, config{port: 2, gidIndex: -1, tclass: -1}, nil},
+		{"GIDIndex", verbs.Options{"gid_index": "3"}, config{port: 1, gidIndex: 3, tclass: -1}, nil},
+		{"GIDIndexZero", verbs.Options{"gid_index": "0"}, config{port: 1, gidIndex: 0, tclass: -1}, nil},
+		{"GIDFamily", verbs.Options{"gid_family": "ipv6"}, config{port: 1, gidIndex: -1, gidIPv6: true, tclass: -1}, nil},
+		{"GIDFamilyBad", verbs.Options{"gid_family": "v4"}, config{}, verbs.ErrInvalidArgument},
+		{"TClass", verbs.Options{"tclass": "106"}, config{port: 1, gidIndex: -1, tclass: 106}, nil},
+		{"TClassBig", verbs.Options{"tclass": "256"}, config{}, verbs.ErrInvalidArgument},
+		{"AtomicOrder", verbs.Options{"atomic_order": "be"}, config{port: 1, gidIndex: -1, tclass: -1, atomicOrder: "be"}, nil},
+		{"AtomicOrderBad", verbs.Options{"atomic_order": "little"}, config{}, verbs.ErrInvalidArgument},
 		{"PortZero", verbs.Options{"port": "0"}, config{}, verbs.ErrInvalidArgument},
 		{"PortBig", verbs.Options{"port": "256"}, config{}, verbs.ErrInvalidArgument},
 		{"PortText", verbs.Options{"port": "one"}, config{}, verbs.ErrInvalidArgument},
@@ -48,24 +54,62 @@ func TestPickGID(t *testing.T) {
 		name    string
 		entries []gidEntry
 		port    int
-		want    int
+		ipv6    bool
+		want    int // -1: an error
 	}{
-		{"Empty", nil, 1, 0},
+		{"Empty", nil, 1, false, -1},
 		{"MlxTypical", []gidEntry{
 			{v6, 0, 1, gidTypeRoCEv1}, {v6, 1, 1, gidTypeRoCEv2},
 			{v4, 2, 1, gidTypeRoCEv1}, {v4, 3, 1, gidTypeRoCEv2},
-		}, 1, 3},
-		{"OnlyV1", []gidEntry{{v4, 2, 1, gidTypeRoCEv1}}, 1, 0},
-		{"OnlyIPv6V2", []gidEntry{{v6, 1, 1, gidTypeRoCEv2}}, 1, 0},
-		{"OtherPort", []gidEntry{{v4, 3, 2, gidTypeRoCEv2}}, 1, 0},
-		{"LowestIndex", []gidEntry{{v4, 7, 1, gidTypeRoCEv2}, {v4, 5, 1, gidTypeRoCEv2}}, 1, 5},
-		{"InfiniBand", []gidEntry{{v6, 0, 1, gidTypeIB}}, 1, 0},
+		}, 1, false, 3},
+		{"MlxTypicalIPv6", []gidEntry{
+			{v6, 0, 1, gidTypeRoCEv1}, {v6, 1, 1, gidTypeRoCEv2},
+			{v4, 2, 1, gidTypeRoCEv1}, {v4, 3, 1, gidTypeRoCEv2},
+		}, 1, true, 1},
+		{"OnlyV1", []gidEntry{{v4, 2, 1, gidTypeRoCEv1}}, 1, false, -1},
+		{"OnlyIPv6V2", []gidEntry{{v6, 1, 1, gidTypeRoCEv2}}, 1, false, -1},
+		{"OtherPort", []gidEntry{{v4, 3, 2, gidTypeRoCEv2}}, 1, false, -1},
+		{"LowestIndex", []gidEntry{{v4, 7, 1, gidTypeRoCEv2}, {v4, 5, 1, gidTypeRoCEv2}}, 1, false, 5},
+		{"InfiniBand", []gidEntry{{v6, 0, 1, gidTypeIB}}, 1, false, -1},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := pickGID(tc.entries, tc.port); got != tc.want {
-				t.Fatalf("pickGID = %d, want %d", got, tc.want)
+			got, err := pickGID(tc.entries, tc.port, tc.ipv6)
+			if tc.want < 0 {
+				if !errors.Is(err, verbs.ErrNoDevice) {
+					t.Fatalf("pickGID = %d, %v; want an error wrapping ErrNoDevice", got, err)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("pickGID = %d, %v; want %d", got, err, tc.want)
 			}
 		})
+	}
+}
+
+// TestAtomicBigEndian: a device that advertises atomics (IBV_ATOMIC_HCA
+// or GLOB) uses the host's byte order, as mlx5's driver reports it; the
+// atomic_order option overrides; without atomics there is no order.
+func TestAtomicBigEndian(t *testing.T) {
+	tests := []struct {
+		cap      int
+		hostBE   bool
+		override string
+		be, ok   bool
+	}{
+		{atomicHCA, false, "", false, true},
+		{atomicGlob, false, "", false, true},
+		{atomicHCA, true, "", true, true},
+		{atomicNone, false, "", false, false},
+		{atomicHCA, false, "be", true, true},
+		{atomicNone, false, "be", true, true},
+		{atomicGlob, true, "host", true, true},
+	}
+	for _, tc := range tests {
+		be, ok := atomicBigEndian(tc.cap, tc.hostBE, tc.override)
+		if be != tc.be || ok != tc.ok {
+			t.Errorf("atomicBigEndian(%d, %v, %q) = %v, %v; want %v, %v", tc.cap, tc.hostBE, tc.override, be, ok, tc.be, tc.ok)
+		}
 	}
 }

@@ -86,18 +86,21 @@ func (p *pd) RegMR(length int, access verbs.Access) (verbs.MR, error) {
 	return r, nil
 }
 
-// grh copies the 40-byte GRH area at address addr of the region with lkey
-// into dst, if that memory is still registered.
-func (p *pd) grh(dst *[verbs.GRHLen]byte, lkey uint32, addr uint64) bool {
+// grh gathers the 40-byte GRH area of a receive from sg (grhSGEs) into
+// dst, if that memory is still registered.
+func (p *pd) grh(dst *[verbs.GRHLen]byte, sg []verbs.SGE) bool {
 	p.mrMu.RLock()
 	defer p.mrMu.RUnlock()
-	m := p.mrs[lkey]
-	if m == nil || len(m.buf) < verbs.GRHLen || addr < m.addr || addr-m.addr > uint64(len(m.buf)-verbs.GRHLen) {
-		return false
+	off := 0
+	for _, s := range sg {
+		m := p.mrs[s.LKey]
+		if m == nil || s.Addr < m.addr || s.Addr-m.addr > uint64(len(m.buf)) || uint64(s.Length) > uint64(len(m.buf))-(s.Addr-m.addr) {
+			return false
+		}
+		b := s.Addr - m.addr
+		off += copy(dst[off:], m.buf[b:b+uint64(s.Length)])
 	}
-	off := addr - m.addr
-	copy(dst[:], m.buf[off:off+verbs.GRHLen])
-	return true
+	return off == verbs.GRHLen
 }
 
 // CreateAH creates an address handle; see device.fillAH for defaults.

@@ -8,6 +8,7 @@ package ibv
 import "C"
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -52,10 +53,14 @@ type qp struct {
 }
 
 type recvSlot struct {
-	id   uint64
-	addr uint64
-	lkey uint32
-	sges bool // false: the receive had no buffer
+	id uint64
+	// grh are the SGEs that hold the first 40 bytes of the receive, where
+	// the NIC writes the GRH ("in the first 40 bytes of the buffer(s) in
+	// the scatter list", ibv_post_recv(3)): several when the first SGEs
+	// are shorter. ngrh is 0 when the receive had no buffer or its SGEs
+	// hold less than 40 bytes, or take more than maxGRHSGE to.
+	grh  [maxGRHSGE]verbs.SGE
+	ngrh uint8
 }
 
 // CreateQP creates a queue pair in the RESET state. The driver may grant
@@ -160,6 +165,7 @@ func newQP(p *pd, scq, rcq *cq, iqp *C.struct_ibv_qp, typ verbs.QPType, caps ver
 	rcq.qpsMu.Lock()
 	rcq.qps[uint32(q.qpn)] = q
 	rcq.qpsMu.Unlock()
+	p.dev.addQP(q)
 	return q
 }
 
@@ -244,6 +250,22 @@ func (q *qp) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 func (q *qp) PostSend(wrs []verbs.SendWR) (int, error) {
 	q.sendMu.Lock()
 	defer q.sendMu.Unlock()
+	n, stop := q.fillSend(wrs)
+	if n == 0 {
+		return 0, stop
+	}
+	q.pd.dev.crossings.Add(1)
+	if rc := C.seqd_post_send(q.q, C.int(n)); rc != 0 {
+		bad := int(q.q.bad)
+		return bad, fmt.Errorf("ibv: ibv_post_send work request %d: %w", bad, postErr(rc))
+	}
+	return n, stop
+}
+
+// fillSend checks wrs and converts the longest good prefix into the QP's C
+// arrays: its length, and the error that ended it early. Callers hold
+// sendMu.
+func (q *qp) fillSend(wrs []verbs.SendWR) (int, error) {
 	if q.closed.Load() {
 		return 0, fmt.Errorf("%w: ibv QP", verbs.ErrClosed)
 	}
@@ -289,13 +311,6 @@ func (q *qp) PostSend(wrs []verbs.SendWR) (int, error) {
 			s.lkey = C.uint32_t(w.SG[j].LKey)
 		}
 		sg += len(w.SG)
-	}
-	if n == 0 {
-		return 0, stop
-	}
-	if rc := C.seqd_post_send(q.q, C.int(n)); rc != 0 {
-		bad := int(q.q.bad)
-		return bad, fmt.Errorf("ibv: ibv_post_send work request %d: %w", bad, postErr(rc))
 	}
 	return n, stop
 }
@@ -356,6 +371,22 @@ func (q *qp) checkSend(w *verbs.SendWR) (*ah, error) {
 func (q *qp) PostRecv(wrs []verbs.RecvWR) (int, error) {
 	q.recvMu.Lock()
 	defer q.recvMu.Unlock()
+	n, stop := q.fillRecv(wrs)
+	if n == 0 {
+		return 0, stop
+	}
+	posted, err := n, stop
+	q.pd.dev.crossings.Add(1)
+	if rc := C.seqd_post_recv(q.q, C.int(n)); rc != 0 {
+		posted = int(q.q.bad)
+		err = fmt.Errorf("ibv: ibv_post_recv work request %d: %w", posted, postErr(rc))
+	}
+	q.recordRecvs(wrs[:posted])
+	return posted, err
+}
+
+// fillRecv is fillSend for receives. Callers hold recvMu.
+func (q *qp) fillRecv(wrs []verbs.RecvWR) (int, error) {
 	if q.closed.Load() {
 		return 0, fmt.Errorf("%w: ibv QP", verbs.ErrClosed)
 	}
@@ -390,20 +421,16 @@ func (q *qp) PostRecv(wrs []verbs.RecvWR) (int, error) {
 		}
 		sg += len(w.SG)
 	}
-	if n == 0 {
-		return 0, stop
-	}
-	posted, err := n, stop
-	if rc := C.seqd_post_recv(q.q, C.int(n)); rc != 0 {
-		posted = int(q.q.bad)
-		err = fmt.Errorf("ibv: ibv_post_recv work request %d: %w", posted, postErr(rc))
-	}
+	return n, stop
+}
+
+// recordRecvs notes where the posted receives' GRHs go (UD). Callers hold
+// recvMu.
+func (q *qp) recordRecvs(wrs []verbs.RecvWR) {
 	if q.ring != nil {
-		for i := range posted {
+		for i := range wrs {
 			s := recvSlot{id: wrs[i].ID}
-			if len(wrs[i].SG) > 0 {
-				s.addr, s.lkey, s.sges = wrs[i].SG[0].Addr, wrs[i].SG[0].LKey, true
-			}
+			s.grh, s.ngrh = grhSGEs(wrs[i].SG)
 			if q.tail-q.head == uint64(len(q.ring)) {
 				q.head++ // cannot happen while the driver keeps its capacity
 			}
@@ -411,7 +438,56 @@ func (q *qp) PostRecv(wrs []verbs.RecvWR) (int, error) {
 			q.tail++
 		}
 	}
-	return posted, err
+}
+
+var _ verbs.BatchPoster = (*qp)(nil)
+
+// PostBatch implements verbs.BatchPoster: it posts recvs to q and sends
+// to sq (a QP of the same device, or q itself) with one cgo call, one
+// ibv_post_recv and one ibv_post_send: a server's or client's loop then
+// crosses into C twice per batch, this and one Poll of a shared CQ.
+func (q *qp) PostBatch(recvs []verbs.RecvWR, sqi verbs.QP, sends []verbs.SendWR) (nr, ns int, err error) {
+	sq, ok := sqi.(*qp)
+	if !ok || sq == nil || sq.pd.dev != q.pd.dev {
+		return 0, 0, fmt.Errorf("%w: PostBatch needs a send QP of the same ibv device", verbs.ErrInvalidArgument)
+	}
+	sq.sendMu.Lock()
+	defer sq.sendMu.Unlock()
+	q.recvMu.Lock()
+	defer q.recvMu.Unlock()
+	nr, rstop := 0, error(nil)
+	if len(recvs) > 0 {
+		nr, rstop = q.fillRecv(recvs)
+	}
+	ns, sstop := 0, error(nil)
+	if len(sends) > 0 {
+		ns, sstop = sq.fillSend(sends)
+	}
+	if nr == 0 && ns == 0 {
+		return 0, 0, errors.Join(rstop, sstop)
+	}
+	var rrq, rsq *C.struct_seqd_qp
+	if nr > 0 {
+		rrq = q.q
+	}
+	if ns > 0 {
+		rsq = sq.q
+	}
+	q.pd.dev.crossings.Add(1)
+	var which C.int
+	rc := C.seqd_post_both(rrq, C.int(nr), rsq, C.int(ns), &which)
+	switch {
+	case rc != 0 && which == 0:
+		bad := int(q.q.bad)
+		q.recordRecvs(recvs[:bad])
+		return bad, 0, fmt.Errorf("ibv: ibv_post_recv work request %d: %w", bad, postErr(rc))
+	case rc != 0:
+		q.recordRecvs(recvs[:nr])
+		bad := int(sq.q.bad)
+		return nr, bad, errors.Join(rstop, fmt.Errorf("ibv: ibv_post_send work request %d: %w", bad, postErr(rc)))
+	}
+	q.recordRecvs(recvs[:nr])
+	return nr, ns, errors.Join(rstop, sstop)
 }
 
 // completeRecv fills w.Src of a UD receive completion from the GRH of its
@@ -436,11 +512,11 @@ func (q *qp) completeRecv(c *cq, w *verbs.WC, slid uint16) {
 		}
 	}
 	q.recvMu.Unlock()
-	if !found || !success || !s.sges || w.Flags&verbs.WCGRH == 0 {
+	if !found || !success || s.ngrh == 0 || w.Flags&verbs.WCGRH == 0 {
 		return
 	}
 	var grh [verbs.GRHLen]byte
-	if !q.pd.grh(&grh, s.lkey, s.addr) {
+	if !q.pd.grh(&grh, s.grh[:s.ngrh]) {
 		return
 	}
 	if g, ok := grhSource(grh[:]); ok {
@@ -464,6 +540,7 @@ func (q *qp) Close() error {
 		q.rcq.qpsMu.Unlock()
 		return err
 	}
+	q.pd.dev.removeQP(q)
 	q.rcq.life.release()
 	q.scq.life.release()
 	q.pd.life.release()

@@ -145,6 +145,25 @@ static inline int seqd_post_recv(struct seqd_qp *q, int n) {
 	return rc;
 }
 
+// seqd_post_both posts nr receives to rq (when rq is not NULL), then ns
+// sends to sq (when sq is not NULL): one crossing from Go for both
+// chains. On failure it returns the errno and sets *which to 0 (the
+// receives) or 1 (the sends); the refused index is in that QP's bad.
+static inline int seqd_post_both(struct seqd_qp *rq, int nr, struct seqd_qp *sq, int ns, int *which) {
+	int rc;
+
+	*which = 0;
+	if (rq != NULL && nr > 0) {
+		rc = seqd_post_recv(rq, nr);
+		if (rc != 0)
+			return rc;
+	}
+	*which = 1;
+	if (sq != NULL && ns > 0)
+		return seqd_post_send(sq, ns);
+	return 0;
+}
+
 // seqd_wc is a work completion with the union resolved and the immediate
 // data already in host byte order.
 struct seqd_wc {
@@ -252,4 +271,70 @@ static inline ssize_t seqd_query_gid_table(struct ibv_context *ctx, struct ibv_g
 
 static inline const char *seqd_device_name(struct ibv_device **list, int i) {
 	return ibv_get_device_name(list[i]);
+}
+
+// seqd_async_event reads one asynchronous event from the context's
+// (nonblocking) async fd, acknowledges it, and returns what it names: the
+// CQ (as an address, for CQ_ERR), the QP number (QP events) or the port
+// (port events). It returns 0, or the errno (EAGAIN: none pending).
+static inline int seqd_async_event(struct ibv_context *ctx, int *type, uintptr_t *cq, uint32_t *qpn, int *port) {
+	struct ibv_async_event ev;
+
+	if (ibv_get_async_event(ctx, &ev) != 0)
+		return errno ? errno : EIO;
+	*type = ev.event_type;
+	*cq = 0;
+	*qpn = 0;
+	*port = 0;
+	switch (ev.event_type) {
+	case IBV_EVENT_CQ_ERR:
+		*cq = (uintptr_t)ev.element.cq;
+		break;
+	case IBV_EVENT_QP_FATAL:
+	case IBV_EVENT_QP_REQ_ERR:
+	case IBV_EVENT_QP_ACCESS_ERR:
+	case IBV_EVENT_COMM_EST:
+	case IBV_EVENT_SQ_DRAINED:
+	case IBV_EVENT_PATH_MIG:
+	case IBV_EVENT_PATH_MIG_ERR:
+	case IBV_EVENT_QP_LAST_WQE_REACHED:
+		*qpn = ev.element.qp->qp_num;
+		break;
+	case IBV_EVENT_PORT_ACTIVE:
+	case IBV_EVENT_PORT_ERR:
+	case IBV_EVENT_LID_CHANGE:
+	case IBV_EVENT_PKEY_CHANGE:
+	case IBV_EVENT_SM_CHANGE:
+	case IBV_EVENT_CLIENT_REREGISTER:
+	case IBV_EVENT_GID_CHANGE:
+		*port = ev.element.port_num;
+		break;
+	default:
+		break;
+	}
+	ibv_ack_async_event(&ev);
+	return 0;
+}
+
+// seqd_post_many posts nr[i] receives to rqs[i] for each of the nq QPs,
+// then ns sends to sq (when not NULL): one crossing from Go for all the
+// chains. On failure it returns the errno and sets *failed to the index
+// of the receive QP that refused (nq: the sends); the refused WR's index
+// is in that QP's bad.
+static inline int seqd_post_many(struct seqd_qp **rqs, const int *nr, int nq, struct seqd_qp *sq, int ns, int *failed) {
+	int i, rc;
+
+	for (i = 0; i < nq; i++) {
+		if (nr[i] > 0) {
+			rc = seqd_post_recv(rqs[i], nr[i]);
+			if (rc != 0) {
+				*failed = i;
+				return rc;
+			}
+		}
+	}
+	*failed = nq;
+	if (sq != NULL && ns > 0)
+		return seqd_post_send(sq, ns);
+	return 0;
 }

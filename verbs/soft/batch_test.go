@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/seqd/seqd/verbs"
+	"github.com/seqd/seqd/verbs/rocev2"
 )
 
 // TestBuildGSO table-tests how a doorbell's packets become sendmmsg
@@ -297,3 +298,43 @@ func TestReceiveStamped(t *testing.T) {
 }
 
 const sizeofTimespec = int(unsafe.Sizeof(unix.Timespec{}))
+
+// TestBuildStampsIDs: in a GSO run, segment k leaves with IPv4 ID k (the
+// kernel numbers the segments it cuts), so its ICRC is computed for ID
+// k; rebuilt without GSO (the EIO fallback), every packet is a datagram
+// of its own with ID 0 again. To a peer on the RoCEv2 port a run holds
+// one destination QP's packets only.
+func TestBuildStampsIDs(t *testing.T) {
+	for _, port := range []uint16{5000, verbs.RoCEv2Port} {
+		pe := &peer{flow: rocev2.Flow{Src: [4]byte{10, 0, 0, 1}, Dst: [4]byte{10, 0, 0, 2}, SrcPort: 7000, DstPort: port,
+			FlagsFrag: 0x4000}, preLen: -1, roce: port == verbs.RoCEv2Port}
+		q := &queue{gso: true, arena: make([]byte, 1<<16), hdrs: make([]unix.Mmsghdr, 128),
+			iovs: make([]unix.Iovec, 128), ctrl: make([]byte, 128*cmsgSpace), hdrPkt: make([]int, 128)}
+		dests := []uint32{0x100, 0x100, 0x100, 0x101, 0x101}
+		for i, dst := range dests {
+			b := q.arena[q.used : q.used+rocev2.UDImmLen]
+			pe.udimm.Put(b, pe.prefix(rocev2.UDImmLen), dst, uint32(i), verbs.DefaultQKey, 9, uint32(i))
+			q.pkts = append(q.pkts, txPkt{pe: pe, off: int32(q.used), n: rocev2.UDImmLen})
+			q.used += rocev2.UDImmLen
+		}
+		check := func(what string, wantIDs []uint16) {
+			t.Helper()
+			for i, p := range q.pkts {
+				f := pe.flow
+				f.ID = wantIDs[i]
+				if !rocev2.VerifyICRC(&f, q.arena[p.off:p.off+p.n]) {
+					t.Errorf("port %d, %s: packet %d: ICRC not right for ID %d", port, what, i, wantIDs[i])
+				}
+			}
+		}
+		q.build(0)
+		if port == verbs.RoCEv2Port {
+			check("GSO", []uint16{0, 1, 2, 0, 1})
+		} else {
+			check("GSO", []uint16{0, 1, 2, 3, 4})
+		}
+		q.gso = false
+		q.build(0)
+		check("no GSO", []uint16{0, 0, 0, 0, 0})
+	}
+}

@@ -42,6 +42,11 @@ type config struct {
 	rcvbuf  int
 	sndbuf  int
 	maxQP   int
+	// tos is the IPv4 TOS byte (DSCP<<2 | ECN) of every packet sent:
+	// RoCE traffic on a PFC fabric belongs in its lossless class.
+	tos int
+	// nicwire: behave on the wire as an RDMA NIC does (see nicwire.go).
+	nicwire bool
 	// advertise is the address peers reach a device bound to 0.0.0.0 at.
 	advertise netip.Addr
 }
@@ -92,13 +97,20 @@ func parseConfig(device string, opts verbs.Options) (config, error) {
 				err = fmt.Errorf("want a specific IPv4 address")
 			}
 			c.advertise = c.advertise.Unmap()
+		case "tos":
+			c.tos, err = strconv.Atoi(v)
+			if err == nil && (c.tos < 0 || c.tos > 255) {
+				err = fmt.Errorf("want 0..255")
+			}
+		case "nicwire":
+			c.nicwire, err = parseOnOff(v)
 		case "max_qp":
 			c.maxQP, err = strconv.Atoi(v)
 			if err == nil && (c.maxQP < 1 || c.maxQP > 1<<20) {
 				err = fmt.Errorf("want 1..%d", 1<<20)
 			}
 		default:
-			err = fmt.Errorf("unknown option (have queues, loss, dup, reorder, seed, gso, gro, rcvbuf, sndbuf, max_qp, advertise)")
+			err = fmt.Errorf("unknown option (have queues, loss, dup, reorder, seed, gso, gro, rcvbuf, sndbuf, max_qp, advertise, tos, nicwire)")
 		}
 		if err != nil {
 			return c, fmt.Errorf("%w: soft option %s=%q: %v", verbs.ErrInvalidArgument, k, v, err)
@@ -109,6 +121,10 @@ func parseConfig(device string, opts verbs.Options) (config, error) {
 	}
 	if !c.addr.Addr().IsUnspecified() && c.advertise.IsValid() && c.advertise != c.addr.Addr() {
 		return c, fmt.Errorf("%w: advertise=%v differs from the device address %v", verbs.ErrInvalidArgument, c.advertise, c.addr.Addr())
+	}
+	if c.nicwire && (c.addr.Port() != verbs.RoCEv2Port || c.addr.Addr().IsUnspecified()) {
+		return c, fmt.Errorf("%w: soft option nicwire=on needs a device at a specific IPv4 address and port %d, not %v",
+			verbs.ErrInvalidArgument, verbs.RoCEv2Port, c.addr)
 	}
 	if c.addr.Port() != 0 && int(c.addr.Port())+c.queues-1 > 65535 {
 		return c, fmt.Errorf("%w: soft device ports %d+%d overflow", verbs.ErrInvalidArgument, c.addr.Port(), c.queues)
@@ -150,6 +166,10 @@ type device struct {
 	mrMu   sync.Mutex
 	nextMR int
 
+	// shared: the queues share the RoCEv2 port (SO_REUSEPORT), and the
+	// kernel steers each packet to queue DestQP mod queues.
+	shared bool
+
 	ctr    counters
 	holds  atomic.Int32 // open HoldDoorbell calls
 	closed atomic.Bool
@@ -164,19 +184,30 @@ func Open(name string, opts verbs.Options) (verbs.Device, error) {
 		return nil, err
 	}
 	d := &device{cfg: cfg, qps: make([]atomic.Pointer[qp], cfg.maxQP), log: slog.Default().With("verbs", "soft")}
+	// On the RoCEv2 port every queue listens on 4791, as a NIC does:
+	// peers (NICs above all) send only there.
+	d.shared = cfg.addr.Port() == verbs.RoCEv2Port && cfg.queues > 1
+	fail := func(err error) (verbs.Device, error) {
+		for _, q := range d.queues {
+			q.close()
+		}
+		return nil, err
+	}
 	for i := 0; i < cfg.queues; i++ {
 		port := cfg.addr.Port()
-		if port != 0 {
+		if port != 0 && !d.shared {
 			port += uint16(i)
 		}
 		q, err := newQueue(d, i, netip.AddrPortFrom(cfg.addr.Addr(), port))
 		if err != nil {
-			for _, q := range d.queues {
-				q.close()
-			}
-			return nil, err
+			return fail(err)
 		}
 		d.queues = append(d.queues, q)
+	}
+	if d.shared {
+		if err := steer(d.queues[0].fd, len(d.queues)); err != nil {
+			return fail(fmt.Errorf("soft: steering the shared port's packets to queues: %w", err))
+		}
 	}
 	d.name = "soft:" + d.queues[0].local.String()
 	for _, q := range d.queues {
@@ -191,7 +222,7 @@ func (d *device) Attr() verbs.DeviceAttr {
 	return verbs.DeviceAttr{
 		MaxQP: d.cfg.maxQP, MaxQPWR: 1 << 15, MaxSGE: maxSGE, MaxCQE: 1 << 20,
 		MaxMRSize: 1 << 32, MaxInline: maxInline, MaxRdAtomic: 16,
-		ActiveMTU: activeMTU, Queues: len(d.queues),
+		ActiveMTU: activeMTU, Queues: len(d.queues), SourcePorts: true,
 	}
 }
 
@@ -421,6 +452,7 @@ type counters struct {
 	rcRetransmits, rcDuplicates, rcNaks                              atomic.Uint64
 	faultLoss, faultDup, faultReorder, cqOverrun, gsoFallback        atomic.Uint64
 	rxDatagrams, txDatagrams                                         atomic.Uint64
+	rxIPID                                                           atomic.Uint64
 }
 
 func (c *counters) visit(f func(string, uint64)) {
@@ -448,4 +480,7 @@ func (c *counters) visit(f func(string, uint64)) {
 	f("gso_fallback", c.gsoFallback.Load())
 	f("rx_datagrams", c.rxDatagrams.Load())
 	f("tx_datagrams", c.txDatagrams.Load())
+	// Packets whose ICRC was right for a non-zero IPv4 ID (GSO segments,
+	// NIC and rxe senders).
+	f("rx_icrc_ip_id", c.rxIPID.Load())
 }

@@ -87,4 +87,26 @@
 //	              a container): the address peers reach the device at. It
 //	              is the source address in every ICRC; each received
 //	              datagram's destination comes from IP_PKTINFO.
+//	tos=N         IPv4 TOS byte of every packet (DSCP<<2 | ECN; default 0)
+//	nicwire=on    behave on the wire as an RDMA NIC (device IP:4791; needs
+//	              CAP_NET_RAW): random source port per AH, real non-zero
+//	              IPv4 IDs, for interoperability tests (nicwire.go)
+//
+// # Talking to RDMA NICs
+//
+// An Address with Port 0 means the RoCEv2 port, 4791, as on a NIC. A
+// device on port 4791 with several queues binds every queue to 4791
+// (SO_REUSEPORT) and attaches a classic BPF program that steers each
+// datagram to queue DestQP mod queues, where CreateQP puts the QP; UDP GRO
+// is off there (it would merge packets for different queues). To a peer
+// on 4791 a GSO run holds one destination QP's packets.
+//
+// The ICRC covers the IPv4 Identification, which a UDP socket never
+// sees. On transmit, a lone DF datagram leaves with ID 0 and the kernel
+// (or NIC) numbers the segments it cuts from a GSO message 0, 1, 2...:
+// segment k's ICRC is computed for ID k. On receive, a packet whose ICRC
+// is not right for ID 0 has the ID recovered from the difference
+// (rocev2.IDTerms; counted as rx_icrc_ip_id), which accepts segmented
+// runs, rxe and NICs, at the price of a 2^-16 instead of 2^-32 chance
+// of taking a corrupt packet (Ethernet's FCS stays in front).
 package soft

@@ -146,6 +146,12 @@ func (p *pd) CreateQP(attr verbs.QPInitAttr) (verbs.QP, error) {
 	d.nextQP = idx + 1
 	x.idx = idx
 	x.qpn = uint32(qpnBase + idx)
+	if d.shared {
+		// The queues share one port: the kernel steers each packet to
+		// queue DestQP mod queues (steerProgram).
+		q = d.queues[x.qpn%uint32(len(d.queues))]
+		x.q = q
+	}
 	d.qps[idx].Store(x)
 	d.qpMu.Unlock()
 	scq.attach(q, attr.Type == verbs.RC)

@@ -1,6 +1,7 @@
 package soft
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -43,18 +44,42 @@ type peer struct {
 	pre    uint32
 	icrc   rocev2.Patcher // consecutive packets differ in a few bytes
 	udimm  rocev2.UDImmICRC
+	// ids moves an ICRC to the IPv4 ID a GSO segment will carry, for the
+	// two packet lengths of a run (full segments and a shorter last one).
+	ids [2]rocev2.IDTerms
+	// roce: the peer listens on the RoCEv2 port, where a NIC or a soft
+	// device whose queues share the port may steer each packet to a
+	// queue by its destination QP; a GSO run then holds one QP's packets.
+	roce bool
 }
 
 func (q *queue) newPeer(a verbs.Address) (*peer, error) {
 	ip := a.GID.Addr()
-	if !ip.Is4() || a.Port == 0 {
-		return nil, fmt.Errorf("%w: soft provider reaches IPv4 addresses with a UDP port, not %v", verbs.ErrInvalidArgument, a)
+	if !ip.Is4() {
+		return nil, fmt.Errorf("%w: soft provider reaches IPv4 addresses, not %v", verbs.ErrInvalidArgument, a)
 	}
-	pe := &peer{sa: unix.RawSockaddrInet4{Family: unix.AF_INET, Addr: ip.As4()}}
-	pe.sa.Port = htons(a.Port)
-	pe.flow = rocev2.Flow{Src: q.ip, Dst: ip.As4(), SrcPort: q.local.Port(), DstPort: a.Port, FlagsFrag: 0x4000}
+	port := a.RoCEPort()
+	pe := &peer{sa: unix.RawSockaddrInet4{Family: unix.AF_INET, Addr: ip.As4()}, roce: port == verbs.RoCEv2Port}
+	pe.sa.Port = htons(port)
+	pe.flow = rocev2.Flow{Src: q.ip, Dst: ip.As4(), SrcPort: q.local.Port(), DstPort: port, FlagsFrag: 0x4000}
+	if q.nicwire {
+		pe.flow.SrcPort = nicSourcePort()
+	}
 	pe.preLen = -1
 	return pe, nil
+}
+
+// idTerm returns what IPv4 ID id adds to the ICRC of an n-byte packet to
+// pe.
+func (pe *peer) idTerm(n int, id uint16) uint32 {
+	t := &pe.ids[0]
+	if t.Len() != n {
+		pe.ids[0], pe.ids[1] = pe.ids[1], pe.ids[0]
+		if t.Len() != n {
+			t.Set(n)
+		}
+	}
+	return t.Term(id)
 }
 
 func (pe *peer) prefix(n int) uint32 {
@@ -70,6 +95,24 @@ type txPkt struct {
 	pe  *peer
 	off int32
 	n   int32
+	id  uint16 // the IPv4 ID its ICRC is computed for
+}
+
+// stampID makes the ICRC of p right for IPv4 ID id.
+func (q *queue) stampID(p *txPkt, id uint16) {
+	if p.id == id {
+		return
+	}
+	b := q.arena[p.off : p.off+p.n]
+	c := b[len(b)-rocev2.ICRCLen:]
+	binaryLE32(c, le32(c)^p.pe.idTerm(len(b), p.id^id))
+	p.id = id
+}
+
+// destQP returns the destination QPN of packet p.
+func (q *queue) destQP(p *txPkt) uint32 {
+	b := q.arena[p.off+5 : p.off+8]
+	return uint32(b[0])<<16 | uint32(b[1])<<8 | uint32(b[2])
 }
 
 // queue is one UDP socket with its transmit arena and receive rings.
@@ -89,6 +132,13 @@ type queue struct {
 	// (idle) only while it waits for the socket itself.
 	fd   int
 	idle atomic.Pointer[os.File]
+	// nicwire: packets leave through raw, an IP_HDRINCL socket
+	// (nicwire.go).
+	nicwire bool
+	raw     int
+	rawHdr  []byte       // txMaxPkts IPv4+UDP headers
+	rawIov  []unix.Iovec // two per packet: header, transport packet
+	nextID  uint16       // the IPv4 ID of the next packet (never 0)
 
 	// Transmit state, under txMu.
 	txMu    sync.Mutex
@@ -143,14 +193,23 @@ type queue struct {
 }
 
 func newQueue(d *device, idx int, local netip.AddrPort) (*queue, error) {
-	conn, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(local))
+	lc := net.ListenConfig{}
+	if d.shared {
+		lc.Control = func(_, _ string, c syscall.RawConn) error {
+			var serr error
+			err := c.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1) })
+			return errors.Join(err, serr)
+		}
+	}
+	pc, err := lc.ListenPacket(context.Background(), "udp4", local.String())
 	if err != nil {
 		return nil, fmt.Errorf("soft: queue %d: %w", idx, err)
 	}
+	conn := pc.(*net.UDPConn)
 	// Keep a duplicate of the socket and close the net.UDPConn: closing
 	// it removes the socket from the netpoller, the duplicate keeps it
 	// open (non-blocking, as ListenUDP made it).
-	q := &queue{d: d, idx: idx, fd: -1, gso: d.cfg.gso, done: make(chan struct{}), kick: make(chan struct{}, 1),
+	q := &queue{d: d, idx: idx, fd: -1, raw: -1, gso: d.cfg.gso, done: make(chan struct{}), kick: make(chan struct{}, 1),
 		rng: rand.New(rand.NewPCG(d.cfg.seed, uint64(idx)))}
 	bound := conn.LocalAddr().(*net.UDPAddr).AddrPort()
 	rc, err := conn.SyscallConn()
@@ -176,6 +235,9 @@ func newQueue(d *device, idx int, local netip.AddrPort) (*queue, error) {
 		unix.SetsockoptInt(q.fd, unix.SOL_SOCKET, unix.SO_RCVBUF, d.cfg.rcvbuf),
 		unix.SetsockoptInt(q.fd, unix.SOL_SOCKET, unix.SO_SNDBUF, d.cfg.sndbuf),
 	)
+	if d.cfg.tos != 0 {
+		serr = errors.Join(serr, unix.SetsockoptInt(q.fd, unix.IPPROTO_IP, unix.IP_TOS, d.cfg.tos))
+	}
 	if q.wildcard {
 		serr = errors.Join(serr, unix.SetsockoptInt(q.fd, unix.IPPROTO_IP, unix.IP_PKTINFO, 1))
 	}
@@ -185,7 +247,13 @@ func newQueue(d *device, idx int, local netip.AddrPort) (*queue, error) {
 	if e := unix.SetsockoptInt(q.fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1); e != nil {
 		d.log.Warn("SO_TIMESTAMPNS refused; receive completions stamped when read, which understates their age", "queue", idx, "err", e)
 	}
-	if d.cfg.gro {
+	if d.cfg.gro && d.shared {
+		// GRO merges a flow's packets whatever their destination QP, and
+		// the merged datagram reaches the queue of the first one only.
+		if idx == 0 {
+			d.log.Info("UDP GRO off: the queues share the RoCEv2 port")
+		}
+	} else if d.cfg.gro {
 		if e := unix.SetsockoptInt(q.fd, unix.IPPROTO_UDP, unix.UDP_GRO, 1); e != nil {
 			d.log.Warn("UDP_GRO refused; receiving one datagram per packet", "queue", idx, "err", e)
 		}
@@ -193,6 +261,12 @@ func newQueue(d *device, idx int, local netip.AddrPort) (*queue, error) {
 	if serr != nil {
 		unix.Close(q.fd)
 		return nil, fmt.Errorf("soft: queue %d socket options: %w", idx, serr)
+	}
+	if d.cfg.nicwire {
+		if err := q.openRaw(); err != nil {
+			unix.Close(q.fd)
+			return nil, fmt.Errorf("soft: queue %d: nicwire: %w", idx, err)
+		}
 	}
 	q.arena = make([]byte, txArenaLen)
 	q.pkts = make([]txPkt, 0, txMaxPkts)
@@ -243,6 +317,9 @@ func (q *queue) close() {
 	q.rxMu.Lock()
 	q.txMu.Lock()
 	unix.Close(q.fd)
+	if q.nicwire {
+		unix.Close(q.raw)
+	}
 	q.txMu.Unlock()
 	q.rxMu.Unlock()
 }
@@ -366,8 +443,15 @@ func (q *queue) flush() {
 	q.used = 0
 }
 
-// build fills the message headers for pkts[from:].
+// build fills the message headers for pkts[from:]. The kernel sends a
+// socket's DF datagram with IPv4 ID 0, and where it (or the NIC) cuts a
+// GSO message into segments it numbers them 0, 1, 2... (inet_gso_segment):
+// segment k's ICRC is computed for ID k.
 func (q *queue) build(from int) {
+	if q.nicwire {
+		q.buildRaw(from)
+		return
+	}
 	q.nhdr = 0
 	pkts := q.pkts
 	for i := from; i < len(pkts); {
@@ -378,13 +462,17 @@ func (q *queue) build(from int) {
 			// A GSO run: same peer, same size, contiguous, except that the
 			// last segment may be shorter.
 			for j < len(pkts) && j-i < gsoMaxSegs && pkts[j].pe == p.pe &&
-				pkts[j].off == p.off+int32(total) && pkts[j].n <= p.n && total+int(pkts[j].n) <= gsoMaxBytes {
+				pkts[j].off == p.off+int32(total) && pkts[j].n <= p.n && total+int(pkts[j].n) <= gsoMaxBytes &&
+				(!p.pe.roce || q.destQP(&pkts[j]) == q.destQP(&pkts[i])) {
 				total += int(pkts[j].n)
 				j++
 				if pkts[j-1].n < p.n {
 					break
 				}
 			}
+		}
+		for s := i; s < j; s++ {
+			q.stampID(&pkts[s], uint16(s-i))
 		}
 		k := q.nhdr
 		q.iovs[k] = unix.Iovec{Base: &q.arena[p.off]}
@@ -436,7 +524,7 @@ func (q *queue) waitWritable() {
 }
 
 func (q *queue) writable(ms int) bool {
-	fds := [1]unix.PollFd{{Fd: int32(q.fd), Events: unix.POLLOUT}}
+	fds := [1]unix.PollFd{{Fd: int32(q.txFD()), Events: unix.POLLOUT}}
 	n, _ := unix.Poll(fds[:], ms)
 	return n > 0
 }
@@ -444,7 +532,7 @@ func (q *queue) writable(ms int) bool {
 // write sends hdrs[sent:nhdr]; it reports false when the socket buffer is
 // full (EAGAIN). Callers hold txMu.
 func (q *queue) write() bool {
-	fd := uintptr(q.fd)
+	fd := uintptr(q.txFD())
 	for q.sent < q.nhdr {
 		n, errno := sendmmsg(fd, q.hdrs[q.sent:q.nhdr])
 		q.d.ctr.txSyscalls.Add(1)
@@ -776,4 +864,26 @@ func parseCmsgs(b []byte) (gso int, dst [4]byte, haveDst bool, stamp int64) {
 func binaryLE32(b []byte, v uint32) {
 	_ = b[3]
 	b[0], b[1], b[2], b[3] = byte(v), byte(v>>8), byte(v>>16), byte(v>>24)
+}
+
+// steerProgram is a classic BPF program for SO_ATTACH_REUSEPORT_CBPF: the
+// kernel runs it on a datagram with the data starting at the UDP payload,
+// the BTH, and delivers the datagram to the socket of the group whose
+// index it returns: DestQP (BTH bytes 5-7) mod n. Sockets join the group
+// in the order the queues bind, so index i is queue i. A datagram too
+// short to hold a BTH yields 0 (queue 0, which drops it).
+func steerProgram(n int) []unix.SockFilter {
+	return []unix.SockFilter{
+		{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: 4},
+		{Code: unix.BPF_ALU | unix.BPF_AND | unix.BPF_K, K: 0xffffff},
+		{Code: unix.BPF_ALU | unix.BPF_MOD | unix.BPF_K, K: uint32(n)},
+		{Code: unix.BPF_RET | unix.BPF_A},
+	}
+}
+
+// steer attaches steerProgram to the reuseport group of socket fd.
+func steer(fd, n int) error {
+	prog := steerProgram(n)
+	fp := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
+	return unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_REUSEPORT_CBPF, &fp)
 }

@@ -190,8 +190,9 @@ func atomicOp(t *testing.T, x, y *End, id uint64, op verbs.Opcode, loff, roff in
 
 // atomicOrder runs op on a zero word at roff (adding 1, or swapping 0 for
 // 1) and returns the byte order in which the provider's atomics read and
-// write memory: the API leaves it to the provider (hardware uses big
-// endian), so the suite learns it and then holds the provider to it.
+// write memory: the API leaves it to the provider, so the suite learns it,
+// checks it against the responder's DeviceAttr.AtomicBigEndian, and then
+// holds the provider to it.
 func atomicOrder(t *testing.T, x, y *End, op verbs.Opcode, roff int) binary.ByteOrder {
 	t.Helper()
 	if (y.MR.Addr()+uint64(roff))%8 != 0 {
@@ -206,16 +207,23 @@ func atomicOrder(t *testing.T, x, y *End, op verbs.Opcode, roff int) binary.Byte
 		atomicOp(t, x, y, 1, op, 0, roff, 1, 0)
 	}
 	checkBytes(t, "original value of a zero word", x.MR.Bytes()[:8], make([]byte, 8))
+	var o binary.ByteOrder
 	switch {
 	case binary.BigEndian.Uint64(rem) == 1:
 		t.Logf("%v: atomics use big-endian memory", op)
-		return binary.BigEndian
+		o = binary.BigEndian
 	case binary.LittleEndian.Uint64(rem) == 1:
 		t.Logf("%v: atomics use little-endian memory", op)
-		return binary.LittleEndian
+		o = binary.LittleEndian
+	default:
+		t.Fatalf("%v of 1 on a zero word left % x", op, rem)
 	}
-	t.Fatalf("%v of 1 on a zero word left % x", op, rem)
-	return nil
+	// Code that shares an atomic word with the CPU (the atomics mode)
+	// trusts the responder's attribute: it must say what happened.
+	if attr := y.Dev.Attr().AtomicBigEndian; attr != (o == binary.BigEndian) {
+		t.Errorf("%v: the responder's DeviceAttr.AtomicBigEndian is %v, but its atomics used %v memory", op, attr, o)
+	}
+	return o
 }
 
 func testFetchAdd(t *testing.T, a, b verbs.Device) {

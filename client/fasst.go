@@ -1,0 +1,489 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/seqd/seqd/admin/adminpb"
+	"github.com/seqd/seqd/dataplane"
+	"github.com/seqd/seqd/spec"
+	"github.com/seqd/seqd/verbs"
+)
+
+func init() { transports[spec.ModeFaSST] = dialFaSST }
+
+// fasstTransport is the client side of the FaSST mode (PROTOCOL.md,
+// "FaSST"): UD QPs that SEND requests carrying an RPC header (request ID
+// and count k) to the server's request QPs and RECV the answers.
+//
+// Coalescing: one Send call puts the callers it is handed into as few
+// requests as it can, one per client QP with room (usually one), each
+// for k values; the answer's k consecutive values go to the callers in
+// order. Every QP keeps at most window values in flight (the server
+// answers no more per QP and batch), in at most window requests (its
+// request-ID slots, spec.FaSSTSlots).
+//
+// Loss: a request unanswered after the retransmission timeout is sent
+// again under a fresh ID, for the callers still waiting in it; an answer
+// to any ID but the current one of a busy slot is stale and dropped.
+//
+// Engine IDs are 0 ≤ id < qps × window.
+type fasstTransport struct {
+	dev        verbs.Device
+	pd         verbs.PD
+	recvCQ     verbs.CQ
+	sendCQ     verbs.CQ
+	reqMR      verbs.MR // one request buffer per (QP, slot)
+	recvMR     verbs.MR
+	qps        []*fasstQP
+	window     int
+	recvN      int // RECVs per QP
+	timeout    time.Duration
+	answerFrom verbs.Senders
+	st         *stats
+
+	where       []fasstRef // by engine ID
+	outstanding int
+	rr          int // the QP the next Send starts with
+
+	// carry holds accepted answers whose values did not fit in Poll's
+	// result slice: delivered first by the next Poll. An accepted
+	// answer's callers move into a carry entry (its slot is free again
+	// at once); spare holds the caller lists not in use.
+	carry []fasstCarry
+	spare [][]int
+
+	wcs     []verbs.WC
+	swcs    []verbs.WC
+	recvWRs []verbs.RecvWR
+	recvSGE []verbs.SGE
+}
+
+// fasstRef is where an engine ID waits: QP qi, slot, position in the
+// slot's request; qi is refFree when it is not in flight, refCarried
+// when its answer was accepted and its value is in the carry.
+type fasstRef struct {
+	qi, slot, idx int
+}
+
+const (
+	refFree    = -1
+	refCarried = -2
+)
+
+type fasstCarry struct {
+	calls []int // engine IDs in value order (-1: cancelled)
+	next  int
+	first uint64
+}
+
+type fasstQP struct {
+	qp       verbs.QP
+	ah       verbs.AH
+	dest     verbs.QPN // the server request QP
+	qkey     uint32    // the request Q_Key
+	slots    *spec.FaSSTSlots
+	calls    [][]int // per slot: the engine IDs of its request, in value order (-1: cancelled)
+	live     []int   // per slot: IDs not cancelled
+	busy     []bool
+	deadline []time.Duration
+	values   int // values asked by the requests in flight
+	sendChain
+}
+
+const (
+	fasstSignalEvery = 16
+	fasstRecvSlot    = verbs.GRHLen + 2*spec.FaSSTAnswerLen
+)
+
+var _ transport = (*fasstTransport)(nil)
+
+// dialFaSST builds the QPs, asks the server to admit them in mode fasst
+// and attaches them to the grant.
+func dialFaSST(ctx context.Context, env *transportEnv) (transport, error) {
+	window := min(max(env.window, 1), spec.FaSSTMaxCount)
+	t, err := newFaSST(env.pd, env.dev, env.qps, window, env.retransmit, env.st)
+	if err != nil {
+		return nil, fmt.Errorf("client: fasst QPs: %w", err)
+	}
+	qps := make([]dataplane.Endpoint, len(t.qps))
+	for i, q := range t.qps {
+		qps[i] = dataplane.Endpoint{Addr: q.qp.Address(), QPN: q.qp.QPN()}
+	}
+	return admit(ctx, env, &adminpb.ConnectRequest{Mode: spec.ModeFaSST, Window: uint32(window), Qps: pbEndpoints(qps)}, t)
+}
+
+func newFaSST(pd verbs.PD, dev verbs.Device, nqps, window int, timeout time.Duration, st *stats) (t *fasstTransport, err error) {
+	if nqps < 1 || window < 1 || window > spec.FaSSTMaxCount {
+		return nil, fmt.Errorf("%d QPs, window %d", nqps, window)
+	}
+	t = &fasstTransport{dev: dev, pd: pd, window: window, timeout: timeout, st: st, recvN: 2*window + 16}
+	defer func() {
+		if err != nil {
+			t.Close()
+		}
+	}()
+	depth := 2*window + 2*fasstSignalEvery
+	if t.recvCQ, err = dev.CreateCQ(nqps * t.recvN); err != nil {
+		return nil, fmt.Errorf("receive CQ: %w", err)
+	}
+	if t.sendCQ, err = dev.CreateCQ(nqps * depth); err != nil {
+		return nil, fmt.Errorf("send CQ: %w", err)
+	}
+	if t.reqMR, err = pd.RegMR(nqps*window*spec.FaSSTRequestLen, verbs.AccessLocalWrite); err != nil {
+		return nil, fmt.Errorf("request buffers: %w", err)
+	}
+	if t.recvMR, err = pd.RegMR(nqps*t.recvN*fasstRecvSlot, verbs.AccessLocalWrite); err != nil {
+		return nil, fmt.Errorf("receive buffers: %w", err)
+	}
+	for i := range nqps {
+		q := &fasstQP{calls: make([][]int, window), live: make([]int, window), busy: make([]bool, window),
+			deadline: make([]time.Duration, window), sendChain: newSendChain(window)}
+		for s := range q.calls {
+			q.calls[s] = make([]int, 0, window)
+		}
+		if q.slots, err = spec.NewFaSSTSlots(window); err != nil {
+			return nil, err
+		}
+		t.qps = append(t.qps, q)
+		if q.qp, err = pd.CreateQP(verbs.QPInitAttr{Type: verbs.UD, SendCQ: t.sendCQ, RecvCQ: t.recvCQ,
+			Cap: verbs.QPCap{MaxSendWR: depth, MaxRecvWR: t.recvN, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: spec.FaSSTRequestLen}}); err != nil {
+			return nil, fmt.Errorf("QP %d: %w", i, err)
+		}
+	}
+	t.where = make([]fasstRef, nqps*window)
+	for i := range t.where {
+		t.where[i].qi = refFree
+	}
+	t.wcs = make([]verbs.WC, 64)
+	t.carry = make([]fasstCarry, 0, len(t.wcs))
+	for range len(t.wcs) {
+		t.spare = append(t.spare, make([]int, 0, window))
+	}
+	t.swcs = make([]verbs.WC, 64)
+	t.recvWRs = make([]verbs.RecvWR, max(t.recvN, len(t.wcs)))
+	t.recvSGE = make([]verbs.SGE, len(t.recvWRs))
+	for i := range t.recvWRs {
+		t.recvWRs[i].SG = t.recvSGE[i : i+1]
+	}
+	return t, nil
+}
+
+// attach reads the grant: window, request QPs and Q_Key, the answer
+// Q_Key and the QPs answers come from. It brings the QPs up with the
+// answer Q_Key and posts their RECVs before any request leaves.
+func (t *fasstTransport) attach(g dataplane.Grant) error {
+	if g.Window < 1 || len(g.ServerQPs) == 0 || len(g.Assignment) != len(t.qps) || g.QKey == 0 {
+		return fmt.Errorf("%w: connect: malformed fasst grant (window %d, %d server QPs, %d assignments for %d QPs)",
+			ErrUnavailable, g.Window, len(g.ServerQPs), len(g.Assignment), len(t.qps))
+	}
+	if len(g.AnswerQPs) == 0 || g.AnswerQKey == 0 {
+		return fmt.Errorf("%w: connect: fasst grant without answer QPs or answer Q_Key", ErrUnavailable)
+	}
+	t.answerFrom = sendersOf(g.AnswerQPs)
+	t.window = min(t.window, g.Window)
+	for i, q := range t.qps {
+		if int(g.Assignment[i]) >= len(g.ServerQPs) {
+			return fmt.Errorf("%w: connect: assignment[%d] = %d of %d server QPs", ErrUnavailable, i, g.Assignment[i], len(g.ServerQPs))
+		}
+		srv := g.ServerQPs[g.Assignment[i]]
+		var err error
+		if q.ah, err = t.pd.CreateAH(verbs.AHAttr{Dest: srv.Addr, PortNum: 1}); err != nil {
+			return fmt.Errorf("client: fasst: address handle for %v: %w", srv.Addr, err)
+		}
+		q.dest, q.qkey = srv.QPN, g.QKey
+		if err := verbs.BringUpUD(q.qp, g.AnswerQKey, 0); err != nil {
+			return fmt.Errorf("client: fasst QP %d bring-up: %w", i, err)
+		}
+		for s := range t.recvN {
+			t.setRecv(s, i, s)
+		}
+		if _, err := q.qp.PostRecv(t.recvWRs[:t.recvN]); err != nil {
+			return fmt.Errorf("client: fasst QP %d: post receives: %w", i, err)
+		}
+	}
+	return nil
+}
+
+func (t *fasstTransport) setRecv(i, qi, s int) {
+	slot := qi*t.recvN + s
+	t.recvWRs[i].ID = uint64(slot)
+	t.recvSGE[i] = verbs.SGE{Addr: t.recvMR.Addr() + uint64(slot)*fasstRecvSlot, Length: fasstRecvSlot, LKey: t.recvMR.LKey()}
+}
+
+// Free is how many more callers Send takes now: the values each QP may
+// still ask for.
+func (t *fasstTransport) Free() int {
+	n := 0
+	for _, q := range t.qps {
+		if q.slots.Free() > 0 {
+			n += t.window - q.values
+		}
+	}
+	return n
+}
+
+// Outstanding is how many callers wait for a value.
+func (t *fasstTransport) Outstanding() int { return t.outstanding }
+
+// CQ is the queue answers arrive on.
+func (t *fasstTransport) CQ() verbs.CQ { return t.recvCQ }
+
+// Broken is never true: UD has no connection to break.
+func (t *fasstTransport) Broken() bool { return false }
+
+// Send coalesces ids into one request per QP with room, starting with
+// the QP after the one the previous Send started with; all of them are
+// rung with one doorbell where the device can.
+func (t *fasstTransport) Send(now time.Duration, ids []int) (int, error) {
+	for i, id := range ids {
+		if id < 0 || id >= len(t.where) || t.where[id].qi != refFree {
+			ids = ids[:i] // not an ID this transport can take: take the prefix before it
+			break
+		}
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	if b, ok := t.dev.(verbs.DoorbellBatcher); ok {
+		b.HoldDoorbell()
+		defer b.RingDoorbell()
+	}
+	took := 0
+	var ferr error
+	for k := 0; k < len(t.qps) && took < len(ids); k++ {
+		qi := (t.rr + k) % len(t.qps)
+		q := t.qps[qi]
+		m := min(t.window-q.values, len(ids)-took)
+		if m <= 0 {
+			continue
+		}
+		slot, rid, ok := q.slots.Take(m)
+		if !ok {
+			continue
+		}
+		q.busy[slot], q.live[slot] = true, m
+		q.calls[slot] = append(q.calls[slot][:0], ids[took:took+m]...)
+		for i, id := range q.calls[slot] {
+			t.where[id] = fasstRef{qi, slot, i}
+		}
+		q.values += m
+		t.outstanding += m
+		t.queue(now, qi, slot, rid, m)
+		if err := t.flush(q); err != nil && ferr == nil {
+			ferr = err
+		}
+		took += m
+	}
+	t.rr = (t.rr + 1) % len(t.qps)
+	return took, ferr
+}
+
+// queue adds the request of slot (ID rid, k values) to its QP's chain,
+// and arms its timeout.
+func (t *fasstTransport) queue(now time.Duration, qi, slot int, rid spec.FaSSTID, k int) {
+	q := t.qps[qi]
+	q.deadline[slot] = now + t.timeout
+	idx := qi*cap(q.busy) + slot
+	off := idx * spec.FaSSTRequestLen
+	spec.PutFaSSTRequest(t.reqMR.Bytes()[off:off+spec.FaSSTRequestLen], k, rid) // 1 ≤ k ≤ window ≤ FaSSTMaxCount
+	q.add(qi, fasstSignalEvery, verbs.SendWR{Opcode: verbs.OpSend, Flags: verbs.Inline, AH: q.ah, RemoteQPN: q.dest, RemoteQKey: q.qkey},
+		verbs.SGE{Addr: t.reqMR.Addr() + uint64(off), Length: spec.FaSSTRequestLen, LKey: t.reqMR.LKey()})
+}
+
+// flush posts q's queued requests as one chain (one doorbell). Requests
+// that could not be posted are sent again when they time out.
+func (t *fasstTransport) flush(q *fasstQP) error {
+	if err := q.post(q.qp, uint64(2*cap(q.busy)+fasstSignalEvery), t.reapSends, t.st); err != nil {
+		return fmt.Errorf("client: fasst: %w", err)
+	}
+	return nil
+}
+
+// Poll hands out the values of accepted answers, each caller of a
+// request its own (first+i), and re-posts the RECVs it consumed, one
+// chain per QP.
+func (t *fasstTransport) Poll(now time.Duration, res []result) int {
+	t.reapSends()
+	k := t.drainCarry(res)
+	if k == len(res) || len(t.carry) > 0 {
+		return k
+	}
+	n, err := t.recvCQ.Poll(t.wcs)
+	if err != nil || n == 0 {
+		return k
+	}
+	buf := t.recvMR.Bytes()
+	for qi, q := range t.qps {
+		nr := 0
+		for i := range t.wcs[:n] {
+			wc := &t.wcs[i]
+			slot := int(wc.ID)
+			if slot/t.recvN != qi {
+				continue
+			}
+			t.setRecv(nr, qi, slot%t.recvN)
+			nr++
+			if wc.Status != verbs.WCSuccess || wc.Opcode != verbs.WCRecv || wc.Flags&verbs.WCWithImm != 0 ||
+				wc.ByteLen < verbs.GRHLen || wc.ByteLen > fasstRecvSlot {
+				if wc.Status != verbs.WCWRFlushErr {
+					t.st.malformed.Add(1)
+				}
+				continue
+			}
+			if !t.answerFrom.Match(wc) {
+				t.st.forged.Add(1)
+				continue
+			}
+			off := slot*fasstRecvSlot + verbs.GRHLen
+			h, first, err := spec.DecodeFaSSTAnswer(buf[off : off+int(wc.ByteLen)-verbs.GRHLen])
+			if err != nil {
+				t.st.malformed.Add(1)
+				continue
+			}
+			s, ok := q.slots.Match(h.ID, h.Count)
+			if !ok {
+				t.st.stale.Add(1) // an answer to an earlier ID, a released slot, or a duplicate
+				continue
+			}
+			// Matched: the callers move to the carry, and the slot is
+			// released, so that no later answer to this ID matches.
+			calls := q.calls[s]
+			q.calls[s] = t.spare[len(t.spare)-1][:0]
+			t.spare = t.spare[:len(t.spare)-1]
+			for _, id := range calls {
+				if id >= 0 {
+					t.where[id].qi = refCarried
+				}
+			}
+			t.carry = append(t.carry, fasstCarry{calls: calls, first: first})
+			q.slots.Release(s)
+			q.busy[s], q.live[s] = false, 0
+			q.values -= h.Count
+		}
+		if nr > 0 {
+			q.qp.PostRecv(t.recvWRs[:nr]) // a refused RECV only shrinks the queue; answers then time out
+		}
+	}
+	return k + t.drainCarry(res[k:])
+}
+
+// drainCarry moves values of accepted answers into res.
+func (t *fasstTransport) drainCarry(res []result) int {
+	k := 0
+	for len(t.carry) > 0 && k < len(res) {
+		c := &t.carry[0]
+		for ; c.next < len(c.calls) && k < len(res); c.next++ {
+			id := c.calls[c.next]
+			if id < 0 {
+				continue // its caller gave up: the value is skipped
+			}
+			t.where[id].qi = refFree
+			t.outstanding--
+			res[k] = result{ID: id, Value: c.first + uint64(c.next)}
+			k++
+		}
+		if c.next < len(c.calls) {
+			break
+		}
+		t.spare = append(t.spare, c.calls[:0])
+		n := copy(t.carry, t.carry[1:])
+		t.carry[n] = fasstCarry{}
+		t.carry = t.carry[:n]
+	}
+	return k
+}
+
+// Expire sends every request whose timeout passed again, under a fresh
+// ID, for the callers still waiting in it, and returns how many it
+// resent.
+func (t *fasstTransport) Expire(now time.Duration) int {
+	if d, ok := t.NextDeadline(); !ok || now < d {
+		return 0
+	}
+	if b, ok := t.dev.(verbs.DoorbellBatcher); ok {
+		b.HoldDoorbell()
+		defer b.RingDoorbell()
+	}
+	n := 0
+	for qi, q := range t.qps {
+		for s := range q.busy {
+			if !q.busy[s] || now < q.deadline[s] {
+				continue
+			}
+			// Compact: cancelled callers leave the request.
+			calls := q.calls[s][:0]
+			for _, id := range q.calls[s] {
+				if id >= 0 {
+					t.where[id].idx = len(calls)
+					calls = append(calls, id)
+				}
+			}
+			q.calls[s] = calls
+			q.values -= q.slots.Count(s)
+			q.values += len(calls)
+			t.queue(now, qi, s, q.slots.Renew(s, len(calls)), len(calls))
+			n++
+		}
+		t.flush(q)
+	}
+	return n
+}
+
+// NextDeadline is when the earliest request in flight times out.
+func (t *fasstTransport) NextDeadline() (time.Duration, bool) {
+	var d time.Duration
+	ok := false
+	for _, q := range t.qps {
+		for s, b := range q.busy {
+			if b && (!ok || q.deadline[s] < d) {
+				d, ok = q.deadline[s], true
+			}
+		}
+	}
+	return d, ok
+}
+
+// Cancel drops id: its value, if its request is answered, is skipped. A
+// request none of whose callers waits any more is released, and an
+// answer to it is stale.
+func (t *fasstTransport) Cancel(id int) {
+	if id < 0 || id >= len(t.where) || t.where[id].qi == refFree {
+		return
+	}
+	r := t.where[id]
+	t.where[id].qi = refFree
+	t.outstanding--
+	if r.qi == refCarried {
+		// Answered, its value not yet reported: skip it.
+		for i := range t.carry {
+			for j, c := range t.carry[i].calls {
+				if c == id {
+					t.carry[i].calls[j] = -1
+				}
+			}
+		}
+		return
+	}
+	q := t.qps[r.qi]
+	q.calls[r.slot][r.idx] = -1
+	if q.live[r.slot]--; q.live[r.slot] == 0 && q.busy[r.slot] {
+		q.values -= q.slots.Count(r.slot)
+		q.slots.Release(r.slot)
+		q.busy[r.slot] = false
+		q.calls[r.slot] = q.calls[r.slot][:0]
+	}
+}
+
+func (t *fasstTransport) reapSends() int { return reapSends(t.sendCQ, t.swcs, t.qps) }
+
+// Close releases the transport's verbs resources (not the PD).
+func (t *fasstTransport) Close() error {
+	for _, q := range t.qps {
+		closeAll(q.qp, q.ah)
+	}
+	t.qps = nil
+	closeAll(t.reqMR, t.recvMR, t.recvCQ, t.sendCQ)
+	return nil
+}

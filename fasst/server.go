@@ -1,0 +1,268 @@
+package fasst
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/seqd/seqd/dataplane"
+	wk "github.com/seqd/seqd/internal/worker"
+	"github.com/seqd/seqd/verbs"
+)
+
+// Server is a running FaSST data path.
+type Server struct {
+	// The protection domain, the clients' address handles, the workers
+	// and their response QPs (AnswerQPs: answers come only from these).
+	wk.Pool[*worker]
+	cfg    Config
+	log    *slog.Logger
+	ctx    context.Context // cancelled by Stop: wakes workers blocked in CQ.Wait
+	cancel context.CancelFunc
+	start  time.Time
+
+	stopped atomic.Bool
+
+	mu        sync.Mutex
+	sessions  map[uint64]*session
+	nsessions atomic.Int64
+	nextID    uint64
+	rr        int
+	closed    bool
+}
+
+type session struct {
+	id     uint64
+	name   string
+	window int
+	peers  []*peer
+	worker []int
+}
+
+var _ dataplane.Mode = (*Server)(nil)
+
+// Start creates the workers' queue pairs and starts them (a
+// dataplane.Factory).
+func Start(ctx context.Context, c dataplane.Config) (dataplane.Mode, error) {
+	return New(Config{Config: wk.Config{Device: c.Device, Oracle: c.Oracle, Behind: c.Behind, Workers: c.Workers,
+		RespQPs: c.RespQPs, Cores: c.Cores, QKey: c.QKey, Epoch: c.Epoch, Logger: c.Logger},
+		MaxWindow: c.MaxWindow, MaxClients: c.MaxClients})
+}
+
+// New creates the workers' queue pairs and starts them.
+func New(cfg Config) (*Server, error) {
+	cfg, err := cfg.validate()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, start: time.Now(), sessions: map[uint64]*session{}}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	if err := s.Start(cfg.Device, cfg.Workers, func(i int) (*worker, error) { return newWorker(s, i) }); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("fasst: %w", err)
+	}
+	s.log.Info("fasst data path up", "device", cfg.Device.Name(), "workers", cfg.Workers,
+		"resp_qps", cfg.RespQPs, "max_window", cfg.MaxWindow, "epoch", cfg.Epoch)
+	return s, nil
+}
+
+// Admit admits a session: each client QP goes to a worker (round-robin),
+// whose shared receive queue has room for the window of every QP
+// admitted to it. The client QPs send to their worker's request QP
+// (Grant.ServerQPs[Grant.Assignment[i]]) with Grant.QKey; answers come
+// from Grant.AnswerQPs with Grant.AnswerQKey, the session's own.
+func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces dataplane.SessionRef) (dataplane.Grant, error) {
+	if s.stopped.Load() {
+		return dataplane.Grant{}, fmt.Errorf("%w: fasst: stopping", dataplane.ErrUnavailable)
+	}
+	if len(a.QPs) == 0 {
+		return dataplane.Grant{}, fmt.Errorf("%w: fasst: no queue pairs", dataplane.ErrInvalidArgument)
+	}
+	if a.Window < 0 {
+		return dataplane.Grant{}, fmt.Errorf("%w: fasst: window %d", dataplane.ErrInvalidArgument, a.Window)
+	}
+	window := a.Window
+	if window == 0 {
+		window = DefaultWindow
+	}
+	window = min(window, s.cfg.MaxWindow)
+	keys := make([]peerKey, len(a.QPs))
+	for i, q := range a.QPs {
+		if q.QPN > verbs.MaxQPN {
+			return dataplane.Grant{}, fmt.Errorf("%w: fasst: qps[%d]: QPN above 24 bits", dataplane.ErrInvalidArgument, i)
+		}
+		keys[i] = peerKey{q.Addr, q.QPN}
+		for _, k := range keys[:i] {
+			if k == keys[i] {
+				return dataplane.Grant{}, fmt.Errorf("%w: fasst: qps[%d] named twice", dataplane.ErrInvalidArgument, i)
+			}
+		}
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped.Load() {
+		return dataplane.Grant{}, fmt.Errorf("%w: fasst: stopping", dataplane.ErrUnavailable)
+	}
+	if err := ctx.Err(); err != nil {
+		// The caller gave up while waiting for the lock: admitting it
+		// now would leave a session nobody knows of.
+		return dataplane.Grant{}, fmt.Errorf("%w: fasst: connect: %v", dataplane.ErrUnavailable, err)
+	}
+	var prev *session
+	if replaces.ID != 0 && replaces.Epoch == s.cfg.Epoch {
+		prev = s.sessions[replaces.ID]
+	}
+	n := len(s.sessions)
+	freed := make([]int, len(s.Workers))
+	if prev != nil {
+		n--
+		for _, wi := range prev.worker {
+			freed[wi] += prev.window
+		}
+	}
+	if n >= s.cfg.MaxClients {
+		return dataplane.Grant{}, fmt.Errorf("%w: fasst: %d sessions, the maximum", dataplane.ErrNoCapacity, n)
+	}
+	for _, k := range keys {
+		for _, w := range s.Workers {
+			if p := (*w.peers.Load())[k]; p != nil && (prev == nil || p.session != prev.id) {
+				return dataplane.Grant{}, fmt.Errorf("%w: fasst: QP %v at %v is already connected", dataplane.ErrFailedPrecondition, k.qpn, k.addr)
+			}
+		}
+	}
+	assign := make([]uint32, len(keys))
+	extra := make([]int, len(s.Workers))
+	for i := range keys {
+		wi := (s.rr + i) % len(s.Workers)
+		assign[i] = uint32(wi)
+		extra[wi] += window
+	}
+	for wi, e := range extra {
+		if b := s.Workers[wi].budget + e - freed[wi]; b > s.cfg.budget() {
+			return dataplane.Grant{}, fmt.Errorf("%w: fasst: worker %d would take windows of %d, the maximum is %d", dataplane.ErrNoCapacity, wi, b, s.cfg.budget())
+		}
+	}
+	now := time.Now()
+	s.nextID++
+	sess := &session{id: s.nextID, name: a.Name, window: window}
+	// The session's own answer Q_Key: no other client can address its
+	// answers (PROTOCOL.md, "Sessions").
+	qkey := verbs.RandomQKey(s.cfg.QKey)
+	for i, k := range keys {
+		ah, err := s.AHs.Get(k.addr, now)
+		if err != nil {
+			for _, p := range sess.peers {
+				s.AHs.Put(p.key.addr, now)
+			}
+			return dataplane.Grant{}, fmt.Errorf("%w: fasst: address handle for %v: %v", dataplane.ErrInvalidArgument, k.addr, err)
+		}
+		sess.peers = append(sess.peers, &peer{key: k, ah: ah, session: sess.id, qkey: qkey, window: window})
+		sess.worker = append(sess.worker, int(assign[i]))
+	}
+	if prev != nil {
+		s.release(prev, now)
+	}
+	s.rr = (s.rr + len(keys)) % len(s.Workers)
+	for i, p := range sess.peers {
+		w := s.Workers[sess.worker[i]]
+		w.budget += window
+		w.setPeers(func(t peerTable) { t[p.key] = p })
+	}
+	s.sessions[sess.id] = sess
+	s.nsessions.Store(int64(len(s.sessions)))
+	g := dataplane.Grant{Session: sess.id, Epoch: s.cfg.Epoch, Window: window, QKey: s.cfg.QKey, AnswerQKey: qkey,
+		Assignment: assign, AnswerQPs: s.AnswerQPs} // High: the admin adapter reads it from the oracle
+	for _, w := range s.Workers {
+		g.ServerQPs = append(g.ServerQPs, dataplane.Endpoint{Addr: w.reqQP.Address(), QPN: w.reqQP.QPN()})
+	}
+	s.log.Info("fasst client admitted", "session", sess.id, "name", a.Name, "qps", len(keys), "window", window)
+	return g, nil
+}
+
+// Release ends a session of this epoch.
+func (s *Server) Release(ctx context.Context, r dataplane.SessionRef) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sess, ok := s.sessions[r.ID]
+	if !ok || r.Epoch != s.cfg.Epoch {
+		return fmt.Errorf("%w: fasst: session %d of epoch %d", dataplane.ErrUnknownSession, r.ID, r.Epoch)
+	}
+	now := time.Now()
+	s.release(sess, now)
+	s.AHs.Reap(now)
+	s.log.Info("fasst client released", "session", sess.id, "name", sess.name)
+	return nil
+}
+
+// release removes sess from the workers' tables; its address handles
+// are closed ahcache.Grace later (a worker may hold one in a batch).
+// s.mu is held.
+func (s *Server) release(sess *session, now time.Time) {
+	delete(s.sessions, sess.id)
+	s.nsessions.Store(int64(len(s.sessions)))
+	for i, p := range sess.peers {
+		w := s.Workers[sess.worker[i]]
+		w.budget -= sess.window
+		w.setPeers(func(t peerTable) {
+			if t[p.key] == p {
+				delete(t, p.key)
+			}
+		})
+		s.AHs.Put(p.key.addr, now)
+	}
+}
+
+// Stop drains the mode: the workers finish the batch in hand and exit,
+// then every QP moves to ERR so that late requests get no answer. Every
+// value the mode handed out was claimed from the oracle, so it returns
+// high 0.
+func (s *Server) Stop() (uint64, error) {
+	if s.Pool.Stop(&s.mu, &s.stopped, s.cancel, (*worker).toErr) {
+		s.log.Info("fasst data path stopped")
+	}
+	return 0, nil
+}
+
+// Close stops the mode and releases every verbs resource.
+func (s *Server) Close() error {
+	s.Stop()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	s.Pool.Close()
+	return nil
+}
+
+// Stats sums the workers' counters. Served counts values handed out
+// (a request asks for one or more); requests_total the requests
+// answered. Drops count requests, except expired and oracle_error, which
+// count the values of a batch's claim.
+func (s *Server) Stats() dataplane.Stats {
+	st := wk.Sum(s.Workers)
+	st.Sessions = int(s.nsessions.Load())
+	var requests, dupIDs uint64
+	for _, w := range s.Workers {
+		requests += w.requests.Load()
+		dupIDs += w.dupIDs.Load()
+	}
+	st.Counters = append(st.Counters,
+		dataplane.Counter{Name: "requests_total", Help: "Requests answered (each for one or more values).", Value: requests},
+		dataplane.Counter{Name: "duplicate_ids_total", Help: "Requests with the same ID as the previous request of their QP (network duplicates).", Value: dupIDs})
+	return st
+}
+
+// AddressHandles is the number of open address handles (tests: churn
+// leaves none behind).
+func (s *Server) AddressHandles() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.AHs.Reap(time.Now())
+	return s.AHs.Len()
+}

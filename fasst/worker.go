@@ -1,0 +1,315 @@
+package fasst
+
+import (
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"time"
+
+	wk "github.com/seqd/seqd/internal/worker"
+	"github.com/seqd/seqd/spec"
+	"github.com/seqd/seqd/verbs"
+)
+
+// The mode's own drop reasons, after internal/worker's (expired, late,
+// oracle_error, send_error).
+const (
+	dropWCError = wk.NumDrops + iota
+	dropBadOpcode
+	dropMalformed
+	dropUnknownSource
+	dropWindow
+)
+
+var dropNames = []string{"wc_error", "bad_opcode", "malformed", "unknown_source", "window"}
+
+// peerKey identifies a client QP: its address (with UDP port) and QPN.
+type peerKey struct {
+	addr verbs.Address
+	qpn  verbs.QPN
+}
+
+// peer is a client QP admitted to a worker. Fields other than the
+// worker-owned ones are fixed at admission.
+type peer struct {
+	key     peerKey
+	ah      verbs.AH
+	session uint64
+	qkey    uint32 // the session's answer Q_Key
+	window  int    // values one polled batch answers for this QP
+	lastID  spec.FaSSTID
+	seen    bool // worker-owned: lastID is set
+	inBatch int  // worker-owned: values asked in the current batch
+}
+
+type peerTable map[peerKey]*peer
+
+// pending is a valid request of the current batch.
+type pending struct {
+	p  *peer
+	id spec.FaSSTID
+	k  int
+}
+
+type worker struct {
+	wk.Base
+	s *Server
+
+	reqCQ, sendCQ verbs.CQ
+	reqQP         verbs.QP
+	recvMR        verbs.MR
+	// rwrs are the receive descriptors, built once (FaSST's cheap RECV
+	// posting): receive slot i is always rwrs[i]. chain collects the
+	// batch's re-posts, posted as one chain.
+	rwrs  []verbs.RecvWR
+	rsge  []verbs.SGE
+	chain []verbs.RecvWR
+
+	peers  atomic.Pointer[peerTable]
+	budget int // sum of admitted windows; guarded by Server.mu
+
+	wcs     []verbs.WC
+	pend    []pending
+	sendWRs []verbs.SendWR
+	sendSGE []verbs.SGE
+	// requests counts the requests answered (Base.Requests: the values
+	// handed out in them); dupIDs requests repeating the previous ID of
+	// their QP (network duplicates).
+	requests, dupIDs atomic.Uint64
+}
+
+func newWorker(s *Server, id int) (w *worker, err error) {
+	c := &s.cfg
+	w = &worker{s: s}
+	w.ID = id
+	defer func() {
+		if err != nil {
+			w.Close()
+		}
+	}()
+	dev := c.Device
+	if w.reqCQ, err = dev.CreateCQ(c.RecvQueue); err != nil {
+		return nil, fmt.Errorf("fasst: worker %d: request CQ: %w", id, err)
+	}
+	if w.sendCQ, err = dev.CreateCQ(c.RespQPs * c.SendDepth); err != nil {
+		return nil, fmt.Errorf("fasst: worker %d: send CQ: %w", id, err)
+	}
+	if w.reqQP, err = s.PD.CreateQP(verbs.QPInitAttr{Type: verbs.UD, SendCQ: w.sendCQ, RecvCQ: w.reqCQ,
+		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: c.RecvQueue, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+		return nil, fmt.Errorf("fasst: worker %d: request QP: %w", id, err)
+	}
+	if err = verbs.BringUpUD(w.reqQP, c.QKey, 0); err != nil {
+		return nil, fmt.Errorf("fasst: worker %d: request QP bring-up: %w", id, err)
+	}
+	if w.recvMR, err = s.PD.RegMR(c.RecvQueue*recvSlot, verbs.AccessLocalWrite); err != nil {
+		return nil, fmt.Errorf("fasst: worker %d: receive buffers: %w", id, err)
+	}
+	w.rwrs = make([]verbs.RecvWR, c.RecvQueue)
+	w.rsge = make([]verbs.SGE, c.RecvQueue)
+	for i := range w.rwrs {
+		w.rsge[i] = verbs.SGE{Addr: w.recvMR.Addr() + uint64(i*recvSlot), Length: recvSlot, LKey: w.recvMR.LKey()}
+		w.rwrs[i] = verbs.RecvWR{ID: uint64(i), SG: w.rsge[i : i+1]}
+	}
+	for off := 0; off < len(w.rwrs); {
+		n, err := w.reqQP.PostRecv(w.rwrs[off:])
+		if err != nil {
+			return nil, fmt.Errorf("fasst: worker %d: post receives: %w", id, err)
+		}
+		off += n
+	}
+	if err = w.Init(&c.Config, id, s.PD, w.sendCQ, spec.FaSSTAnswerLen, &s.stopped, dropNames...); err != nil {
+		return nil, fmt.Errorf("fasst: %w", err)
+	}
+	w.wcs = make([]verbs.WC, c.Batch)
+	w.chain = make([]verbs.RecvWR, c.Batch)
+	w.pend = make([]pending, c.Batch)
+	w.sendWRs = make([]verbs.SendWR, c.Batch)
+	w.sendSGE = make([]verbs.SGE, c.Batch)
+	empty := peerTable{}
+	w.peers.Store(&empty)
+	return w, nil
+}
+
+// setPeers publishes a copy of the peer table changed by f. Server.mu is
+// held.
+func (w *worker) setPeers(f func(peerTable)) {
+	old := *w.peers.Load()
+	t := make(peerTable, len(old)+1)
+	for k, v := range old {
+		t[k] = v
+	}
+	f(t)
+	w.peers.Store(&t)
+}
+
+func (w *worker) toErr() {
+	if w.reqQP != nil {
+		w.reqQP.Modify(&verbs.QPAttr{State: verbs.StateErr}, verbs.AttrState)
+	}
+	if w.Resp != nil {
+		w.Resp.ToErr()
+	}
+}
+
+// Close destroys the worker's resources; it is not running.
+func (w *worker) Close() {
+	w.Base.Close()
+	wk.CloseAll(w.reqQP, w.recvMR, w.reqCQ, w.sendCQ)
+}
+
+// Run is the worker's loop; it returns when the mode stops.
+func (w *worker) Run() {
+	defer w.Pin()()
+	spin := w.s.cfg.Spin
+	idleSince := time.Duration(-1)
+	for !w.s.stopped.Load() {
+		n, err := w.reqCQ.Poll(w.wcs)
+		if err != nil {
+			w.Log.Error("poll requests", "err", err)
+			n = 0
+		}
+		w.ReapSends()
+		if n == 0 {
+			now := time.Since(w.s.start)
+			if idleSince < 0 {
+				idleSince = now
+			} else if spin >= 0 && now-idleSince > spin {
+				w.reqCQ.Wait(w.s.ctx)
+				idleSince = -1
+			} else {
+				runtime.Gosched()
+			}
+			continue
+		}
+		idleSince = -1
+		w.batch(w.wcs[:n])
+	}
+}
+
+// batch answers one polled batch of requests: every receive buffer goes
+// back in one chain, the values of every valid request are claimed at
+// once, and the answers leave as one chain on the next response QP.
+func (w *worker) batch(wcs []verbs.WC) {
+	drops := w.Drops
+	peers := *w.peers.Load()
+	buf := w.recvMR.Bytes()
+	valid, values, nre := 0, 0, 0
+	oldest := verbs.Time(0)
+	polled := verbs.Now()
+	for i := range wcs {
+		wc := &wcs[i]
+		slot := int(wc.ID)
+		if slot < 0 || slot >= len(w.rwrs) {
+			continue
+		}
+		if wc.Status == verbs.WCWRFlushErr {
+			continue // the QP is in ERR (stopping): nothing to re-post
+		}
+		w.chain[nre] = w.rwrs[slot]
+		nre++
+		if wc.Status != verbs.WCSuccess {
+			drops[dropWCError].Add(1)
+			continue
+		}
+		if wc.Opcode != verbs.WCRecv || wc.Flags&verbs.WCWithImm != 0 {
+			drops[dropBadOpcode].Add(1)
+			continue
+		}
+		if wc.ByteLen < verbs.GRHLen || wc.ByteLen > recvSlot {
+			drops[dropMalformed].Add(1)
+			continue
+		}
+		off := slot * recvSlot
+		h, err := spec.DecodeFaSSTRequest(buf[off+verbs.GRHLen : off+int(wc.ByteLen)])
+		if err != nil {
+			drops[dropMalformed].Add(1)
+			continue
+		}
+		p := peers[peerKey{wc.Src, wc.SrcQP}]
+		if p == nil {
+			drops[dropUnknownSource].Add(1)
+			continue
+		}
+		if h.Count > p.window {
+			drops[dropWindow].Add(1) // more values than the window in one request
+			continue
+		}
+		if a := wc.Arrived; a != 0 && polled.Sub(a) > spec.MaxResidence {
+			drops[wk.DropExpired].Add(1) // dropped alone: it does not age the batch
+			continue
+		}
+		if p.seen && p.lastID == h.ID {
+			w.dupIDs.Add(1) // a network duplicate (answered, if in the window, with new values)
+		}
+		p.lastID, p.seen = h.ID, true
+		if p.inBatch+h.Count > p.window {
+			// More values asked by this QP in one batch than its window:
+			// the excess requests are not answered.
+			drops[dropWindow].Add(1)
+			continue
+		}
+		p.inBatch += h.Count
+		if a := wc.Arrived; oldest == 0 || a != 0 && a < oldest {
+			oldest = a
+		}
+		w.pend[valid] = pending{p, h.ID, h.Count}
+		valid++
+		values += h.Count
+	}
+	for i := range w.pend[:valid] {
+		w.pend[i].p.inBatch = 0
+	}
+	// The buffers' requests are decoded: back to the receive queue, one
+	// chain (one doorbell) for the batch.
+	if nre > 0 {
+		if _, err := w.reqQP.PostRecv(w.chain[:nre]); err != nil && !w.s.stopped.Load() {
+			w.Log.Error("re-post receives", "err", err)
+		}
+	}
+	if valid == 0 {
+		return
+	}
+	if oldest == 0 { // a provider that does not stamp: from now on
+		oldest = verbs.Now()
+	}
+	defer clear(w.pend[:valid])
+	// One claim for the whole batch (one atomic add on the oracle).
+	first, ok := w.Claim(oldest, values)
+	if !ok {
+		return
+	}
+	if w.answer(w.pend[:valid], first, oldest) {
+		w.Batches.Add(1)
+		w.Requests.Add(uint64(values))
+		w.requests.Add(uint64(valid))
+	}
+}
+
+// answer posts one answer per request, request i getting the next
+// reqs[i].k values from first on, as one chain on the next response QP,
+// unless the batch is by then older than spec.MaxResidence (Base.Post
+// checks it immediately before the doorbell): then its values are
+// skipped, never handed out. It reports whether the answers were posted.
+func (w *worker) answer(reqs []pending, first uint64, oldest verbs.Time) bool {
+	b, ok := w.Next(len(reqs))
+	if !ok {
+		return false
+	}
+	v := first
+	for i := range reqs {
+		r := &reqs[i]
+		wr := &w.sendWRs[i]
+		wr.Opcode = verbs.OpSend
+		wr.Flags = 0
+		b.Prepare(wr, i)
+		slot, sge := b.Slot(i)
+		spec.PutFaSSTAnswer(slot, r.k, r.id, v) // k was validated by the decoder
+		v += uint64(r.k)
+		w.sendSGE[i] = sge
+		wr.SG = w.sendSGE[i : i+1]
+		wr.AH = r.p.ah
+		wr.RemoteQPN = r.p.key.qpn
+		wr.RemoteQKey = r.p.qkey // the session's own: only its QPs accept it
+	}
+	return w.Post(b, w.sendWRs[:len(reqs)], oldest)
+}

@@ -1,0 +1,139 @@
+package rfp
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/seqd/seqd/dataplane"
+	"github.com/seqd/seqd/internal/claimtest"
+	wk "github.com/seqd/seqd/internal/worker"
+	"github.com/seqd/seqd/verbs"
+)
+
+func newServer(t *testing.T, maxClients int) *Server {
+	t.Helper()
+	s, err := New(Config{Config: wk.Config{Device: claimtest.OpenSoft(t, ""), Oracle: &claimtest.Oracle{}, Epoch: 7}, MaxQPs: maxClients, MaxWindow: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func endpoint(i int, qpn verbs.QPN) dataplane.Endpoint {
+	ip := netip.AddrFrom4([4]byte{127, 1, byte(i >> 8), byte(i)})
+	return dataplane.Endpoint{Addr: verbs.Address{GID: verbs.GIDFromAddr(ip), Port: 4791}, QPN: qpn}
+}
+
+// held is the number of sessions the server still holds resources of.
+func (s *Server) held() (live, released int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reclaim()
+	return len(s.sessions), len(s.limbo)
+}
+
+// TestChurnBoundsState admits and releases 3,000 sessions of two QPs from
+// distinct addresses with room for four client QPs at once: every release
+// gives its capacity back, and once the workers have swept past the last
+// release no session's QPs, blocks or PD are left.
+func TestChurnBoundsState(t *testing.T) {
+	s := newServer(t, 4)
+	ctx := context.Background()
+	const cycles = 3000
+	peak := 0
+	for i := range cycles {
+		g, err := s.Admit(ctx, dataplane.Admission{Name: "churn", Window: 4, QPs: []dataplane.Endpoint{endpoint(i, 0x100), endpoint(i, 0x101)}},
+			dataplane.SessionRef{})
+		if err != nil {
+			t.Fatalf("cycle %d: Admit = %v", i, err)
+		}
+		if len(g.ConnPSNs) != 4 || len(g.RemoteAddr) != 4 || len(g.RKey) != 4 || len(g.ServerConnQPs) != 2 || g.AnswerQKey == 0 || g.Window != 4 {
+			t.Fatalf("cycle %d: grant %+v", i, g)
+		}
+		if err := s.Release(ctx, dataplane.SessionRef{ID: g.Session, Epoch: g.Epoch}); err != nil {
+			t.Fatalf("cycle %d: Release = %v", i, err)
+		}
+		_, r := s.held()
+		peak = max(peak, r)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		live, released := s.held()
+		if live == 0 && released == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %d cycles: %d sessions, %d released ones not freed", cycles, live, released)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Logf("%d cycles: at most %d released sessions awaiting a sweep, 0 after", cycles, peak)
+}
+
+// TestAdmitRules: capacity, replaces, epochs, and a stopped mode.
+func TestAdmitRules(t *testing.T) {
+	s := newServer(t, 2)
+	ctx := context.Background()
+	a := dataplane.Admission{Name: "a", QPs: []dataplane.Endpoint{endpoint(1, 0x100), endpoint(1, 0x101)}}
+	g1, err := s.Admit(ctx, a, dataplane.SessionRef{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g1.Window != 4 {
+		t.Fatalf("window %d, want the maximum 4 (asked for the default)", g1.Window)
+	}
+	if _, err := s.Admit(ctx, dataplane.Admission{QPs: []dataplane.Endpoint{endpoint(2, 0x100)}}, dataplane.SessionRef{}); !errors.Is(err, dataplane.ErrNoCapacity) {
+		t.Fatalf("third QP on one worker with room for two: %v", err)
+	}
+	if _, err := s.Admit(ctx, dataplane.Admission{}, dataplane.SessionRef{}); !errors.Is(err, dataplane.ErrInvalidArgument) {
+		t.Fatalf("no QPs: %v", err)
+	}
+	if err := s.Release(ctx, dataplane.SessionRef{ID: g1.Session, Epoch: g1.Epoch + 1}); !errors.Is(err, dataplane.ErrUnknownSession) {
+		t.Fatalf("release of another epoch: %v", err)
+	}
+	// Naming it in another epoch releases nothing, and a refused Admit
+	// keeps it.
+	if _, err := s.Admit(ctx, dataplane.Admission{QPs: []dataplane.Endpoint{endpoint(3, 0x100)}},
+		dataplane.SessionRef{ID: g1.Session, Epoch: g1.Epoch + 1}); !errors.Is(err, dataplane.ErrNoCapacity) {
+		t.Fatalf("replace of another epoch while full: %v", err)
+	}
+	if s.Sessions() != 1 {
+		t.Fatal("a refused Admit released the session it names")
+	}
+	// Replacing it takes its capacity (a reconnect to a full server).
+	g2, err := s.Admit(ctx, dataplane.Admission{QPs: []dataplane.Endpoint{endpoint(3, 0x100), endpoint(3, 0x101)}},
+		dataplane.SessionRef{ID: g1.Session, Epoch: g1.Epoch})
+	if err != nil {
+		t.Fatalf("replace while full: %v", err)
+	}
+	if err := s.Release(ctx, dataplane.SessionRef{ID: g1.Session, Epoch: g1.Epoch}); !errors.Is(err, dataplane.ErrUnknownSession) {
+		t.Fatalf("the replaced session is still there: %v", err)
+	}
+	if err := s.Release(ctx, dataplane.SessionRef{ID: g2.Session, Epoch: g2.Epoch}); err != nil {
+		t.Fatal(err)
+	}
+	g3, err := s.Admit(ctx, dataplane.Admission{QPs: []dataplane.Endpoint{endpoint(4, 0x100)}}, dataplane.SessionRef{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g4, err := s.Admit(ctx, dataplane.Admission{QPs: []dataplane.Endpoint{endpoint(4, 0x101)}}, dataplane.SessionRef{ID: g3.Session, Epoch: g3.Epoch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(ctx, dataplane.SessionRef{ID: g3.Session, Epoch: g3.Epoch}); !errors.Is(err, dataplane.ErrUnknownSession) {
+		t.Fatalf("the replaced session is still there: %v", err)
+	}
+	if high, err := s.Stop(); high != 0 || err != nil {
+		t.Fatal(high, err)
+	}
+	if _, err := s.Admit(ctx, a, dataplane.SessionRef{}); !errors.Is(err, dataplane.ErrUnavailable) {
+		t.Fatalf("Admit after Stop: %v", err)
+	}
+	if err := s.Release(ctx, dataplane.SessionRef{ID: g4.Session, Epoch: g4.Epoch}); err != nil {
+		t.Fatal(err)
+	}
+}
