@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,7 +22,15 @@ const DefaultMetricsAddr = "127.0.0.1:9464"
 // (DefaultMetricsAddr when empty). It returns once the listener is open, so
 // a bad address is an error here; the returned server's Addr is the bound
 // address. Stop it with Shutdown or Close. A nil logger means slog.Default().
-func ServeMetrics(addr string, reg *prometheus.Registry, logger *slog.Logger) (*http.Server, error) {
+//
+// WithPprof adds Go's profiler (net/http/pprof) at /debug/pprof/ on the
+// same listener: off unless asked for, since a profile exposes the
+// process's internals to whoever reaches the metrics port.
+func ServeMetrics(addr string, reg *prometheus.Registry, logger *slog.Logger, opts ...MetricsOption) (*http.Server, error) {
+	var o metricsOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	if reg == nil {
 		return nil, fmt.Errorf("admin: metrics: nil registry")
 	}
@@ -40,6 +49,13 @@ func ServeMetrics(addr string, reg *prometheus.Registry, logger *slog.Logger) (*
 			ErrorHandling: promhttp.ContinueOnError,
 			Timeout:       10 * time.Second,
 		})))
+	if o.pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		io.WriteString(w, "ok\n")
@@ -62,3 +78,11 @@ func ServeMetrics(addr string, reg *prometheus.Registry, logger *slog.Logger) (*
 	}()
 	return srv, nil
 }
+
+// MetricsOption is an option of ServeMetrics.
+type MetricsOption func(*metricsOptions)
+
+type metricsOptions struct{ pprof bool }
+
+// WithPprof serves net/http/pprof at /debug/pprof/ (when on is true).
+func WithPprof(on bool) MetricsOption { return func(o *metricsOptions) { o.pprof = on } }

@@ -167,7 +167,7 @@ func (c *atomicsConn) Send(now time.Duration, ids []int) (int, error) {
 			continue
 		}
 		posted, err := q.qp.PostSend(q.wrs[:q.nwr])
-		c.st.doorbells.Add(1)
+		c.st.doorbell(posted)
 		if err != nil {
 			// The unposted ones go back (the QP is probably in ERR),
 			// and so do the IDs after them: Send took a prefix.

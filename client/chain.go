@@ -60,7 +60,7 @@ func (c *sendChain) post(qp verbs.QP, limit uint64, reap func() int, st *stats) 
 	n, err := qp.PostSend(c.wrs[:k])
 	c.posted += uint64(n)
 	c.nwr = 0
-	st.doorbells.Add(1)
+	st.doorbell(n)
 	if err != nil {
 		return fmt.Errorf("posted %d of %d requests: %w", n, k, err)
 	}

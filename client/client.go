@@ -11,6 +11,7 @@ import (
 
 	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/admin/adminpb"
+	"github.com/seqd/seqd/internal/hist"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 )
@@ -30,6 +31,7 @@ type Request struct {
 	Err error
 
 	deadline  time.Duration // engine clock
+	born      time.Duration // engine clock at Submit
 	floor     uint64        // the largest value returned when it was submitted
 	abandoned atomic.Bool
 	pooled    bool
@@ -49,11 +51,46 @@ type Stats struct {
 	// did not carry the QP's Q_Key: answers forged without the session's
 	// answer Q_Key (the provider's drop counter, when it has one).
 	BadQKey uint64
+	// Completed counts requests completed, with a value or an error;
+	// Failed those completed with an error (Timeouts and Regressions
+	// among them). Requests - Completed are in flight.
+	Completed, Failed uint64
+	// Latency is the time from Submit to completion of every request
+	// completed (seconds); BatchSizes the requests posted per doorbell.
+	Latency, BatchSizes Histogram
 }
+
+// InFlight is the number of requests submitted and not yet completed.
+func (s Stats) InFlight() uint64 { return s.Requests - min(s.Completed, s.Requests) }
+
+// Histogram is a histogram read at one moment: bucket upper bounds, the
+// count in each bucket (not cumulative; the last one counts values above
+// every bound), the total count and sum.
+type Histogram = hist.Snapshot
+
+// LatencyBounds are the latency histogram's bucket bounds: 2 µs to ~8 s.
+var LatencyBounds = hist.Exponential(2000, 2, 23)
+
+// BatchBounds are the batch-size histogram's bucket bounds: 1 to 4096.
+var BatchBounds = hist.Exponential(1, 2, 13)
 
 type stats struct {
 	requests, answers, retransmits, stale, specMisses, malformed,
-	regressions, timeouts, reconnects, doorbells, forged atomic.Uint64
+	regressions, timeouts, reconnects, doorbells, forged,
+	completed, failed atomic.Uint64
+	latency, batch *hist.Histogram // nanoseconds; requests per doorbell
+}
+
+func newStats() stats {
+	return stats{latency: hist.New(LatencyBounds), batch: hist.New(BatchBounds)}
+}
+
+// doorbell counts one posted chain of n requests.
+func (s *stats) doorbell(n int) {
+	s.doorbells.Add(1)
+	if s.batch != nil {
+		s.batch.Observe(uint64(n))
+	}
 }
 
 // Client gets timestamps from one seqd server (or the leader of an HA
@@ -138,7 +175,7 @@ func Dial(ctx context.Context, adminAddr string, opts ...Option) (*Client, error
 // dial is Dial on device (by the route to the admin host when "" and no
 // WithDevice).
 func dial(ctx context.Context, adminAddr, device string, opts []Option) (_ *Client, err error) {
-	c := &Client{start: time.Now(), doneCh: make(chan struct{}), sess: newSession()}
+	c := &Client{start: time.Now(), doneCh: make(chan struct{}), sess: newSession(), st: newStats()}
 	c.sub.wakeCh = make(chan struct{}, 1)
 	for _, o := range opts {
 		if err := o(&c.opts); err != nil {
@@ -294,6 +331,7 @@ func (c *Client) Submit(r *Request) error {
 		return fmt.Errorf("%w: the client is closed", ErrNotConnected)
 	}
 	r.floor = c.maxRet.Load()
+	r.born = c.now()
 	r.next = s.queue
 	s.queue = r
 	s.mu.Unlock()
@@ -375,10 +413,15 @@ func (c *Client) deadline(ctx context.Context) time.Time {
 // Stats returns the client's counters.
 func (c *Client) Stats() Stats {
 	s := &c.st
-	return Stats{Requests: s.requests.Load(), Answers: s.answers.Load(), Retransmits: s.retransmits.Load(),
+	st := Stats{Requests: s.requests.Load(), Answers: s.answers.Load(), Retransmits: s.retransmits.Load(),
 		StaleAnswers: s.stale.Load(), SpecMisses: s.specMisses.Load(), Malformed: s.malformed.Load(),
 		Regressions: s.regressions.Load(), Timeouts: s.timeouts.Load(), Reconnects: s.reconnects.Load(),
-		Doorbells: s.doorbells.Load(), Forged: s.forged.Load(), BadQKey: c.providerCounter(verbs.CounterDropBadQKey)}
+		Doorbells: s.doorbells.Load(), Forged: s.forged.Load(), BadQKey: c.providerCounter(verbs.CounterDropBadQKey),
+		Completed: s.completed.Load(), Failed: s.failed.Load()}
+	if s.latency != nil {
+		st.Latency, st.BatchSizes = s.latency.Snapshot(1e-9), s.batch.Snapshot(1)
+	}
+	return st
 }
 
 // providerCounter reads one of the client device's counters (0 when the

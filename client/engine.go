@@ -335,6 +335,13 @@ func (c *Client) requeue(now time.Duration) {
 // finish completes r.
 func (c *Client) finish(r *Request, ts Timestamp, err error) {
 	r.TS, r.Err = ts, err
+	c.st.completed.Add(1)
+	if err != nil {
+		c.st.failed.Add(1)
+	}
+	if c.st.latency != nil {
+		c.st.latency.Observe(uint64(max(c.now()-r.born, 0)))
+	}
 	if r.abandoned.Load() {
 		if r.pooled {
 			r.abandoned.Store(false)

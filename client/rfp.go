@@ -320,7 +320,7 @@ func (t *rfpTransport) flush() error {
 			continue
 		}
 		posted, err := q.qp.PostSend(q.wrs[:q.nwr])
-		t.st.doorbells.Add(1)
+		t.st.doorbell(posted)
 		if err != nil {
 			// What was not posted will not complete: fail the QP's
 			// requests now.

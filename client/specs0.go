@@ -302,7 +302,7 @@ func (s *specS0) post(qi, n int) {
 	q := s.qps[qi]
 	posted, err := q.qp.PostSend(q.wrs[:n])
 	q.posted += uint64(posted)
-	s.env.st.doorbells.Add(1)
+	s.env.st.doorbell(posted)
 	if err != nil {
 		s.env.log.Warn("post requests", "qp", qi, "posted", posted, "of", n, "err", err)
 	}

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"log/slog"
 
+	"github.com/seqd/seqd/internal/hist"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 )
@@ -101,6 +102,10 @@ type Stats struct {
 	Current                                                 uint64
 	Served, Batches, SpecMisses, Retransmits, Drops, Stalls uint64
 	Workers                                                 []WorkerStats
+	// ServiceTime samples the time from a batch's oldest request arriving
+	// to its answers' doorbell (seconds), for modes whose workers answer;
+	// empty otherwise.
+	ServiceTime hist.Snapshot
 	// Counters are the mode's own counters, exported as
 	// seqd_<mode>_<Name> (with a reason label when Reason is set).
 	Counters []Counter

@@ -98,6 +98,9 @@ func TestDocSnippets(t *testing.T) {
 			if strings.Contains(s.src, "127.0.0.1:7071") {
 				startHAGroup(t.Context(), t, quiet) // until this subtest ends
 			}
+			if strings.Contains(s.src, "127.0.0.1:3379") {
+				startPDFront(t) // seqd-pd, as the README starts it
+			}
 			out, err := runSnippet(t, root, s.src)
 			t.Logf("%s output:\n%s", name, out)
 			if err != nil {

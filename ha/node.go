@@ -13,7 +13,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
-	"go.uber.org/zap"
+
+	"github.com/seqd/seqd/internal/zapslog"
 )
 
 // Node is one seqd instance's membership in the HA group: it campaigns,
@@ -48,7 +49,9 @@ func New(cfg Config) (*Node, error) {
 		DialTimeout:          cfg.DialTimeout,
 		DialKeepAliveTime:    cfg.TTL,
 		DialKeepAliveTimeout: cfg.DialTimeout,
-		Logger:               zap.NewNop(),
+		// etcd's client logs through zap: bridged into seqd's slog
+		// logger, in its level and format.
+		Logger: zapslog.Logger(cfg.Logger.With("component", "etcd")),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("ha: etcd client for %v: %w", cfg.Endpoints, err)

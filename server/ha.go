@@ -111,18 +111,18 @@ func runHA(ctx context.Context, c Config, log *slog.Logger, ready func(Addrs), c
 		lis.Close()
 		return fmt.Errorf("%w: %v", ErrConfig, err)
 	}
-	reg := prometheus.NewRegistry()
 	cols := []prometheus.Collector{srv.Collector()}
 	if auth != nil {
 		cols = append(cols, auth.Collectors()...)
 	}
-	for _, col := range cols {
-		if err := reg.Register(col); err != nil {
-			lis.Close()
-			return fmt.Errorf("seqd: metrics: %w", err)
-		}
+	reg, am, err := c.registry(srv, cols...)
+	if err != nil {
+		lis.Close()
+		return err
 	}
-	adm, err := admin.New(c.adminConfig(log, creds, auth, []string{modes.SpecS0, modes.HERD}), srv)
+	acfg := c.adminConfig(log, creds, auth, []string{modes.SpecS0, modes.HERD})
+	acfg.Metrics = am
+	adm, err := admin.New(acfg, srv)
 	if err != nil {
 		lis.Close()
 		return fmt.Errorf("seqd: admin: %w", err)
@@ -131,7 +131,7 @@ func runHA(ctx context.Context, c Config, log *slog.Logger, ready func(Addrs), c
 	go func() { serveErr <- adm.Serve(lis) }()
 	addrs := Addrs{Data: dev.Name(), Admin: lis.Addr().String(), Metrics: "off"}
 	if c.Metrics != "off" {
-		ms, err := admin.ServeMetrics(c.Metrics, reg, log)
+		ms, err := admin.ServeMetrics(c.Metrics, reg, log, admin.WithPprof(c.Pprof))
 		if err != nil {
 			adm.Stop()
 			return fmt.Errorf("seqd: metrics listener: %w", err)

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/seqd/seqd/admin"
 	"github.com/seqd/seqd/admin/adminpb"
@@ -63,6 +62,9 @@ type Config struct {
 	// a missing mark is as likely a lost or unmounted volume. A mark file
 	// that exists is loaded whatever Init says.
 	Init bool
+	// Pprof serves Go's profiler at /debug/pprof/ on the metrics listener
+	// (-pprof; off by default).
+	Pprof bool
 	// Advance (-advance VALUE) makes every value served greater than
 	// VALUE, and lets seqd start without a mark file: the recovery after
 	// losing it. VALUE must be above every value ever served.
@@ -188,23 +190,18 @@ func Run(ctx context.Context, c Config, log *slog.Logger, ready func(Addrs)) err
 	}
 	defer dp.Close()
 
-	reg := prometheus.NewRegistry()
-	// Besides the data path and the oracle: the Go runtime's and the
-	// process's own (go_goroutines, process_resident_memory_bytes, ...).
-	cols := []prometheus.Collector{dp.Collector(), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})}
-	for _, col := range append(cols, orc.Collectors()...) {
-		if err := reg.Register(col); err != nil {
-			return fmt.Errorf("seqd: metrics: %w", err)
-		}
-	}
+	backend := oracleStatus{dp, orc}
+	cols := append([]prometheus.Collector{dp.Collector()}, orc.Collectors()...)
 	if auth != nil {
-		for _, col := range auth.Collectors() {
-			if err := reg.Register(col); err != nil {
-				return fmt.Errorf("seqd: metrics: %w", err)
-			}
-		}
+		cols = append(cols, auth.Collectors()...)
 	}
-	adm, err := admin.New(c.adminConfig(log, creds, auth, modes.All), oracleStatus{dp, orc})
+	reg, am, err := c.registry(backend, cols...)
+	if err != nil {
+		return err
+	}
+	acfg := c.adminConfig(log, creds, auth, modes.All)
+	acfg.Metrics = am
+	adm, err := admin.New(acfg, backend)
 	if err != nil {
 		return fmt.Errorf("seqd: admin: %w", err)
 	}
@@ -216,7 +213,7 @@ func Run(ctx context.Context, c Config, log *slog.Logger, ready func(Addrs)) err
 	go func() { serveErr <- adm.Serve(lis) }()
 	addrs := Addrs{Data: dev.Name(), Admin: lis.Addr().String(), Metrics: "off"}
 	if c.Metrics != "off" {
-		ms, err := admin.ServeMetrics(c.Metrics, reg, log)
+		ms, err := admin.ServeMetrics(c.Metrics, reg, log, admin.WithPprof(c.Pprof))
 		if err != nil {
 			adm.Stop()
 			return fmt.Errorf("seqd: metrics listener: %w", err)

@@ -10,6 +10,9 @@
 //	set-mode MODE                   switch the data-path mode (mutating)
 //	advance VALUE                   move the counter forward to VALUE (mutating)
 //	transfer-leader                 hand HA leadership to a standby (mutating)
+//	get [-n N] [-o text|json]       get timestamps through the data path
+//	decode [-o text|json] TS        a hybrid timestamp's physical time and logical part
+//	members [-o text|json] [ADDR..] an HA group's leader and standbys
 //	version                         print seqctl's version
 //
 // Mutating commands need authorisation when the server has it on: a
@@ -70,6 +73,9 @@ var commands = []command{
 	{"set-mode", strings.Join(spec.Modes, "|"), "switch the data-path mode at run time (to one the server registers)", runSetMode},
 	{"advance", "VALUE", "move the counter forward: every later value is above VALUE", runAdvance},
 	{"transfer-leader", "", "hand HA leadership to a standby and print the new leader", runTransferLeader},
+	{"get", "[-n N] [-o text|json]", "get timestamps through the data path (the client library)", runGet},
+	{"decode", "[-o text|json] TS", "print a hybrid timestamp's physical time and logical part", runDecode},
+	{"members", "[-o text|json] [ADDR...]", "list an HA group's leader and standbys (-admin A,B,C or ADDR...)", runMembers},
 	{"version", "", "print seqctl's version (stamped at build time)", runVersion},
 }
 

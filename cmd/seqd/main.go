@@ -4,7 +4,11 @@
 // 127.0.0.1:9464, persisted mark in ./seqd-data.
 //
 // -config FILE reads the same flags, one name=value per line (# starts a
-// comment); flags on the command line win over the file.
+// comment), and every flag can be set by an environment variable, SEQD_
+// and its name in upper case with _ for - (SEQD_ETCD_ENDPOINTS for
+// -etcd-endpoints): the command line wins over the variables, which win
+// over the file. -log-level and -log-format choose the log; -pprof serves
+// Go's profiler on the metrics listener.
 package main
 
 import (
@@ -13,18 +17,23 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/seqd/seqd/internal/envflag"
+	"github.com/seqd/seqd/internal/logflag"
 	"github.com/seqd/seqd/internal/version"
 	"github.com/seqd/seqd/server"
 	_ "github.com/seqd/seqd/verbs/ibv"
 	_ "github.com/seqd/seqd/verbs/soft"
 )
+
+// envPrefix names the variables that set flags: SEQD_ETCD_ENDPOINTS sets
+// -etcd-endpoints.
+const envPrefix = "SEQD_"
 
 // stdout is where -version prints; tests replace it.
 var stdout io.Writer = os.Stdout
@@ -34,8 +43,14 @@ func main() {
 }
 
 func realMain(args []string, stderr io.Writer) int {
-	log := slog.New(slog.NewTextHandler(stderr, nil))
+	return realMainEnv(args, stderr, os.LookupEnv)
+}
+
+// realMainEnv is realMain with the environment's lookup (tests pass
+// their own).
+func realMainEnv(args []string, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
 	var c server.Config
+	var lf logflag.Config
 	fs := flag.NewFlagSet("seqd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfgFile := fs.String("config", "", "read flags from `FILE`, one name=value per line")
@@ -48,6 +63,8 @@ func realMain(args []string, stderr io.Writer) int {
 	fs.Uint64Var(&c.Advance, "advance", 0, "serve only values above `VALUE`, and start without a mark file: the recovery after losing it (VALUE above every value ever served)")
 	fs.StringVar(&c.Admin, "admin", "127.0.0.1:7070", "admin gRPC listen address")
 	fs.StringVar(&c.Metrics, "metrics", "127.0.0.1:9464", "metrics HTTP listen address, or off")
+	fs.BoolVar(&c.Pprof, "pprof", false, "serve Go's profiler at /debug/pprof/ on the metrics listener")
+	lf.Register(fs)
 	fs.IntVar(&c.Workers, "workers", 1, "data-path workers")
 	fs.IntVar(&c.RespQPs, "resp-qps", 3, "response QPs per worker")
 	fs.StringVar(&c.Cores, "cores", "none", "core per worker, comma-separated (-1 or none: unpinned)")
@@ -78,13 +95,24 @@ func realMain(args []string, stderr io.Writer) int {
 		fmt.Fprintln(stdout, "seqd", version.Version)
 		return 0
 	}
+	// The command line wins over SEQD_* variables, which win over the
+	// -config file.
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if err := envflag.Apply(fs, envPrefix, set, lookupEnv); err != nil {
+		fmt.Fprintf(stderr, "seqd: %v\n", err)
+		return 2
+	}
 	if *cfgFile != "" {
-		set := map[string]bool{}
-		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 		if err := loadConfig(fs, *cfgFile, set); err != nil {
 			fmt.Fprintf(stderr, "seqd: %v\n", err)
 			return 2
 		}
+	}
+	log, err := lf.Logger(stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "seqd: %v\n", err)
+		return 2
 	}
 	c.Version = version.Version
 	if err := c.Validate(); err != nil {

@@ -27,6 +27,7 @@ import (
 
 	"github.com/seqd/seqd/dataplane"
 	"github.com/seqd/seqd/internal/claim"
+	"github.com/seqd/seqd/internal/hist"
 	"github.com/seqd/seqd/internal/respq"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
@@ -193,9 +194,18 @@ type Base struct {
 
 	Counts
 
-	cfg     *Config
-	stopped *atomic.Bool
+	cfg         *Config
+	stopped     *atomic.Bool
+	sampled     uint64          // batches posted, for sampling
+	serviceTime *hist.Histogram // nanoseconds
 }
+
+// SampleEvery is how often a worker samples a batch's service time.
+const SampleEvery = 16
+
+// ServiceTimeBounds are the service-time histogram's bucket bounds:
+// 1 µs to ~16 ms, doubling.
+var ServiceTimeBounds = hist.Exponential(1000, 2, 15)
 
 // Init sets b up as worker id of cfg, with response QPs on pd whose sends
 // complete on sendCQ, each with slotLen payload bytes per entry. A mode
@@ -206,6 +216,7 @@ type Base struct {
 // NumDrops on.
 func (b *Base) Init(cfg *Config, id int, pd verbs.PD, sendCQ verbs.CQ, slotLen int, stopped *atomic.Bool, drops ...string) error {
 	b.ID, b.Core, b.Log, b.cfg, b.stopped = id, cfg.Core(id), cfg.Logger.With("worker", id), cfg, stopped
+	b.serviceTime = hist.New(ServiceTimeBounds)
 	b.initCounts(drops)
 	if slotLen == NoResp || sendCQ == nil {
 		return nil
@@ -295,10 +306,19 @@ func (b *Base) Next(n int) (respq.Batch, bool) {
 // spec.MaxResidence (its values are skipped, never handed out): no answer
 // leaves later than that after its request arrived. It reports whether
 // any answer was posted.
+//
+// Every SampleEvery-th batch it also records the batch's service time
+// (its oldest request's arrival to this doorbell) in ServiceTime: the
+// clock is read here anyway, so sampling adds a counter and a branch per
+// batch.
 func (b *Base) Post(r respq.Batch, wrs []verbs.SendWR, oldest verbs.Time) bool {
-	if Expired(oldest) {
+	age := verbs.Now().Sub(oldest)
+	if age > spec.MaxResidence {
 		b.Drops[DropLate].Add(uint64(len(wrs)))
 		return false
+	}
+	if b.sampled++; b.sampled%SampleEvery == 0 {
+		b.serviceTime.Observe(uint64(age))
 	}
 	n, err := r.Post(wrs)
 	if err != nil {
@@ -393,6 +413,9 @@ func Sum[W Worker](ws []W) dataplane.Stats {
 		st.Batches += x.Batches
 		st.Drops += x.Drops
 		st.Stalls += b.Stalls.Load()
+		if b.serviceTime != nil {
+			st.ServiceTime.Add(b.serviceTime.Snapshot(1e-9))
+		}
 	}
 	if len(ws) > 0 {
 		for _, r := range ws[0].base().dropNames {

@@ -14,6 +14,7 @@ import (
 	"github.com/seqd/seqd/admin"
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/dataplane"
+	"github.com/seqd/seqd/internal/verbsmetrics"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 )
@@ -168,7 +169,9 @@ func pbEndpoints(eps []dataplane.Endpoint) []*adminpb.Endpoint {
 // Collect sends the mode's metrics, read from one Stats at scrape time:
 // seqd_<Metrics>_served_total, batches_total and persist_stalls_total for
 // modes with workers, the mode's own Counters, and the device's event
-// counters (seqd_verbs_events_total).
+// counters (seqd_verbs_packets_total, seqd_verbs_drops_total{reason}, ...:
+// internal/verbsmetrics), and the service-time histogram
+// seqd_service_time_seconds{mode} for modes whose workers answer.
 func (b *Backend) Collect(ch chan<- prometheus.Metric) {
 	st := b.Mode.Stats()
 	name := func(n string) string { return "seqd_" + b.Metrics + "_" + n }
@@ -184,14 +187,17 @@ func (b *Backend) Collect(ch chan<- prometheus.Metric) {
 	for _, c := range st.Counters {
 		ch <- constMetric(name(c.Name), c)
 	}
+	if s := st.ServiceTime; len(s.Bounds) > 0 {
+		ch <- prometheus.MustNewConstHistogram(serviceTimeDesc, s.Count, s.Sum, s.Cumulative(), b.Name)
+	}
 	if c, ok := b.Device.(verbs.Counters); ok {
-		c.VisitCounters(func(n string, v uint64) {
-			ch <- prometheus.MustNewConstMetric(providerDesc, prometheus.CounterValue, float64(v), n)
-		})
+		verbsmetrics.Collect(c, ch)
 	}
 }
 
-var providerDesc = prometheus.NewDesc("seqd_verbs_events_total", "Events counted by the verbs provider.", []string{"counter"}, nil)
+var serviceTimeDesc = prometheus.NewDesc("seqd_service_time_seconds",
+	"Time from a batch's oldest request arriving to its answers' doorbell, in the server, sampled every 16th batch of each worker.",
+	[]string{"mode"}, nil)
 
 func constMetric(name string, c dataplane.Counter) prometheus.Metric {
 	t := prometheus.CounterValue

@@ -1,0 +1,175 @@
+// Command seqd-pd is a PD-compatible TSO front end for seqd: applications
+// written against PD's Go client (github.com/tikv/pd/client: GetTS,
+// GetTSAsync, TSFuture) get seqd's timestamps by pointing the client at
+// seqd-pd instead of PD.
+//
+//	seqd-pd [-listen 127.0.0.1:3379] [-seqd 127.0.0.1:7070[,ADDR...]]
+//	        [-cluster-id N] [-name NAME] [-url http://HOST:PORT]
+//	        [-peers URL,...] [-timeout 10s] [-exact] [-metrics 127.0.0.1:9465|off] [-log-level L] [-log-format text|json]
+//	        [-tls-ca F] [-tls-cert F] [-tls-key F] [-insecure]
+//
+// It serves pdpb.PD's GetMembers and Tso (package pdfront) and gets every
+// value from seqd's data path through the client library, following the
+// HA group named by -seqd (every instance's admin address, comma
+// separated). Run it as its seqd group's only client; with -exact it
+// answers only ranges seqd handed to it whole, so the group may have
+// other clients and several seqd-pd instances, at the cost of failing
+// requests whose values span a millisecond (pdfront's documentation says
+// why).
+//
+// Every flag can also be set by a SEQD_PD_* variable (SEQD_PD_SEQD for
+// -seqd); the command line wins. -metrics serves Prometheus /metrics: the
+// front end's seqd_pd_* and its seqd client's seqd_client_*.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+
+	"github.com/seqd/seqd/admin/adminclient"
+	"github.com/seqd/seqd/client"
+	"github.com/seqd/seqd/client/clientmetrics"
+	"github.com/seqd/seqd/internal/envflag"
+	"github.com/seqd/seqd/internal/logflag"
+	"github.com/seqd/seqd/pdfront"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stderr, nil))
+}
+
+// run parses args and serves until ctx ends. ready, when not nil, gets
+// the address it listens on.
+func run(ctx context.Context, args []string, stderr io.Writer, ready func(addr string)) int {
+	fs := flag.NewFlagSet("seqd-pd", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := fs.String("listen", "127.0.0.1:3379", "`address` PD clients connect to (gRPC)")
+	seqd := fs.String("seqd", "127.0.0.1:7070", "seqd admin `addresses`, comma separated (every instance of an HA group)")
+	clusterID := fs.Uint64("cluster-id", 1, "PD cluster `ID` reported to clients (not 0)")
+	name := fs.String("name", "seqd-pd", "member `name` reported to clients")
+	url := fs.String("url", "", "`URL` clients reach this front end at (default http:// and the -listen address)")
+	timeout := fs.Duration("timeout", 10*time.Second, "bound on one Tso request's wait for seqd (above seqd's failover time)")
+	peers := fs.String("peers", "", "`URLs` of the other seqd-pd instances in front of the same seqd group, comma separated (PD clients given every instance move between them)")
+	exact := fs.Bool("exact", false, "answer only ranges whose values all came back to seqd-pd (consecutive): needed when the seqd group has other clients or several seqd-pd; fails requests whose batch spans a millisecond (large counts)")
+	metrics := fs.String("metrics", "127.0.0.1:9465", "Prometheus /metrics listen `address`, or off")
+	var sec adminclient.ClientSecurity
+	sec.Register(fs)
+	var lf logflag.Config
+	lf.Register(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if err := envflag.Apply(fs, "SEQD_PD_", set, os.LookupEnv); err != nil {
+		fmt.Fprintf(stderr, "seqd-pd: %v\n", err)
+		return 2
+	}
+	log, err := lf.Logger(stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "seqd-pd: %v\n", err)
+		return 2
+	}
+	if err := serve(ctx, log, *listen, *seqd, *clusterID, *name, *url, *timeout, *peers, *exact, *metrics, &sec, ready); err != nil {
+		log.Error("seqd-pd", "err", err)
+		return 1
+	}
+	return 0
+}
+
+func serve(ctx context.Context, log *slog.Logger, listen, seqd string, clusterID uint64, name, url string,
+	timeout time.Duration, peers string, exact bool, metrics string, sec *adminclient.ClientSecurity, ready func(string)) error {
+	dialOpts, err := sec.DialOptions()
+	if err != nil {
+		return err
+	}
+	eps := strings.Split(seqd, ",")
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	c, err := client.Dial(dctx, eps[0], client.WithEndpoints(eps[1:]...), client.WithAdminDialOptions(dialOpts...),
+		client.WithName("seqd-pd"), client.WithLogger(log))
+	cancel()
+	if err != nil {
+		return fmt.Errorf("dial seqd %s: %w", seqd, err)
+	}
+	defer c.Close()
+	lis, err := net.Listen("tcp", listen)
+	if err != nil {
+		return err
+	}
+	if url == "" {
+		url = "http://" + lis.Addr().String()
+	}
+	src := pdfront.NewClientSource(c)
+	src.Exact = exact
+	var peerURLs []string
+	if peers != "" {
+		peerURLs = strings.Split(peers, ",")
+	}
+	srv, err := pdfront.New(pdfront.Config{ClusterID: clusterID, Name: name, URL: url, Peers: peerURLs, Timeout: timeout, Logger: log}, src)
+	if err != nil {
+		lis.Close()
+		return err
+	}
+	if metrics != "off" {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+			clientmetrics.New(c, nil))
+		if err := srv.Register(reg); err != nil {
+			lis.Close()
+			return err
+		}
+		mlis, err := net.Listen("tcp", metrics)
+		if err != nil {
+			lis.Close()
+			return err
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go hs.Serve(mlis)
+		defer hs.Close()
+		log.Info("seqd-pd metrics", "listen", mlis.Addr().String())
+	}
+	g := grpc.NewServer()
+	srv.RegisterGRPC(g)
+	errc := make(chan error, 1)
+	go func() { errc <- g.Serve(lis) }()
+	log.Info("seqd-pd serving", "listen", lis.Addr().String(), "url", url, "seqd", seqd, "cluster-id", clusterID)
+	if ready != nil {
+		ready(lis.Addr().String())
+	}
+	select {
+	case <-ctx.Done():
+		// PD clients keep their Tso streams open: give them a moment to
+		// finish, then close them.
+		t := time.AfterFunc(2*time.Second, g.Stop)
+		g.GracefulStop()
+		t.Stop()
+		st := srv.Stats()
+		log.Info("seqd-pd stopped", "requests", st.Requests, "timestamps", st.Timestamps, "errors", st.Errors, "refused", st.Refused)
+		return nil
+	case err := <-errc:
+		return err
+	}
+}

@@ -1,0 +1,119 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+
+	pd "github.com/tikv/pd/client"
+
+	seqdrun "github.com/seqd/seqd/server"
+	_ "github.com/seqd/seqd/verbs/soft"
+)
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
+func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// TestServe runs seqd-pd's main against seqd (in-process), configured
+// partly through SEQD_PD_* variables, has PD's client get timestamps
+// through it, and reads both metric families off -metrics.
+func TestServe(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ready := make(chan seqdrun.Addrs, 1)
+	seqdDone := make(chan error, 1)
+	go func() {
+		seqdDone <- seqdrun.Run(ctx, seqdrun.Config{Device: "127.0.0.1:0", Admin: "127.0.0.1:0", Metrics: "off", Data: t.TempDir(), Init: true},
+			slog.New(slog.DiscardHandler), func(a seqdrun.Addrs) { ready <- a })
+	}()
+	var seqd seqdrun.Addrs
+	select {
+	case seqd = <-ready:
+	case err := <-seqdDone:
+		t.Fatal(err)
+	}
+	metrics := freeAddr(t)
+	t.Setenv("SEQD_PD_CLUSTER_ID", "9")
+	t.Setenv("SEQD_PD_METRICS", "127.0.0.1:1") // the command line wins
+	t.Setenv("SEQD_PD_LOG_FORMAT", "json")
+	var logs syncBuf
+	listening := make(chan string, 1)
+	pdDone := make(chan int, 1)
+	pctx, pcancel := context.WithCancel(ctx)
+	go func() {
+		pdDone <- run(pctx, []string{"-listen", "127.0.0.1:0", "-seqd", seqd.Admin, "-metrics", metrics}, &logs, func(a string) { listening <- a })
+	}()
+	var addr string
+	select {
+	case addr = <-listening:
+	case code := <-pdDone:
+		t.Fatalf("seqd-pd exited %d:\n%s", code, logs.String())
+	}
+	c, err := pd.NewClientWithContext(ctx, []string{addr}, pd.SecurityOption{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if id := c.GetClusterID(ctx); id != 9 {
+		t.Fatalf("cluster ID %d, want 9 (SEQD_PD_CLUSTER_ID)", id)
+	}
+	var last uint64
+	for range 100 {
+		p, l, err := c.GetTS(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := uint64(p)<<18 + uint64(l)
+		if v <= last {
+			t.Fatalf("%d after %d", v, last)
+		}
+		last = v
+	}
+	resp, err := http.Get("http://" + metrics + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{"seqd_pd_tso_timestamps_total 100", "seqd_client_calls_total 100", "seqd_pd_tso_handle_duration_seconds_bucket"} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	if pt, err := exec.LookPath("promtool"); err == nil {
+		cmd := exec.Command(pt, "check", "metrics")
+		cmd.Stdin = bytes.NewReader(body)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("promtool check metrics: %v\n%s", err, out)
+		}
+	}
+	pcancel()
+	if code := <-pdDone; code != 0 {
+		t.Fatalf("seqd-pd exited %d", code)
+	}
+	if !strings.Contains(logs.String(), `"msg":"seqd-pd stopped"`) {
+		t.Errorf("not JSON logs (SEQD_PD_LOG_FORMAT):\n%s", logs.String())
+	}
+}

@@ -1,0 +1,181 @@
+package deploy_test
+
+import (
+	"bytes"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// k8sObjects decodes every document of deploy/k8s/*.yaml STRICTLY (an
+// unknown or misspelt field fails) into its k8s.io/api type.
+func k8sObjects(t *testing.T) (svcs []corev1.Service, sets []appsv1.StatefulSet) {
+	t.Helper()
+	files, err := filepath.Glob("k8s/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no manifests in deploy/k8s: %v", err)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, doc := range bytes.Split(b, []byte("\n---\n")) {
+			var meta struct {
+				Kind string `json:"kind"`
+			}
+			if err := yaml.Unmarshal(doc, &meta); err != nil {
+				t.Fatalf("%s document %d: %v", f, i, err)
+			}
+			switch meta.Kind {
+			case "Service":
+				var s corev1.Service
+				if err := yaml.UnmarshalStrict(doc, &s); err != nil {
+					t.Fatalf("%s document %d (Service): %v", f, i, err)
+				}
+				svcs = append(svcs, s)
+			case "StatefulSet":
+				var s appsv1.StatefulSet
+				if err := yaml.UnmarshalStrict(doc, &s); err != nil {
+					t.Fatalf("%s document %d (StatefulSet): %v", f, i, err)
+				}
+				sets = append(sets, s)
+			default:
+				t.Fatalf("%s document %d: unexpected kind %q", f, i, meta.Kind)
+			}
+		}
+	}
+	return svcs, sets
+}
+
+// envFlag is the seqd flag an SEQD_* variable sets (SEQD_ETCD_ENDPOINTS:
+// etcd-endpoints), "" for another variable.
+func envFlag(name string) string {
+	rest, ok := strings.CutPrefix(name, "SEQD_")
+	if !ok {
+		return ""
+	}
+	return strings.ReplaceAll(strings.ToLower(rest), "_", "-")
+}
+
+func TestKubernetesManifests(t *testing.T) {
+	svcs, sets := k8sObjects(t)
+	if len(svcs) != 1 || len(sets) != 1 {
+		t.Fatalf("want one Service and one StatefulSet, got %d and %d", len(svcs), len(sets))
+	}
+	svc, ss := svcs[0], sets[0]
+	if svc.Spec.ClusterIP != corev1.ClusterIPNone {
+		t.Errorf("Service %s is not headless (clusterIP %q)", svc.Name, svc.Spec.ClusterIP)
+	}
+	if ss.Spec.ServiceName != svc.Name {
+		t.Errorf("StatefulSet serviceName %q, want the headless Service %q", ss.Spec.ServiceName, svc.Name)
+	}
+	if ss.Spec.Replicas == nil || *ss.Spec.Replicas != 3 {
+		t.Errorf("replicas %v, want 3 (an HA group of three)", ss.Spec.Replicas)
+	}
+	labels := ss.Spec.Template.Labels
+	for k, v := range ss.Spec.Selector.MatchLabels {
+		if labels[k] != v {
+			t.Errorf("StatefulSet selector %s=%s does not match the pod template", k, v)
+		}
+	}
+	for k, v := range svc.Spec.Selector {
+		if labels[k] != v {
+			t.Errorf("Service selector %s=%s does not match the pod template", k, v)
+		}
+	}
+	if len(ss.Spec.Template.Spec.Containers) != 1 {
+		t.Fatalf("want one container, got %d", len(ss.Spec.Template.Spec.Containers))
+	}
+	c := ss.Spec.Template.Spec.Containers[0]
+
+	// Every setting names a real seqd flag: SEQD_* variables and arguments.
+	real := seqdFlags(t)
+	set := map[string]string{}
+	for _, e := range c.Env {
+		if f := envFlag(e.Name); f != "" {
+			if !slices.Contains(real, f) {
+				t.Errorf("env %s: seqd has no flag -%s", e.Name, f)
+			}
+			set[f] = e.Value
+		}
+	}
+	for _, a := range append(slices.Clone(c.Command), c.Args...) {
+		if name, ok := strings.CutPrefix(a, "-"); ok {
+			name, _, _ = strings.Cut(strings.TrimPrefix(name, "-"), "=")
+			if !slices.Contains(real, name) {
+				t.Errorf("argument %s: seqd has no flag -%s", a, name)
+			}
+		}
+	}
+	for _, f := range []string{"etcd-endpoints", "admin", "device", "data", "metrics", "advertise", "provider-opts"} {
+		if set[f] == "" {
+			t.Errorf("no SEQD_ variable sets -%s", f)
+		}
+	}
+	if set["init"] != "" {
+		t.Error("-init in an HA group's manifest: the mark lives in etcd")
+	}
+
+	// Ports: the flags' listeners, the container's ports, the probes'
+	// and the Service's agree.
+	ports := map[string]corev1.ContainerPort{}
+	for _, p := range c.Ports {
+		ports[p.Name] = p
+	}
+	for _, x := range []struct{ flag, port, proto string }{
+		{"admin", "admin", "TCP"}, {"device", "data", "UDP"}, {"metrics", "metrics", "TCP"},
+	} {
+		_, port, err := net.SplitHostPort(set[x.flag])
+		if err != nil {
+			t.Errorf("-%s %q: %v", x.flag, set[x.flag], err)
+			continue
+		}
+		p, ok := ports[x.port]
+		if !ok || port != itoa(p.ContainerPort) || string(p.Protocol) != x.proto {
+			t.Errorf("-%s listens on %s, container port %q is %+v (want %s)", x.flag, port, x.port, p, x.proto)
+		}
+	}
+	if !strings.HasPrefix(set["provider-opts"], "advertise=$(POD_IP)") || !strings.HasSuffix(set["advertise"], ":"+itoa(ports["admin"].ContainerPort)) {
+		t.Errorf("the data plane and admin addresses clients are told must be the pod's: provider-opts %q advertise %q",
+			set["provider-opts"], set["advertise"])
+	}
+	for name, pr := range map[string]*corev1.Probe{"startup": c.StartupProbe, "readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
+		if pr == nil || pr.GRPC == nil {
+			t.Errorf("%s probe: want a gRPC health probe, got %+v", name, pr)
+			continue
+		}
+		if pr.GRPC.Port != ports["admin"].ContainerPort {
+			t.Errorf("%s probe on port %d, the admin listener is %d", name, pr.GRPC.Port, ports["admin"].ContainerPort)
+		}
+	}
+	for _, sp := range svc.Spec.Ports {
+		p, ok := ports[sp.TargetPort.String()]
+		if !ok || p.ContainerPort != sp.Port || p.Protocol != sp.Protocol {
+			t.Errorf("Service port %s targets %q: no such container port (%+v)", sp.Name, sp.TargetPort.String(), p)
+		}
+	}
+
+	// The data volume: a claim template mounted where -data points.
+	if len(ss.Spec.VolumeClaimTemplates) != 1 {
+		t.Fatalf("want one volume claim template, got %d", len(ss.Spec.VolumeClaimTemplates))
+	}
+	claim := ss.Spec.VolumeClaimTemplates[0].Name
+	mounted := false
+	for _, m := range c.VolumeMounts {
+		mounted = mounted || (m.Name == claim && m.MountPath == set["data"])
+	}
+	if !mounted {
+		t.Errorf("volume %q is not mounted at -data %q: %+v", claim, set["data"], c.VolumeMounts)
+	}
+}
+
+func itoa(p int32) string { return strconv.Itoa(int(p)) }

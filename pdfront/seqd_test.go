@@ -1,0 +1,366 @@
+package pdfront_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/adminpb"
+	"github.com/seqd/seqd/client"
+	"github.com/seqd/seqd/e2e"
+	"github.com/seqd/seqd/ha/hatest"
+	"github.com/seqd/seqd/pdfront"
+	_ "github.com/seqd/seqd/verbs/soft"
+)
+
+// These tests put PD's unmodified Go client in front of real seqd
+// processes (the binary, built once) through the front end, and kill
+// seqd under load: a kill -9 restart of one instance, and the leader of
+// an HA group on etcd. Every value the PD client handed out is checked
+// by e2e.Verifier: unique, per-caller increasing, real-time ordered.
+
+var (
+	binOnce sync.Once
+	bin     string
+	binErr  error
+)
+
+func seqdBin(t testing.TB) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds and runs the seqd binary")
+	}
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("go tool not on PATH: cannot build cmd/seqd")
+	}
+	binOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "seqd-pd-bin")
+		if err != nil {
+			binErr = err
+			return
+		}
+		bin = filepath.Join(dir, "seqd")
+		if out, err := exec.Command("go", "build", "-o", bin, "github.com/seqd/seqd/cmd/seqd").CombinedOutput(); err != nil {
+			binErr = fmt.Errorf("go build ./cmd/seqd: %v\n%s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return bin
+}
+
+// proc is one seqd process, restartable with the same arguments.
+type proc struct {
+	t    testing.TB
+	addr string
+	args []string
+	cmd  *exec.Cmd
+	done chan struct{}
+	log  bytes.Buffer
+	mu   sync.Mutex
+}
+
+func (p *proc) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.log.Write(b)
+}
+
+func startProc(t testing.TB, args ...string) *proc {
+	t.Helper()
+	p := &proc{t: t, addr: fmt.Sprintf("127.0.0.1:%d", hatest.FreePorts(t, 1)[0])}
+	p.args = append([]string{"-admin", p.addr, "-device", "127.0.0.1:0", "-metrics", "off"}, args...)
+	p.start()
+	t.Cleanup(func() {
+		p.kill()
+		if t.Failed() {
+			p.mu.Lock()
+			s := p.log.String()
+			p.mu.Unlock()
+			t.Logf("seqd %s log (tail):\n%s", p.addr, s[max(0, len(s)-3000):])
+		}
+	})
+	return p
+}
+
+func (p *proc) start() {
+	p.cmd = exec.Command(seqdBin(p.t), p.args...)
+	p.cmd.Stdout, p.cmd.Stderr = p, p
+	if err := p.cmd.Start(); err != nil {
+		p.t.Fatal(err)
+	}
+	p.done = make(chan struct{})
+	go func(cmd *exec.Cmd, done chan struct{}) { cmd.Wait(); close(done) }(p.cmd, p.done)
+}
+
+func (p *proc) kill() {
+	p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+// role is the instance's HA role, "" when it does not answer.
+func (p *proc) role() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	cc, err := admin.Dial(ctx, p.addr)
+	if err != nil {
+		return ""
+	}
+	defer cc.Close()
+	if h, err := grpc_health_v1.NewHealthClient(cc).Check(ctx, &grpc_health_v1.HealthCheckRequest{}); err != nil ||
+		h.GetStatus() != grpc_health_v1.HealthCheckResponse_SERVING {
+		return ""
+	}
+	st, err := adminpb.NewAdminClient(cc).Status(ctx, &adminpb.StatusRequest{})
+	if err != nil {
+		return ""
+	}
+	return st.GetRole()
+}
+
+// waitRole waits until one of ps (not skip) answers with role want ("" =
+// any role: serving).
+func waitRole(t testing.TB, ps []*proc, skip *proc, want string) *proc {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, p := range ps {
+			if r := p.role(); p != skip && r != "" && (want == "" || r == want) {
+				return p
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("no seqd instance with role %q within 20s", want)
+	return nil
+}
+
+func quiet() *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+}
+
+// frontOver serves a front end over a seqd client of addrs.
+func frontOver(t testing.TB, addrs []string) (*pdfront.Server, string, *client.Client) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	c, err := client.Dial(ctx, strings.Join(addrs, ","), client.WithLogger(quiet()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	src := pdfront.NewClientSource(c)
+	t.Cleanup(func() { e, s := src.Ranges(); t.Logf("ranges: %d exact, %d spanning", e, s) })
+	srv, addr := startFront(t, src)
+	return srv, addr, c
+}
+
+// waitCalls waits until v holds n more calls than it held.
+func waitCalls(t *testing.T, v *e2e.Verifier, n int) {
+	t.Helper()
+	want := v.Len() + n
+	deadline := time.Now().Add(30 * time.Second)
+	for v.Len() < want {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d calls within 30s", v.Len(), want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestPDClientAcrossSeqdRestart(t *testing.T) {
+	s := startProc(t, "-init", "-data", t.TempDir())
+	waitRole(t, []*proc{s}, nil, "")
+	s.args = slices.DeleteFunc(s.args, func(a string) bool { return a == "-init" }) // later starts find the mark
+	srv, addr, c := frontOver(t, []string{s.addr})
+	pc := newPD(t, addr)
+	var v e2e.Verifier
+	stop := make(chan struct{})
+	errs, wait := hammer(pc, 100, &v, stop)
+	for range 2 {
+		waitCalls(t, &v, 2000)
+		s.kill()
+		s.start()
+		waitRole(t, []*proc{s}, nil, "")
+		waitCalls(t, &v, 2000)
+	}
+	close(stop)
+	wait()
+	if err := v.Check(); err != nil {
+		t.Fatal(err)
+	}
+	st := srv.Stats()
+	t.Logf("verified %d PD client calls across 2 seqd kill -9 restarts: %d failed (retried), front end %+v, seqd client reconnects %d",
+		v.Len(), errs.Load(), st, c.Stats().Reconnects)
+	if st.Refused != 0 {
+		t.Fatalf("the floor refused %d ranges", st.Refused)
+	}
+}
+
+func TestPDClientAcrossHAFailover(t *testing.T) {
+	seqdBin(t)
+	etcd := hatest.Start(t, 1)
+	var ps []*proc
+	var addrs []string
+	for range 3 {
+		p := startProc(t, "-etcd-endpoints", strings.Join(etcd.Endpoints(), ","), "-etcd-prefix", "/"+t.Name(),
+			"-data", t.TempDir())
+		ps, addrs = append(ps, p), append(addrs, p.addr)
+	}
+	lead := waitRole(t, ps, nil, admin.RoleLeader)
+	srv, addr, c := frontOver(t, addrs)
+	pc := newPD(t, addr)
+	var v e2e.Verifier
+	stop := make(chan struct{})
+	errs, wait := hammer(pc, 100, &v, stop)
+	waitCalls(t, &v, 2000)
+	lead.kill()
+	next := waitRole(t, ps, lead, admin.RoleLeader)
+	waitCalls(t, &v, 2000)
+	close(stop)
+	wait()
+	if err := v.Check(); err != nil {
+		t.Fatal(err)
+	}
+	st := srv.Stats()
+	t.Logf("verified %d PD client calls across an HA failover (%s -> %s): %d failed (retried), front end %+v, seqd client reconnects %d",
+		v.Len(), lead.addr, next.addr, errs.Load(), st, c.Stats().Reconnects)
+	if st.Refused != 0 {
+		t.Fatalf("the floor refused %d ranges", st.Refused)
+	}
+}
+
+// TestExactAmongOtherClients shares the seqd group between seqd-pd in
+// Exact mode and native clients: every value either side got is checked
+// together, so a range that held a native client's value would fail.
+func TestExactAmongOtherClients(t *testing.T) {
+	s := startProc(t, "-init", "-data", t.TempDir())
+	waitRole(t, []*proc{s}, nil, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	c, err := client.Dial(ctx, s.addr, client.WithLogger(quiet()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	src := pdfront.NewClientSource(c)
+	src.Exact = true
+	srv, addr := startFront(t, src)
+	pc := newPD(t, addr)
+	var v e2e.Verifier
+	stop := make(chan struct{})
+	pdErrs, wait := hammer(pc, 50, &v, stop)
+	// Native clients on the same group, callers 1000 and up.
+	base := time.Now()
+	var wg sync.WaitGroup
+	for i := range 4 {
+		nc, err := client.Dial(ctx, s.addr, client.WithLogger(quiet()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				start := time.Since(base)
+				ts, err := nc.GetTimestamp(context.Background())
+				if err != nil {
+					continue
+				}
+				v.Record(e2e.Call{Caller: 1000 + i, Start: start, End: time.Since(base), Value: uint64(ts)})
+			}
+		}()
+	}
+	for srv.Stats().Timestamps < 5000 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(stop)
+	wait()
+	wg.Wait()
+	if err := v.Check(); err != nil {
+		t.Fatal(err)
+	}
+	e, sp := src.Ranges()
+	t.Logf("verified %d calls (PD through seqd-pd in Exact mode, and 4 native clients, on one seqd): ranges %d exact, %d dropped as spanning; %d PD calls failed (retried)",
+		v.Len(), e, sp, pdErrs.Load())
+}
+
+// TestPDClientAcrossFrontEnds runs two seqd-pd instances (peers of each
+// other) in front of one seqd, gives PD's client both, and stops the one
+// it uses: it moves to the other, and every value is checked.
+func TestPDClientAcrossFrontEnds(t *testing.T) {
+	s := startProc(t, "-init", "-data", t.TempDir())
+	waitRole(t, []*proc{s}, nil, "")
+	var lis [2]net.Listener
+	var urls []string
+	for i := range lis {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lis[i], urls = l, append(urls, "http://"+l.Addr().String())
+	}
+	var gs [2]*grpc.Server
+	for i := range lis {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		c, err := client.Dial(ctx, s.addr, client.WithLogger(quiet()))
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		src := pdfront.NewClientSource(c)
+		src.Exact = true // two front ends on one group
+		srv, err := pdfront.New(pdfront.Config{ClusterID: 7, URL: urls[i], Peers: urls}, src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gs[i] = grpc.NewServer()
+		srv.RegisterGRPC(gs[i])
+		go gs[i].Serve(lis[i])
+		defer gs[i].Stop()
+	}
+	pc := newPD(t, lis[0].Addr().String(), lis[1].Addr().String())
+	used := slices.Index(urls, pc.GetLeaderAddr())
+	if used < 0 {
+		t.Fatalf("leader %q is neither front end %v", pc.GetLeaderAddr(), urls)
+	}
+	var v e2e.Verifier
+	stop := make(chan struct{})
+	errs, wait := hammer(pc, 50, &v, stop)
+	waitCalls(t, &v, 2000)
+	gs[used].Stop()
+	waitCalls(t, &v, 2000)
+	close(stop)
+	wait()
+	if err := v.Check(); err != nil {
+		t.Fatal(err)
+	}
+	if got := pc.GetLeaderAddr(); got != urls[1-used] {
+		t.Fatalf("after %s stopped the PD client uses %q", urls[used], got)
+	}
+	t.Logf("verified %d PD client calls across a front end's stop (%s -> %s): %d failed (retried)",
+		v.Len(), urls[used], urls[1-used], errs.Load())
+}
