@@ -107,7 +107,6 @@ type Server struct {
 	nconns   int
 	nextID   uint64
 	stopOnce sync.Once
-	closed   bool
 }
 
 type session struct {
@@ -306,13 +305,6 @@ func (s *Server) Stop() (uint64, error) {
 // Close stops the server and releases every verbs resource.
 func (s *Server) Close() error {
 	s.Stop()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil
-	}
-	s.closed = true
-	s.Pool.Close()
-	s.sessions = map[uint64]*session{}
+	s.Pool.CloseOnce(&s.mu, func() { s.sessions = map[uint64]*session{} })
 	return nil
 }

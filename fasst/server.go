@@ -31,7 +31,6 @@ type Server struct {
 	nsessions atomic.Int64
 	nextID    uint64
 	rr        int
-	closed    bool
 }
 
 type session struct {
@@ -230,13 +229,7 @@ func (s *Server) Stop() (uint64, error) {
 // Close stops the mode and releases every verbs resource.
 func (s *Server) Close() error {
 	s.Stop()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil
-	}
-	s.closed = true
-	s.Pool.Close()
+	s.Pool.CloseOnce(&s.mu, nil)
 	return nil
 }
 

@@ -87,19 +87,8 @@ func newWorker(s *Server, id int) (w *worker, err error) {
 			w.Close()
 		}
 	}()
-	dev := c.Device
-	if w.reqCQ, err = dev.CreateCQ(c.RecvQueue); err != nil {
-		return nil, fmt.Errorf("fasst: worker %d: request CQ: %w", id, err)
-	}
-	if w.sendCQ, err = dev.CreateCQ(c.RespQPs * c.SendDepth); err != nil {
-		return nil, fmt.Errorf("fasst: worker %d: send CQ: %w", id, err)
-	}
-	if w.reqQP, err = s.PD.CreateQP(verbs.QPInitAttr{Type: verbs.UD, SendCQ: w.sendCQ, RecvCQ: w.reqCQ,
-		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: c.RecvQueue, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
-		return nil, fmt.Errorf("fasst: worker %d: request QP: %w", id, err)
-	}
-	if err = verbs.BringUpUD(w.reqQP, c.QKey, 0); err != nil {
-		return nil, fmt.Errorf("fasst: worker %d: request QP bring-up: %w", id, err)
+	if w.reqCQ, w.sendCQ, w.reqQP, err = c.UDRequestQueue(s.PD, c.RecvQueue, c.RecvQueue); err != nil {
+		return nil, fmt.Errorf("fasst: worker %d: %w", id, err)
 	}
 	if w.recvMR, err = s.PD.RegMR(c.RecvQueue*recvSlot, verbs.AccessLocalWrite); err != nil {
 		return nil, fmt.Errorf("fasst: worker %d: receive buffers: %w", id, err)

@@ -118,20 +118,9 @@ func newWorker(s *Server, id int) (w *worker, err error) {
 			w.Close()
 		}
 	}()
-	dev := s.cfg.Device
 	w.cqSize = 2 * c.MaxRecv
-	if w.reqCQ, err = dev.CreateCQ(w.cqSize); err != nil {
-		return nil, fmt.Errorf("headeronly: worker %d: request CQ: %w", id, err)
-	}
-	if w.sendCQ, err = dev.CreateCQ(c.RespQPs * c.SendDepth); err != nil {
-		return nil, fmt.Errorf("headeronly: worker %d: send CQ: %w", id, err)
-	}
-	if w.reqQP, err = s.PD.CreateQP(verbs.QPInitAttr{Type: verbs.UD, SendCQ: w.sendCQ, RecvCQ: w.reqCQ,
-		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: c.MaxRecv, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
-		return nil, fmt.Errorf("headeronly: worker %d: request QP: %w", id, err)
-	}
-	if err = verbs.BringUpUD(w.reqQP, c.QKey, 0); err != nil {
-		return nil, fmt.Errorf("headeronly: worker %d: request QP bring-up: %w", id, err)
+	if w.reqCQ, w.sendCQ, w.reqQP, err = c.UDRequestQueue(s.PD, w.cqSize, c.MaxRecv); err != nil {
+		return nil, fmt.Errorf("headeronly: worker %d: %w", id, err)
 	}
 	slots := 1 // nothing is posted on reqQP unless it is shared
 	if c.SharedRecv {

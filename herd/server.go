@@ -35,7 +35,6 @@ type Server struct {
 	sessions map[uint64]*session
 	nextID   uint64
 	rr       int
-	closed   bool
 }
 
 type session struct {
@@ -211,13 +210,7 @@ func (s *Server) Stop() (high uint64, err error) {
 // Close stops the server and releases every verbs resource.
 func (s *Server) Close() error {
 	s.Stop()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil
-	}
-	s.closed = true
-	s.Pool.Close()
+	s.Pool.CloseOnce(&s.mu, nil)
 	return nil
 }
 

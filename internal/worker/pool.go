@@ -22,6 +22,7 @@ type Pool[W Worker] struct {
 	AnswerQPs []dataplane.Endpoint
 	wg        sync.WaitGroup
 	stopOnce  sync.Once
+	closed    bool // under the mode's admission lock (CloseOnce)
 }
 
 // Start allocates the protection domain and the address handle cache on
@@ -62,6 +63,23 @@ func (p *Pool[W]) Stop(mu *sync.Mutex, stopped *atomic.Bool, wake func(), toErr 
 		}
 	})
 	return first
+}
+
+// CloseOnce releases the pool once, holding mu (the mode's admission
+// lock): release (if any) first frees what the mode keeps besides the
+// pool (its sessions), then Close. Call it after Stop. Later calls do
+// nothing.
+func (p *Pool[W]) CloseOnce(mu *sync.Mutex, release func()) {
+	mu.Lock()
+	defer mu.Unlock()
+	if p.closed {
+		return
+	}
+	p.closed = true
+	if release != nil {
+		release()
+	}
+	p.Close()
 }
 
 // Wait waits until every worker's Run returned.

@@ -335,6 +335,28 @@ func (b *Base) ReapSends() {
 	}
 }
 
+// UDRequestQueue makes a worker's UD request queue on pd: a receive CQ
+// of cqSize entries, a send CQ for the mode's response QPs
+// (RespQPs×SendDepth), and a UD QP taking recvDepth receives, brought up
+// with the request Q_Key. What it made is returned even on an error, for
+// the worker's Close to release.
+func (c *Config) UDRequestQueue(pd verbs.PD, cqSize, recvDepth int) (reqCQ, sendCQ verbs.CQ, reqQP verbs.QP, err error) {
+	if reqCQ, err = c.Device.CreateCQ(cqSize); err != nil {
+		return reqCQ, sendCQ, reqQP, fmt.Errorf("request CQ: %w", err)
+	}
+	if sendCQ, err = c.Device.CreateCQ(c.RespQPs * c.SendDepth); err != nil {
+		return reqCQ, sendCQ, reqQP, fmt.Errorf("send CQ: %w", err)
+	}
+	if reqQP, err = pd.CreateQP(verbs.QPInitAttr{Type: verbs.UD, SendCQ: sendCQ, RecvCQ: reqCQ,
+		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: recvDepth, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+		return reqCQ, sendCQ, reqQP, fmt.Errorf("request QP: %w", err)
+	}
+	if err = verbs.BringUpUD(reqQP, c.QKey, 0); err != nil {
+		return reqCQ, sendCQ, reqQP, fmt.Errorf("request QP bring-up: %w", err)
+	}
+	return reqCQ, sendCQ, reqQP, nil
+}
+
 // CloseAll closes, in order, each of rs that is not nil (the verbs
 // resources of a worker or mode, some never created).
 func CloseAll(rs ...interface{ Close() error }) {
