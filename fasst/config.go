@@ -51,14 +51,10 @@ func (c Config) validate() (Config, error) {
 	if err := c.Config.Fill(ErrConfig); err != nil {
 		return c, err
 	}
-	for _, f := range []struct {
-		p    *int
-		d    int
-		name string
-	}{{&c.MaxWindow, DefaultMaxWindow, "MaxWindow"}, {&c.MaxClients, DefaultMaxClients, "MaxClients"}, {&c.RecvQueue, DefaultRecvQueue, "RecvQueue"}} {
-		if err := wk.Default(ErrConfig, f.name, f.p, f.d); err != nil {
-			return c, err
-		}
+	if err := wk.Defaults(ErrConfig, wk.Field{Name: "MaxWindow", P: &c.MaxWindow, Default: DefaultMaxWindow},
+		wk.Field{Name: "MaxClients", P: &c.MaxClients, Default: DefaultMaxClients},
+		wk.Field{Name: "RecvQueue", P: &c.RecvQueue, Default: DefaultRecvQueue}); err != nil {
+		return c, err
 	}
 	if c.RecvQueue < 16 || c.Batch > c.RecvQueue {
 		return c, fmt.Errorf("%w: RecvQueue %d below 16 or Batch %d", ErrConfig, c.RecvQueue, c.Batch)

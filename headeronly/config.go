@@ -89,17 +89,10 @@ func (c Config) validate() (Config, error) {
 	if err := c.Config.Fill(ErrConfig); err != nil {
 		return c, err
 	}
-	for _, f := range []struct {
-		p    *int
-		d    int
-		name string
-	}{
-		{&c.MaxWindow, DefaultMaxWindow, "MaxWindow"}, {&c.MaxClients, DefaultMaxClients, "MaxClients"},
-		{&c.MaxRecv, DefaultMaxRecv, "MaxRecv"},
-	} {
-		if err := wk.Default(ErrConfig, f.name, f.p, f.d); err != nil {
-			return c, err
-		}
+	if err := wk.Defaults(ErrConfig, wk.Field{Name: "MaxWindow", P: &c.MaxWindow, Default: DefaultMaxWindow},
+		wk.Field{Name: "MaxClients", P: &c.MaxClients, Default: DefaultMaxClients},
+		wk.Field{Name: "MaxRecv", P: &c.MaxRecv, Default: DefaultMaxRecv}); err != nil {
+		return c, err
 	}
 	switch {
 	case c.RecvSlack == 0:

@@ -79,18 +79,10 @@ func (c *Config) Fill(errConfig error) error {
 	if c.Device == nil || c.Oracle == nil {
 		return fmt.Errorf("%w: Device and Oracle are required", errConfig)
 	}
-	for _, f := range []struct {
-		p    *int
-		d    int
-		name string
-	}{
-		{&c.Workers, DefaultWorkers, "Workers"}, {&c.RespQPs, DefaultRespQPs, "RespQPs"},
-		{&c.Batch, DefaultBatch, "Batch"}, {&c.SignalEvery, DefaultSignalEvery, "SignalEvery"},
-		{&c.SendDepth, DefaultSendDepth, "SendDepth"},
-	} {
-		if err := Default(errConfig, f.name, f.p, f.d); err != nil {
-			return err
-		}
+	if err := Defaults(errConfig, Field{"Workers", &c.Workers, DefaultWorkers}, Field{"RespQPs", &c.RespQPs, DefaultRespQPs},
+		Field{"Batch", &c.Batch, DefaultBatch}, Field{"SignalEvery", &c.SignalEvery, DefaultSignalEvery},
+		Field{"SendDepth", &c.SendDepth, DefaultSendDepth}); err != nil {
+		return err
 	}
 	if c.SendDepth < 2*c.Batch || c.SignalEvery > c.SendDepth/2 {
 		return fmt.Errorf("%w: SendDepth %d must be at least 2*Batch (%d) and 2*SignalEvery (%d)", errConfig, c.SendDepth, c.Batch, c.SignalEvery)
@@ -118,6 +110,24 @@ func Default(errConfig error, name string, p *int, d int) error {
 	}
 	if *p < 0 {
 		return fmt.Errorf("%w: %s %d is negative", errConfig, name, *p)
+	}
+	return nil
+}
+
+// Field is one integer setting of a mode's config: its name, where it
+// is, and its default.
+type Field struct {
+	Name    string
+	P       *int
+	Default int
+}
+
+// Defaults applies Default to each field, in order.
+func Defaults(errConfig error, fs ...Field) error {
+	for _, f := range fs {
+		if err := Default(errConfig, f.Name, f.P, f.Default); err != nil {
+			return err
+		}
 	}
 	return nil
 }
