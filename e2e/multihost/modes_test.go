@@ -43,4 +43,3 @@ func TestEveryModeRemoteClients(t *testing.T) {
 	}
 	t.Logf("RIG every mode: %v from %d sessions on %s across %v", n, len(h.sessions), lib.Addr, spec.Modes)
 }
-
