@@ -18,6 +18,11 @@ const (
 	signalEvery = 16
 )
 
+// predictHigh makes Spec-S0 clients predict the high part's advance
+// (spec.Speculator.SetPeriod). Tests and benchmarks turn it off to compare;
+// it is read when a client connects.
+var predictHigh = true
+
 // errMalformed is a result's error for an answer that matched its request
 // but could not be decoded: the engine sends the request again.
 var errMalformed = errors.New("client: malformed answer")
@@ -212,6 +217,11 @@ func (s *specS0) connect(ctx context.Context) error {
 	if s.epoch != resp.GetEpoch() {
 		s.spec.Forget()
 	}
+	period := time.Duration(0)
+	if f, err := spec.ParseFormat(resp.GetFormat()); err == nil && predictHigh {
+		period = spec.HighPeriod(f)
+	}
+	s.spec.SetPeriod(period) // predict the high part's advance (PROTOCOL.md)
 	s.epoch = resp.GetEpoch()
 	s.qkey, s.ansQKey, s.srvResp = resp.GetQkey(), resp.GetAnswerQkey(), from
 	if h := resp.GetHigh(); h != 0 {
@@ -367,7 +377,7 @@ func (s *specS0) Poll(now time.Duration, res []result) int {
 
 // answer matches one answer to its request and decodes it into r.
 func (s *specS0) answer(now time.Duration, q *s0QP, imm spec.Imm, payload []byte, r *result) bool {
-	cookie, _, ok := q.win.Answer(now, imm.Tag())
+	cookie, sent, ok := q.win.Answer(now, imm.Tag())
 	if !ok {
 		s.env.st.stale.Add(1)
 		return false
@@ -393,6 +403,7 @@ func (s *specS0) answer(now time.Duration, q *s0QP, imm spec.Imm, payload []byte
 		s.env.st.specMisses.Add(1)
 	}
 	s.spec.Learn(now, v)
+	s.spec.Observe(sent, v)
 	*r = result{ID: id, Value: v}
 	return true
 }
