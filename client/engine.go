@@ -124,13 +124,25 @@ func (e *engine) popFront() *Request {
 	return r
 }
 
-// engine is the goroutine that drives the transport.
+// run starts the engine goroutine. The engine's timer and clock exist
+// before: a lone caller may drive the engine as soon as run returns.
+func (c *Client) run() {
+	e := &c.eng
+	e.timer = time.AfterFunc(time.Hour, c.kickNow)
+	e.lastAns = c.now()
+	c.drive.Lock()
+	go c.engine()
+}
+
+// engine is the goroutine that drives the transport. It holds c.drive
+// whenever it touches the engine's state, and lets go of it only while
+// idle (nothing in flight or queued), when a lone caller may drive the
+// engine itself (driveOwn). At the end it keeps c.drive: no caller
+// drives a closed client.
 func (c *Client) engine() {
 	defer close(c.doneCh)
 	e := &c.eng
-	e.timer = time.AfterFunc(time.Hour, c.kickNow)
 	defer e.timer.Stop()
-	e.lastAns = c.now()
 	idleSince := time.Duration(-1)
 	for c.ctx.Err() == nil {
 		now := c.now()
@@ -154,10 +166,12 @@ func (c *Client) engine() {
 			continue
 		}
 		if e.inflight() == 0 && e.backlog == nil {
+			c.drive.Unlock()
 			select {
 			case <-c.sub.wakeCh:
 			case <-c.ctx.Done():
 			}
+			c.drive.Lock()
 			idleSince = -1
 			continue
 		}
@@ -172,6 +186,89 @@ func (c *Client) engine() {
 		idleSince = -1
 	}
 	c.failAll(ErrNotConnected)
+}
+
+// driveOwn is GetTimestamp's lone-caller fast path, entered with c.drive
+// held: when the engine is idle (nothing in flight or queued, the data
+// path up), the caller submits r and drives the engine on its own
+// goroutine (send, poll with a short spin, then block in the CQ's Wait)
+// until r completes, with no hand-off to the engine goroutine. Requests
+// other callers submit meanwhile are taken in and sent too; whatever is
+// left when r completes goes back to the engine goroutine, as does r
+// itself when the data path needs a reconnect or the client closes. It
+// releases c.drive, and returns r (from the pool) to the pool unless the
+// engine recycles it. ok is false when the engine was not idle: r was not
+// submitted.
+func (c *Client) driveOwn(ctx context.Context, r *Request) (ts Timestamp, ok bool, err error) {
+	e := &c.eng
+	if e.connFailed || e.tr == nil || e.tr.Broken() || e.inflight() != 0 || e.backlog != nil || c.ctx.Err() != nil {
+		c.leave()
+		return 0, false, nil
+	}
+	if err := c.enqueue(r); err != nil {
+		c.leave()
+		c.pool.Put(r)
+		return 0, true, err
+	}
+	c.st.driven.Add(1)
+	now := c.now()
+	c.intake(now)
+	spinFrom := now
+	for {
+		did := c.step(now)
+		select {
+		case <-r.Done:
+			c.leave()
+			ts, err := r.TS, r.Err
+			c.pool.Put(r)
+			return ts, true, err
+		default:
+		}
+		if ctx.Err() != nil {
+			r.abandoned.Store(true) // the engine recycles it
+			c.leave()
+			return 0, true, ctxError(ctx.Err())
+		}
+		if c.ctx.Err() != nil || e.tr.Broken() || now-e.lastAns > reconnectAfter {
+			c.leave() // the engine goroutine reconnects, or fails r at Close
+			ts, err := c.wait(ctx, r)
+			return ts, true, err
+		}
+		switch {
+		case did:
+			spinFrom = now
+		case now-spinFrom < spinFor:
+			runtime.Gosched()
+		default:
+			c.sleepFor(ctx, now)
+			spinFrom = c.now()
+		}
+		now = c.now()
+		c.intake(now)
+	}
+}
+
+// leave releases c.drive after a caller drove the engine, and wakes the
+// engine goroutine when work is left.
+func (c *Client) leave() {
+	e := &c.eng
+	more := e.inflight() > 0 || e.backlog != nil
+	c.drive.Unlock()
+	if more {
+		c.wakeEngine()
+	}
+}
+
+// sleepFor is sleep for a caller driving the engine: it also wakes when
+// the caller's ctx is done.
+func (c *Client) sleepFor(ctx context.Context, now time.Duration) {
+	if ctx.Done() == nil {
+		c.sleep(now)
+		return
+	}
+	stop := context.AfterFunc(ctx, c.kickNow)
+	c.sleep(now)
+	stop()
 }
 
 // step is one round on the transport: take answers, retransmit, give up

@@ -112,7 +112,7 @@ func startEngine(t *testing.T, tr transport) *Client {
 	c.eng.use(tr)
 	c.ctx, c.stop = context.WithCancel(context.Background())
 	c.newKick()
-	go c.engine()
+	c.run()
 	t.Cleanup(func() {
 		c.stop()
 		<-c.doneCh
