@@ -138,6 +138,7 @@ type submissions struct {
 	closed  bool
 	wakeCh  chan struct{}
 	waiting atomic.Bool // the engine sleeps in CQ.Wait
+	idle    atomic.Bool // the engine goroutine idles (waits on wakeCh)
 	kickMu  sync.Mutex
 	kick    context.CancelFunc
 	kickCtx atomic.Pointer[context.Context]
@@ -331,7 +332,10 @@ func (c *Client) Submit(r *Request) error {
 	if err := c.enqueue(r); err != nil {
 		return err
 	}
-	c.wakeEngine()
+	// A busy engine takes r in on its next step: no wake-up.
+	if c.sub.idle.Load() {
+		c.wakeEngine()
+	}
 	if c.sub.waiting.Load() {
 		c.kickNow()
 	}
@@ -372,7 +376,8 @@ func (c *Client) wakeEngine() {
 // engine goroutine and waits.
 func (c *Client) GetTimestamp(ctx context.Context) (Timestamp, error) {
 	r := c.pool.Get().(*Request)
-	r.Deadline = c.deadline(ctx)
+	// No deadline: the engine's default timeout from when it takes r in.
+	r.Deadline, _ = ctx.Deadline()
 	if c.drive.TryLock() {
 		if ts, ok, err := c.driveOwn(ctx, r); ok {
 			return ts, err

@@ -65,6 +65,9 @@ type engine struct {
 	slowProbes int           // Status probes timed out in a row (keepOnSlowProbe)
 	slowAns    time.Duration // lastAns when they began
 	afterStep  func()        // tests: called at the end of every step
+	// clock is the time the current step (or expiry) began: requests it
+	// completes are timed by it (finish), one clock read per batch.
+	clock time.Duration
 }
 
 func (e *engine) init() {
@@ -175,12 +178,18 @@ func (c *Client) engine() {
 			continue
 		}
 		if e.inflight() == 0 && e.backlog == nil {
-			c.drive.Unlock()
-			select {
-			case <-c.sub.wakeCh:
-			case <-c.ctx.Done():
+			// Submit wakes the engine only while idle is set; a
+			// request queued before it was set is seen here.
+			c.sub.idle.Store(true)
+			if !c.queued() {
+				c.drive.Unlock()
+				select {
+				case <-c.sub.wakeCh:
+				case <-c.ctx.Done():
+				}
+				c.drive.Lock()
 			}
-			c.drive.Lock()
+			c.sub.idle.Store(false)
 			idleSince = -1
 			continue
 		}
@@ -284,6 +293,7 @@ func (c *Client) sleepFor(ctx context.Context, now time.Duration) {
 // on requests whose callers did, send the backlog.
 func (c *Client) step(now time.Duration) bool {
 	e := &c.eng
+	e.clock = now
 	tr := e.tr
 	did := false
 	n := tr.Poll(now, e.res)
@@ -384,10 +394,7 @@ func (c *Client) sleep(now time.Duration) {
 	}
 	kctx := *c.sub.kickCtx.Load()
 	c.sub.waiting.Store(true)
-	c.sub.mu.Lock()
-	queued := c.sub.queue != nil
-	c.sub.mu.Unlock()
-	if !queued {
+	if !c.queued() {
 		e.timer.Reset(max(next-now, 0))
 		e.tr.CQ().Wait(kctx)
 		e.timer.Stop()
@@ -396,6 +403,14 @@ func (c *Client) sleep(now time.Duration) {
 	if kctx.Err() != nil && c.ctx.Err() == nil {
 		c.newKick()
 	}
+}
+
+// queued reports whether requests wait to be taken in.
+func (c *Client) queued() bool {
+	c.sub.mu.Lock()
+	q := c.sub.queue != nil
+	c.sub.mu.Unlock()
+	return q
 }
 
 // intake moves submitted requests to the backlog, oldest first.
@@ -452,7 +467,7 @@ func (c *Client) finish(r *Request, ts Timestamp, err error) {
 		c.st.failed.Add(1)
 	}
 	if c.st.latency != nil {
-		c.st.latency.Observe(uint64(max(c.now()-r.born, 0)))
+		c.st.latency.Observe(uint64(max(c.eng.clock-r.born, 0)))
 	}
 	if r.abandoned.Load() {
 		if r.pooled {
@@ -558,6 +573,7 @@ func (c *Client) keepOnSlowProbe(err error) bool {
 func (c *Client) failAll(err error) {
 	e := &c.eng
 	now := c.now()
+	e.clock = now
 	for id := range e.reqs {
 		if r := e.take(id); r != nil {
 			e.tr.Cancel(id)
@@ -579,6 +595,7 @@ func (c *Client) failAll(err error) {
 // caller gave up.
 func (c *Client) expireBacklog(now time.Duration) {
 	e := &c.eng
+	e.clock = now
 	var keep, tail *Request
 	for r := e.popFront(); r != nil; r = e.popFront() {
 		if r.abandoned.Load() || now >= r.deadline {
