@@ -232,8 +232,8 @@ func (c *Client) driveOwn(ctx context.Context, r *Request) (ts Timestamp, ok boo
 	now := c.now()
 	c.intake(now)
 	spinFrom := now
+	did := c.dispatch(now) // nothing is in flight: send before the first poll
 	for {
-		did := c.step(now)
 		select {
 		case <-r.Done:
 			c.leave()
@@ -263,6 +263,7 @@ func (c *Client) driveOwn(ctx context.Context, r *Request) (ts Timestamp, ok boo
 		}
 		now = c.now()
 		c.intake(now)
+		did = c.step(now)
 	}
 }
 
@@ -314,6 +315,17 @@ func (c *Client) step(now time.Duration) bool {
 	if k := tr.Expire(now); k > 0 {
 		c.st.retransmits.Add(uint64(k))
 	}
+	return c.dispatch(now) || did
+}
+
+// dispatch is the second half of a step: give up on requests whose
+// callers did or whose deadline passed, send the backlog, and post what
+// the step queued.
+func (c *Client) dispatch(now time.Duration) bool {
+	e := &c.eng
+	e.clock = now
+	tr := e.tr
+	did := false
 	if now >= e.nextScan {
 		e.nextScan = now + scanEvery
 		for id, r := range e.reqs {
