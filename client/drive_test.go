@@ -101,7 +101,7 @@ func (f *seqTransport) Cancel(id int) {
 }
 func (f *seqTransport) Close() error { return nil }
 
-func (f *seqTransport) check(t *testing.T) {
+func (f *seqTransport) check(t testing.TB) {
 	t.Helper()
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -238,4 +238,36 @@ func TestDriveClose(t *testing.T) {
 		t.Fatalf("call after Close: %v, want ErrNotConnected", err)
 	}
 	tr.check(t)
+}
+
+// BenchmarkEngineOverhead is the client library's own cost per serial
+// call, on a transport that answers at once (no network): "lone" is
+// GetTimestamp driving the engine itself (driveOwn), "handoff" the same
+// request handed to the engine goroutine and waited for (Submit, then
+// the Done channel), as every call went before the lone-caller path.
+func BenchmarkEngineOverhead(b *testing.B) {
+	b.Run("lone", func(b *testing.B) {
+		c := startEngine(b, newSeqTransport(4, 0))
+		ctx := context.Background()
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := c.GetTimestamp(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("handoff", func(b *testing.B) {
+		c := startEngine(b, newSeqTransport(4, 0))
+		r := &Request{Done: make(chan *Request, 1)}
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := c.Submit(r); err != nil {
+				b.Fatal(err)
+			}
+			<-r.Done
+			if r.Err != nil {
+				b.Fatal(r.Err)
+			}
+		}
+	})
 }

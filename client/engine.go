@@ -229,7 +229,7 @@ func (c *Client) driveOwn(ctx context.Context, r *Request) (ts Timestamp, ok boo
 		return 0, true, err
 	}
 	c.st.driven.Add(1)
-	now := c.now()
+	now := r.born // enqueue read the clock
 	c.intake(now)
 	spinFrom := now
 	did := c.dispatch(now) // nothing is in flight: send before the first poll

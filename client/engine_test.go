@@ -100,7 +100,7 @@ func (f *fakeTransport) Cancel(id int) {
 func (f *fakeTransport) Close() error { return nil }
 
 // startEngine runs a Client's engine on tr alone (no admin plane).
-func startEngine(t *testing.T, tr transport) *Client {
+func startEngine(t testing.TB, tr transport) *Client {
 	t.Helper()
 	c := &Client{start: time.Now(), doneCh: make(chan struct{}), log: slog.New(slog.DiscardHandler)}
 	c.sub.wakeCh = make(chan struct{}, 1)
