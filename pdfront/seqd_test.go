@@ -267,7 +267,6 @@ func TestAmongOtherClients(t *testing.T) {
 	stop := make(chan struct{})
 	pdErrs, wait := hammer(pc, 50, &v, stop)
 	// Native clients on the same group, callers 1000 and up.
-	base := time.Now()
 	var wg sync.WaitGroup
 	for i := range 4 {
 		nc, err := client.Dial(ctx, s.addr, client.WithLogger(quiet()))
@@ -284,12 +283,12 @@ func TestAmongOtherClients(t *testing.T) {
 					return
 				default:
 				}
-				start := time.Since(base)
+				start := time.Since(epoch)
 				ts, err := nc.GetTimestamp(context.Background())
 				if err != nil {
 					continue
 				}
-				v.Record(e2e.Call{Caller: 1000 + i, Start: start, End: time.Since(base), Value: uint64(ts)})
+				v.Record(e2e.Call{Caller: 1000 + i, Start: start, End: time.Since(epoch), Value: uint64(ts)})
 			}
 		}()
 	}
@@ -413,7 +412,6 @@ func TestLargeCounts(t *testing.T) {
 	defer c.Close()
 	src := &maxCountSource{Source: pdfront.NewClientSource(c)}
 	srv, addr := startFront(t, src)
-	base := time.Now()
 	var v e2e.Verifier
 	record := func(caller int, start, end time.Duration, p, l int64, count int) {
 		first := l - int64(count) + 1
@@ -444,7 +442,7 @@ func TestLargeCounts(t *testing.T) {
 			defer st.CloseSend()
 			for i := range 24 {
 				count := counts[(g+i)%len(counts)]
-				start := time.Since(base)
+				start := time.Since(epoch)
 				if err := st.Send(&pdpb.TsoRequest{Header: &pdpb.RequestHeader{ClusterId: 7}, Count: uint32(count)}); err != nil {
 					t.Error(err)
 					return
@@ -457,7 +455,7 @@ func TestLargeCounts(t *testing.T) {
 				if int(r.Count) != count {
 					t.Errorf("answer for %d values, asked %d", r.Count, count)
 				}
-				record(g, start, time.Since(base), r.Timestamp.Physical, r.Timestamp.Logical, count)
+				record(g, start, time.Since(epoch), r.Timestamp.Physical, r.Timestamp.Logical, count)
 			}
 		}()
 	}
@@ -465,13 +463,13 @@ func TestLargeCounts(t *testing.T) {
 	go func() {
 		defer wg.Done()
 		for range 2000 {
-			start := time.Since(base)
+			start := time.Since(epoch)
 			ts, err := c.GetTimestamp(ctx)
 			if err != nil {
 				t.Error(err)
 				return
 			}
-			v.Record(e2e.Call{Caller: 100, Start: start, End: time.Since(base), Value: uint64(ts)})
+			v.Record(e2e.Call{Caller: 100, Start: start, End: time.Since(epoch), Value: uint64(ts)})
 		}
 	}()
 	wg.Wait()
@@ -485,14 +483,14 @@ func TestLargeCounts(t *testing.T) {
 		}
 		calls := make([]call, callers)
 		for i := range calls {
-			calls[i] = call{pc.GetTSAsync(ctx), time.Since(base)}
+			calls[i] = call{pc.GetTSAsync(ctx), time.Since(epoch)}
 		}
 		for i, cl := range calls {
 			p, l, err := cl.f.Wait()
 			if err != nil {
 				t.Fatalf("round %d caller %d: %v", round, i, err)
 			}
-			v.Record(e2e.Call{Caller: 1000 + i, Start: cl.start, End: time.Since(base), Value: compose(p, l)})
+			v.Record(e2e.Call{Caller: 1000 + i, Start: cl.start, End: time.Since(epoch), Value: compose(p, l)})
 		}
 	}
 	if t.Failed() {
