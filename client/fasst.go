@@ -308,29 +308,29 @@ func (t *fasstTransport) SendRange(now time.Duration, id, k int) (bool, error) {
 	if id < 0 || id >= len(t.where) || t.where[id].qi != refFree || k < 1 || k > spec.FaSSTMaxRange {
 		return false, nil
 	}
+	qi := -1
 	for i := range t.qps {
-		qi := (t.rr + i) % len(t.qps)
-		q := t.qps[qi]
-		if !t.room(q) {
-			continue
+		if q := t.qps[(t.rr+i)%len(t.qps)]; t.room(q) {
+			qi = (t.rr + i) % len(t.qps)
+			break
 		}
-		slot, rid, ok := q.slots.Take(k)
-		if !ok {
-			continue
-		}
-		if b, ok := t.dev.(verbs.DoorbellBatcher); ok {
-			b.HoldDoorbell()
-			defer b.RingDoorbell()
-		}
-		q.busy[slot], q.live[slot], q.span[slot] = true, 1, k
-		q.calls[slot] = append(q.calls[slot][:0], id)
-		t.where[id] = fasstRef{qi, slot, 0}
-		t.outstanding++
-		t.queue(now, qi, slot, rid, k)
-		t.rr = (qi + 1) % len(t.qps)
-		return true, t.flush(q)
 	}
-	return false, nil
+	if qi < 0 {
+		return false, nil
+	}
+	q := t.qps[qi]
+	slot, rid, _ := q.slots.Take(k) // room: a slot is free
+	if b, ok := t.dev.(verbs.DoorbellBatcher); ok {
+		b.HoldDoorbell()
+		defer b.RingDoorbell()
+	}
+	q.busy[slot], q.live[slot], q.span[slot] = true, 1, k
+	q.calls[slot] = append(q.calls[slot][:0], id)
+	t.where[id] = fasstRef{qi, slot, 0}
+	t.outstanding++
+	t.queue(now, qi, slot, rid, k)
+	t.rr = (qi + 1) % len(t.qps)
+	return true, t.flush(q)
 }
 
 // release frees slot s of q: answered, or none of its callers waits.
