@@ -1,8 +1,10 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -89,6 +91,107 @@ func TestGetRange(t *testing.T) {
 		t.Fatalf("client floor %d below the last value handed out %d", m, maxDone.Load())
 	}
 	t.Logf("%d calls, %d values", len(got), len(seen))
+}
+
+// timedRange is a range one call got, and when the call ran.
+type timedRange struct {
+	r          Range
+	start, end time.Duration
+}
+
+// checkRanges checks ranges the way e2e.Verifier checks timestamps: no
+// value in two ranges, and a call's values above every value of the
+// calls that completed before it began (real-time order); in the hybrid
+// format no range spans a millisecond.
+func checkRanges(t *testing.T, rs []timedRange) (values int) {
+	t.Helper()
+	seen := map[Timestamp]bool{}
+	for _, x := range rs {
+		if spec.CrossesMillisecond(uint64(x.r.First), x.r.Count) {
+			t.Fatalf("range %v…%v spans a millisecond", x.r.First, x.r.Last())
+		}
+		for i := range x.r.Count {
+			v := x.r.At(i)
+			if seen[v] {
+				t.Fatalf("value %v handed out twice", v)
+			}
+			seen[v] = true
+		}
+	}
+	byEnd := slices.Clone(rs)
+	slices.SortFunc(byEnd, func(a, b timedRange) int { return cmp.Compare(a.end, b.end) })
+	byStart := slices.Clone(rs)
+	slices.SortFunc(byStart, func(a, b timedRange) int { return cmp.Compare(a.start, b.start) })
+	var maxEnded Timestamp
+	j := 0
+	for _, x := range byStart {
+		for ; j < len(byEnd) && byEnd[j].end < x.start; j++ {
+			maxEnded = max(maxEnded, byEnd[j].r.Last())
+		}
+		if x.r.First <= maxEnded {
+			t.Fatalf("range %v+%d not above %v, handed out before the call began", x.r.First, x.r.Count, maxEnded)
+		}
+	}
+	return len(seen)
+}
+
+// TestGetRangeFaultsAndRestart: ranges stay unique, consecutive within a
+// millisecond and in real-time order across 5% loss, duplication and
+// reordering both ways (retransmissions under fresh IDs) and a server
+// restart (reconnect and resend): a range is never pieced together, and
+// an answer to an earlier transmission never completes a later one.
+func TestGetRangeFaultsAndRestart(t *testing.T) {
+	const faults = "loss=0.05,dup=0.05,reorder=0.05,seed=11"
+	dir := t.TempDir()
+	a, stop := startStoppable(t, server.Config{Mode: spec.ModeFaSST, Data: dir, ProviderOpts: faults})
+	c := dialT(t, a.Admin, WithDevice("soft", "", faults), WithRetransmit(5*time.Millisecond))
+	t0 := time.Now()
+	var (
+		mu  sync.Mutex
+		got []timedRange
+	)
+	call := func(ctx context.Context, k int) error {
+		start := time.Since(t0)
+		r, err := c.GetRange(ctx, k)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		got = append(got, timedRange{r, start, time.Since(t0)})
+		mu.Unlock()
+		return nil
+	}
+	phase := func(n int) {
+		var wg sync.WaitGroup
+		for g := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer cancel()
+				for i := range n {
+					if err := call(ctx, []int{2, 16, 300, 5000}[(g+i)%4]); err != nil {
+						t.Errorf("GetRange: %v", err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	phase(100)
+	stop()
+	startServer(t, server.Config{Mode: spec.ModeFaSST, Data: dir, Admin: a.Admin, ProviderOpts: faults})
+	phase(100)
+	if t.Failed() {
+		return
+	}
+	n := checkRanges(t, got)
+	st := c.Stats()
+	t.Logf("%d ranges, %d values; client retransmits %d, stale %d, reconnects %d", len(got), n, st.Retransmits, st.StaleAnswers, st.Reconnects)
+	if st.Retransmits == 0 || st.Reconnects == 0 {
+		t.Fatalf("no retransmission (%d) or no reconnect (%d): the faults were not exercised", st.Retransmits, st.Reconnects)
+	}
 }
 
 // TestGetRangeUnsupported: a mode whose request asks for one value
