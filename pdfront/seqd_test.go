@@ -21,7 +21,9 @@ import (
 	pd "github.com/tikv/pd/client"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/seqd/seqd/admin"
 	"github.com/seqd/seqd/admin/adminpb"
@@ -507,5 +509,39 @@ func TestLargeCounts(t *testing.T) {
 	}
 	if src.max.Load() < int64(pdfront.MaxCount) {
 		t.Fatalf("largest count %d, want %d", src.max.Load(), pdfront.MaxCount)
+	}
+}
+
+// TestModeWithoutRanges: over a seqd in a mode without ranges (spec-s0)
+// requests for one timestamp are served and larger counts fail with
+// Unavailable, never with values pieced together.
+func TestModeWithoutRanges(t *testing.T) {
+	s := startProc(t, "-init", "-data", t.TempDir(), "-mode", "spec-s0") // the last -mode wins
+	waitRole(t, []*proc{s}, nil, "")
+	_, addr, _ := frontOver(t, []string{s.addr})
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ask := func(count uint32) (*pdpb.TsoResponse, error) {
+		st, err := pdpb.NewPDClient(cc).Tso(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer st.CloseSend()
+		if err := st.Send(&pdpb.TsoRequest{Header: &pdpb.RequestHeader{ClusterId: 7}, Count: count}); err != nil {
+			return nil, err
+		}
+		return st.Recv()
+	}
+	r, err := ask(1)
+	if err != nil || r.Count != 1 || r.Timestamp.Logical >= 1<<18 {
+		t.Fatalf("count 1 in spec-s0: %v, %v", r, err)
+	}
+	if _, err := ask(2); status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "not supported") {
+		t.Fatalf("count 2 in spec-s0: %v, want Unavailable naming the unsupported mode", err)
 	}
 }
