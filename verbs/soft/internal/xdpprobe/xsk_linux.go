@@ -1,0 +1,216 @@
+package xdpprobe
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// xdpZeroCopy is XDP_ZEROCOPY, the bind flag golang.org/x/sys/unix lacks.
+const xdpZeroCopy = 1 << 2
+
+// SocketConfig describes one AF_XDP socket and its UMEM.
+type SocketConfig struct {
+	Ifindex  int
+	Queue    int  // the receive queue it binds to
+	Frames   int  // UMEM frames, a power of two (default 4096)
+	ZeroCopy bool // bind with XDP_ZEROCOPY instead of XDP_COPY
+}
+
+// Socket is an AF_XDP socket with a UMEM of its own, receive only: the
+// RX and fill rings, and the completion ring the kernel requires. Every
+// frame is in the fill ring or in the caller's hands between Rx and
+// Refill, so the fill ring always has room for what Refill returns.
+type Socket struct {
+	fd        int
+	umem      []byte
+	frameSize uint64
+	fill      ring
+	comp      ring
+	rx        ring
+	held      []uint64 // frame addresses handed out by the last Rx
+	wakeups   uint64
+}
+
+// ring is one of the four single-producer single-consumer rings shared
+// with the kernel: a producer and a consumer index, flags, and a power of
+// two of descriptors (8-byte addresses for fill and completion, 16-byte
+// unix.XDPDesc for RX and TX).
+type ring struct {
+	mem   []byte
+	prod  *uint32
+	cons  *uint32
+	flags *uint32
+	desc  unsafe.Pointer
+	mask  uint32
+}
+
+func (r *ring) mmap(fd int, pgoff int64, off unix.XDPRingOffset, n, descSize int) error {
+	mem, err := unix.Mmap(fd, pgoff, int(off.Desc)+n*descSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
+	if err != nil {
+		return err
+	}
+	base := unsafe.Pointer(&mem[0])
+	r.mem = mem
+	r.prod = (*uint32)(unsafe.Add(base, off.Producer))
+	r.cons = (*uint32)(unsafe.Add(base, off.Consumer))
+	r.flags = (*uint32)(unsafe.Add(base, off.Flags))
+	r.desc = unsafe.Add(base, off.Desc)
+	r.mask = uint32(n - 1)
+	return nil
+}
+
+func (r *ring) addr(i uint32) *uint64 {
+	return (*uint64)(unsafe.Add(r.desc, uintptr(i&r.mask)*8))
+}
+
+func (r *ring) xdpDesc(i uint32) *unix.XDPDesc {
+	return (*unix.XDPDesc)(unsafe.Add(r.desc, uintptr(i&r.mask)*unsafe.Sizeof(unix.XDPDesc{})))
+}
+
+// NewSocket opens and binds an AF_XDP socket. It fails with
+// ErrUnsupported when the kernel has no AF_XDP or the driver refuses the
+// mode.
+func NewSocket(c SocketConfig) (_ *Socket, err error) {
+	if c.Frames == 0 {
+		c.Frames = 4096
+	}
+	if c.Frames&(c.Frames-1) != 0 {
+		return nil, fmt.Errorf("xdpprobe: %d frames is not a power of two", c.Frames)
+	}
+	fd, err := unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%w: AF_XDP socket: %v", ErrUnsupported, err)
+	}
+	s := &Socket{fd: fd, frameSize: 2048, held: make([]uint64, 0, c.Frames)}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+	s.umem, err = unix.Mmap(-1, 0, c.Frames*int(s.frameSize), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE)
+	if err != nil {
+		return nil, fmt.Errorf("xdpprobe: UMEM: %v", err)
+	}
+	reg := unix.XDPUmemReg{Addr: uint64(uintptr(unsafe.Pointer(&s.umem[0]))), Len: uint64(len(s.umem)), Size: uint32(s.frameSize)}
+	if err := setsockopt(fd, unix.XDP_UMEM_REG, unsafe.Pointer(&reg), unsafe.Sizeof(reg)); err != nil {
+		return nil, fmt.Errorf("xdpprobe: XDP_UMEM_REG: %v", err)
+	}
+	rxN := c.Frames / 2
+	for _, o := range []struct{ opt, n int }{{unix.XDP_UMEM_FILL_RING, c.Frames}, {unix.XDP_UMEM_COMPLETION_RING, 64}, {unix.XDP_RX_RING, rxN}} {
+		if err := unix.SetsockoptInt(fd, unix.SOL_XDP, o.opt, o.n); err != nil {
+			return nil, fmt.Errorf("xdpprobe: ring size option %d: %v", o.opt, err)
+		}
+	}
+	var off unix.XDPMmapOffsets
+	ol := uint32(unsafe.Sizeof(off))
+	if _, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_XDP, unix.XDP_MMAP_OFFSETS, uintptr(unsafe.Pointer(&off)), uintptr(unsafe.Pointer(&ol)), 0); e != 0 {
+		return nil, fmt.Errorf("xdpprobe: XDP_MMAP_OFFSETS: %v", e)
+	}
+	if err := s.fill.mmap(fd, unix.XDP_UMEM_PGOFF_FILL_RING, off.Fr, c.Frames, 8); err != nil {
+		return nil, fmt.Errorf("xdpprobe: fill ring: %v", err)
+	}
+	if err := s.comp.mmap(fd, unix.XDP_UMEM_PGOFF_COMPLETION_RING, off.Cr, 64, 8); err != nil {
+		return nil, fmt.Errorf("xdpprobe: completion ring: %v", err)
+	}
+	if err := s.rx.mmap(fd, unix.XDP_PGOFF_RX_RING, off.Rx, rxN, int(unsafe.Sizeof(unix.XDPDesc{}))); err != nil {
+		return nil, fmt.Errorf("xdpprobe: RX ring: %v", err)
+	}
+	// Every frame starts in the fill ring.
+	for i := 0; i < c.Frames; i++ {
+		*s.fill.addr(uint32(i)) = uint64(i) * s.frameSize
+	}
+	atomic.StoreUint32(s.fill.prod, uint32(c.Frames))
+	flags := uint16(unix.XDP_COPY)
+	if c.ZeroCopy {
+		flags = xdpZeroCopy
+	}
+	sa := &unix.SockaddrXDP{Flags: flags | unix.XDP_USE_NEED_WAKEUP, Ifindex: uint32(c.Ifindex), QueueID: uint32(c.Queue)}
+	// A socket closed on this queue a moment ago may still hold it: the
+	// kernel releases its UMEM from a work queue (EBUSY until then).
+	err = unix.Bind(fd, sa)
+	for i := 0; errors.Is(err, unix.EBUSY) && i < 100; i++ {
+		time.Sleep(10 * time.Millisecond)
+		err = unix.Bind(fd, sa)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: binding AF_XDP (zerocopy=%v) to ifindex %d queue %d: %v", ErrUnsupported, c.ZeroCopy, c.Ifindex, c.Queue, err)
+	}
+	return s, nil
+}
+
+func setsockopt(fd, opt int, p unsafe.Pointer, n uintptr) error {
+	if _, _, e := unix.Syscall6(unix.SYS_SETSOCKOPT, uintptr(fd), unix.SOL_XDP, uintptr(opt), uintptr(p), n, 0); e != 0 {
+		return e
+	}
+	return nil
+}
+
+// Rx fills frames with the packets (whole Ethernet frames, in the UMEM)
+// the kernel has put on the RX ring, at most len(frames), and returns how
+// many. They stay valid until Refill. It makes no system call.
+func (s *Socket) Rx(frames [][]byte) int {
+	cons := *s.rx.cons // only this side writes it
+	avail := atomic.LoadUint32(s.rx.prod) - cons
+	n := min(int(avail), len(frames), cap(s.held)-len(s.held))
+	for i := 0; i < n; i++ {
+		d := s.rx.xdpDesc(cons + uint32(i))
+		frames[i] = s.umem[d.Addr : d.Addr+uint64(d.Len) : d.Addr+uint64(d.Len)]
+		s.held = append(s.held, d.Addr&^(s.frameSize-1))
+	}
+	if n > 0 {
+		atomic.StoreUint32(s.rx.cons, cons+uint32(n))
+	}
+	return n
+}
+
+// Refill gives the frames of the last Rx calls back to the kernel through
+// the fill ring, and wakes the kernel with a system call only when it
+// asks to be (need_wakeup).
+func (s *Socket) Refill() {
+	if len(s.held) > 0 {
+		prod := *s.fill.prod
+		for i, a := range s.held {
+			*s.fill.addr(prod + uint32(i)) = a
+		}
+		atomic.StoreUint32(s.fill.prod, prod+uint32(len(s.held)))
+		s.held = s.held[:0]
+	}
+	if atomic.LoadUint32(s.fill.flags)&unix.XDP_RING_NEED_WAKEUP != 0 {
+		s.wakeups++
+		unix.Syscall6(unix.SYS_RECVFROM, uintptr(s.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
+	}
+}
+
+// Wakeups is how many system calls Refill made because the kernel asked.
+func (s *Socket) Wakeups() uint64 { return s.wakeups }
+
+// Stats are the kernel's XDP_STATISTICS for the socket.
+func (s *Socket) Stats() (unix.XDPStatistics, error) {
+	var st unix.XDPStatistics
+	l := uint32(unsafe.Sizeof(st))
+	if _, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(s.fd), unix.SOL_XDP, unix.XDP_STATISTICS, uintptr(unsafe.Pointer(&st)), uintptr(unsafe.Pointer(&l)), 0); e != 0 {
+		return st, e
+	}
+	return st, nil
+}
+
+// Close unbinds the socket and unmaps its rings and UMEM.
+func (s *Socket) Close() error {
+	err := unix.Close(s.fd)
+	for _, r := range []*ring{&s.fill, &s.comp, &s.rx} {
+		if r.mem != nil {
+			unix.Munmap(r.mem)
+			r.mem = nil
+		}
+	}
+	if s.umem != nil {
+		unix.Munmap(s.umem)
+		s.umem = nil
+	}
+	return err
+}
