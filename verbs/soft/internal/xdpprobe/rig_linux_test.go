@@ -62,8 +62,11 @@ func newRig(t testing.TB) *rig {
 	r.sh(t, "ip -n "+r.nsB+" link set vb up")
 	// The sender's GSO messages are cut into segments at va in software
 	// in every configuration: an XDP program on vb turns va's GSO off
-	// anyway, and the comparison needs the same sender throughout.
-	r.sh(t, "ip netns exec "+r.nsA+" ethtool -K va tx-udp-segmentation off")
+	// anyway, and the comparison needs the same sender throughout. TSO
+	// off too: veth hands a packet to vb's NAPI poll (where GRO and
+	// native XDP run) only when the sending side cannot make TSO
+	// packets, or the receiving side forwards UDP GRO.
+	r.sh(t, "ip netns exec "+r.nsA+" ethtool -K va tx-udp-segmentation off tso off")
 	macA, macB := r.mac(t, r.nsA, ifA), r.mac(t, r.nsB, ifB)
 	r.sh(t, "ip -n "+r.nsA+" neigh replace 198.51.100.2 lladdr "+macB+" dev va nud permanent")
 	r.sh(t, "ip -n "+r.nsB+" neigh replace 198.51.100.1 lladdr "+macA+" dev vb nud permanent")
