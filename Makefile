@@ -69,7 +69,7 @@ bench-verbs:
 # XDPBENCH_PERF=DIR also records a perf profile of each path.
 bench-xdp:
 	$(GO) test -c -o /tmp/seqd-xdpprobe.test ./verbs/soft/internal/xdpprobe/
-	SEQD_XDPBENCH=1 SEQD_XDPBENCH_ROUNDS=$${ROUNDS:-5} SEQD_XDPBENCH_PERF=$(XDPBENCH_PERF) /tmp/seqd-xdpprobe.test -test.run '^TestReceiveRates$$' -test.v -test.timeout 15m
+	SEQD_XDPBENCH=1 SEQD_XDPBENCH_ROUNDS=$(or $(ROUNDS),5) SEQD_XDPBENCH_PERF=$(XDPBENCH_PERF) /tmp/seqd-xdpprobe.test -test.run '^TestReceiveRates$$' -test.v -test.timeout 15m
 
 # The client library against an in-process seqd (serial latency, pipelined
 # throughput), next to the transport's echo figures from the same run.
