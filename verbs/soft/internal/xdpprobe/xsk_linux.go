@@ -19,12 +19,15 @@ type SocketConfig struct {
 	Queue    int  // the receive queue it binds to
 	Frames   int  // UMEM frames, a power of two (default 4096)
 	ZeroCopy bool // bind with XDP_ZEROCOPY instead of XDP_COPY
+	TX       bool // also a TX ring, for Echo
 }
 
-// Socket is an AF_XDP socket with a UMEM of its own, receive only: the
-// RX and fill rings, and the completion ring the kernel requires. Every
-// frame is in the fill ring or in the caller's hands between Rx and
-// Refill, so the fill ring always has room for what Refill returns.
+// Socket is an AF_XDP socket with a UMEM of its own: the RX and fill
+// rings, the completion ring, and with SocketConfig.TX a TX ring. Every
+// frame is in exactly one place: the fill ring (the kernel may receive
+// into it), the RX ring, the caller's hands between Rx and Refill or
+// Echo, the TX ring, or the completion ring. The fill and completion
+// rings hold every frame, so neither can overflow.
 type Socket struct {
 	fd        int
 	umem      []byte
@@ -32,8 +35,10 @@ type Socket struct {
 	fill      ring
 	comp      ring
 	rx        ring
-	held      []uint64 // frame addresses handed out by the last Rx
+	tx        ring
+	held      []unix.XDPDesc // frames handed out by the last Rx
 	wakeups   uint64
+	kicks     uint64
 }
 
 // ring is one of the four single-producer single-consumer rings shared
@@ -86,7 +91,7 @@ func NewSocket(c SocketConfig) (_ *Socket, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: AF_XDP socket: %v", ErrUnsupported, err)
 	}
-	s := &Socket{fd: fd, frameSize: 2048, held: make([]uint64, 0, c.Frames)}
+	s := &Socket{fd: fd, frameSize: 2048, held: make([]unix.XDPDesc, 0, c.Frames)}
 	defer func() {
 		if err != nil {
 			s.Close()
@@ -101,7 +106,11 @@ func NewSocket(c SocketConfig) (_ *Socket, err error) {
 		return nil, fmt.Errorf("xdpprobe: XDP_UMEM_REG: %v", err)
 	}
 	rxN := c.Frames / 2
-	for _, o := range []struct{ opt, n int }{{unix.XDP_UMEM_FILL_RING, c.Frames}, {unix.XDP_UMEM_COMPLETION_RING, 64}, {unix.XDP_RX_RING, rxN}} {
+	rings := []struct{ opt, n int }{{unix.XDP_UMEM_FILL_RING, c.Frames}, {unix.XDP_UMEM_COMPLETION_RING, c.Frames}, {unix.XDP_RX_RING, rxN}}
+	if c.TX {
+		rings = append(rings, struct{ opt, n int }{unix.XDP_TX_RING, rxN})
+	}
+	for _, o := range rings {
 		if err := unix.SetsockoptInt(fd, unix.SOL_XDP, o.opt, o.n); err != nil {
 			return nil, fmt.Errorf("xdpprobe: ring size option %d: %v", o.opt, err)
 		}
@@ -114,11 +123,16 @@ func NewSocket(c SocketConfig) (_ *Socket, err error) {
 	if err := s.fill.mmap(fd, unix.XDP_UMEM_PGOFF_FILL_RING, off.Fr, c.Frames, 8); err != nil {
 		return nil, fmt.Errorf("xdpprobe: fill ring: %v", err)
 	}
-	if err := s.comp.mmap(fd, unix.XDP_UMEM_PGOFF_COMPLETION_RING, off.Cr, 64, 8); err != nil {
+	if err := s.comp.mmap(fd, unix.XDP_UMEM_PGOFF_COMPLETION_RING, off.Cr, c.Frames, 8); err != nil {
 		return nil, fmt.Errorf("xdpprobe: completion ring: %v", err)
 	}
 	if err := s.rx.mmap(fd, unix.XDP_PGOFF_RX_RING, off.Rx, rxN, int(unsafe.Sizeof(unix.XDPDesc{}))); err != nil {
 		return nil, fmt.Errorf("xdpprobe: RX ring: %v", err)
+	}
+	if c.TX {
+		if err := s.tx.mmap(fd, unix.XDP_PGOFF_TX_RING, off.Tx, rxN, int(unsafe.Sizeof(unix.XDPDesc{}))); err != nil {
+			return nil, fmt.Errorf("xdpprobe: TX ring: %v", err)
+		}
 	}
 	// Every frame starts in the fill ring.
 	for i := 0; i < c.Frames; i++ {
@@ -160,7 +174,7 @@ func (s *Socket) Rx(frames [][]byte) int {
 	for i := 0; i < n; i++ {
 		d := s.rx.xdpDesc(cons + uint32(i))
 		frames[i] = s.umem[d.Addr : d.Addr+uint64(d.Len) : d.Addr+uint64(d.Len)]
-		s.held = append(s.held, d.Addr&^(s.frameSize-1))
+		s.held = append(s.held, *d)
 	}
 	if n > 0 {
 		atomic.StoreUint32(s.rx.cons, cons+uint32(n))
@@ -168,26 +182,67 @@ func (s *Socket) Rx(frames [][]byte) int {
 	return n
 }
 
-// Refill gives the frames of the last Rx calls back to the kernel through
-// the fill ring, and wakes the kernel with a system call only when it
-// asks to be (need_wakeup).
+// Refill gives the frames of the last Rx calls, and the transmitted
+// frames the completion ring returns, back to the kernel through the fill
+// ring, and wakes the kernel with a system call only when it asks to be
+// (need_wakeup).
 func (s *Socket) Refill() {
-	if len(s.held) > 0 {
-		prod := *s.fill.prod
-		for i, a := range s.held {
-			*s.fill.addr(prod + uint32(i)) = a
-		}
-		atomic.StoreUint32(s.fill.prod, prod+uint32(len(s.held)))
-		s.held = s.held[:0]
+	prod := *s.fill.prod
+	for _, d := range s.held {
+		*s.fill.addr(prod) = d.Addr &^ (s.frameSize - 1)
+		prod++
 	}
+	s.held = s.held[:0]
+	if s.comp.mem != nil {
+		cons := *s.comp.cons
+		end := atomic.LoadUint32(s.comp.prod)
+		for ; cons != end; cons++ {
+			*s.fill.addr(prod) = *s.comp.addr(cons) &^ (s.frameSize - 1)
+			prod++
+		}
+		atomic.StoreUint32(s.comp.cons, cons)
+	}
+	atomic.StoreUint32(s.fill.prod, prod)
 	if atomic.LoadUint32(s.fill.flags)&unix.XDP_RING_NEED_WAKEUP != 0 {
 		s.wakeups++
 		unix.Syscall6(unix.SYS_RECVFROM, uintptr(s.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
 	}
 }
 
+// Echo transmits the frames of the last Rx calls, as the caller left
+// them (same length), instead of giving them back to the fill ring, and
+// kicks the kernel: in copy mode the kernel transmits inside sendto, at
+// most a few dozen frames a call, so it kicks until the TX ring is
+// drained or the kernel refuses. Frames come back through the completion
+// ring (Refill). It returns the frames it could not queue, which go back
+// to the fill ring.
+func (s *Socket) Echo() int {
+	prod := *s.tx.prod
+	free := uint32(len(s.held)) // a TX ring as deep as RX never holds more than the frames in flight
+	if room := s.tx.mask + 1 - (prod - atomic.LoadUint32(s.tx.cons)); room < free {
+		free = room
+	}
+	for i := range free {
+		*s.tx.xdpDesc(prod + i) = unix.XDPDesc{Addr: s.held[i].Addr, Len: s.held[i].Len}
+	}
+	atomic.StoreUint32(s.tx.prod, prod+free)
+	dropped := len(s.held) - int(free)
+	copy(s.held, s.held[free:])
+	s.held = s.held[:dropped]
+	for i := 0; i < 64 && atomic.LoadUint32(s.tx.cons) != prod+free; i++ {
+		s.kicks++
+		if _, _, e := unix.Syscall6(unix.SYS_SENDTO, uintptr(s.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0); e != 0 && e != unix.EAGAIN && e != unix.EBUSY {
+			break
+		}
+	}
+	return dropped
+}
+
 // Wakeups is how many system calls Refill made because the kernel asked.
 func (s *Socket) Wakeups() uint64 { return s.wakeups }
+
+// Kicks is how many sendto calls Echo made.
+func (s *Socket) Kicks() uint64 { return s.kicks }
 
 // Stats are the kernel's XDP_STATISTICS for the socket.
 func (s *Socket) Stats() (unix.XDPStatistics, error) {
@@ -202,7 +257,7 @@ func (s *Socket) Stats() (unix.XDPStatistics, error) {
 // Close unbinds the socket and unmaps its rings and UMEM.
 func (s *Socket) Close() error {
 	err := unix.Close(s.fd)
-	for _, r := range []*ring{&s.fill, &s.comp, &s.rx} {
+	for _, r := range []*ring{&s.fill, &s.comp, &s.rx, &s.tx} {
 		if r.mem != nil {
 			unix.Munmap(r.mem)
 			r.mem = nil
