@@ -6,6 +6,7 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -91,4 +92,49 @@ func itoa(n int) string {
 			return string(b)
 		}
 	}
+}
+
+func TestGenFloors(t *testing.T) {
+	for _, kind := range []Kind{ProviderEcho, RawEcho} {
+		for _, flows := range []int{1, 64} {
+			t.Run(kind.String()+"/flows="+itoa(flows), func(t *testing.T) {
+				var e *EchoServer
+				var err error
+				if kind == ProviderEcho {
+					e, err = StartProviderEcho(floorCore, 8192, nil)
+				} else {
+					e, err = StartRawEcho(floorCore)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer e.Close()
+				g, err := New(Config{Flows: flows, Window: max(4, 256/flows), Keep: 1 << 10})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer g.Close()
+				if err := g.SetTarget(e.Target(flows, g.Window())); err != nil {
+					t.Fatal(err)
+				}
+				res, err := g.Run(context.Background(), 50*time.Millisecond, 200*time.Millisecond, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Logf("%v flows=%d: %.3f Mops/s %+v", kind, flows, res.OpsPerSec()/1e6, res.Stats)
+				if res.Measured == 0 || res.Forged+res.BadICRC+res.Malformed+res.Stale != 0 {
+					t.Fatalf("%+v", res.Stats)
+				}
+			})
+		}
+	}
+}
+
+var floorCore = envInt("WIRE_FLOOR_CORE", -1)
+
+func envInt(k string, d int) int {
+	if v, err := strconv.Atoi(os.Getenv(k)); err == nil {
+		return v
+	}
+	return d
 }
