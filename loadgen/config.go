@@ -73,6 +73,9 @@ type Config struct {
 	ServerCore int
 	NoFloors   bool
 	NoRedis    bool
+	// ServerPID is the pid of a seqd not spawned by loadgen, for its CPU
+	// time (0: not measured).
+	ServerPID int
 
 	Progress io.Writer // a progress line per second; nil for none
 	Logger   *slog.Logger

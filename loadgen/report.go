@@ -102,8 +102,11 @@ func (r *Report) writeWireTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if len(r.Wire) > 0 {
-		fmt.Fprintf(w, "server CPU from: %s\n", r.Wire[len(r.Wire)-1].CPUFrom)
+	for _, x := range r.Wire {
+		if x.Server == "seqd" && x.CPUFrom != "" {
+			fmt.Fprintf(w, "seqd CPU from %s (whole process); floors' from their processes' stat\n", x.CPUFrom)
+			break
+		}
 	}
 	if x := r.Redis; x != nil {
 		if x.Skipped != "" {

@@ -74,10 +74,13 @@ func pinPID(pid, core int) error {
 // generator's thread (an in-process seqd).
 type cpuOf struct {
 	pid, tid, genTID int
+	none             bool // not known: a seqd loadgen did not start, without -server-pid
 }
 
 func (c cpuOf) read() (wire.CPU, error) {
 	switch {
+	case c.none:
+		return wire.CPU{}, errNoCPU
 	case c.pid > 0:
 		return wire.ReadCPU(c.pid, 0)
 	case c.tid > 0:
@@ -100,6 +103,8 @@ func (c cpuOf) String() string {
 	}
 	return "/proc/self/stat minus the generator's thread"
 }
+
+var errNoCPU = errors.New("loadgen: server CPU not measured (no -server-pid)")
 
 // measureWire runs g against its target and fills a WireResult, with the
 // server's CPU time read (on the generator's thread) when the
@@ -159,9 +164,9 @@ func runWire(ctx context.Context, c *Config, rep *Report) error {
 	if err := r.useMode(ctx, spec.ModeSpecS0); err != nil {
 		return err
 	}
-	cpu := cpuOf{}
+	cpu := cpuOf{pid: c.ServerPID, none: c.ServerPID == 0}
 	if r.srv != nil {
-		cpu.pid = r.srv.pid
+		cpu.pid, cpu.none = r.srv.pid, false
 		if cpu.pid > 0 && c.ServerCore >= 0 {
 			if err := pinPID(cpu.pid, c.ServerCore); err != nil {
 				return err

@@ -54,6 +54,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	flows := fs.String("flows", "1,64,1024", "with -engine wire: flow counts (emulated client QPs) to run")
 	fs.IntVar(&c.FlowWindow, "flow-window", 0, "with -engine wire: window per flow (0: 1024/flows, 1..256)")
 	fs.IntVar(&c.ServerCore, "server-core", -1, "with -engine wire: core of the server under test (a spawned seqd's threads, the floor servers, redis-server); -1 unpinned")
+	fs.IntVar(&c.ServerPID, "server-pid", 0, "with -engine wire and a seqd not spawned: its pid, for its CPU time per request")
 	fs.BoolVar(&c.NoFloors, "no-floors", false, "with -engine wire: skip the echo floors")
 	fs.BoolVar(&c.NoRedis, "no-redis", false, "with -engine wire: skip the Redis INCR reference")
 	floor := fs.String(loadgen.FloorFlag, "", "internal: serve as a floor server (provider-echo or raw-echo) until stdin closes")
