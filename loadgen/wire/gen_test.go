@@ -96,7 +96,7 @@ func itoa(n int) string {
 
 func TestGenFloors(t *testing.T) {
 	for _, kind := range []Kind{ProviderEcho, RawEcho} {
-		for _, flows := range []int{1, 64} {
+		for _, flows := range testFlows {
 			t.Run(kind.String()+"/flows="+itoa(flows), func(t *testing.T) {
 				var e *EchoServer
 				var err error
@@ -109,7 +109,7 @@ func TestGenFloors(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer e.Close()
-				g, err := New(Config{Flows: flows, Window: max(4, 256/flows), Keep: 1 << 10})
+				g, err := New(Config{Flows: flows, Window: max(1, 256/flows), Keep: 1 << 10})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -131,6 +131,8 @@ func TestGenFloors(t *testing.T) {
 }
 
 var floorCore = envInt("WIRE_FLOOR_CORE", -1)
+
+var testFlows = []int{1, envInt("WIRE_FLOWS", 64)}
 
 func envInt(k string, d int) int {
 	if v, err := strconv.Atoi(os.Getenv(k)); err == nil {
