@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/loadgen/wire"
 	"github.com/seqd/seqd/spec"
 )
@@ -33,6 +34,10 @@ type WireResult struct {
 	SpecMisses   uint64  `json:"spec_misses"`
 	Violations   uint64  `json:"violations"`
 	Checked      int     `json:"checked"` // values checked for uniqueness
+	// seqd: the requests its workers dropped (Status drops) and their mean
+	// batch, over the whole run (warm-up included).
+	ServerDrops uint64  `json:"server_drops,omitempty"`
+	AvgBatch    float64 `json:"avg_batch,omitempty"`
 	// OfProviderEcho and OfRawEcho: Mops over the floors' at this flow
 	// count (0 when not measured).
 	OfProviderEcho float64 `json:"of_provider_echo,omitempty"`
@@ -214,7 +219,23 @@ func runWire(ctx context.Context, c *Config, rep *Report) error {
 			g.Close()
 			return err
 		}
+		st0, serr := r.adm.Status(ctx, &adminpb.StatusRequest{})
 		wr, err := measureWire(ctx, c, g, "seqd", cpu)
+		if st1, serr1 := r.adm.Status(ctx, &adminpb.StatusRequest{}); serr == nil && serr1 == nil {
+			wr.ServerDrops = st1.GetDrops() - st0.GetDrops()
+			var b, q int64
+			for i, w := range st1.GetWorkers() {
+				b += int64(w.GetBatches())
+				q += int64(w.GetRequests())
+				if i < len(st0.GetWorkers()) {
+					b -= int64(st0.GetWorkers()[i].GetBatches())
+					q -= int64(st0.GetWorkers()[i].GetRequests())
+				}
+			}
+			if b > 0 {
+				wr.AvgBatch = float64(q) / float64(b)
+			}
+		}
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		ss.Close(cctx)
 		cancel()

@@ -21,6 +21,8 @@ type WireResult struct {
 	SpecMisses     uint64
 	Violations     uint64
 	Checked        int
+	ServerDrops    uint64
+	AvgBatch       float64
 	OfProviderEcho float64
 	OfRawEcho      float64
 }
