@@ -144,8 +144,8 @@ func measureWire(ctx context.Context, c *Config, g *wire.Gen, server string, cpu
 	wr.P50us, wr.P99us, wr.P999us = us(50), us(99), us(99.9)
 	wr.Lost, wr.Stale, wr.SpecMisses, wr.Violations, wr.Checked = res.Lost, res.Stale, res.SpecMisses, res.Violations(), res.Kept
 	if c.Progress != nil {
-		fmt.Fprintf(c.Progress, "loadgen: wire %-13s flows=%-5d window=%-3d %7.3f Mops/s  server %5.0f ns/req user, %5.0f sys  p50 %.0f µs  lost %d  stale %d  checked %d\n",
-			server, wr.Flows, wr.Window, wr.Mops, wr.UserNsPerReq, wr.SysNsPerReq, wr.P50us, wr.Lost, wr.Stale, wr.Checked)
+		fmt.Fprintf(c.Progress, "loadgen: wire %-13s flows=%-5d window=%-3d %7.3f Mops/s  server %5.0f ns/req user, %5.0f sys  p50 %.0f µs  lost %d  stale %d  checked %d  send waits %d errors %d\n",
+			server, wr.Flows, wr.Window, wr.Mops, wr.UserNsPerReq, wr.SysNsPerReq, wr.P50us, wr.Lost, wr.Stale, wr.Checked, res.SendWaits, res.SendErrors)
 	}
 	if err != nil {
 		for _, ex := range res.Examples {
@@ -214,7 +214,7 @@ func runWire(ctx context.Context, c *Config, rep *Report) error {
 				rep.Wire = append(rep.Wire, wr)
 			}
 		}
-		ss, err := wire.Admit(ctx, r.adm, g, 0, "loadgen-wire")
+		ss, err := wire.Admit(ctx, r.adm, g, spec.ModeSpecS0, 0, "loadgen-wire")
 		if err != nil {
 			g.Close()
 			return err

@@ -33,25 +33,38 @@ type Sessions struct {
 	wg     sync.WaitGroup
 }
 
-// Admit connects g's flows to seqd in Spec-S0 through Admin.Connect,
-// perSession flows per session (0: DefaultPerSession), like the client
-// library registers its QPs: address (the flow's source address and the
-// generator's port) and QPN. It points g at the granted server QPs.
-func Admit(ctx context.Context, adm adminpb.AdminClient, g *Gen, perSession int, name string) (*Sessions, error) {
+// Admit connects g's flows to seqd through Admin.Connect in mode
+// (spec.ModeSpecS0 or spec.ModeHERD), perSession flows per session (0:
+// DefaultPerSession), like the client library registers its QPs: address
+// (the flow's source address and the generator's port) and QPN; in HERD
+// also the flow's UC QP (conn_qps). It points g at the granted server
+// QPs.
+func Admit(ctx context.Context, adm adminpb.AdminClient, g *Gen, mode string, perSession int, name string) (*Sessions, error) {
 	if perSession <= 0 {
 		perSession = DefaultPerSession
 	}
+	kind, window := Seqd, g.Window()
+	switch mode {
+	case spec.ModeSpecS0:
+	case spec.ModeHERD:
+		kind, window = HERD, min(window, spec.HERDMaxWindow)
+	default:
+		return nil, fmt.Errorf("%w: mode %q (spec-s0 or herd)", ErrAdmit, mode)
+	}
 	ss := &Sessions{adm: adm, stop: make(chan struct{})}
-	t := Target{Kind: Seqd, Flows: make([]FlowTarget, g.Flows())}
+	t := Target{Kind: kind, Flows: make([]FlowTarget, g.Flows())}
 	var lease time.Duration
 	for lo := 0; lo < g.Flows(); lo += perSession {
 		hi := min(lo+perSession, g.Flows())
-		req := &adminpb.ConnectRequest{Window: uint32(g.Window()), Mode: spec.ModeSpecS0,
+		req := &adminpb.ConnectRequest{Window: uint32(window), Mode: mode,
 			ClientName: fmt.Sprintf("%s-%d", name, lo/perSession), ProtocolVersion: spec.ProtocolVersion}
 		for i := lo; i < hi; i++ {
 			ap, qpn := g.FlowAddr(i)
 			a, _ := verbs.Address{GID: verbs.GIDFromAddr(ap.Addr()), Port: ap.Port()}.MarshalBinary()
 			req.Qps = append(req.Qps, &adminpb.Endpoint{Address: a, Qpn: qpn})
+			if kind == HERD {
+				req.ConnQps = append(req.ConnQps, &adminpb.Endpoint{Address: a, Qpn: qpn + UCOffset})
+			}
 		}
 		resp, err := adm.Connect(ctx, req)
 		if err != nil {
@@ -61,7 +74,11 @@ func Admit(ctx context.Context, adm adminpb.AdminClient, g *Gen, perSession int,
 		ss.tokens = append(ss.tokens, resp.GetSessionToken())
 		ss.ids = append(ss.ids, resp.GetSessionId())
 		ss.epoch = resp.GetEpoch()
-		if err := grant(resp, &t, lo, hi); err != nil {
+		grantf := grant
+		if kind == HERD {
+			grantf = grantHERD
+		}
+		if err := grantf(resp, &t, lo, hi); err != nil {
 			ss.Close(ctx)
 			return nil, err
 		}
@@ -93,13 +110,6 @@ func grant(resp *adminpb.ConnectResponse, t *Target, lo, hi int) error {
 		return fmt.Errorf("%w: malformed grant (%d assignments for %d QPs, %d server QPs, window %d, %d answer QPs)",
 			ErrAdmit, len(resp.GetAssignment()), hi-lo, len(resp.GetServerQps()), resp.GetWindow(), len(resp.GetAnswerQps()))
 	}
-	if t.AnswerQKey != 0 && t.AnswerQKey != resp.GetAnswerQkey() {
-		// Sessions of one generator share its socket: one answer Q_Key
-		// check for all (the server gives each session its own).
-		t.AnswerQKey = 0
-	} else if lo == 0 {
-		t.AnswerQKey = resp.GetAnswerQkey()
-	}
 	for _, ep := range resp.GetAnswerQps() {
 		t.AnswerQPNs = appendNew(t.AnswerQPNs, ep.GetQpn())
 	}
@@ -121,7 +131,42 @@ func grant(resp *adminpb.ConnectResponse, t *Target, lo, hi int) error {
 			return fmt.Errorf("%w: server QP %d at %v: IPv4 only", ErrAdmit, k, a)
 		}
 		t.Flows[i] = FlowTarget{Server: netip.AddrPortFrom(ip, a.RoCEPort()), QPN: srv[k].GetQpn(),
-			QKey: resp.GetQkey(), Window: int(resp.GetWindow())}
+			QKey: resp.GetQkey(), Window: int(resp.GetWindow()), AnswerQKey: resp.GetAnswerQkey()}
+	}
+	return nil
+}
+
+// grantHERD fills flows lo..hi-1 of t from a herd ConnectResponse: per
+// client QP the server's UC QP, the address of its slot 0 and the R_Key.
+func grantHERD(resp *adminpb.ConnectResponse, t *Target, lo, hi int) error {
+	if v := resp.GetProtocolVersion(); v != spec.ProtocolVersion {
+		return fmt.Errorf("%w: server speaks protocol version %d", ErrAdmit, v)
+	}
+	if resp.GetMode() != spec.ModeHERD {
+		return fmt.Errorf("%w: server serves %q, not %s", ErrAdmit, resp.GetMode(), spec.ModeHERD)
+	}
+	n := hi - lo
+	srv := resp.GetServerConnQps()
+	if len(srv) != n || len(resp.GetRemoteAddr()) != n || len(resp.GetRkey()) != n || resp.GetWindow() == 0 ||
+		len(resp.GetAnswerQps()) == 0 || resp.GetAnswerQkey() == 0 {
+		return fmt.Errorf("%w: malformed herd grant (%d server QPs, %d addresses, %d keys for %d QPs, window %d, %d answer QPs)",
+			ErrAdmit, len(srv), len(resp.GetRemoteAddr()), len(resp.GetRkey()), n, resp.GetWindow(), len(resp.GetAnswerQps()))
+	}
+	for _, ep := range resp.GetAnswerQps() {
+		t.AnswerQPNs = appendNew(t.AnswerQPNs, ep.GetQpn())
+	}
+	for i := lo; i < hi; i++ {
+		var a verbs.Address
+		if err := a.UnmarshalBinary(srv[i-lo].GetAddress()); err != nil {
+			return fmt.Errorf("%w: server UC QP %d: %v", ErrAdmit, i-lo, err)
+		}
+		ip := a.GID.Addr()
+		if !ip.Is4() {
+			return fmt.Errorf("%w: server UC QP at %v: IPv4 only", ErrAdmit, a)
+		}
+		t.Flows[i] = FlowTarget{Server: netip.AddrPortFrom(ip, a.RoCEPort()), QPN: srv[i-lo].GetQpn(),
+			Window: int(resp.GetWindow()), RemoteAddr: resp.GetRemoteAddr()[i-lo], RKey: resp.GetRkey()[i-lo],
+			AnswerQKey: resp.GetAnswerQkey()}
 	}
 	return nil
 }

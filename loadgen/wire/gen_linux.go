@@ -28,8 +28,10 @@ const (
 	segLen     = 24        // CMSG_SPACE(sizeof(uint16))
 	sockBuf    = 8 << 20
 	expireTick = int64(time.Millisecond)
-	// QPNBase is the QPN of flow 0; flow i is QPNBase+i.
-	QPNBase = 0x5e000
+	// QPNBase is the QPN of flow 0; flow i is QPNBase+i. In HERD that is
+	// its UD QP (answers); its UC QP (writes) is QPNBase+UCOffset+i.
+	QPNBase  = 0x5e000
+	UCOffset = 0x10000
 )
 
 // Errors.
@@ -47,6 +49,7 @@ const (
 	Seqd         Kind = iota // seqd in Spec-S0: answers carry values, all checked
 	ProviderEcho             // the provider's header-only echo server: answers echo the immediate
 	RawEcho                  // a raw UDP echo: answers are the requests sent back
+	HERD                     // seqd in herd mode: UC WRITEs of request slots, UD answers with the value
 )
 
 func (k Kind) String() string {
@@ -57,6 +60,8 @@ func (k Kind) String() string {
 		return "provider-echo"
 	case RawEcho:
 		return "raw-echo"
+	case HERD:
+		return "herd"
 	}
 	return fmt.Sprintf("kind(%d)", int(k))
 }
@@ -113,6 +118,13 @@ type FlowTarget struct {
 	QPN    uint32
 	QKey   uint32
 	Window int // granted; 0: the generator's
+	// AnswerQKey is the Q_Key this flow's answers carry (its session's;
+	// 0: Target.AnswerQKey).
+	AnswerQKey uint32
+	// HERD: the address of the flow's slot 0 in the server's request
+	// region, and its R_Key.
+	RemoteAddr uint64
+	RKey       uint32
 }
 
 // Target is a server the flows were admitted to.
@@ -135,12 +147,14 @@ type Gen struct {
 	port  uint16
 	src   [][4]byte
 	tgt   Target
-	flows []*Flow
+	flows []*Flow // Spec-S0 and the echoes
 	snd   []sender
+	hflow []*HerdFlow // HERD
+	hsnd  []herdSender
 	rcv   []receiver
 	dst   []unix.RawSockaddrInet4
 	ctrl  []byte // per flow: IP_PKTINFO, then UDP_SEGMENT
-	ansOK []bool // by answer QPN slot: see okFrom
+	ansQ  []uint32 // per flow: the Q_Key its answers carry (0: any)
 
 	arena []byte
 	hdrs  []unix.Mmsghdr
@@ -180,7 +194,8 @@ type Stats struct {
 	RealTime        uint64
 	Regressions     uint64
 	Duplicates      uint64
-	SendErrors      uint64
+	SendErrors      uint64 // requests that could not be sent (given up after the timeout)
+	SendWaits       uint64 // waits for room in the socket's send buffer
 	Syscalls        uint64 // sendmmsg + recvmmsg
 	Iterations      uint64
 	RxDatagrams     uint64
@@ -300,9 +315,21 @@ func (g *Gen) Flows() int { return g.cfg.Flows }
 // Window is the window each flow asks for.
 func (g *Gen) Window() int { return g.cfg.Window }
 
-// FlowAddr is flow i's address and QPN, as registered with the server.
+// FlowAddr is flow i's address and QPN, as registered with the server
+// (in HERD: its UD QP, which the answers go to).
 func (g *Gen) FlowAddr(i int) (netip.AddrPort, uint32) {
 	return netip.AddrPortFrom(netip.AddrFrom4(g.src[i]), g.port), QPNBase + uint32(i)
+}
+
+// nflows is the number of flows with a target.
+func (g *Gen) nflows() int { return max(len(g.flows), len(g.hflow)) }
+
+// room reports whether flow i may send more now.
+func (g *Gen) room(i int) bool {
+	if g.hflow != nil {
+		return g.hflow[i].Outstanding() < g.hflow[i].Window()
+	}
+	return g.flows[i].Outstanding() < g.flows[i].Window()
 }
 
 // SetTarget points the flows at t and resets the flows' state and the
@@ -312,30 +339,57 @@ func (g *Gen) SetTarget(t Target) error {
 		return fmt.Errorf("%w: %d flow targets for %d flows", ErrTarget, len(t.Flows), g.cfg.Flows)
 	}
 	g.tgt = t
-	g.flows = make([]*Flow, g.cfg.Flows)
-	g.snd = make([]sender, g.cfg.Flows)
+	g.flows, g.snd, g.hflow, g.hsnd = nil, nil, nil, nil
+	if t.Kind == HERD {
+		g.hflow = make([]*HerdFlow, g.cfg.Flows)
+		g.hsnd = make([]herdSender, g.cfg.Flows)
+	} else {
+		g.flows = make([]*Flow, g.cfg.Flows)
+		g.snd = make([]sender, g.cfg.Flows)
+	}
 	g.rcv = make([]receiver, g.cfg.Flows)
 	g.dst = make([]unix.RawSockaddrInet4, g.cfg.Flows)
+	g.ansQ = make([]uint32, g.cfg.Flows)
 	for i, ft := range t.Flows {
+		g.ansQ[i] = t.AnswerQKey
+		if ft.AnswerQKey != 0 {
+			g.ansQ[i] = ft.AnswerQKey
+		}
 		w := g.cfg.Window
 		if ft.Window > 0 {
 			w = min(w, ft.Window)
 		}
-		f, err := NewFlow(FlowConfig{Window: w, AnswerQuarantine: int64(g.cfg.AnswerQuarantine)})
-		if err != nil {
-			return err
-		}
-		g.flows[i] = f
 		if !ft.Server.Addr().Is4() {
 			return fmt.Errorf("%w: flow %d: server %v is not IPv4", ErrTarget, i, ft.Server)
 		}
 		srv := ft.Server.Addr().As4()
-		g.snd[i] = newSender(rocev2.Flow{Src: g.src[i], Dst: srv, SrcPort: g.port, DstPort: ft.Server.Port()},
-			ft.QPN, ft.QKey, QPNBase+uint32(i))
+		fl := rocev2.Flow{Src: g.src[i], Dst: srv, SrcPort: g.port, DstPort: ft.Server.Port()}
+		if t.Kind == HERD {
+			f, err := NewHerdFlow(w)
+			if err != nil {
+				return err
+			}
+			g.hflow[i] = f
+			g.hsnd[i] = newHerdSender(fl, ft.QPN, ft.RemoteAddr, ft.RKey)
+		} else {
+			f, err := NewFlow(FlowConfig{Window: w, AnswerQuarantine: int64(g.cfg.AnswerQuarantine)})
+			if err != nil {
+				return err
+			}
+			g.flows[i] = f
+			g.snd[i] = newSender(fl, ft.QPN, ft.QKey, QPNBase+uint32(i))
+		}
 		g.rcv[i] = receiver{flow: rocev2.Flow{Dst: g.src[i], DstPort: g.port}}
 		g.dst[i] = unix.RawSockaddrInet4{Family: unix.AF_INET, Addr: srv}
 		p := ft.Server.Port()
 		g.dst[i].Port = p<<8 | p>>8
+	}
+	seg := uint16(reqLen)
+	if t.Kind == HERD {
+		seg = herdReqLen
+	}
+	for i := range g.cfg.Flows {
+		*(*uint16)(unsafe.Pointer(&g.ctrl[i*(pktinfoLen+segLen)+pktinfoLen+unix.CmsgLen(0)])) = seg
 	}
 	g.spec.Forget()
 	if t.High != 0 {
@@ -343,7 +397,7 @@ func (g *Gen) SetTarget(t Target) error {
 	}
 	g.rhead, g.rn = 0, 0
 	clear(g.inReady)
-	for i := range g.flows {
+	for i := range g.nflows() {
 		g.push(int32(i))
 	}
 	g.st = Stats{}
@@ -370,10 +424,10 @@ func (g *Gen) pop() int32 {
 	return i
 }
 
-// okFrom reports whether an answer with this Q_Key from this QPN is the
-// server's.
-func (g *Gen) okFrom(qkey, qpn uint32) bool {
-	if g.tgt.AnswerQKey != 0 && qkey != g.tgt.AnswerQKey {
+// okFrom reports whether an answer to flow fi with this Q_Key from this
+// QPN is the server's.
+func (g *Gen) okFrom(fi int, qkey, qpn uint32) bool {
+	if q := g.ansQ[fi]; q != 0 && qkey != q {
 		return false
 	}
 	if len(g.tgt.AnswerQPNs) == 0 {
@@ -429,7 +483,7 @@ func (r *Result) Err() error {
 // called when the measurement starts and ends. It runs on the calling
 // goroutine, locked to its thread; pin the thread before if wanted.
 func (g *Gen) Run(ctx context.Context, warmup, d time.Duration, phase Phase) (*Result, error) {
-	if g.flows == nil {
+	if g.nflows() == 0 {
 		return nil, ErrTarget
 	}
 	runtime.LockOSThread()
@@ -472,9 +526,13 @@ func (g *Gen) Run(ctx context.Context, warmup, d time.Duration, phase Phase) (*R
 		g.receive(now, stage == 1)
 		if now >= nextExpire {
 			nextExpire = now + expireTick
-			for i, f := range g.flows {
-				g.st.Lost += uint64(f.Expire(now, timeout))
-				if stage < 2 && f.Outstanding() < f.Window() {
+			for i := range g.nflows() {
+				if g.hflow != nil {
+					g.st.Lost += uint64(g.hflow[i].Expire(now, timeout))
+				} else {
+					g.st.Lost += uint64(g.flows[i].Expire(now, timeout))
+				}
+				if stage < 2 && g.room(i) {
 					g.push(int32(i))
 				}
 			}
@@ -500,6 +558,9 @@ func (g *Gen) outstanding() int {
 	for _, f := range g.flows {
 		n += f.Outstanding()
 	}
+	for _, f := range g.hflow {
+		n += f.Outstanding()
+	}
 	return n
 }
 
@@ -517,25 +578,41 @@ func (g *Gen) send(now int64) {
 		high = NoHigh
 	}
 	floor := g.chk.Floor()
+	n := reqLen
+	if g.hflow != nil {
+		n = herdReqLen
+	}
 	nh, used := 0, 0
-	for tries := g.rn; tries > 0 && nh < len(g.hdrs) && used+reqLen <= len(g.arena); tries-- {
+	for tries := g.rn; tries > 0 && nh < len(g.hdrs) && used+n <= len(g.arena); tries-- {
 		fi := g.pop()
-		f := g.flows[fi]
-		s := &g.snd[fi]
 		start, k := used, 0
-		for k < maxSegs && used+reqLen <= len(g.arena) {
-			tag, ok := f.Send(now, high, floor)
-			if !ok {
-				break
+		if g.hflow != nil {
+			f, s := g.hflow[fi], &g.hsnd[fi]
+			for k < maxSegs && used+n <= len(g.arena) {
+				pos, seq, ok := f.Send(now, floor)
+				if !ok {
+					break
+				}
+				s.put(g.arena[used:], pos, seq, k)
+				used += n
+				k++
 			}
-			s.put(g.arena[used:], uint32(tag)<<spec.LowBits|uint32(guess), k)
-			used += reqLen
-			k++
+		} else {
+			f, s := g.flows[fi], &g.snd[fi]
+			for k < maxSegs && used+n <= len(g.arena) {
+				tag, ok := f.Send(now, high, floor)
+				if !ok {
+					break
+				}
+				s.put(g.arena[used:], uint32(tag)<<spec.LowBits|uint32(guess), k)
+				used += n
+				k++
+			}
 		}
 		if k == 0 {
 			continue // full, or its next tag is quarantined: the expiry tick looks again
 		}
-		if f.Outstanding() < f.Window() {
+		if g.room(int(fi)) {
 			g.push(fi)
 		}
 		g.iovs[nh] = unix.Iovec{Base: &g.arena[start]}
@@ -560,11 +637,15 @@ func (g *Gen) send(now int64) {
 			sent += int(n)
 			g.st.TxMessages += uint64(n)
 		case unix.EAGAIN, unix.ENOBUFS, unix.EINTR:
-			// The socket buffer is full: let the server drain it. The
-			// requests stay outstanding; a message dropped here is given
-			// up after the timeout.
-			if spins++; spins > 1000 {
-				g.st.SendErrors += uint64(nh - sent)
+			// The socket buffer is full: wait for room, up to 10 ms (a
+			// longer wait would stall the receive side). The requests
+			// stay outstanding; those not sent are given up after the
+			// timeout.
+			g.st.SendWaits++
+			if spins++; spins > 10 {
+				for _, h := range g.hdrs[sent:nh] {
+					g.st.SendErrors += uint64(h.Hdr.Iov.Len) / uint64(n)
+				}
 				return
 			}
 			pfd := [1]unix.PollFd{{Fd: int32(g.fd), Events: unix.POLLOUT}}
@@ -658,12 +739,12 @@ func (g *Gen) answer(now int64, b []byte, k int, src [4]byte, port uint16, measu
 		qpn = a.srcQP // our own request, sent back
 	}
 	fi := int(qpn - QPNBase)
-	if qpn < QPNBase || fi >= len(g.flows) {
+	if qpn < QPNBase || fi >= g.nflows() {
 		g.st.Malformed++
 		return 0
 	}
 	if g.tgt.Kind != RawEcho {
-		if !g.okFrom(a.qkey, a.srcQP) {
+		if !g.okFrom(fi, a.qkey, a.srcQP) {
 			g.st.Forged++
 			return 0
 		}
@@ -678,6 +759,9 @@ func (g *Gen) answer(now int64, b []byte, k int, src [4]byte, port uint16, measu
 // match matches a checked answer to its flow's request, and checks its
 // value.
 func (g *Gen) match(now int64, fi int, a *answer, measure bool) uint64 {
+	if g.hflow != nil {
+		return g.matchHERD(now, fi, a, measure)
+	}
 	f := g.flows[fi]
 	imm := spec.Imm(a.imm)
 	s, ok := f.Answer(now, imm.Tag())
@@ -704,14 +788,7 @@ func (g *Gen) match(now int64, fi int, a *answer, measure bool) uint64 {
 			g.st.Malformed++
 			return 0
 		}
-		switch g.chk.Check(s, v) {
-		case RealTime:
-			g.st.RealTime++
-			g.example(fmt.Sprintf("real-time: flow %d got %d, not above %d received before its request was sent", fi, v, s.Floor))
-			return 0
-		case Regression:
-			g.st.Regressions++
-			g.example(fmt.Sprintf("flow-regression: flow %d got %d, not above its own %d", fi, v, s.FlowFloor))
+		if !g.checkValue(fi, s, v) {
 			return 0
 		}
 		f.Accept(v)
@@ -722,4 +799,47 @@ func (g *Gen) match(now int64, fi int, a *answer, measure bool) uint64 {
 		g.hist.RecordValue(max(now-s.At, 1))
 	}
 	return v
+}
+
+// matchHERD matches a HERD answer (immediate: position and sequence
+// number; payload: the value) to its write, and checks the value.
+func (g *Gen) matchHERD(now int64, fi int, a *answer, measure bool) uint64 {
+	f := g.hflow[fi]
+	pos, seq, v, err := spec.DecodeHERDAnswer(spec.HERDImm(a.imm), a.payload)
+	if err != nil {
+		g.st.Malformed++
+		return 0
+	}
+	s, ok := f.Answer(pos, seq)
+	if !ok {
+		g.st.Stale++
+		return 0
+	}
+	g.push(int32(fi))
+	if !g.checkValue(fi, s, v) {
+		return 0
+	}
+	f.Accept(v)
+	g.st.Answers++
+	if measure {
+		g.st.Measured++
+		g.hist.RecordValue(max(now-s.At, 1))
+	}
+	return v
+}
+
+// checkValue checks v, the value answering request s of flow fi, and
+// counts a violation.
+func (g *Gen) checkValue(fi int, s Sent, v uint64) bool {
+	switch g.chk.Check(s, v) {
+	case RealTime:
+		g.st.RealTime++
+		g.example(fmt.Sprintf("real-time: flow %d got %d, not above %d received before its request was sent", fi, v, s.Floor))
+		return false
+	case Regression:
+		g.st.Regressions++
+		g.example(fmt.Sprintf("flow-regression: flow %d got %d, not above its own %d", fi, v, s.FlowFloor))
+		return false
+	}
+	return true
 }

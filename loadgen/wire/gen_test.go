@@ -13,12 +13,13 @@ import (
 	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/server"
+	"github.com/seqd/seqd/spec"
 	_ "github.com/seqd/seqd/verbs/soft"
 )
 
 // startSeqd runs seqd in-process (one worker, Spec-S0) and returns its
 // admin client.
-func startSeqd(t *testing.T) adminpb.AdminClient {
+func startSeqd(t *testing.T, mode string) adminpb.AdminClient {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan server.Addrs, 1)
@@ -26,7 +27,7 @@ func startSeqd(t *testing.T) adminpb.AdminClient {
 	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	go func() {
 		done <- server.Run(ctx, server.Config{Device: "127.0.0.1:0", Admin: "127.0.0.1:0", Metrics: "off", Data: t.TempDir(),
-			Init: true, Mode: "spec-s0"}, quiet, func(a server.Addrs) { ready <- a })
+			Init: true, Mode: mode}, quiet, func(a server.Addrs) { ready <- a })
 	}()
 	var a server.Addrs
 	select {
@@ -51,7 +52,7 @@ func startSeqd(t *testing.T) adminpb.AdminClient {
 }
 
 func TestGenSeqd(t *testing.T) {
-	adm := startSeqd(t)
+	adm := startSeqd(t, spec.ModeSpecS0)
 	for _, flows := range []int{1, 64} {
 		t.Run("flows="+itoa(flows), func(t *testing.T) {
 			g, err := New(Config{Flows: flows, Window: max(4, 256/flows), Keep: 1 << 20})
@@ -60,7 +61,7 @@ func TestGenSeqd(t *testing.T) {
 			}
 			defer g.Close()
 			ctx := context.Background()
-			ss, err := Admit(ctx, adm, g, 0, "wire-test")
+			ss, err := Admit(ctx, adm, g, spec.ModeSpecS0, 0, "wire-test")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -79,6 +80,33 @@ func TestGenSeqd(t *testing.T) {
 			}
 			if len(phases) != 2 || !phases[0] || phases[1] {
 				t.Fatalf("phases %v", phases)
+			}
+		})
+	}
+}
+
+func TestGenHERD(t *testing.T) {
+	adm := startSeqd(t, spec.ModeHERD)
+	for _, flows := range []int{1, 64} {
+		t.Run("flows="+itoa(flows), func(t *testing.T) {
+			g, err := New(Config{Flows: flows, Window: max(1, 256/flows), Keep: 1 << 20})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer g.Close()
+			ctx := context.Background()
+			ss, err := Admit(ctx, adm, g, spec.ModeHERD, 0, "wire-test")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ss.Close(ctx)
+			res, err := g.Run(ctx, 100*time.Millisecond, 300*time.Millisecond, nil)
+			if err != nil {
+				t.Fatalf("run: %v (%+v)", err, res.Stats)
+			}
+			t.Logf("herd flows=%d: %.3f Mops/s, %+v", flows, res.OpsPerSec()/1e6, res.Stats)
+			if res.Measured == 0 || res.Kept == 0 || res.Forged+res.BadICRC+res.Malformed != 0 {
+				t.Fatalf("answers not all verified: %+v", res.Stats)
 			}
 		})
 	}
@@ -122,7 +150,9 @@ func TestGenFloors(t *testing.T) {
 					t.Fatal(err)
 				}
 				t.Logf("%v flows=%d: %.3f Mops/s %+v", kind, flows, res.OpsPerSec()/1e6, res.Stats)
-				if res.Measured == 0 || res.Forged+res.BadICRC+res.Malformed+res.Stale != 0 {
+				// Stale answers are late answers to requests given up on a
+				// loaded machine: never more than those.
+				if res.Measured == 0 || res.Forged+res.BadICRC+res.Malformed != 0 || res.Stale > res.Lost {
 					t.Fatalf("%+v", res.Stats)
 				}
 			})

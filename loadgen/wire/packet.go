@@ -124,3 +124,42 @@ func (r *receiver) icrcOK(b []byte, k int, src [4]byte, port uint16) bool {
 	_, ok := ids.t.Solve(sum0, got)
 	return ok
 }
+
+// herdReqLen is a HERD request: a UC RDMA WRITE Only of one 8-byte slot.
+const herdReqLen = rocev2.BTHLen + rocev2.RETHLen + spec.SlotLen + rocev2.ICRCLen
+
+var herdIDs = newIDTerms(herdReqLen)
+
+// herdSender builds one HERD flow's requests from a template: per
+// request the PSN, the slot's address (RETH VA), its sequence number and
+// the ICRC change.
+type herdSender struct {
+	prefix uint32
+	tmpl   [herdReqLen]byte
+	base   uint64 // the address of the flow's slot 0
+	psn    uint32
+}
+
+func newHerdSender(f rocev2.Flow, destQP uint32, base uint64, rkey uint32) herdSender {
+	f.FlagsFrag = 0x4000
+	s := herdSender{prefix: f.Prefix(herdReqLen), base: base}
+	p := rocev2.Packet{Opcode: rocev2.TransportUC | rocev2.OpWriteOnly, PKey: rocev2.DefaultPKey, DestQP: destQP,
+		VA: base, RKey: rkey, DMALen: spec.SlotLen, Payload: make([]byte, spec.SlotLen)}
+	spec.PutSlot(p.Payload, 1)
+	if _, err := p.Encode(s.tmpl[:]); err != nil {
+		panic(err) // a fixed, valid packet
+	}
+	return s
+}
+
+// put writes the request for position pos under seq as segment k of a
+// GSO message into b[:herdReqLen].
+func (s *herdSender) put(b []byte, pos int, seq spec.Seq, k int) {
+	b = b[:herdReqLen]
+	copy(b, s.tmpl[:])
+	b[9], b[10], b[11] = byte(s.psn>>16), byte(s.psn>>8), byte(s.psn)
+	binary.BigEndian.PutUint64(b[rocev2.BTHLen:], s.base+uint64(pos*spec.SlotLen))
+	binary.BigEndian.PutUint32(b[rocev2.BTHLen+rocev2.RETHLen+spec.SlotSeqOff:], uint32(seq))
+	binary.LittleEndian.PutUint32(b[herdReqLen-rocev2.ICRCLen:], rocev2.ICRCFrom(s.prefix, b)^herdIDs.term[k])
+	s.psn = (s.psn + 1) & 0xffffff
+}
