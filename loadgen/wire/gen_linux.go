@@ -153,7 +153,7 @@ type Gen struct {
 	hsnd  []herdSender
 	rcv   []receiver
 	dst   []unix.RawSockaddrInet4
-	ctrl  []byte // per flow: IP_PKTINFO, then UDP_SEGMENT
+	ctrl  []byte   // per flow: IP_PKTINFO, then UDP_SEGMENT
 	ansQ  []uint32 // per flow: the Q_Key its answers carry (0: any)
 
 	arena []byte
