@@ -62,7 +62,7 @@ type Config struct {
 	AdminDialOptions []grpc.DialOption
 
 	// Engine is "client" (the client library, default) or "wire" (the
-	// lean wire-level generator, package loadgen/wire: Spec-S0 only).
+	// lean wire-level generator, package loadgen/wire: Spec-S0 and herd).
 	Engine string
 	// Wire engine: the flow counts to run (default 1, 64, 1024), the
 	// window per flow (0: 1024/flows, within 1..256), the core the server
@@ -155,8 +155,8 @@ func (c *Config) Validate() error {
 	}
 	if c.Engine == EngineWire {
 		for _, m := range c.Modes {
-			if m != spec.ModeSpecS0 {
-				return fmt.Errorf("%w: -engine wire speaks spec-s0 only, not %q", ErrConfig, m)
+			if m != spec.ModeSpecS0 && m != spec.ModeHERD {
+				return fmt.Errorf("%w: -engine wire speaks spec-s0 and herd, not %q", ErrConfig, m)
 			}
 		}
 	}

@@ -15,6 +15,8 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
 	"gonum.org/v1/plot/vg/vgsvg"
+
+	"github.com/seqd/seqd/spec"
 )
 
 // CheckPlotPath accepts the file types Plot can draw.
@@ -258,7 +260,7 @@ func (r *Report) wirePlots() (thr, cpu *plot.Plot, err error) {
 		ns := make(plotter.Values, len(flows))
 		for i, f := range flows {
 			for _, x := range r.Wire {
-				if x.Server == srv && x.Flows == f {
+				if x.Server == srv && x.Flows == f && (x.Mode == "" || x.Mode == spec.ModeSpecS0) {
 					mops[i], ns[i] = x.Mops, x.UserNsPerReq+x.SysNsPerReq
 					topM, topN = max(topM, mops[i]), max(topN, ns[i])
 				}

@@ -43,7 +43,7 @@ func TestPlotWire(t *testing.T) {
 	r := &Report{Redis: &RedisResult{Ops: 1.5e6, Conns: 50, Pipeline: 64}}
 	for _, f := range []int{1, 64, 1024} {
 		for i, s := range wireServers {
-			r.Wire = append(r.Wire, WireResult{Server: s, Flows: f, Mops: float64(i + 1), UserNsPerReq: 100, SysNsPerReq: 200})
+			r.Wire = append(r.Wire, WireResult{Server: s, Mode: "spec-s0", Flows: f, Mops: float64(i + 1), UserNsPerReq: 100, SysNsPerReq: 200})
 		}
 	}
 	path := filepath.Join(t.TempDir(), "wire.png")

@@ -6,6 +6,8 @@ import (
 	"io"
 	"os"
 	"text/tabwriter"
+
+	"github.com/seqd/seqd/spec"
 )
 
 // WriteTable prints one row per result, like Table 4.1 of the thesis: the
@@ -95,12 +97,13 @@ func (r *Report) writeWireTable(w io.Writer) error {
 		if x.Server == "seqd" && redis > 0 {
 			ofRedis = fmt.Sprintf("%.2f", x.Mops/redis)
 		}
-		drops, batch := "-", "-"
+		drops, batch, name := "-", "-", x.Server
 		if x.Server == "seqd" {
+			name = "seqd " + x.Mode
 			drops, batch = fmt.Sprint(x.ServerDrops), fmt.Sprintf("%.1f", x.AvgBatch)
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%.3f\t%.0f\t%.0f\t%.1f\t%.1f\t%.1f\t%d\t%d\t%d\t%s\t%s\t%d\t%s\t%s\t%s\t\n",
-			x.Server, x.Flows, x.Window, x.Mops, x.UserNsPerReq, x.SysNsPerReq, x.P50us, x.P99us, x.P999us,
+			name, x.Flows, x.Window, x.Mops, x.UserNsPerReq, x.SysNsPerReq, x.P50us, x.P99us, x.P999us,
 			x.Lost, x.Stale, x.SpecMisses, drops, batch, x.Checked, ratio(x.OfProviderEcho), ratio(x.OfRawEcho), ofRedis)
 	}
 	if err := tw.Flush(); err != nil {
@@ -125,7 +128,7 @@ func (r *Report) writeWireTable(w io.Writer) error {
 		fmt.Fprintf(w, "  violation: %s\n", e)
 	}
 	for _, x := range r.Wire {
-		if x.Server != "seqd" {
+		if x.Server != "seqd" || x.Mode != spec.ModeSpecS0 {
 			continue
 		}
 		floor := 0.0

@@ -19,7 +19,8 @@ import (
 // generator. Ratios are to the floors measured at the same flow count in
 // the same run.
 type WireResult struct {
-	Server       string  `json:"server"` // seqd, provider-echo, raw-echo
+	Server       string  `json:"server"`         // seqd, provider-echo, raw-echo
+	Mode         string  `json:"mode,omitempty"` // seqd's: spec-s0 or herd
 	Flows        int     `json:"flows"`
 	Window       int     `json:"window"` // per flow
 	Mops         float64 `json:"mops"`
@@ -166,96 +167,123 @@ func runWire(ctx context.Context, c *Config, rep *Report) error {
 	}
 	r := &runner{c: c, log: log, rep: rep}
 	defer r.closeServer()
-	if err := r.useMode(ctx, spec.ModeSpecS0); err != nil {
-		return err
-	}
-	cpu := cpuOf{pid: c.ServerPID, none: c.ServerPID == 0}
-	if r.srv != nil {
-		cpu.pid, cpu.none = r.srv.pid, false
-		if cpu.pid > 0 && c.ServerCore >= 0 {
-			if err := pinPID(cpu.pid, c.ServerCore); err != nil {
-				return err
-			}
-		}
-	}
-	if d := time.Until(r.readyAt); d > 0 {
-		log.Info("waiting for the new server's speculation hold-off", "wait", d.Round(time.Millisecond))
-		select {
-		case <-time.After(d):
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	for _, f := range c.Flows {
-		w := flowWindow(f, c.FlowWindow)
-		g, err := wire.New(wire.Config{Flows: f, Window: w})
-		if err != nil {
+	floors := map[int][2]float64{} // by flow count: provider echo, raw echo
+	for mi, mode := range c.Modes {
+		if err := r.useMode(ctx, mode); err != nil {
 			return err
 		}
-		var floors [2]float64
-		if !c.NoFloors {
-			for k, kind := range []wire.Kind{wire.ProviderEcho, wire.RawEcho} {
-				fp, err := startFloor(ctx, c, kind, f*w+1024)
-				if err == nil {
-					err = g.SetTarget(fp.target(f, w))
+		cpu := cpuOf{pid: c.ServerPID, none: c.ServerPID == 0}
+		if r.srv != nil {
+			cpu.pid, cpu.none = r.srv.pid, false
+			if cpu.pid > 0 && c.ServerCore >= 0 {
+				if err := pinPID(cpu.pid, c.ServerCore); err != nil {
+					return err
 				}
-				var wr WireResult
-				if err == nil {
-					wr, err = measureWire(ctx, c, g, kind.String(), cpuOf{pid: fp.pid()})
-				}
-				if fp != nil {
-					err = errors.Join(err, fp.stop())
-				}
+			}
+		}
+		if d := time.Until(r.readyAt); d > 0 && mode == spec.ModeSpecS0 {
+			log.Info("waiting for the new server's speculation hold-off", "wait", d.Round(time.Millisecond))
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		for _, f := range c.Flows {
+			w := flowWindow(f, c.FlowWindow)
+			if mode == spec.ModeHERD {
+				w = min(w, spec.HERDMaxWindow)
+			}
+			g, err := wire.New(wire.Config{Flows: f, Window: w})
+			if err != nil {
+				return err
+			}
+			if mi == 0 && !c.NoFloors {
+				fl, err := measureFloors(ctx, c, rep, g, f, w)
 				if err != nil {
 					g.Close()
 					return err
 				}
-				floors[k] = wr.Mops
-				rep.Wire = append(rep.Wire, wr)
+				floors[f] = fl
 			}
-		}
-		ss, err := wire.Admit(ctx, r.adm, g, spec.ModeSpecS0, 0, "loadgen-wire")
-		if err != nil {
+			wr, err := measureSeqd(ctx, c, r, g, mode, cpu)
 			g.Close()
-			return err
-		}
-		st0, serr := r.adm.Status(ctx, &adminpb.StatusRequest{})
-		wr, err := measureWire(ctx, c, g, "seqd", cpu)
-		if st1, serr1 := r.adm.Status(ctx, &adminpb.StatusRequest{}); serr == nil && serr1 == nil {
-			wr.ServerDrops = st1.GetDrops() - st0.GetDrops()
-			var b, q int64
-			for i, w := range st1.GetWorkers() {
-				b += int64(w.GetBatches())
-				q += int64(w.GetRequests())
-				if i < len(st0.GetWorkers()) {
-					b -= int64(st0.GetWorkers()[i].GetBatches())
-					q -= int64(st0.GetWorkers()[i].GetRequests())
-				}
+			fl := floors[f]
+			if fl[0] > 0 {
+				wr.OfProviderEcho = wr.Mops / fl[0]
 			}
-			if b > 0 {
-				wr.AvgBatch = float64(q) / float64(b)
+			if fl[1] > 0 {
+				wr.OfRawEcho = wr.Mops / fl[1]
 			}
-		}
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		ss.Close(cctx)
-		cancel()
-		g.Close()
-		if floors[0] > 0 {
-			wr.OfProviderEcho = wr.Mops / floors[0]
-		}
-		if floors[1] > 0 {
-			wr.OfRawEcho = wr.Mops / floors[1]
-		}
-		rep.Wire = append(rep.Wire, wr)
-		if err != nil {
-			rep.Violations += int(wr.Violations)
-			return err
+			rep.Wire = append(rep.Wire, wr)
+			if err != nil {
+				rep.Violations += int(wr.Violations)
+				return err
+			}
 		}
 	}
 	if !c.NoRedis {
 		rep.Redis = measureRedis(ctx, c)
 	}
 	return r.closeServer()
+}
+
+// measureFloors measures the provider's echo server and the raw UDP echo
+// with g's flows, each in a process of its own on the server core.
+func measureFloors(ctx context.Context, c *Config, rep *Report, g *wire.Gen, f, w int) ([2]float64, error) {
+	var fl [2]float64
+	for k, kind := range []wire.Kind{wire.ProviderEcho, wire.RawEcho} {
+		fp, err := startFloor(ctx, c, kind, f*w+1024)
+		if err == nil {
+			err = g.SetTarget(fp.target(f, w))
+		}
+		var wr WireResult
+		if err == nil {
+			wr, err = measureWire(ctx, c, g, kind.String(), cpuOf{pid: fp.pid()})
+		}
+		if fp != nil {
+			err = errors.Join(err, fp.stop())
+		}
+		if err != nil {
+			return fl, err
+		}
+		fl[k] = wr.Mops
+		rep.Wire = append(rep.Wire, wr)
+	}
+	return fl, nil
+}
+
+// measureSeqd admits g's flows to seqd in mode and measures it, with its
+// drops and mean batch from Status around the run.
+func measureSeqd(ctx context.Context, c *Config, r *runner, g *wire.Gen, mode string, cpu cpuOf) (WireResult, error) {
+	ss, err := wire.Admit(ctx, r.adm, g, mode, 0, "loadgen-wire")
+	if err != nil {
+		return WireResult{Server: "seqd", Mode: mode, Flows: g.Flows()}, err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		ss.Close(cctx)
+		cancel()
+	}()
+	st0, serr := r.adm.Status(ctx, &adminpb.StatusRequest{})
+	wr, err := measureWire(ctx, c, g, "seqd", cpu)
+	wr.Mode = mode
+	if st1, serr1 := r.adm.Status(ctx, &adminpb.StatusRequest{}); serr == nil && serr1 == nil {
+		wr.ServerDrops = st1.GetDrops() - st0.GetDrops()
+		var b, q int64
+		for i, w := range st1.GetWorkers() {
+			b += int64(w.GetBatches())
+			q += int64(w.GetRequests())
+			if i < len(st0.GetWorkers()) {
+				b -= int64(st0.GetWorkers()[i].GetBatches())
+				q -= int64(st0.GetWorkers()[i].GetRequests())
+			}
+		}
+		if b > 0 {
+			wr.AvgBatch = float64(q) / float64(b)
+		}
+	}
+	return wr, err
 }
 
 // measureRedis measures the Redis INCR reference, or says why not.

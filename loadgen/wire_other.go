@@ -10,6 +10,7 @@ import (
 // WireResult is one server at one flow count (Linux only).
 type WireResult struct {
 	Server         string
+	Mode           string
 	Flows, Window  int
 	Mops           float64
 	UserNsPerReq   float64
