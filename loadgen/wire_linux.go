@@ -27,14 +27,18 @@ type WireResult struct {
 	UserNsPerReq float64 `json:"server_user_ns_per_req"`
 	SysNsPerReq  float64 `json:"server_sys_ns_per_req"`
 	CPUFrom      string  `json:"cpu_from"` // where the server's CPU time was read
-	P50us        float64 `json:"p50_us"`
-	P99us        float64 `json:"p99_us"`
-	P999us       float64 `json:"p999_us"`
-	Lost         uint64  `json:"lost"`
-	Stale        uint64  `json:"stale"`
-	SpecMisses   uint64  `json:"spec_misses"`
-	Violations   uint64  `json:"violations"`
-	Checked      int     `json:"checked"` // values checked for uniqueness
+	// The generator's own CPU time per request (its thread's), for
+	// comparison: it must stay well below the server's.
+	GenUserNsPerReq float64 `json:"gen_user_ns_per_req"`
+	GenSysNsPerReq  float64 `json:"gen_sys_ns_per_req"`
+	P50us           float64 `json:"p50_us"`
+	P99us           float64 `json:"p99_us"`
+	P999us          float64 `json:"p999_us"`
+	Lost            uint64  `json:"lost"`
+	Stale           uint64  `json:"stale"`
+	SpecMisses      uint64  `json:"spec_misses"`
+	Violations      uint64  `json:"violations"`
+	Checked         int     `json:"checked"` // values checked for uniqueness
 	// seqd: the requests its workers dropped (Status drops) and their mean
 	// batch, over the whole run (warm-up included).
 	ServerDrops uint64  `json:"server_drops,omitempty"`
@@ -117,19 +121,20 @@ var errNoCPU = errors.New("loadgen: server CPU not measured (no -server-pid)")
 // measurement starts and ends.
 func measureWire(ctx context.Context, c *Config, g *wire.Gen, server string, cpu cpuOf) (WireResult, error) {
 	wr := WireResult{Server: server, Flows: g.Flows(), Window: g.Window()}
-	var before, after wire.CPU
-	var cerr error
+	var before, after, gbefore, gafter wire.CPU
+	var cerr, gerr error
 	res, err := g.Run(ctx, c.Warmup, c.Duration, func(start bool) {
-		if cpu.pid == 0 && cpu.tid == 0 {
-			cpu.genTID = unix.Gettid()
-		}
-		var e error
+		tid := unix.Gettid() // Run's thread: the generator's
+		cpu.genTID = tid
+		var e, ge error
 		if start {
 			before, e = cpu.read()
+			gbefore, ge = wire.ReadCPU(0, tid)
 		} else {
 			after, e = cpu.read()
+			gafter, ge = wire.ReadCPU(0, tid)
 		}
-		cerr = errors.Join(cerr, e)
+		cerr, gerr = errors.Join(cerr, e), errors.Join(gerr, ge)
 	})
 	if res == nil {
 		return wr, err
@@ -141,12 +146,18 @@ func measureWire(ctx context.Context, c *Config, g *wire.Gen, server string, cpu
 		wr.SysNsPerReq = float64(d.Sys.Nanoseconds()) / float64(res.Measured)
 		wr.CPUFrom = cpu.String()
 	}
+	if res.Measured > 0 && gerr == nil {
+		d := gafter.Sub(gbefore)
+		wr.GenUserNsPerReq = float64(d.User.Nanoseconds()) / float64(res.Measured)
+		wr.GenSysNsPerReq = float64(d.Sys.Nanoseconds()) / float64(res.Measured)
+	}
 	us := func(q float64) float64 { return float64(res.Hist.ValueAtQuantile(q)) / 1e3 }
 	wr.P50us, wr.P99us, wr.P999us = us(50), us(99), us(99.9)
 	wr.Lost, wr.Stale, wr.SpecMisses, wr.Violations, wr.Checked = res.Lost, res.Stale, res.SpecMisses, res.Violations(), res.Kept
 	if c.Progress != nil {
-		fmt.Fprintf(c.Progress, "loadgen: wire %-13s flows=%-5d window=%-3d %7.3f Mops/s  server %5.0f ns/req user, %5.0f sys  p50 %.0f µs  lost %d  stale %d  checked %d  send waits %d errors %d\n",
-			server, wr.Flows, wr.Window, wr.Mops, wr.UserNsPerReq, wr.SysNsPerReq, wr.P50us, wr.Lost, wr.Stale, wr.Checked, res.SendWaits, res.SendErrors)
+		fmt.Fprintf(c.Progress, "loadgen: wire %-13s flows=%-5d window=%-3d %7.3f Mops/s  server %5.0f ns/req user, %5.0f sys  generator %4.0f+%4.0f  p50 %.0f µs  lost %d  stale %d  checked %d  send waits %d errors %d\n",
+			server, wr.Flows, wr.Window, wr.Mops, wr.UserNsPerReq, wr.SysNsPerReq, wr.GenUserNsPerReq, wr.GenSysNsPerReq,
+			wr.P50us, wr.Lost, wr.Stale, wr.Checked, res.SendWaits, res.SendErrors)
 	}
 	if err != nil {
 		for _, ex := range res.Examples {

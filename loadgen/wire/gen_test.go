@@ -5,6 +5,8 @@ package wire
 import (
 	"context"
 	"log/slog"
+	"net"
+	"net/netip"
 	"os"
 	"strconv"
 	"testing"
@@ -169,4 +171,54 @@ func envInt(k string, d int) int {
 		return v
 	}
 	return d
+}
+
+// TestFlowSources checks the kernel does what the design relies on: a
+// socket bound to INADDR_ANY sends each flow's packets from the flow's own
+// source address (IP_PKTINFO, any address in 127/8 without IP_FREEBIND),
+// and answers to every flow's address arrive on that one socket.
+func TestFlowSources(t *testing.T) {
+	srv, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	const flows = 3
+	g, err := New(Config{Flows: flows, Window: 1, Keep: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if err := g.SetTarget(EchoTarget(RawEcho, srv.LocalAddr().(*net.UDPAddr).AddrPort(), 9, 0x55, flows, 1)); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[netip.AddrPort]int{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 2048)
+		srv.SetReadDeadline(time.Now().Add(5 * time.Second))
+		for len(seen) < flows {
+			n, from, err := srv.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				return
+			}
+			seen[from]++
+			srv.WriteToUDPAddrPort(buf[:n], from) // echo: the answer goes to the flow's address
+		}
+	}()
+	res, err := g.Run(context.Background(), 0, 300*time.Millisecond, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	for i := range flows {
+		ap, _ := g.FlowAddr(i)
+		if seen[ap] == 0 {
+			t.Fatalf("no packet from flow %d's %v; seen %v", i, ap, seen)
+		}
+	}
+	if res.Answers < flows || res.Malformed+res.Stale != 0 {
+		t.Fatalf("answers to the flows' addresses not all received on the one socket: %+v", res.Stats)
+	}
 }
