@@ -197,28 +197,28 @@ func TestFlowSources(t *testing.T) {
 	go func() {
 		defer close(done)
 		buf := make([]byte, 2048)
-		srv.SetReadDeadline(time.Now().Add(5 * time.Second))
-		for len(seen) < flows {
+		for {
 			n, from, err := srv.ReadFromUDPAddrPort(buf)
 			if err != nil {
-				return
+				return // closed after the run
 			}
 			seen[from]++
 			srv.WriteToUDPAddrPort(buf[:n], from) // echo: the answer goes to the flow's address
 		}
 	}()
 	res, err := g.Run(context.Background(), 0, 300*time.Millisecond, nil)
+	srv.Close()
+	<-done
 	if err != nil {
 		t.Fatal(err)
 	}
-	<-done
 	for i := range flows {
 		ap, _ := g.FlowAddr(i)
 		if seen[ap] == 0 {
 			t.Fatalf("no packet from flow %d's %v; seen %v", i, ap, seen)
 		}
 	}
-	if res.Answers < flows || res.Malformed+res.Stale != 0 {
+	if res.Answers < flows || res.Malformed != 0 || res.Stale > res.Lost {
 		t.Fatalf("answers to the flows' addresses not all received on the one socket: %+v", res.Stats)
 	}
 }
