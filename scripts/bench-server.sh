@@ -2,7 +2,7 @@
 # Measures the server, not the client: loadgen's lean wire-level
 # generator (loadgen -engine wire) drives, for 1, 64 and 1024 flows, the
 # provider's header-only echo server, a raw UDP GSO/GRO echo and seqd
-# (Spec-S0, one worker), each pinned to SERVER_CORE while the generator
+# (Spec-S0, then herd; one worker: seqd's default), each pinned to SERVER_CORE while the generator
 # runs on GEN_CORE, interleaved per flow count; then Redis INCR (-c 50
 # -P 64) when redis-server is installed. It prints loadgen's table (with
 # the server's user and kernel ns per request) and ends with one line per
@@ -13,6 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FLOWS=${FLOWS:-1,64,1024}
+MODES=${MODES:-spec-s0,herd}
 DURATION=${DURATION:-2s}
 WARMUP=${WARMUP:-500ms}
 SERVER_CORE=${SERVER_CORE:-1}
@@ -25,7 +26,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 go build -o "$tmp/seqd" ./cmd/seqd
 go build -o "$tmp/loadgen" ./cmd/loadgen
-args=(-engine wire -spawn -seqd "$tmp/seqd" -server-core "$SERVER_CORE" -flows "$FLOWS"
+args=(-engine wire -spawn -seqd "$tmp/seqd" -server-core "$SERVER_CORE" -flows "$FLOWS" -modes "$MODES"
   -duration "$DURATION" -warmup "$WARMUP" -json "$tmp/bench-server.json")
 if [ "$SERVER_CORE" -ge 0 ]; then
   args+=(-seqd-cores "$SERVER_CORE")
