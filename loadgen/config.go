@@ -65,11 +65,15 @@ type Config struct {
 	// lean wire-level generator, package loadgen/wire: Spec-S0 and herd).
 	Engine string
 	// Wire engine: the flow counts to run (default 1, 64, 1024), the
-	// window per flow (0: 1024/flows, within 1..256), the core the server
+	// window per flow (0: InFlight/flows, within 1..256), the core the server
 	// under test runs on (a spawned seqd's threads, the floor servers and
 	// redis-server are pinned to it; -1: unpinned), and what to skip.
 	Flows      []int
 	FlowWindow int
+	// InFlight caps the requests outstanding over all flows (default
+	// 256; wire.Config.InFlight): more only wait in the server's socket,
+	// and one that waits past spec.MaxResidence is dropped.
+	InFlight   int
 	ServerCore int
 	NoFloors   bool
 	NoRedis    bool
@@ -149,6 +153,12 @@ func (c *Config) Validate() error {
 		if f < 1 || f > 1<<16 {
 			return fmt.Errorf("%w: -flows %d (1..65536)", ErrConfig, f)
 		}
+	}
+	if c.InFlight == 0 {
+		c.InFlight = 256
+	}
+	if c.InFlight < 1 {
+		return fmt.Errorf("%w: -inflight %d", ErrConfig, c.InFlight)
 	}
 	if c.FlowWindow < 0 || c.FlowWindow > spec.MaxWindow {
 		return fmt.Errorf("%w: -flow-window %d (0..%d)", ErrConfig, c.FlowWindow, spec.MaxWindow)

@@ -49,16 +49,14 @@ type WireResult struct {
 	OfRawEcho      float64 `json:"of_raw_echo,omitempty"`
 }
 
-// flowWindow is the window per flow for f flows: w if set, else 1024
-// requests in flight over all flows, 1 to 256 per flow (seqd's default
-// -max-window). More in flight only queues: at 0.5 Mops/s, 4096 requests
-// wait 8 ms in the server's socket, past spec.MaxResidence, and the
-// server drops them as expired.
-func flowWindow(f, w int) int {
+// flowWindow is the window per flow for f flows: w if set, else the
+// requests in flight over all flows shared out, 1 to 256 per flow (seqd's
+// default -max-window).
+func flowWindow(f, w, inflight int) int {
 	if w > 0 {
 		return w
 	}
-	return max(1, min(256, 1024/f))
+	return max(1, min(256, inflight/f))
 }
 
 // pinPID pins every thread of process pid to core.
@@ -201,11 +199,11 @@ func runWire(ctx context.Context, c *Config, rep *Report) error {
 			}
 		}
 		for _, f := range c.Flows {
-			w := flowWindow(f, c.FlowWindow)
+			w := flowWindow(f, c.FlowWindow, c.InFlight)
 			if mode == spec.ModeHERD {
 				w = min(w, spec.HERDMaxWindow)
 			}
-			g, err := wire.New(wire.Config{Flows: f, Window: w})
+			g, err := wire.New(wire.Config{Flows: f, Window: w, InFlight: c.InFlight})
 			if err != nil {
 				return err
 			}

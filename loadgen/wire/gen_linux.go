@@ -87,6 +87,13 @@ type Config struct {
 	Keep int
 	// NoICRC skips the ICRC check of answers.
 	NoICRC bool
+	// InFlight caps the requests outstanding over all flows (0: only the
+	// windows do). With many flows it keeps the server's queue short: a
+	// request that waits longer than spec.MaxResidence in the server's
+	// socket is dropped unanswered, so requests in flight beyond what the
+	// server serves in that time only turn into drops. Flows take turns
+	// (FIFO), each still a flow of its own.
+	InFlight int
 }
 
 func (c *Config) validate() error {
@@ -106,7 +113,7 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: window %d", ErrConfig, c.Window)
 	case !c.Source.Is4():
 		return fmt.Errorf("%w: source %v is not IPv4", ErrConfig, c.Source)
-	case c.Timeout < 0 || c.AnswerQuarantine < 0 || c.Keep < 0:
+	case c.Timeout < 0 || c.AnswerQuarantine < 0 || c.Keep < 0 || c.InFlight < 0:
 		return fmt.Errorf("%w: negative timeout, quarantine or keep", ErrConfig)
 	}
 	return nil
@@ -167,6 +174,7 @@ type Gen struct {
 	rctrl  []byte
 	dirty  int
 
+	out     int     // requests outstanding over all flows
 	ready   []int32 // flows that may have room, FIFO
 	rhead   int
 	rn      int
@@ -395,7 +403,7 @@ func (g *Gen) SetTarget(t Target) error {
 	if t.High != 0 {
 		g.spec.Learn(0, t.High)
 	}
-	g.rhead, g.rn = 0, 0
+	g.rhead, g.rn, g.out = 0, 0, 0
 	clear(g.inReady)
 	for i := range g.nflows() {
 		g.push(int32(i))
@@ -479,7 +487,8 @@ func (r *Result) Err() error {
 }
 
 // Run drives the flows for warmup, then measures for d, then waits up to
-// a timeout for the answers still outstanding. phase (if not nil) is
+// a timeout for the answers still outstanding. Each run starts its counts
+// afresh; the flows keep their state. phase (if not nil) is
 // called when the measurement starts and ends. It runs on the calling
 // goroutine, locked to its thread; pin the thread before if wanted.
 func (g *Gen) Run(ctx context.Context, warmup, d time.Duration, phase Phase) (*Result, error) {
@@ -489,6 +498,9 @@ func (g *Gen) Run(ctx context.Context, warmup, d time.Duration, phase Phase) (*R
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	g.stop.Store(false)
+	g.st, g.ex = Stats{}, g.ex[:0]
+	g.hist.Reset()
+	g.chk.Reset()
 	done := ctx.Done()
 	base := time.Now()
 	from, until := int64(warmup), int64(warmup+d)
@@ -527,11 +539,14 @@ func (g *Gen) Run(ctx context.Context, warmup, d time.Duration, phase Phase) (*R
 		if now >= nextExpire {
 			nextExpire = now + expireTick
 			for i := range g.nflows() {
+				var n int
 				if g.hflow != nil {
-					g.st.Lost += uint64(g.hflow[i].Expire(now, timeout))
+					n = g.hflow[i].Expire(now, timeout)
 				} else {
-					g.st.Lost += uint64(g.flows[i].Expire(now, timeout))
+					n = g.flows[i].Expire(now, timeout)
 				}
+				g.st.Lost += uint64(n)
+				g.out -= n
 				if stage < 2 && g.room(i) {
 					g.push(int32(i))
 				}
@@ -582,13 +597,18 @@ func (g *Gen) send(now int64) {
 	if g.hflow != nil {
 		n = herdReqLen
 	}
+	budget := len(g.arena) / n
+	if g.cfg.InFlight > 0 {
+		budget = min(budget, g.cfg.InFlight-g.out)
+	}
 	nh, used := 0, 0
-	for tries := g.rn; tries > 0 && nh < len(g.hdrs) && used+n <= len(g.arena); tries-- {
+	for tries := g.rn; tries > 0 && nh < len(g.hdrs) && budget > 0; tries-- {
 		fi := g.pop()
 		start, k := used, 0
+		lim := min(maxSegs, budget)
 		if g.hflow != nil {
 			f, s := g.hflow[fi], &g.hsnd[fi]
-			for k < maxSegs && used+n <= len(g.arena) {
+			for k < lim {
 				pos, seq, ok := f.Send(now, floor)
 				if !ok {
 					break
@@ -599,7 +619,7 @@ func (g *Gen) send(now int64) {
 			}
 		} else {
 			f, s := g.flows[fi], &g.snd[fi]
-			for k < maxSegs && used+n <= len(g.arena) {
+			for k < lim {
 				tag, ok := f.Send(now, high, floor)
 				if !ok {
 					break
@@ -612,6 +632,8 @@ func (g *Gen) send(now int64) {
 		if k == 0 {
 			continue // full, or its next tag is quarantined: the expiry tick looks again
 		}
+		budget -= k
+		g.out += k
 		if g.room(int(fi)) {
 			g.push(fi)
 		}
@@ -769,6 +791,7 @@ func (g *Gen) match(now int64, fi int, a *answer, measure bool) uint64 {
 		g.st.Stale++
 		return 0
 	}
+	g.out--
 	g.push(int32(fi))
 	var v uint64
 	if g.tgt.Kind == Seqd {
@@ -815,6 +838,7 @@ func (g *Gen) matchHERD(now int64, fi int, a *answer, measure bool) uint64 {
 		g.st.Stale++
 		return 0
 	}
+	g.out--
 	g.push(int32(fi))
 	if !g.checkValue(fi, s, v) {
 		return 0
