@@ -73,10 +73,13 @@ type Config struct {
 	// InFlight caps the requests outstanding over all flows (default
 	// 256; wire.Config.InFlight): more only wait in the server's socket,
 	// and one that waits past spec.MaxResidence is dropped.
-	InFlight   int
-	ServerCore int
-	NoFloors   bool
-	NoRedis    bool
+	InFlight int
+	// FlowTimeout: a request unanswered this long is given up and counted
+	// as lost (0: spec.DefaultTimeout, the client library's).
+	FlowTimeout time.Duration
+	ServerCore  int
+	NoFloors    bool
+	NoRedis     bool
 	// ServerPID is the pid of a seqd not spawned by loadgen, for its CPU
 	// time (0: not measured).
 	ServerPID int

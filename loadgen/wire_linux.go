@@ -203,7 +203,7 @@ func runWire(ctx context.Context, c *Config, rep *Report) error {
 			if mode == spec.ModeHERD {
 				w = min(w, spec.HERDMaxWindow)
 			}
-			g, err := wire.New(wire.Config{Flows: f, Window: w, InFlight: c.InFlight})
+			g, err := wire.New(wire.Config{Flows: f, Window: w, InFlight: c.InFlight, Timeout: c.FlowTimeout})
 			if err != nil {
 				return err
 			}
