@@ -75,7 +75,7 @@ type Config struct {
 	// and one that waits past spec.MaxResidence is dropped.
 	InFlight int
 	// FlowTimeout: a request unanswered this long is given up and counted
-	// as lost (0: spec.DefaultTimeout, the client library's).
+	// as lost (0: wire.Config's default, spec.MaxAnswerDelay).
 	FlowTimeout time.Duration
 	ServerCore  int
 	NoFloors    bool

@@ -54,7 +54,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	flows := fs.String("flows", "1,64,1024", "with -engine wire: flow counts (emulated client QPs) to run")
 	fs.IntVar(&c.FlowWindow, "flow-window", 0, "with -engine wire: window per flow (0: -inflight/flows, 1..256)")
 	fs.IntVar(&c.InFlight, "inflight", 256, "with -engine wire: requests outstanding over all flows at most (flows take turns): more only queue in the server's socket, where one waiting past 4 ms is dropped")
-	fs.DurationVar(&c.FlowTimeout, "flow-timeout", 0, "with -engine wire: a request unanswered this long is given up and counted as lost (0: 20ms, the client library's retransmission timeout)")
+	fs.DurationVar(&c.FlowTimeout, "flow-timeout", 0, "with -engine wire: a request unanswered this long is given up and counted as lost (0: 8ms, spec.MaxAnswerDelay: no answer comes later)")
 	fs.IntVar(&c.ServerCore, "server-core", -1, "with -engine wire: core of the server under test (a spawned seqd's threads, the floor servers, redis-server); -1 unpinned")
 	fs.IntVar(&c.ServerPID, "server-pid", 0, "with -engine wire and a seqd not spawned: its pid, for its CPU time per request")
 	fs.BoolVar(&c.NoFloors, "no-floors", false, "with -engine wire: skip the echo floors")

@@ -37,8 +37,10 @@
 //
 // # Loss
 //
-// A request unanswered for Config.Timeout is given up and counted; its
-// tag is quarantined for spec.DefaultQuarantine before reuse. The flow
-// keeps its window full with new requests, so loss never hangs the
-// generator.
+// A request unanswered for Config.Timeout (spec.MaxAnswerDelay, 8 ms:
+// the server drops what it cannot answer within spec.MaxResidence) is
+// given up and counted; its tag is quarantined for spec.DefaultQuarantine
+// before reuse. The flow keeps its window full with new requests, so loss
+// never hangs the generator, and a dropped batch idles its window slots
+// for 8 ms rather than a client's 20 ms retransmission timeout.
 package wire

@@ -71,7 +71,11 @@ type Config struct {
 	Flows  int // emulated client QPs, 1..65536
 	Window int // requests outstanding per flow (a grant may lower it)
 	// Timeout: a request unanswered this long is given up and counted
-	// (default spec.DefaultTimeout).
+	// (default spec.MaxAnswerDelay: by the protocol's assumptions no
+	// answer comes later, as the server drops a request older than
+	// spec.MaxResidence; answers already waiting in the generator's socket
+	// are read before anything is given up, so a generator that was
+	// descheduled does not give up answers it has).
 	Timeout time.Duration
 	// AnswerQuarantine is how long a tag released by its answer is kept
 	// unused (default 0: only a network or server that duplicates packets
@@ -98,7 +102,7 @@ type Config struct {
 
 func (c *Config) validate() error {
 	if c.Timeout == 0 {
-		c.Timeout = spec.DefaultTimeout
+		c.Timeout = spec.MaxAnswerDelay
 	}
 	if !c.Source.IsValid() {
 		c.Source = netip.AddrFrom4([4]byte{127, 77, 0, 1})
