@@ -27,8 +27,12 @@ const (
 	RedisPipeline = 64
 )
 
-// ErrRedis reports that the Redis reference could not be measured.
-var ErrRedis = errors.New("loadgen: redis")
+// ErrRedis reports that the Redis reference could not be measured;
+// ErrNoRedisServer that redis-server is not installed.
+var (
+	ErrRedis         = errors.New("loadgen: redis")
+	ErrNoRedisServer = fmt.Errorf("%w: redis-server not installed", ErrRedis)
+)
 
 // RedisResult is the Redis INCR reference.
 type RedisResult struct {
@@ -53,7 +57,7 @@ type redisServer struct {
 func startRedis(ctx context.Context) (*redisServer, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
-		return nil, fmt.Errorf("%w: redis-server not installed", ErrRedis)
+		return nil, ErrNoRedisServer
 	}
 	addr, err := freePort()
 	if err != nil {
