@@ -81,7 +81,7 @@ func (r *Report) WriteJSON(path string) error {
 // ends with.
 func (r *Report) writeWireTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "server\tflows\twindow\tMops/s\tuser ns/req\tsys ns/req\tgen ns/req\tp50 µs\tp99 µs\tp99.9 µs\tlost\tstale\tspec misses\tserver drops\tavg batch\tchecked\tof provider echo\tof raw echo\tof redis\t")
+	fmt.Fprintln(tw, "server\tflows\twindow\tMops/s\tuser ns/req\tsys ns/req\tgen ns/req\tgen busy\tp50 µs\tp99 µs\tp99.9 µs\tlost\tstale\tspec misses\tserver drops\tavg batch\tchecked\tof provider echo\tof raw echo\tof redis\t")
 	ratio := func(v float64) string {
 		if v <= 0 {
 			return "-"
@@ -102,8 +102,8 @@ func (r *Report) writeWireTable(w io.Writer) error {
 			name = "seqd " + x.Mode
 			drops, batch = fmt.Sprint(x.ServerDrops), fmt.Sprintf("%.1f", x.AvgBatch)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.3f\t%.0f\t%.0f\t%.0f\t%.1f\t%.1f\t%.1f\t%d\t%d\t%d\t%s\t%s\t%d\t%s\t%s\t%s\t\n",
-			name, x.Flows, x.Window, x.Mops, x.UserNsPerReq, x.SysNsPerReq, x.GenUserNsPerReq+x.GenSysNsPerReq, x.P50us, x.P99us, x.P999us,
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.3f\t%.0f\t%.0f\t%.0f\t%.0f%%\t%.1f\t%.1f\t%.1f\t%d\t%d\t%d\t%s\t%s\t%d\t%s\t%s\t%s\t\n",
+			name, x.Flows, x.Window, x.Mops, x.UserNsPerReq, x.SysNsPerReq, x.GenUserNsPerReq+x.GenSysNsPerReq, 100*x.GenBusy, x.P50us, x.P99us, x.P999us,
 			x.Lost, x.Stale, x.SpecMisses, drops, batch, x.Checked, ratio(x.OfProviderEcho), ratio(x.OfRawEcho), ofRedis)
 	}
 	if err := tw.Flush(); err != nil {

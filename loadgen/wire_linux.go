@@ -31,14 +31,18 @@ type WireResult struct {
 	// comparison: it must stay well below the server's.
 	GenUserNsPerReq float64 `json:"gen_user_ns_per_req"`
 	GenSysNsPerReq  float64 `json:"gen_sys_ns_per_req"`
-	P50us           float64 `json:"p50_us"`
-	P99us           float64 `json:"p99_us"`
-	P999us          float64 `json:"p999_us"`
-	Lost            uint64  `json:"lost"`
-	Stale           uint64  `json:"stale"`
-	SpecMisses      uint64  `json:"spec_misses"`
-	Violations      uint64  `json:"violations"`
-	Checked         int     `json:"checked"` // values checked for uniqueness
+	// GenBusy is the fraction of the measured interval the generator's
+	// loop moved packets (wire.Stats.BusySeconds): near 1, the generator
+	// is the bottleneck.
+	GenBusy    float64 `json:"gen_busy"`
+	P50us      float64 `json:"p50_us"`
+	P99us      float64 `json:"p99_us"`
+	P999us     float64 `json:"p999_us"`
+	Lost       uint64  `json:"lost"`
+	Stale      uint64  `json:"stale"`
+	SpecMisses uint64  `json:"spec_misses"`
+	Violations uint64  `json:"violations"`
+	Checked    int     `json:"checked"` // values checked for uniqueness
 	// seqd: the requests its workers dropped (Status drops) and their mean
 	// batch, over the whole run (warm-up included).
 	ServerDrops uint64  `json:"server_drops,omitempty"`
@@ -149,12 +153,15 @@ func measureWire(ctx context.Context, c *Config, g *wire.Gen, server string, cpu
 		wr.GenUserNsPerReq = float64(d.User.Nanoseconds()) / float64(res.Measured)
 		wr.GenSysNsPerReq = float64(d.Sys.Nanoseconds()) / float64(res.Measured)
 	}
+	if res.MeasuredSeconds > 0 {
+		wr.GenBusy = res.BusySeconds / res.MeasuredSeconds
+	}
 	us := func(q float64) float64 { return float64(res.Hist.ValueAtQuantile(q)) / 1e3 }
 	wr.P50us, wr.P99us, wr.P999us = us(50), us(99), us(99.9)
 	wr.Lost, wr.Stale, wr.SpecMisses, wr.Violations, wr.Checked = res.Lost, res.Stale, res.SpecMisses, res.Violations(), res.Kept
 	if c.Progress != nil {
-		fmt.Fprintf(c.Progress, "loadgen: wire %-13s flows=%-5d window=%-3d %7.3f Mops/s  server %5.0f ns/req user, %5.0f sys  generator %4.0f+%4.0f  p50 %.0f µs  lost %d  stale %d  checked %d  send waits %d errors %d\n",
-			server, wr.Flows, wr.Window, wr.Mops, wr.UserNsPerReq, wr.SysNsPerReq, wr.GenUserNsPerReq, wr.GenSysNsPerReq,
+		fmt.Fprintf(c.Progress, "loadgen: wire %-13s flows=%-5d window=%-3d %7.3f Mops/s  server %5.0f ns/req user, %5.0f sys  generator %4.0f+%4.0f busy %3.0f%%  p50 %.0f µs  lost %d  stale %d  checked %d  send waits %d errors %d\n",
+			server, wr.Flows, wr.Window, wr.Mops, wr.UserNsPerReq, wr.SysNsPerReq, wr.GenUserNsPerReq, wr.GenSysNsPerReq, 100*wr.GenBusy,
 			wr.P50us, wr.Lost, wr.Stale, wr.Checked, res.SendWaits, res.SendErrors)
 	}
 	if err != nil {

@@ -18,6 +18,7 @@ type WireResult struct {
 	CPUFrom         string
 	GenUserNsPerReq float64
 	GenSysNsPerReq  float64
+	GenBusy         float64
 	P50us, P99us    float64
 	P999us          float64
 	Lost, Stale     uint64

@@ -213,6 +213,11 @@ type Stats struct {
 	RxDatagrams     uint64
 	TxMessages      uint64
 	MeasuredSeconds float64
+	// BusySeconds is the part of the measured interval the generator
+	// spent in loop iterations that moved packets (the rest it polled an
+	// empty socket, or was not running): near MeasuredSeconds, the
+	// generator is the bottleneck.
+	BusySeconds float64
 }
 
 // Violations is the number of answers that broke a promise.
@@ -513,8 +518,15 @@ func (g *Gen) Run(ctx context.Context, warmup, d time.Duration, phase Phase) (*R
 	drainEnd := int64(0)
 	nextExpire := int64(0)
 	timeout := int64(g.cfg.Timeout)
+	var prev int64
+	worked := false
 	for {
 		now := int64(time.Since(base)) // the one clock read of this batch
+		if worked && stage == 1 {
+			g.st.BusySeconds += float64(now-prev) / 1e9
+		}
+		prev = now
+		rx0, tx0 := g.st.RxDatagrams, g.st.TxMessages
 		g.st.Iterations++
 		if g.st.Iterations&1023 == 0 {
 			select {
@@ -559,6 +571,7 @@ func (g *Gen) Run(ctx context.Context, warmup, d time.Duration, phase Phase) (*R
 		if stage < 2 {
 			g.send(now)
 		}
+		worked = g.st.RxDatagrams != rx0 || g.st.TxMessages != tx0
 	}
 	if measEnd == 0 {
 		measEnd = measStart
