@@ -96,6 +96,10 @@ func (c *Config) adminOpts() []grpc.DialOption {
 	return c.AdminDialOptions
 }
 
+// FloorFlag is the hidden loadgen flag that makes the process a floor
+// server (ServeFloor).
+const FloorFlag = "floor-server"
+
 // The engines.
 const (
 	EngineClient = "client"

@@ -21,10 +21,6 @@ import (
 // loadgen's process their busy-polling thread would share the Go
 // scheduler with the generator's, and the two would preempt each other.
 
-// FloorFlag is the hidden loadgen flag that makes the process a floor
-// server (ServeFloor).
-const FloorFlag = "floor-server"
-
 // ServeFloor runs a floor server of kind ("provider-echo" or "raw-echo")
 // pinned to core (-1: unpinned) with depth receives posted, prints one
 // line naming it ("floor KIND ADDR QPN QKEY") to out, and serves until

@@ -5,6 +5,7 @@ package loadgen
 import (
 	"context"
 	"fmt"
+	"io"
 )
 
 // WireResult is one server at one flow count (Linux only).
@@ -33,4 +34,9 @@ type WireResult struct {
 
 func runWire(ctx context.Context, c *Config, rep *Report) error {
 	return fmt.Errorf("%w: -engine wire needs Linux", ErrConfig)
+}
+
+// ServeFloor needs Linux.
+func ServeFloor(kind string, core, depth int, opts string, out io.Writer, stop <-chan struct{}) error {
+	return fmt.Errorf("%w: floor servers need Linux", ErrConfig)
 }
