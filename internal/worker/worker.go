@@ -204,6 +204,8 @@ type Base struct {
 
 	Counts
 
+	tid atomic.Int32 // the worker's thread while pinned (ThreadCPU), else 0
+
 	cfg         *Config
 	stopped     *atomic.Bool
 	sampled     uint64          // batches posted, for sampling
@@ -264,8 +266,16 @@ func (b *Base) Pin() (unlock func()) {
 	} else {
 		b.Log.Debug("pinned", "core", b.Core)
 	}
-	return runtime.UnlockOSThread
+	b.tid.Store(int32(gettid()))
+	return func() {
+		b.tid.Store(0)
+		runtime.UnlockOSThread()
+	}
 }
+
+// Tid is the ID of the thread the worker runs on while it is pinned (its
+// goroutine is then locked to it), for ThreadCPU; 0 when it is not.
+func (b *Base) Tid() int { return int(b.tid.Load()) }
 
 // Expired reports whether a batch whose oldest request arrived at oldest
 // is older than spec.MaxResidence.
