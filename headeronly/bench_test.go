@@ -30,6 +30,7 @@ var (
 	benchSrvCore = flag.Int("bench.srvcore", 1, "core of the server thread in BenchmarkServe (-1: unpinned)")
 	benchCliCore = flag.Int("bench.clicore", 0, "core of the client thread in BenchmarkServe (-1: unpinned)")
 	benchWorkers = flag.Int("bench.workers", 1, "seqd workers in BenchmarkServe's seqd runs")
+	benchSpin    = flag.Duration("bench.spin", 0, "seqd workers' Spin in BenchmarkServe (0: the default)")
 )
 
 // BenchmarkServe measures one seqd worker core against the transport's
@@ -190,7 +191,7 @@ func newBenchServer(b *testing.B, flows, workers int) (*Server, *benchClient) {
 		}
 	}
 	s, err := New(Config{Config: wk.Config{Device: dev, Oracle: &claimtest.Oracle{}, Behind: claimtest.ErrBehind,
-		Workers: workers, Cores: cores, Logger: slog.New(slog.DiscardHandler)}, MaxWindow: echo.Window})
+		Workers: workers, Cores: cores, Logger: slog.New(slog.DiscardHandler)}, MaxWindow: echo.Window, Spin: *benchSpin})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -198,7 +199,7 @@ func newBenchServer(b *testing.B, flows, workers int) (*Server, *benchClient) {
 	c := &benchClient{}
 	b.Cleanup(c.Close)
 	for range flows {
-		f, err := newBenchFlow(b, s)
+		f, err := newBenchFlow(s)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -228,7 +229,10 @@ type benchClient struct {
 	polls int
 }
 
-const lostAfter = 50 * time.Millisecond
+// lostAfter: no answer leaves the server later than spec.MaxResidence
+// after its request arrived, so twice that without one means the
+// outstanding requests were dropped.
+const lostAfter = 2 * spec.MaxResidence
 
 type benchFlow struct {
 	dev  verbs.Device
@@ -251,7 +255,7 @@ type benchFlow struct {
 
 const benchSlot = 64
 
-func newBenchFlow(b *testing.B, s *Server) (f *benchFlow, err error) {
+func newBenchFlow(s *Server) (f *benchFlow, err error) {
 	f = &benchFlow{}
 	defer func() {
 		if err != nil {
@@ -347,7 +351,7 @@ func (c *benchClient) Poll() (int, error) {
 	total := 0
 	c.polls++
 	var now time.Time
-	if c.polls%1024 == 0 {
+	if c.polls%64 == 0 {
 		now = time.Now()
 	}
 	for _, f := range c.flows {

@@ -93,6 +93,21 @@ func (q *recvQ) post(n int) error {
 	return nil
 }
 
+// reposted accounts for the re-post of the nre receives gathered in this
+// batch, done of which were posted (the rest go back to the free list).
+func (q *recvQ) reposted(done int) error {
+	n := q.nre
+	q.nre = 0
+	q.posted += done
+	for i := done; i < n; i++ {
+		q.free = append(q.free, uint32(q.wrs[i].ID))
+	}
+	if done < n {
+		return fmt.Errorf("re-posted %d of %d receives on QP %v", done, n, q.qpn)
+	}
+	return nil
+}
+
 // completed takes back the buffer of a completion of q: gathered for
 // re-posting if fewer than size stay posted, else freed. It reports
 // whether q was not yet gathered in this batch.

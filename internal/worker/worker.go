@@ -207,6 +207,7 @@ type Base struct {
 	tid atomic.Int32 // the worker's thread while pinned (ThreadCPU), else 0
 
 	cfg         *Config
+	shared      bool // InitShared
 	stopped     *atomic.Bool
 	sampled     uint64          // batches posted, for sampling
 	serviceTime *hist.Histogram // nanoseconds
@@ -235,10 +236,31 @@ func (b *Base) Init(cfg *Config, id int, pd verbs.PD, sendCQ verbs.CQ, slotLen i
 	}
 	var err error
 	if b.Resp, err = respq.New(respq.Config{PD: pd, CQ: sendCQ, QPs: cfg.RespQPs, Depth: cfg.SendDepth,
-		SignalEvery: cfg.SignalEvery, SlotLen: slotLen, QKey: cfg.QKey, Batch: cfg.Batch}); err != nil {
+		SignalEvery: cfg.SignalEvery, SlotLen: slotLen, QKey: cfg.QKey, Batch: cfg.Batch,
+		Shared: b.shared, Device: cfg.Device}); err != nil {
 		return fmt.Errorf("worker %d: %w", id, err)
 	}
 	return nil
+}
+
+// InitShared is Init for a worker whose one CQ takes both its requests'
+// completions and its answers' (cq): the worker polls it once per batch,
+// hands send completions to Resp.Complete (SendDone), drains
+// Resp.TakeSpilled before polling, and posts a batch's receives with its
+// answers (PostWith): two provider crossings per batch.
+func (b *Base) InitShared(cfg *Config, id int, pd verbs.PD, cq verbs.CQ, slotLen int, stopped *atomic.Bool, drops ...string) error {
+	b.shared = true
+	return b.Init(cfg, id, pd, cq, slotLen, stopped, drops...)
+}
+
+// SendDone takes a completion polled from the shared CQ (InitShared): it
+// reports whether it was an answer's, counting a failed one.
+func (b *Base) SendDone(wc *verbs.WC) bool {
+	mine, failed := b.Resp.Complete(wc)
+	if failed {
+		b.Drops[DropSend].Add(1)
+	}
+	return mine
 }
 
 // NoResp, as Init's slotLen, makes a worker without response QPs.
@@ -348,6 +370,37 @@ func (b *Base) Post(r respq.Batch, wrs []verbs.SendWR, oldest verbs.Time) bool {
 	return n > 0
 }
 
+// PostWith is Post for a worker on a shared CQ (InitShared): it posts
+// the receive chains recvs (re-posts gathered in the batch; each chain's
+// Posted is set) and the answers wrs, prepared in r, with one provider
+// call. The answers are left out (and counted) when the batch, whose
+// oldest request arrived at oldest, is by then older than
+// spec.MaxResidence; the receives are posted anyway. wrs may be empty
+// (a batch with nothing to answer), and r then the zero Batch. It
+// reports whether any answer was posted.
+func (b *Base) PostWith(r respq.Batch, wrs []verbs.SendWR, oldest verbs.Time, recvs []verbs.RecvChain) bool {
+	if len(wrs) > 0 {
+		age := verbs.Now().Sub(oldest)
+		if age > spec.MaxResidence {
+			b.Drops[DropLate].Add(uint64(len(wrs)))
+			wrs = nil
+		} else if b.sampled++; b.sampled%SampleEvery == 0 {
+			b.serviceTime.Observe(uint64(age))
+		}
+	}
+	if len(wrs) == 0 && len(recvs) == 0 {
+		return false
+	}
+	n, err := b.Resp.PostMany(r, recvs, wrs)
+	if err != nil {
+		if len(wrs) > n {
+			b.Drops[DropSend].Add(uint64(len(wrs) - n))
+		}
+		b.Log.Error("post receives and answers", "posted", n, "of", len(wrs), "err", err)
+	}
+	return n > 0
+}
+
 // ReapSends frees send queue slots and counts answers that failed.
 func (b *Base) ReapSends() {
 	if _, failed := b.Resp.Reap(); failed > 0 {
@@ -375,6 +428,26 @@ func (c *Config) UDRequestQueue(pd verbs.PD, cqSize, recvDepth int) (reqCQ, send
 		return reqCQ, sendCQ, reqQP, fmt.Errorf("request QP bring-up: %w", err)
 	}
 	return reqCQ, sendCQ, reqQP, nil
+}
+
+// UDSharedQueue makes a worker's UD request queue on pd with one CQ for
+// everything (InitShared): room for cqSize request completions plus the
+// send completions of the mode's response QPs (RespQPs×SendDepth), and a
+// UD QP taking recvDepth receives, brought up with the request Q_Key.
+// What it made is returned even on an error, for the worker's Close to
+// release.
+func (c *Config) UDSharedQueue(pd verbs.PD, cqSize, recvDepth int) (cq verbs.CQ, reqQP verbs.QP, err error) {
+	if cq, err = c.Device.CreateCQ(cqSize + c.RespQPs*c.SendDepth); err != nil {
+		return cq, reqQP, fmt.Errorf("CQ: %w", err)
+	}
+	if reqQP, err = pd.CreateQP(verbs.QPInitAttr{Type: verbs.UD, SendCQ: cq, RecvCQ: cq,
+		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: recvDepth, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+		return cq, reqQP, fmt.Errorf("request QP: %w", err)
+	}
+	if err = verbs.BringUpUD(reqQP, c.QKey, 0); err != nil {
+		return cq, reqQP, fmt.Errorf("request QP bring-up: %w", err)
+	}
+	return cq, reqQP, nil
 }
 
 // CloseAll closes, in order, each of rs that is not nil (the verbs
