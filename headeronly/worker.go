@@ -266,34 +266,17 @@ func (w *worker) rqOf(wc *verbs.WC) *recvQ {
 
 // Run is the worker's loop. It returns when the server closes.
 func (w *worker) Run() {
-	log := w.Log
 	defer w.Pin()()
 	start := w.s.start
 	w.guard = spec.NewGuard(time.Since(start))
 	idleSince := time.Duration(-1)
 	for !w.s.closed.Load() {
-		if w.inbox.pending.Load() {
-			w.takeInbox(false)
-		}
-		if len(w.dying) > 0 {
-			w.reapDying()
-		}
-		if err := w.fillRecvs(); err != nil {
-			log.Error("receive queue", "err", err)
-		}
-		w.filled.Store(int64(w.shared.posted))
-		var n int
-		if w.Resp.Spilled() > 0 {
-			n = w.Resp.TakeSpilled(w.wcs) // polled while waiting for send queue room
-		} else {
-			var err error
-			if n, err = w.reqCQ.Poll(w.wcs); err != nil {
-				if w.s.closed.Load() {
-					return
-				}
-				log.Error("poll requests", "err", err)
-				n = 0
+		n, err := w.poll()
+		if err != nil {
+			if w.s.closed.Load() {
+				return
 			}
+			w.Log.Error("poll requests", "err", err)
 		}
 		if n == 0 {
 			now := time.Since(start)
@@ -312,20 +295,49 @@ func (w *worker) Run() {
 			continue
 		}
 		idleSince = -1
-		// Send completions out, requests' in place.
-		k := 0
-		for i := range w.wcs[:n] {
-			if w.SendDone(&w.wcs[i]) {
-				continue
-			}
-			if k != i {
-				w.wcs[k] = w.wcs[i]
-			}
-			k++
+		w.handle(w.wcs[:n])
+	}
+}
+
+// poll does what the loop does between batches (adopt and retire
+// receive queues, top up the shared one) and polls the CQ into w.wcs: one
+// provider crossing. It returns how many completions it got.
+func (w *worker) poll() (int, error) {
+	if w.inbox.pending.Load() {
+		w.takeInbox(false)
+	}
+	if len(w.dying) > 0 {
+		w.reapDying()
+	}
+	if err := w.fillRecvs(); err != nil {
+		w.Log.Error("receive queue", "err", err)
+	}
+	w.filled.Store(int64(w.shared.posted))
+	if w.Resp.Spilled() > 0 {
+		return w.Resp.TakeSpilled(w.wcs), nil // polled while waiting for send queue room
+	}
+	n, err := w.reqCQ.Poll(w.wcs)
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// handle takes the completions of one poll: the answers' go to their
+// response QPs, the requests are answered as one batch.
+func (w *worker) handle(wcs []verbs.WC) {
+	k := 0
+	for i := range wcs {
+		if w.SendDone(&wcs[i]) {
+			continue
 		}
-		if k > 0 {
-			w.batch(w.wcs[:k])
+		if k != i {
+			wcs[k] = wcs[i]
 		}
+		k++
+	}
+	if k > 0 {
+		w.batch(wcs[:k])
 	}
 }
 
