@@ -344,7 +344,7 @@ func (w *worker) handle(wcs []verbs.WC) {
 // batch answers one polled batch of requests.
 func (w *worker) batch(wcs []verbs.WC) {
 	st := &w.stats
-	peers := *w.peers.Load()
+	tab := w.peers.Load()
 	valid := 0
 	var q *recvQ            // the receive queue of the previous completion
 	oldest := verbs.Time(0) // arrival of the batch's oldest valid request
@@ -380,11 +380,7 @@ func (w *worker) batch(wcs []verbs.WC) {
 			w.Drops[dropBadLength].Add(1)
 			continue
 		}
-		exact, anyPort := verbs.SenderKeys(wc)
-		p := peers[exact]
-		if p == nil {
-			p = peers[anyPort] // a NIC-style sender: its source port is no part of it
-		}
+		p := w.lookup(tab, q, wc)
 		if p == nil || q.sess != 0 && q.sess != p.session {
 			w.Drops[dropUnknownSource].Add(1)
 			continue
@@ -456,6 +452,21 @@ func (w *worker) reposted() {
 	}
 	w.dirty = w.dirty[:0]
 	w.chains = w.chains[:0]
+}
+
+// lookup finds the peer a request completion of q came from in tab (nil:
+// none), through q's one-entry cache.
+func (w *worker) lookup(tab *peerTable, q *recvQ, wc *verbs.WC) *peer {
+	exact, anyPort := verbs.SenderKeys(wc)
+	if q.lookTab == tab && q.lookFrom == exact {
+		return q.lookPeer
+	}
+	p := (*tab)[exact]
+	if p == nil {
+		p = (*tab)[anyPort] // a NIC-style sender: its source port is no part of it
+	}
+	q.lookTab, q.lookFrom, q.lookPeer = tab, exact, p
+	return p
 }
 
 func (w *worker) clearPend(n int) {
