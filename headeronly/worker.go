@@ -56,7 +56,7 @@ type peer struct {
 	session uint64
 	qkey    uint32        // the session's answer Q_Key
 	window  int           // granted; more requests in one batch are dropped (0: not enforced)
-	lastTag atomic.Uint32 // worker-owned; tag+1 of the previous request
+	lastTag uint32 // worker-owned; tag+1 of the previous request
 	inBatch int           // worker-owned; requests in the current batch
 }
 
@@ -399,10 +399,10 @@ func (w *worker) batch(wcs []verbs.WC) {
 			continue
 		}
 		imm := spec.Imm(wc.Imm)
-		if tag := uint32(imm.Tag()) + 1; p.lastTag.Load() == tag {
+		if tag := uint32(imm.Tag()) + 1; p.lastTag == tag {
 			st.dupTags.Add(1)
 		} else {
-			p.lastTag.Store(tag)
+			p.lastTag = tag
 		}
 		if a := wc.Arrived; oldest == 0 || a != 0 && a < oldest {
 			oldest = a
