@@ -81,7 +81,14 @@ func BenchmarkServe(b *testing.B) {
 		b.Run(fmt.Sprintf("seqd/flows=%d", flows), func(b *testing.B) {
 			s, cli := newBenchServer(b, flows, *benchWorkers)
 			w := s.Workers[0]
+			c0 := devCounters(s.cfg.Device)
+			r0 := s.totals().Requests
 			runServe(b, cli, w.Tid(), func() uint64 { return s.totals().Requests })
+			c1 := devCounters(s.cfg.Device)
+			reqs := float64(s.totals().Requests - r0)
+			for _, name := range []string{verbs.CounterRxSyscalls, verbs.CounterTxSyscalls, "rx_datagrams", "tx_datagrams"} {
+				b.ReportMetric(float64(c1[name]-c0[name])/reqs, name+"/op")
+			}
 			if d := s.totals().Drops; sum(d) > 0 {
 				b.Logf("drops: %v", d)
 			}
@@ -92,6 +99,15 @@ func BenchmarkServe(b *testing.B) {
 			b.ReportMetric(float64(misses)/float64(s.totals().Requests), "miss/op")
 		})
 	}
+}
+
+// devCounters reads a device's counters (verbs.Counters), if it has any.
+func devCounters(d verbs.Device) map[string]uint64 {
+	m := map[string]uint64{}
+	if c, ok := d.(verbs.Counters); ok {
+		c.VisitCounters(func(name string, v uint64) { m[name] = v })
+	}
+	return m
 }
 
 func sum(m map[string]uint64) (n uint64) {
@@ -182,7 +198,7 @@ func pinThread(b *testing.B, core int) func() {
 // holdoff so that answers confirm guesses, as in steady state.
 func newBenchServer(b *testing.B, flows, workers int) (*Server, *benchClient) {
 	b.Helper()
-	dev := claimtest.OpenSoft(b, "")
+	dev := claimtest.OpenSoft(b, fmt.Sprintf("queues=%d", workers)) // an engine per worker
 	var cores []int
 	if *benchSrvCore >= 0 {
 		cores = []int{*benchSrvCore}

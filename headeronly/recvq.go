@@ -34,7 +34,7 @@ type recvQ struct {
 	posted int
 	wrs    []verbs.RecvWR
 	sges   []verbs.SGE
-	nre    int         // re-posts gathered in the current batch
+	nre    int // re-posts gathered in the current batch
 	// The worker's last peer lookup for a completion of this queue: the
 	// peer table it was made in, the sender and the result. The table is
 	// copy-on-write, so while it is the same the result is too: a queue's
@@ -42,8 +42,8 @@ type recvQ struct {
 	lookTab  *peerTable
 	lookFrom verbs.Sender
 	lookPeer *peer
-	ready  atomic.Bool // the worker has adopted it
-	dying  bool        // worker-owned: retired, in the error state; destroyed once posted is 0
+	ready    atomic.Bool // the worker has adopted it
+	dying    bool        // worker-owned: retired, in the error state; destroyed once posted is 0
 }
 
 var rqSerial atomic.Uint64

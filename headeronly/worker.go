@@ -54,10 +54,10 @@ type peer struct {
 	key     peerKey
 	ah      verbs.AH
 	session uint64
-	qkey    uint32        // the session's answer Q_Key
-	window  int           // granted; more requests in one batch are dropped (0: not enforced)
+	qkey    uint32 // the session's answer Q_Key
+	window  int    // granted; more requests in one batch are dropped (0: not enforced)
 	lastTag uint32 // worker-owned; tag+1 of the previous request
-	inBatch int           // worker-owned; requests in the current batch
+	inBatch int    // worker-owned; requests in the current batch
 }
 
 // id is the client QP's identity on the wire: (IP, QPN), plus the UDP
@@ -124,7 +124,7 @@ func newWorker(s *Server, id int) (w *worker, err error) {
 		}
 	}()
 	w.cqSize = 2 * c.MaxRecv
-	if w.reqCQ, w.reqQP, err = c.UDSharedQueue(s.PD, w.cqSize, c.MaxRecv); err != nil {
+	if w.reqCQ, w.reqQP, err = c.UDSharedQueue(s.PD, w.cqSize, c.MaxRecv, c.WorkerQueue(id, 0)); err != nil {
 		return nil, fmt.Errorf("headeronly: worker %d: %w", id, err)
 	}
 	w.sendCQ = w.reqCQ

@@ -42,6 +42,9 @@ type Config struct {
 	Shared bool
 	// Device the QPs are on, for Batch.PostMany (nil: one call per chain).
 	Device verbs.Device
+	// Queue, when set, gives each new QP's verbs.QPInitAttr.Queue (the
+	// device engine it uses).
+	Queue func() int
 }
 
 type queue struct {
@@ -74,7 +77,11 @@ func New(c Config) (s *Set, err error) {
 		}
 	}()
 	for r := range c.QPs {
-		qp, err := c.PD.CreateQP(verbs.QPInitAttr{Type: verbs.UD, SendCQ: c.CQ, RecvCQ: c.CQ,
+		engine := 0
+		if c.Queue != nil {
+			engine = c.Queue()
+		}
+		qp, err := c.PD.CreateQP(verbs.QPInitAttr{Type: verbs.UD, SendCQ: c.CQ, RecvCQ: c.CQ, Queue: engine,
 			Cap: verbs.QPCap{MaxSendWR: c.Depth, MaxRecvWR: 0, MaxSendSGE: 1, MaxRecvSGE: 0, MaxInlineData: c.SlotLen}})
 		if err != nil {
 			return nil, fmt.Errorf("respq: response QP %d: %w", r, err)

@@ -207,7 +207,8 @@ type Base struct {
 	tid atomic.Int32 // the worker's thread while pinned (ThreadCPU), else 0
 
 	cfg         *Config
-	shared      bool // InitShared
+	shared      bool          // InitShared
+	queues      atomic.Uint64 // QPs placed by NextQueue
 	stopped     *atomic.Bool
 	sampled     uint64          // batches posted, for sampling
 	serviceTime *hist.Histogram // nanoseconds
@@ -237,7 +238,7 @@ func (b *Base) Init(cfg *Config, id int, pd verbs.PD, sendCQ verbs.CQ, slotLen i
 	var err error
 	if b.Resp, err = respq.New(respq.Config{PD: pd, CQ: sendCQ, QPs: cfg.RespQPs, Depth: cfg.SendDepth,
 		SignalEvery: cfg.SignalEvery, SlotLen: slotLen, QKey: cfg.QKey, Batch: cfg.Batch,
-		Shared: b.shared, Device: cfg.Device}); err != nil {
+		Shared: b.shared, Device: cfg.Device, Queue: b.NextQueue}); err != nil {
 		return fmt.Errorf("worker %d: %w", id, err)
 	}
 	return nil
@@ -261,6 +262,26 @@ func (b *Base) SendDone(wc *verbs.WC) bool {
 		b.Drops[DropSend].Add(1)
 	}
 	return mine
+}
+
+// NextQueue is the verbs.QPInitAttr.Queue of the worker's next QP
+// (WorkerQueue). Safe for concurrent use.
+func (b *Base) NextQueue() int {
+	return b.cfg.WorkerQueue(b.ID, int(b.queues.Add(1)-1))
+}
+
+// WorkerQueue is the verbs.QPInitAttr.Queue of worker id's k-th QP: a
+// worker's QPs go round-robin over its share of the device's engines
+// (engine i belongs to worker i mod Workers), so that no two workers
+// drive or send through one engine. 0 (the provider's choice) on a
+// device without engines, or with fewer than workers.
+func (c *Config) WorkerQueue(id, k int) int {
+	q, w := c.Device.Attr().Queues, c.Workers
+	if q < w || w < 1 || id >= q || id < 0 {
+		return 0
+	}
+	mine := (q - id + w - 1) / w // engines id, id+w, ... below q
+	return 1 + id + (k%mine)*w
 }
 
 // NoResp, as Init's slotLen, makes a worker without response QPs.
@@ -433,14 +454,14 @@ func (c *Config) UDRequestQueue(pd verbs.PD, cqSize, recvDepth int) (reqCQ, send
 // UDSharedQueue makes a worker's UD request queue on pd with one CQ for
 // everything (InitShared): room for cqSize request completions plus the
 // send completions of the mode's response QPs (RespQPs×SendDepth), and a
-// UD QP taking recvDepth receives, brought up with the request Q_Key.
-// What it made is returned even on an error, for the worker's Close to
-// release.
-func (c *Config) UDSharedQueue(pd verbs.PD, cqSize, recvDepth int) (cq verbs.CQ, reqQP verbs.QP, err error) {
+// UD QP taking recvDepth receives on engine queue (verbs.QPInitAttr),
+// brought up with the request Q_Key. What it made is returned even on an
+// error, for the worker's Close to release.
+func (c *Config) UDSharedQueue(pd verbs.PD, cqSize, recvDepth, queue int) (cq verbs.CQ, reqQP verbs.QP, err error) {
 	if cq, err = c.Device.CreateCQ(cqSize + c.RespQPs*c.SendDepth); err != nil {
 		return cq, reqQP, fmt.Errorf("CQ: %w", err)
 	}
-	if reqQP, err = pd.CreateQP(verbs.QPInitAttr{Type: verbs.UD, SendCQ: cq, RecvCQ: cq,
+	if reqQP, err = pd.CreateQP(verbs.QPInitAttr{Type: verbs.UD, SendCQ: cq, RecvCQ: cq, Queue: queue,
 		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: recvDepth, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
 		return cq, reqQP, fmt.Errorf("request QP: %w", err)
 	}
