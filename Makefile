@@ -4,7 +4,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/seqd/seqd/internal/version.Version=$(VERSION)
 BIN     := bin
 
-.PHONY: all build build-ibverbs test-ibverbs-fake test-nic-wire test test-short lint run bench bench-verbs bench-client fuzz-short clean docker docker-ibverbs docker-smoke check-guide check-deploy lossy soak cross storm bench-remote
+.PHONY: all build build-ibverbs test-ibverbs-fake test-nic-wire test test-short lint run bench bench-verbs bench-xdp bench-client fuzz-short clean docker docker-ibverbs docker-smoke check-guide check-deploy lossy soak cross storm bench-remote
 
 all: build
 
@@ -62,6 +62,14 @@ bench:
 # GSO/GRO, and ping-pong RTT for both, measured in the same run.
 bench-verbs:
 	./scripts/bench-verbs.sh
+
+# Receive paths for 28-byte RoCEv2-sized packets over veth between two
+# namespaces (root): UDP recvmmsg, UDP GRO, AF_XDP copy mode (native and
+# generic XDP), one sender, interleaved (docs/kernel-bypass.md).
+# XDPBENCH_PERF=DIR also records a perf profile of each path.
+bench-xdp:
+	$(GO) test -c -o /tmp/seqd-xdpprobe.test ./verbs/soft/internal/xdpprobe/
+	SEQD_XDPBENCH=1 SEQD_XDPBENCH_ROUNDS=$(or $(ROUNDS),5) SEQD_XDPBENCH_PERF=$(XDPBENCH_PERF) /tmp/seqd-xdpprobe.test -test.run '^TestReceiveRates$$' -test.v -test.timeout 15m
 
 # The client library against an in-process seqd (serial latency, pipelined
 # throughput), next to the transport's echo figures from the same run.

@@ -33,6 +33,7 @@ type Request struct {
 	deadline  time.Duration // engine clock
 	born      time.Duration // engine clock at Submit
 	floor     uint64        // the largest value returned when it was submitted
+	n         int           // values asked: > 1 for GetRange (reserve.go), TS the first
 	abandoned atomic.Bool
 	pooled    bool
 	next      *Request

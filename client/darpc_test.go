@@ -136,6 +136,7 @@ func TestDaRPCClean(t *testing.T) {
 	if st.Sessions != 1 || len(st.Workers) != 2 {
 		t.Fatalf("stats %+v", st)
 	}
+	checkServiceTime(t, st)
 	// Connections were spread over both clusters, each polled by its own
 	// worker.
 	for _, w := range st.Workers {

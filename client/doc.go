@@ -9,8 +9,19 @@
 // posts them as one chain per QP (one doorbell), matches answers and
 // retransmits; the engine checks every value (accept), fails requests at
 // their deadlines, and reconnects after a server restart or mode switch.
-// A Client is safe for concurrent use; GetTimestamp, GetTimestamps and
-// the asynchronous Submit all feed the same engine.
+// A Client is safe for concurrent use; GetTimestamp, GetTimestamps,
+// GetRange and the asynchronous Submit all feed the same engine.
+//
+// GetRange reserves k consecutive values (a Range) in one round trip:
+// one request, in mode fasst, for k values claimed together and
+// answered with the first. A range has every guarantee a timestamp has,
+// and in the hybrid format its k values share one millisecond (the
+// server moves a range that would span a boundary to the next
+// millisecond), so PD's (physical, logical) split of its last value
+// gives each a logical part below 2^18. Modes whose request asks for one
+// value (spec-s0, herd, atomics) and darpc and rfp refuse k > 1 with
+// ErrUnsupported: their values could only be pieced together from
+// several requests, and consecutiveness would not be guaranteed.
 //
 // The package links no server code: the admin plane's client side is
 // admin/adminclient (deps_test.go keeps it so).

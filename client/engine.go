@@ -212,9 +212,16 @@ func (c *Client) step(now time.Duration) bool {
 		c.timeout(e.popFront())
 	}
 	for e.backlog != nil && !tr.Broken() {
+		if e.backlog.n > 1 { // a range: one request of its own (reserve.go)
+			if !c.sendRange(now) {
+				break
+			}
+			did = true
+			continue
+		}
 		k := min(tr.Free(), len(e.ids), len(e.free))
 		j := 0
-		for r := e.backlog; r != nil && j < k; r = r.next {
+		for r := e.backlog; r != nil && j < k && r.n <= 1; r = r.next {
 			e.ids[j] = e.free[len(e.free)-1-j]
 			j++
 		}
@@ -246,9 +253,10 @@ func (c *Client) accept(r *Request, v uint64) {
 		c.finish(r, 0, fmt.Errorf("%w: %d <= %d", ErrRegression, v, r.floor))
 		return
 	}
+	last := v + r.span() // a range's last value (reserve.go)
 	for {
 		m := c.maxRet.Load()
-		if v <= m || c.maxRet.CompareAndSwap(m, v) {
+		if last <= m || c.maxRet.CompareAndSwap(m, last) {
 			break
 		}
 	}

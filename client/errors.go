@@ -23,6 +23,9 @@ var (
 	ErrRegression = errors.New("client: server answered a value that would go backwards")
 	// ErrConfig: an invalid option.
 	ErrConfig = errors.New("client: invalid option")
+	// ErrUnsupported: the server's mode cannot serve the call
+	// (GetRange in a mode whose request asks for one value).
+	ErrUnsupported = errors.New("client: not supported by the server's mode")
 )
 
 // timeoutError is ErrTimeout: a deadline passed, so it is also

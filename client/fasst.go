@@ -28,6 +28,13 @@ func init() { transports[spec.ModeFaSST] = dialFaSST }
 // again under a fresh ID, for the callers still waiting in it; an answer
 // to any ID but the current one of a busy slot is stale and dropped.
 //
+// Ranges (GetRange): a caller's range of k values is a request of its
+// own, for k values (up to spec.FaSSTMaxRange, beyond the window, which
+// bounds the values of coalesced callers), whose answer's first value is
+// the caller's. Every QP keeps at most window requests in flight, ranges
+// and coalesced ones together, as the server answers no more per QP and
+// batch.
+//
 // Engine IDs are 0 ≤ id < qps × window.
 type fasstTransport struct {
 	dev        verbs.Device
@@ -88,7 +95,8 @@ type fasstQP struct {
 	live     []int   // per slot: IDs not cancelled
 	busy     []bool
 	deadline []time.Duration
-	values   int // values asked by the requests in flight
+	span     []int // per slot: k of a range request, 0 for coalesced callers
+	values   int   // values asked by the coalesced requests in flight
 	sendChain
 }
 
@@ -97,7 +105,10 @@ const (
 	fasstRecvSlot    = verbs.GRHLen + 2*spec.FaSSTAnswerLen
 )
 
-var _ transport = (*fasstTransport)(nil)
+var (
+	_ transport      = (*fasstTransport)(nil)
+	_ rangeTransport = (*fasstTransport)(nil)
+)
 
 // dialFaSST builds the QPs, asks the server to admit them in mode fasst
 // and attaches them to the grant.
@@ -139,7 +150,7 @@ func newFaSST(pd verbs.PD, dev verbs.Device, nqps, window int, timeout time.Dura
 	}
 	for i := range nqps {
 		q := &fasstQP{calls: make([][]int, window), live: make([]int, window), busy: make([]bool, window),
-			deadline: make([]time.Duration, window), sendChain: newSendChain(window)}
+			deadline: make([]time.Duration, window), span: make([]int, window), sendChain: newSendChain(window)}
 		for s := range q.calls {
 			q.calls[s] = make([]int, 0, window)
 		}
@@ -217,11 +228,18 @@ func (t *fasstTransport) setRecv(i, qi, s int) {
 func (t *fasstTransport) Free() int {
 	n := 0
 	for _, q := range t.qps {
-		if q.slots.Free() > 0 {
-			n += t.window - q.values
+		if t.room(q) {
+			n += max(t.window-q.values, 0)
 		}
 	}
 	return n
+}
+
+// room reports whether q may send one more request: a free slot, and
+// fewer than window requests in flight (the grant's window may be below
+// the slots made at dial).
+func (t *fasstTransport) room(q *fasstQP) bool {
+	return q.slots.Free() > 0 && q.slots.Len()-q.slots.Free() < t.window
 }
 
 // Outstanding is how many callers wait for a value.
@@ -259,6 +277,9 @@ func (t *fasstTransport) Send(now time.Duration, ids []int) (int, error) {
 		if m <= 0 {
 			continue
 		}
+		if !t.room(q) {
+			continue
+		}
 		slot, rid, ok := q.slots.Take(m)
 		if !ok {
 			continue
@@ -280,6 +301,47 @@ func (t *fasstTransport) Send(now time.Duration, ids []int) (int, error) {
 	return took, ferr
 }
 
+// SendRange sends engine request id as a request of its own for k
+// consecutive values, on the first QP from the round-robin one with
+// room; it reports false when none has.
+func (t *fasstTransport) SendRange(now time.Duration, id, k int) (bool, error) {
+	if id < 0 || id >= len(t.where) || t.where[id].qi != refFree || k < 1 || k > spec.FaSSTMaxRange {
+		return false, nil
+	}
+	qi := -1
+	for i := range t.qps {
+		if q := t.qps[(t.rr+i)%len(t.qps)]; t.room(q) {
+			qi = (t.rr + i) % len(t.qps)
+			break
+		}
+	}
+	if qi < 0 {
+		return false, nil
+	}
+	q := t.qps[qi]
+	slot, rid, _ := q.slots.Take(k) // room: a slot is free
+	if b, ok := t.dev.(verbs.DoorbellBatcher); ok {
+		b.HoldDoorbell()
+		defer b.RingDoorbell()
+	}
+	q.busy[slot], q.live[slot], q.span[slot] = true, 1, k
+	q.calls[slot] = append(q.calls[slot][:0], id)
+	t.where[id] = fasstRef{qi, slot, 0}
+	t.outstanding++
+	t.queue(now, qi, slot, rid, k)
+	t.rr = (qi + 1) % len(t.qps)
+	return true, t.flush(q)
+}
+
+// release frees slot s of q: answered, or none of its callers waits.
+func (t *fasstTransport) release(q *fasstQP, s int) {
+	if q.span[s] == 0 {
+		q.values -= q.slots.Count(s)
+	}
+	q.slots.Release(s)
+	q.busy[s], q.live[s], q.span[s] = false, 0, 0
+}
+
 // queue adds the request of slot (ID rid, k values) to its QP's chain,
 // and arms its timeout.
 func (t *fasstTransport) queue(now time.Duration, qi, slot int, rid spec.FaSSTID, k int) {
@@ -287,7 +349,7 @@ func (t *fasstTransport) queue(now time.Duration, qi, slot int, rid spec.FaSSTID
 	q.deadline[slot] = now + t.timeout
 	idx := qi*cap(q.busy) + slot
 	off := idx * spec.FaSSTRequestLen
-	spec.PutFaSSTRequest(t.reqMR.Bytes()[off:off+spec.FaSSTRequestLen], k, rid) // 1 ≤ k ≤ window ≤ FaSSTMaxCount
+	spec.PutFaSSTRequest(t.reqMR.Bytes()[off:off+spec.FaSSTRequestLen], k, rid) // 1 ≤ k ≤ FaSSTMaxRange
 	q.add(qi, fasstSignalEvery, verbs.SendWR{Opcode: verbs.OpSend, Flags: verbs.Inline, AH: q.ah, RemoteQPN: q.dest, RemoteQKey: q.qkey},
 		verbs.SGE{Addr: t.reqMR.Addr() + uint64(off), Length: spec.FaSSTRequestLen, LKey: t.reqMR.LKey()})
 }
@@ -358,9 +420,7 @@ func (t *fasstTransport) Poll(now time.Duration, res []result) int {
 				}
 			}
 			t.carry = append(t.carry, fasstCarry{calls: calls, first: first})
-			q.slots.Release(s)
-			q.busy[s], q.live[s] = false, 0
-			q.values -= h.Count
+			t.release(q, s)
 		}
 		if nr > 0 {
 			q.qp.PostRecv(t.recvWRs[:nr]) // a refused RECV only shrinks the queue; answers then time out
@@ -421,9 +481,12 @@ func (t *fasstTransport) Expire(now time.Duration) int {
 				}
 			}
 			q.calls[s] = calls
-			q.values -= q.slots.Count(s)
-			q.values += len(calls)
-			t.queue(now, qi, s, q.slots.Renew(s, len(calls)), len(calls))
+			k := q.span[s] // a range asks for its k values again
+			if k == 0 {
+				k = len(calls)
+				q.values += k - q.slots.Count(s)
+			}
+			t.queue(now, qi, s, q.slots.Renew(s, k), k)
 			n++
 		}
 		t.flush(q)
@@ -469,9 +532,7 @@ func (t *fasstTransport) Cancel(id int) {
 	q := t.qps[r.qi]
 	q.calls[r.slot][r.idx] = -1
 	if q.live[r.slot]--; q.live[r.slot] == 0 && q.busy[r.slot] {
-		q.values -= q.slots.Count(r.slot)
-		q.slots.Release(r.slot)
-		q.busy[r.slot] = false
+		t.release(q, r.slot)
 		q.calls[r.slot] = q.calls[r.slot][:0]
 	}
 }

@@ -86,6 +86,7 @@ func TestRFPServeClean(t *testing.T) {
 	if r.tr.reads != spec.RFPDefaultReads {
 		t.Fatalf("R = %d, want the default %d", r.tr.reads, spec.RFPDefaultReads)
 	}
+	checkServiceTime(t, st)
 }
 
 // TestRFPFallback: with R=1 and a server slower than one READ, requests

@@ -4,7 +4,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seqd/seqd/dataplane"
 	"github.com/seqd/seqd/internal/claimtest"
+	wk "github.com/seqd/seqd/internal/worker"
+	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 	_ "github.com/seqd/seqd/verbs/soft"
 )
@@ -88,5 +91,19 @@ func checkUnique(t testing.TB, vs []uint64) {
 			t.Fatalf("value %d handed out twice", v)
 		}
 		seen[v] = true
+	}
+}
+
+// checkServiceTime checks that a server sampled its batches' service
+// time as internal/worker does for every mode: one batch in
+// wk.SampleEvery per worker, each sample a time within spec.MaxResidence.
+func checkServiceTime(t testing.TB, st dataplane.Stats) {
+	t.Helper()
+	h := st.ServiceTime
+	if want := st.Batches/wk.SampleEvery - uint64(len(st.Workers)); int64(want) > 0 && h.Count < want {
+		t.Errorf("%d service times sampled in %d batches of %d workers, want at least %d", h.Count, st.Batches, len(st.Workers), want)
+	}
+	if h.Count > st.Batches/wk.SampleEvery+uint64(len(st.Workers)) || h.Sum > float64(h.Count)*spec.MaxResidence.Seconds() {
+		t.Errorf("service time %d samples, sum %gs, for %d batches", h.Count, h.Sum, st.Batches)
 	}
 }

@@ -431,7 +431,7 @@ func (w *worker) answer(total int) {
 		(*f)()
 	}
 	late := false
-	if kind == spec.DaRPCValues && wk.Expired(w.oldest) {
+	if kind == spec.DaRPCValues && !w.Fresh(w.oldest) { // and samples the service time
 		// Too late: the values are skipped (never handed out), the calls
 		// refused.
 		kind = spec.DaRPCRefused

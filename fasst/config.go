@@ -34,9 +34,14 @@ type Config struct {
 	// SignalEvery, SendDepth, QKey (of requests), Epoch and Logger, as
 	// every CPU mode takes them (package internal/worker).
 	wk.Config
-	// MaxWindow is the largest window granted: values in flight per
-	// client QP. Default 64, at most spec.FaSSTMaxCount and RecvQueue/2.
+	// MaxWindow is the largest window granted: the requests (and values
+	// of coalesced callers) in flight per client QP. Default 64, at most
+	// spec.FaSSTMaxCount and RecvQueue/2.
 	MaxWindow int
+	// Format is the oracle's: in the hybrid format (also the zero
+	// Format) no request's values span a millisecond boundary
+	// (spec.HybridMillisecond).
+	Format spec.Format
 	// MaxClients is the most sessions. Default 256.
 	MaxClients int
 	// RecvQueue is the receives each worker's request QP keeps posted.

@@ -48,7 +48,7 @@ var _ dataplane.Mode = (*Server)(nil)
 func Start(ctx context.Context, c dataplane.Config) (dataplane.Mode, error) {
 	return New(Config{Config: wk.Config{Device: c.Device, Oracle: c.Oracle, Behind: c.Behind, Workers: c.Workers,
 		RespQPs: c.RespQPs, Cores: c.Cores, QKey: c.QKey, Epoch: c.Epoch, Logger: c.Logger},
-		MaxWindow: c.MaxWindow, MaxClients: c.MaxClients})
+		MaxWindow: c.MaxWindow, MaxClients: c.MaxClients, Format: c.Format})
 }
 
 // New creates the workers' queue pairs and starts them.

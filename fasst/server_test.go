@@ -2,6 +2,7 @@ package fasst
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"log/slog"
 	"net/netip"
@@ -240,7 +241,7 @@ func waitDrops(t *testing.T, s *Server, reason string, want uint64) {
 	}
 }
 
-// TestBadRequests: malformed requests, requests beyond the window and
+// TestBadRequests: malformed requests, counts beyond spec.FaSSTMaxRange and
 // requests from QPs never admitted are dropped and counted; a good
 // request is answered with its ID and count echoed.
 func TestBadRequests(t *testing.T) {
@@ -254,8 +255,10 @@ func TestBadRequests(t *testing.T) {
 	waitDrops(t, s, "malformed", 3)
 	c.send(t, request(2, 5), true)
 	waitDrops(t, s, "bad_opcode", 1)
-	c.send(t, request(5, 6), false) // more than the window of 4
-	waitDrops(t, s, "window", 1)
+	big := request(2, 6)
+	binary.BigEndian.PutUint16(big[2:], spec.FaSSTMaxRange+1) // more than a range may hold
+	c.send(t, big, false)
+	waitDrops(t, s, "malformed", 4)
 	// A QP never admitted, sending with the request Q_Key.
 	stranger := &rawClient{e: verbstest.NewEnd(t, open(t), verbs.UD), dst: c.dst, qkey: c.qkey}
 	if err := verbs.BringUpUD(stranger.e.QP, 1, 0); err != nil {
@@ -320,5 +323,73 @@ func TestStopMovesToErr(t *testing.T) {
 				t.Errorf("worker %d response QP in %v", w.ID, st)
 			}
 		}
+	}
+}
+
+// answerOf decodes the answer wc carries.
+func (c *rawClient) answerOf(t *testing.T, wc verbs.WC) (spec.FaSSTHeader, uint64) {
+	t.Helper()
+	if wc.Status != verbs.WCSuccess || int(wc.ByteLen) != verbs.GRHLen+spec.FaSSTAnswerLen {
+		t.Fatalf("answer %s", verbstest.FormatWC(wc))
+	}
+	off := int(wc.ID) * 64
+	h, first, err := spec.DecodeFaSSTAnswer(c.e.MR.Bytes()[off+verbs.GRHLen : off+int(wc.ByteLen)])
+	if err != nil {
+		t.Fatal(err)
+	}
+	verbstest.PostRecv(t, c.e.QP, verbs.RecvWR{ID: wc.ID, SG: verbstest.SG(c.e.MR, int(wc.ID)*64, 64)})
+	return h, first
+}
+
+// TestRanges: a request for more values than the window (a caller's
+// range, up to spec.FaSSTMaxRange) is answered with its k values; in the
+// hybrid format a range that would span a millisecond boundary starts at
+// the boundary (the values below it are skipped), while in the counter
+// format it is answered where it falls.
+func TestRanges(t *testing.T) {
+	const ms = uint64(spec.HybridMillisecond)
+	for _, c := range []struct {
+		name   string
+		format spec.Format
+		skip   uint64 // values claimed before the request, from claimtest.First
+		k      int
+		want   uint64 // the answer's first value, from claimtest.First
+	}{
+		{"range-beyond-window", spec.FormatHybrid, 0, 100, 0},
+		{"max-range", spec.FormatHybrid, 5, spec.FaSSTMaxRange, 5},
+		{"fits-below-boundary", spec.FormatHybrid, ms - 100, 100, ms - 100},
+		// The claim of the batch spans the boundary and the range does not
+		// fit above it: a second claim answers it.
+		{"moved-past-boundary", spec.FormatHybrid, ms - 99, 100, ms + 1},
+		{"max-range-moved", spec.FormatHybrid, ms - 10, spec.FaSSTMaxRange, ms + spec.FaSSTMaxRange - 10},
+		{"single-at-last-value", spec.FormatHybrid, ms - 1, 1, ms - 1},
+		{"counter-spans", spec.FormatCounter, ms - 99, 100, ms - 99},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			orc := &claimtest.Oracle{}
+			s, err := New(Config{Config: wk.Config{Device: open(t), Oracle: orc, Behind: claimtest.ErrBehind, Workers: 1,
+				Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})), Epoch: 7}, Format: c.format})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			cl := admitRaw(t, s, 4)
+			if c.skip > 0 {
+				orc.Claim(int(c.skip))
+			}
+			h, first := cl.answerOf(t, cl.call(t, c.k, 0x77))
+			if h.ID != 0x77 || h.Count != c.k || first != claimtest.First+c.want {
+				t.Fatalf("answer %+v first First+%d, want count %d first First+%d", h, first-claimtest.First, c.k, c.want)
+			}
+			if c.format == spec.FormatHybrid && spec.CrossesMillisecond(first, c.k) {
+				t.Fatalf("range First+%d … +%d spans a millisecond", first-claimtest.First, c.k)
+			}
+			for deadline := time.Now().Add(5 * time.Second); s.Stats().Served != uint64(c.k); {
+				if time.Now().After(deadline) {
+					t.Fatalf("served %d values, want %d", s.Stats().Served, c.k) // counted after the doorbell
+				}
+				time.Sleep(time.Millisecond)
+			}
+		})
 	}
 }

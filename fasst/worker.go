@@ -19,9 +19,10 @@ const (
 	dropMalformed
 	dropUnknownSource
 	dropWindow
+	dropBoundary
 )
 
-var dropNames = []string{"wc_error", "bad_opcode", "malformed", "unknown_source", "window"}
+var dropNames = []string{"wc_error", "bad_opcode", "malformed", "unknown_source", "window", "boundary"}
 
 // peerKey identifies a client QP: its address (with UDP port) and QPN.
 type peerKey struct {
@@ -36,19 +37,21 @@ type peer struct {
 	ah      verbs.AH
 	session uint64
 	qkey    uint32 // the session's answer Q_Key
-	window  int    // values one polled batch answers for this QP
+	window  int    // requests one polled batch answers for this QP
 	lastID  spec.FaSSTID
 	seen    bool // worker-owned: lastID is set
-	inBatch int  // worker-owned: values asked in the current batch
+	inBatch int  // worker-owned: requests of the current batch
 }
 
 type peerTable map[peerKey]*peer
 
-// pending is a valid request of the current batch.
+// pending is a valid request of the current batch; first is the first
+// of its k values (layout).
 type pending struct {
-	p  *peer
-	id spec.FaSSTID
-	k  int
+	p     *peer
+	id    spec.FaSSTID
+	k     int
+	first uint64
 }
 
 type worker struct {
@@ -219,10 +222,6 @@ func (w *worker) batch(wcs []verbs.WC) {
 			drops[dropUnknownSource].Add(1)
 			continue
 		}
-		if h.Count > p.window {
-			drops[dropWindow].Add(1) // more values than the window in one request
-			continue
-		}
 		if a := wc.Arrived; a != 0 && polled.Sub(a) > spec.MaxResidence {
 			drops[wk.DropExpired].Add(1) // dropped alone: it does not age the batch
 			continue
@@ -231,17 +230,17 @@ func (w *worker) batch(wcs []verbs.WC) {
 			w.dupIDs.Add(1) // a network duplicate (answered, if in the window, with new values)
 		}
 		p.lastID, p.seen = h.ID, true
-		if p.inBatch+h.Count > p.window {
-			// More values asked by this QP in one batch than its window:
-			// the excess requests are not answered.
+		if p.inBatch >= p.window {
+			// More requests from this QP in one batch than its window
+			// (its request IDs): the excess ones are not answered.
 			drops[dropWindow].Add(1)
 			continue
 		}
-		p.inBatch += h.Count
+		p.inBatch++
 		if a := wc.Arrived; oldest == 0 || a != 0 && a < oldest {
 			oldest = a
 		}
-		w.pend[valid] = pending{p, h.ID, h.Count}
+		w.pend[valid] = pending{p: p, id: h.ID, k: h.Count}
 		valid++
 		values += h.Count
 	}
@@ -262,29 +261,39 @@ func (w *worker) batch(wcs []verbs.WC) {
 		oldest = verbs.Now()
 	}
 	defer clear(w.pend[:valid])
-	// One claim for the whole batch (one atomic add on the oracle).
-	first, ok := w.Claim(oldest, values)
-	if !ok {
+	// One claim for the whole batch (one atomic add on the oracle), but
+	// for batches of large ranges (maxClaim) and requests moved past a
+	// millisecond boundary (layout).
+	placed, retried := layout(w.pend[:valid], w.s.cfg.Format != spec.FormatCounter, func(n int) (uint64, bool) { return w.Claim(oldest, n) })
+	if placed < valid {
+		values = 0
+		for i := range w.pend[:placed] {
+			values += w.pend[i].k
+		}
+		if retried >= maxRetries {
+			drops[dropBoundary].Add(uint64(valid - placed)) // else the claimer counted them
+		}
+	}
+	if placed == 0 {
 		return
 	}
-	if w.answer(w.pend[:valid], first, oldest) {
+	if w.answer(w.pend[:placed], oldest) {
 		w.Batches.Add(1)
 		w.Requests.Add(uint64(values))
-		w.requests.Add(uint64(valid))
+		w.requests.Add(uint64(placed))
 	}
 }
 
-// answer posts one answer per request, request i getting the next
-// reqs[i].k values from first on, as one chain on the next response QP,
+// answer posts one answer per request, request i getting the k values
+// from reqs[i].first on, as one chain on the next response QP,
 // unless the batch is by then older than spec.MaxResidence (Base.Post
 // checks it immediately before the doorbell): then its values are
 // skipped, never handed out. It reports whether the answers were posted.
-func (w *worker) answer(reqs []pending, first uint64, oldest verbs.Time) bool {
+func (w *worker) answer(reqs []pending, oldest verbs.Time) bool {
 	b, ok := w.Next(len(reqs))
 	if !ok {
 		return false
 	}
-	v := first
 	for i := range reqs {
 		r := &reqs[i]
 		wr := &w.sendWRs[i]
@@ -292,8 +301,7 @@ func (w *worker) answer(reqs []pending, first uint64, oldest verbs.Time) bool {
 		wr.Flags = 0
 		b.Prepare(wr, i)
 		slot, sge := b.Slot(i)
-		spec.PutFaSSTAnswer(slot, r.k, r.id, v) // k was validated by the decoder
-		v += uint64(r.k)
+		spec.PutFaSSTAnswer(slot, r.k, r.id, r.first) // k was validated by the decoder
 		w.sendSGE[i] = sge
 		wr.SG = w.sendSGE[i : i+1]
 		wr.AH = r.p.ah

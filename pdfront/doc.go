@@ -19,38 +19,24 @@
 // logical bits), so a seqd value v is the PD timestamp (v>>18, v&(1<<18-1))
 // and PD's ComposeTS gives v back.
 //
-// The front end takes count values from seqd's data path through the
-// client library (one posted chain, one reservation at a time) and
-// answers the range [max-count+1, max], max the largest value received.
+// The front end serves each request from one seqd range
+// (client.GetRange, in mode fasst): count consecutive values reserved in
+// one round trip, answered to this front end alone. The range has every
+// guarantee of a seqd timestamp: unique across all of seqd's clients
+// (native clients and other seqd-pd instances may share the group), above
+// every value handed out before the request arrived, across seqd
+// restarts and failovers. Requests on different streams are served
+// concurrently. In a mode without ranges only counts of 1 are served;
+// the others fail with Unavailable and PD's client retries them.
 //
-// By default it answers any batch. Every value in the range then either
-// came back in this call, or was claimed by seqd and answered to no one
-// (a lost answer resent under a fresh tag), or was never handed out at
-// all (the hybrid clock jumped over it) — PROVIDED this front end is the
-// only client of its seqd group and takes one batch at a time (it does:
-// reservations are serialized, and PD's client keeps one request in
-// flight per stream). The range is then above every value handed out
-// before the request arrived, across seqd restarts and failovers,
-// because seqd's guarantee covers the smallest value of the batch.
+// In the hybrid format a seqd range never spans a millisecond boundary
+// (the server moves one that would to the next millisecond), so the
+// last value's split is PD's own: physical milliseconds and a logical
+// part below 2^18 from which PD's client subtracts count-1 without going
+// below 0 — every value it hands out has the range's physical part and a
+// logical part in [0, 2^18), as from PD.
 //
-// In Exact mode it answers only when the count values came back
-// consecutive, so that every value of the range was handed to this front
-// end: the range is then seqd's alone whoever else uses the group (native
-// clients, other seqd-pd instances). A chain from one client served
-// within one millisecond comes back consecutive; a batch that straddles
-// a restart, a failover or a tick of the hybrid clock (the oracle jumps
-// to the new millisecond), or interleaves with another client's, is
-// dropped unanswered and taken again, a few times at most
-// (ClientSource.ExactAttempts), then the request fails and PD's client
-// retries it. Large counts (PD's client merging ~1000 callers) span
-// milliseconds and then always fail: Exact suits shared groups with
-// light PD load only.
-//
-// A floor (the last value answered) is checked on every answer as a
-// second line: a range at or below it is refused and counted, never sent.
-//
-// When a range crosses a millisecond boundary, the physical part is the
-// first value's and the logical part exceeds 18 bits; PD's client
-// subtracts count-1 from it, so every value it hands out composes
-// (physical<<18 + logical) to the exact seqd value.
+// A floor (the largest value answered before the request arrived) is
+// checked on every answer as a second line: a range at or below it is
+// refused and counted, never sent.
 package pdfront

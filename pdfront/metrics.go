@@ -15,24 +15,16 @@ func (s *Server) Collectors() []prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "seqd_pd_" + name, Help: help},
 			func() float64 { return float64(f()) })
 	}
-	cs := []prometheus.Collector{
+	return []prometheus.Collector{
 		counter("tso_requests_total", "Tso requests received (each for count timestamps).", s.requests.Load),
 		counter("tso_timestamps_total", "Timestamps answered (the sum of the answered requests' counts).", s.timestamps.Load),
 		counter("tso_errors_total", "Tso requests answered with an error (seqd unavailable past -timeout, bad count or cluster ID, refused).", s.errs.Load),
-		counter("tso_refused_total", "Ranges refused because they were not above the last value answered (the floor); always 0 unless seqd regressed.", s.refused.Load),
+		counter("tso_refused_total", "Ranges refused because they were not above every value answered before their request arrived (the floor); always 0 unless seqd regressed.", s.refused.Load),
 		counter("tso_streams_total", "Tso streams opened by PD clients.", s.streams.Load),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "seqd_pd_tso_floor",
-			Help: "The last value answered (seqd's hybrid format)."}, func() float64 { return float64(s.Floor()) }),
+			Help: "The largest value answered (seqd's hybrid format)."}, func() float64 { return float64(s.Floor()) }),
 		s.handle, s.batch,
 	}
-	if r, ok := s.src.(interface {
-		Ranges() (exact, spanning uint64)
-	}); ok {
-		cs = append(cs,
-			counter("ranges_exact_total", "Reservations whose values came back consecutive from seqd.", func() uint64 { e, _ := r.Ranges(); return e }),
-			counter("ranges_spanning_total", "Reservations whose values did not come back consecutive: the range also holds values this front end did not receive (its lost answers; other clients' values if seqd-pd is not its group's only client).", func() uint64 { _, sp := r.Ranges(); return sp }))
-	}
-	return cs
 }
 
 // Register registers Collectors with r.

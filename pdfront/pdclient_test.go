@@ -77,6 +77,10 @@ func newPD(t testing.TB, addrs ...string) pd.Client {
 	return c
 }
 
+// epoch is the one time base of every call a test records: calls timed
+// from different bases could not be ordered against each other.
+var epoch = time.Now()
+
 // compose is PD's ComposeTS (oracle.ComposeTS in TiDB).
 func compose(physical, logical int64) uint64 { return uint64(physical)<<18 + uint64(logical) }
 
@@ -85,7 +89,6 @@ func compose(physical, logical int64) uint64 { return uint64(physical)<<18 + uin
 // how many calls failed.
 func hammer(c pd.Client, callers int, v *e2e.Verifier, stop <-chan struct{}) (errs *atomic.Uint64, wait func()) {
 	errs = new(atomic.Uint64)
-	base := time.Now()
 	var wg sync.WaitGroup
 	for i := range callers {
 		wg.Add(1)
@@ -98,7 +101,7 @@ func hammer(c pd.Client, callers int, v *e2e.Verifier, stop <-chan struct{}) (er
 				default:
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-				start := time.Since(base)
+				start := time.Since(epoch)
 				var p, l int64
 				var err error
 				if i%2 == 0 {
@@ -106,7 +109,7 @@ func hammer(c pd.Client, callers int, v *e2e.Verifier, stop <-chan struct{}) (er
 				} else {
 					p, l, err = c.GetTSAsync(ctx).Wait()
 				}
-				end := time.Since(base)
+				end := time.Since(epoch)
 				cancel()
 				if err != nil {
 					errs.Add(1)

@@ -12,12 +12,18 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/pingcap/kvproto/pkg/pdpb"
+	pd "github.com/tikv/pd/client"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/seqd/seqd/admin"
 	"github.com/seqd/seqd/admin/adminpb"
@@ -85,7 +91,7 @@ func (p *proc) Write(b []byte) (int, error) {
 func startProc(t testing.TB, args ...string) *proc {
 	t.Helper()
 	p := &proc{t: t, addr: fmt.Sprintf("127.0.0.1:%d", hatest.FreePorts(t, 1)[0])}
-	p.args = append([]string{"-admin", p.addr, "-device", "127.0.0.1:0", "-metrics", "off"}, args...)
+	p.args = append([]string{"-admin", p.addr, "-device", "127.0.0.1:0", "-metrics", "off", "-mode", "fasst"}, args...)
 	p.start()
 	t.Cleanup(func() {
 		p.kill()
@@ -165,9 +171,7 @@ func frontOver(t testing.TB, addrs []string) (*pdfront.Server, string, *client.C
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	src := pdfront.NewClientSource(c)
-	t.Cleanup(func() { e, s := src.Ranges(); t.Logf("ranges: %d exact, %d spanning", e, s) })
-	srv, addr := startFront(t, src)
+	srv, addr := startFront(t, pdfront.NewClientSource(c))
 	return srv, addr, c
 }
 
@@ -246,10 +250,10 @@ func TestPDClientAcrossHAFailover(t *testing.T) {
 	}
 }
 
-// TestExactAmongOtherClients shares the seqd group between seqd-pd in
-// Exact mode and native clients: every value either side got is checked
-// together, so a range that held a native client's value would fail.
-func TestExactAmongOtherClients(t *testing.T) {
+// TestAmongOtherClients shares the seqd group between seqd-pd and native
+// clients: every value either side got is checked together, so a range
+// that held a native client's value would fail.
+func TestAmongOtherClients(t *testing.T) {
 	s := startProc(t, "-init", "-data", t.TempDir())
 	waitRole(t, []*proc{s}, nil, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
@@ -259,15 +263,12 @@ func TestExactAmongOtherClients(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	src := pdfront.NewClientSource(c)
-	src.Exact = true
-	srv, addr := startFront(t, src)
+	srv, addr := startFront(t, pdfront.NewClientSource(c))
 	pc := newPD(t, addr)
 	var v e2e.Verifier
 	stop := make(chan struct{})
 	pdErrs, wait := hammer(pc, 50, &v, stop)
 	// Native clients on the same group, callers 1000 and up.
-	base := time.Now()
 	var wg sync.WaitGroup
 	for i := range 4 {
 		nc, err := client.Dial(ctx, s.addr, client.WithLogger(quiet()))
@@ -284,12 +285,12 @@ func TestExactAmongOtherClients(t *testing.T) {
 					return
 				default:
 				}
-				start := time.Since(base)
+				start := time.Since(epoch)
 				ts, err := nc.GetTimestamp(context.Background())
 				if err != nil {
 					continue
 				}
-				v.Record(e2e.Call{Caller: 1000 + i, Start: start, End: time.Since(base), Value: uint64(ts)})
+				v.Record(e2e.Call{Caller: 1000 + i, Start: start, End: time.Since(epoch), Value: uint64(ts)})
 			}
 		}()
 	}
@@ -302,9 +303,10 @@ func TestExactAmongOtherClients(t *testing.T) {
 	if err := v.Check(); err != nil {
 		t.Fatal(err)
 	}
-	e, sp := src.Ranges()
-	t.Logf("verified %d calls (PD through seqd-pd in Exact mode, and 4 native clients, on one seqd): ranges %d exact, %d dropped as spanning; %d PD calls failed (retried)",
-		v.Len(), e, sp, pdErrs.Load())
+	t.Logf("verified %d calls (PD through seqd-pd and 4 native clients, on one seqd): %d PD calls failed (retried)", v.Len(), pdErrs.Load())
+	if n := pdErrs.Load(); n != 0 {
+		t.Fatalf("%d PD calls failed", n)
+	}
 }
 
 // TestPDClientAcrossFrontEnds runs two seqd-pd instances (peers of each
@@ -332,9 +334,7 @@ func TestPDClientAcrossFrontEnds(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		src := pdfront.NewClientSource(c)
-		src.Exact = true // two front ends on one group
-		srv, err := pdfront.New(pdfront.Config{ClusterID: 7, URL: urls[i], Peers: urls}, src)
+		srv, err := pdfront.New(pdfront.Config{ClusterID: 7, URL: urls[i], Peers: urls}, pdfront.NewClientSource(c))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -376,4 +376,172 @@ func TestPDClientAcrossFrontEnds(t *testing.T) {
 	}
 	t.Logf("verified %d PD client calls across a front end's stop (%s -> %s): %d failed (retried); the PD client's leader field now %q",
 		v.Len(), urls[used], urls[1-used], errs.Load(), pc.GetLeaderAddr())
+}
+
+// maxCountSource records the largest count reserved.
+type maxCountSource struct {
+	pdfront.Source
+	max atomic.Int64
+}
+
+func (s *maxCountSource) Reserve(ctx context.Context, count int) (uint64, error) {
+	for {
+		m := s.max.Load()
+		if int64(count) <= m || s.max.CompareAndSwap(m, int64(count)) {
+			break
+		}
+	}
+	return s.Source.Reserve(ctx, count)
+}
+
+// TestLargeCounts serves large Tso counts, up to PD's maximum batch and
+// beyond, from seqd ranges. First raw Tso streams ask for explicit counts
+// (1 … pdfront.MaxCount) concurrently, among native clients; then PD's
+// unmodified client merges 10,000 concurrent GetTSAsync callers per round
+// into batches as large as it makes them. Every value any of them got is
+// checked together (unique, per-caller increasing, real-time ordered),
+// and every answer's values share one millisecond: PD's
+// (physical, logical) split holds for each, logical in [0, 2^18).
+func TestLargeCounts(t *testing.T) {
+	s := startProc(t, "-init", "-data", t.TempDir())
+	waitRole(t, []*proc{s}, nil, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := client.Dial(ctx, s.addr, client.WithLogger(quiet()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	src := &maxCountSource{Source: pdfront.NewClientSource(c)}
+	srv, addr := startFront(t, src)
+	var v e2e.Verifier
+	record := func(caller int, start, end time.Duration, p, l int64, count int) {
+		first := l - int64(count) + 1
+		if l >= 1<<18 || first < 0 {
+			t.Errorf("answer (%d, %d) for %d values: logical parts %d … %d leave [0, 2^18)", p, l, count, first, l)
+		}
+		for i := range int64(count) {
+			v.Record(e2e.Call{Caller: caller, Start: start, End: end, Value: compose(p, first+i)})
+		}
+	}
+	// Raw streams with explicit counts, beside a native client.
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	counts := []int{1, 7, 1000, 10000, pdfront.MaxCount, 4096}
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			st, err := pdpb.NewPDClient(cc).Tso(ctx)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer st.CloseSend()
+			for i := range 24 {
+				count := counts[(g+i)%len(counts)]
+				start := time.Since(epoch)
+				if err := st.Send(&pdpb.TsoRequest{Header: &pdpb.RequestHeader{ClusterId: 7}, Count: uint32(count)}); err != nil {
+					t.Error(err)
+					return
+				}
+				r, err := st.Recv()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if int(r.Count) != count {
+					t.Errorf("answer for %d values, asked %d", r.Count, count)
+				}
+				record(g, start, time.Since(epoch), r.Timestamp.Physical, r.Timestamp.Logical, count)
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for range 2000 {
+			start := time.Since(epoch)
+			ts, err := c.GetTimestamp(ctx)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			v.Record(e2e.Call{Caller: 100, Start: start, End: time.Since(epoch), Value: uint64(ts)})
+		}
+	}()
+	wg.Wait()
+	// PD's client: 10,000 callers at once per round.
+	pc := newPD(t, addr)
+	const callers = 10000
+	for round := range 3 {
+		type call struct {
+			f     pd.TSFuture
+			start time.Duration
+		}
+		calls := make([]call, callers)
+		for i := range calls {
+			calls[i] = call{pc.GetTSAsync(ctx), time.Since(epoch)}
+		}
+		for i, cl := range calls {
+			p, l, err := cl.f.Wait()
+			if err != nil {
+				t.Fatalf("round %d caller %d: %v", round, i, err)
+			}
+			v.Record(e2e.Call{Caller: 1000 + i, Start: cl.start, End: time.Since(epoch), Value: compose(p, l)})
+		}
+	}
+	if t.Failed() {
+		return
+	}
+	if err := v.Check(); err != nil {
+		t.Fatal(err)
+	}
+	st := srv.Stats()
+	t.Logf("verified %d values (raw counts up to %d, PD's client batching %d callers: largest count %d), front end %+v",
+		v.Len(), pdfront.MaxCount, callers, src.max.Load(), st)
+	if st.Refused != 0 || st.Errors != 0 {
+		t.Fatalf("front end %+v", st)
+	}
+	if src.max.Load() < int64(pdfront.MaxCount) {
+		t.Fatalf("largest count %d, want %d", src.max.Load(), pdfront.MaxCount)
+	}
+}
+
+// TestModeWithoutRanges: over a seqd in a mode without ranges (spec-s0)
+// requests for one timestamp are served and larger counts fail with
+// Unavailable, never with values pieced together.
+func TestModeWithoutRanges(t *testing.T) {
+	s := startProc(t, "-init", "-data", t.TempDir(), "-mode", "spec-s0") // the last -mode wins
+	waitRole(t, []*proc{s}, nil, "")
+	_, addr, _ := frontOver(t, []string{s.addr})
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ask := func(count uint32) (*pdpb.TsoResponse, error) {
+		st, err := pdpb.NewPDClient(cc).Tso(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer st.CloseSend()
+		if err := st.Send(&pdpb.TsoRequest{Header: &pdpb.RequestHeader{ClusterId: 7}, Count: count}); err != nil {
+			return nil, err
+		}
+		return st.Recv()
+	}
+	r, err := ask(1)
+	if err != nil || r.Count != 1 || r.Timestamp.Logical >= 1<<18 {
+		t.Fatalf("count 1 in spec-s0: %v, %v", r, err)
+	}
+	if _, err := ask(2); status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "not supported") {
+		t.Fatalf("count 2 in spec-s0: %v, want Unavailable naming the unsupported mode", err)
+	}
 }

@@ -53,8 +53,8 @@ type Server struct {
 	member *pdpb.Member
 	peers  []*pdpb.Member
 
-	mu    sync.Mutex // orders reservations and the floor
-	floor uint64     // the last value answered
+	mu    sync.Mutex // guards floor
+	floor uint64     // the largest value answered
 
 	requests, timestamps, errs, refused, streams atomic.Uint64
 	handle, batch                                prometheus.Histogram
@@ -107,7 +107,7 @@ func (s *Server) Stats() Stats {
 		Refused: s.refused.Load(), Streams: s.streams.Load()}
 }
 
-// Floor is the last value answered.
+// Floor is the largest value answered.
 func (s *Server) Floor() uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -168,19 +168,20 @@ func (s *Server) tso(ctx context.Context, req *pdpb.TsoRequest) (*pdpb.TsoRespon
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	floor := s.Floor() // every value answered before this request arrived
 	last, err := s.src.Reserve(ctx, count)
 	if err != nil {
 		s.log.Warn("seqd-pd: reservation failed", "count", count, "err", err)
 		return nil, status.Errorf(codes.Unavailable, "seqd: %v", err)
 	}
-	if first := last - uint64(count) + 1; last < uint64(count) || first <= s.floor {
+	if first := last - uint64(count) + 1; last < uint64(count) || first <= floor {
 		s.refused.Add(1)
-		s.log.Error("seqd-pd: refused a range at or below the floor", "first", first, "last", last, "floor", s.floor)
-		return nil, status.Errorf(codes.Internal, "range ending at %d for %d values is not above %d", last, count, s.floor)
+		s.log.Error("seqd-pd: refused a range at or below the floor", "first", first, "last", last, "floor", floor)
+		return nil, status.Errorf(codes.Internal, "range ending at %d for %d values is not above %d", last, count, floor)
 	}
-	s.floor = last
+	s.mu.Lock()
+	s.floor = max(s.floor, last)
+	s.mu.Unlock()
 	s.timestamps.Add(uint64(count))
 	s.observe(start, count)
 	p, l := split(last, count)

@@ -7,9 +7,11 @@ const logicalBits = spec.HybridLogicalBits
 
 // split is the PD form of the range [last-count+1, last]: the first
 // value's physical milliseconds, and the logical part of the last value
-// counted from that millisecond (above 18 bits when the range crosses a
-// millisecond boundary). PD's client composes physical<<18 + logical,
-// so every value it derives is the exact seqd value.
+// counted from that millisecond. A seqd range in the hybrid format stays
+// within one millisecond (client.Range), so the logical part is below
+// 2^18; were a range to cross a boundary (the counter format), it would
+// be above, and PD's client, composing physical<<18 + logical, would
+// still derive every exact seqd value.
 func split(last uint64, count int) (physical, logical int64) {
 	first := last - uint64(count) + 1
 	p := first >> logicalBits

@@ -304,7 +304,7 @@ func (w *worker) batch() {
 	if f := w.Stall.Load(); f != nil {
 		(*f)()
 	}
-	if wk.Expired(w.sweep.Oldest) {
+	if !w.Fresh(w.sweep.Oldest) { // and samples the service time
 		// Too late: the claimed values are skipped (never handed out).
 		w.Drops[wk.DropLate].Add(uint64(len(w.pend)))
 		return

@@ -120,7 +120,7 @@ func runHA(ctx context.Context, c Config, log *slog.Logger, ready func(Addrs), c
 		lis.Close()
 		return err
 	}
-	acfg := c.adminConfig(log, creds, auth, []string{modes.SpecS0, modes.HERD})
+	acfg := c.adminConfig(log, creds, auth, haserve.Modes)
 	acfg.Metrics = am
 	adm, err := admin.New(acfg, srv)
 	if err != nil {

@@ -31,10 +31,25 @@ const (
 	FaSSTRequestLen = FaSSTHeaderLen
 	FaSSTAnswerLen  = FaSSTHeaderLen + 8
 
-	// FaSSTMaxCount is the most values one request asks for, and the
-	// most request IDs (slots) of one client QP. A server further refuses
-	// a count above the session's window.
+	// FaSSTMaxCount is the largest window of a client QP: the most
+	// values of coalesced callers it keeps in flight, and the most
+	// request IDs (slots) it has.
 	FaSSTMaxCount = MaxWindow
+
+	// FaSSTMaxRange is the most values one request asks for: a request
+	// may stand for one caller's range of k consecutive values (a range
+	// request, client.GetRange), which the window does not bound; the
+	// window bounds the requests of a client QP in flight. PD's client
+	// merges at most 10,000 callers into one TSO request.
+	FaSSTMaxRange = 1 << 14
+
+	// HybridMillisecond is the number of hybrid values in one
+	// millisecond. In the hybrid format a server never answers a request
+	// for k > 1 values whose values span a millisecond boundary: the k
+	// values share their physical part, so that the last one's
+	// (physical, logical) split gives every one of them a logical part
+	// in [0, 2^18), as PD's TSO does (PROTOCOL.md, "FaSST", "Ranges").
+	HybridMillisecond = 1 << HybridLogicalBits
 
 	// FaSSTGenBits is the least width of a request ID's generation (the
 	// ID's bits above the slot number, at most 11 of them with
@@ -48,6 +63,17 @@ const (
 
 // The slot number must leave FaSSTGenBits of the ID to the generation.
 var _ = [1]struct{}{}[boolToInt(FaSSTMaxCount <= 1<<(32-FaSSTGenBits))-1]
+
+// A range fits the 16-bit count and one millisecond of hybrid values.
+var _ = [1]struct{}{}[boolToInt(FaSSTMaxRange < 1<<16 && FaSSTMaxRange <= HybridMillisecond && FaSSTMaxRange >= FaSSTMaxCount)-1]
+
+// CrossesMillisecond reports whether the k values first … first+k−1
+// span a millisecond boundary of the hybrid format (their physical parts
+// differ). A server in the hybrid format never answers such a range
+// (HybridMillisecond).
+func CrossesMillisecond(first uint64, k int) bool {
+	return k > 1 && first>>HybridLogicalBits != (first+uint64(k-1))>>HybridLogicalBits
+}
 
 // Errors of the FaSST decoders (besides ErrBadLength).
 var (
@@ -71,7 +97,7 @@ type FaSSTHeader struct {
 }
 
 func putFaSSTHeader(b []byte, op uint8, k int, id FaSSTID) error {
-	if k < 1 || k > FaSSTMaxCount {
+	if k < 1 || k > FaSSTMaxRange {
 		return fmt.Errorf("%w: %d", ErrFaSSTCount, k)
 	}
 	b[0], b[1] = FaSSTVersion, op
@@ -109,7 +135,7 @@ func decodeFaSSTHeader(b []byte, op uint8) (FaSSTHeader, error) {
 		return h, fmt.Errorf("%w: %d", ErrFaSSTVersion, b[0])
 	case h.Op != op:
 		return h, fmt.Errorf("%w: %d, want %d", ErrFaSSTOpcode, h.Op, op)
-	case h.Count < 1 || h.Count > FaSSTMaxCount:
+	case h.Count < 1 || h.Count > FaSSTMaxRange:
 		return h, fmt.Errorf("%w: %d", ErrFaSSTCount, h.Count)
 	}
 	return h, nil

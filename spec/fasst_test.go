@@ -83,6 +83,8 @@ func fasstVectors() []vector {
 		{"fasst-ans-one", ans(1, 0x00000011, 0x06507ca5f0000001)},
 		{"fasst-ans-many", ans(16, 0x00abc003, 0x06507ca5f0000010)},
 		{"fasst-ans-max", ans(FaSSTMaxCount, 0xffffffff, 0xfedcba9876540000)},
+		{"fasst-req-range", req(FaSSTMaxRange, 0x00000042)},
+		{"fasst-ans-range", ans(FaSSTMaxRange, 0x00000042, 0x06507ca5f0000000)},
 		{"fasst-request-frame", frame(0, 0, wireReqQPN, 5, wireClientQPN,
 			func(b []byte) error { return PutFaSSTRequest(b, 3, 0x00000102) }, FaSSTRequestLen)},
 		{"fasst-answer-frame", frame(1, 0, wireClientQPN, 0, wireRespQPN,
@@ -127,11 +129,13 @@ func TestFaSSTDecodeErrors(t *testing.T) {
 		{"answer-version", mod(good, func(b []byte) { b[0] = 2 }), false, ErrFaSSTVersion},
 		{"answer-is-request", mod(good, func(b []byte) { b[1] = FaSSTOpRequest }), false, ErrFaSSTOpcode},
 		{"answer-count-0", mod(good, func(b []byte) { b[2], b[3] = 0, 0 }), false, ErrFaSSTCount},
-		{"answer-count-big", mod(good, func(b []byte) { binary.BigEndian.PutUint16(b[2:], FaSSTMaxCount+1) }), false, ErrFaSSTCount},
+		{"answer-count-big", mod(good, func(b []byte) { binary.BigEndian.PutUint16(b[2:], FaSSTMaxRange+1) }), false, ErrFaSSTCount},
 		{"request-answer-len", good, true, ErrBadLength},
 		{"request-empty", nil, true, ErrBadLength},
 		{"request-is-answer", mod(goodReq, func(b []byte) { b[1] = FaSSTOpAnswer }), true, ErrFaSSTOpcode},
 		{"request-count-0", mod(goodReq, func(b []byte) { b[2], b[3] = 0, 0 }), true, ErrFaSSTCount},
+		{"request-count-big", mod(goodReq, func(b []byte) { binary.BigEndian.PutUint16(b[2:], FaSSTMaxRange+1) }), true, ErrFaSSTCount},
+		{"request-count-max16", mod(goodReq, func(b []byte) { b[2], b[3] = 0xff, 0xff }), true, ErrFaSSTCount},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var err error
@@ -150,6 +154,30 @@ func TestFaSSTDecodeErrors(t *testing.T) {
 	}
 	if err := PutFaSSTAnswer(make([]byte, 8), 1, 1, 1); !errors.Is(err, ErrBadLength) {
 		t.Errorf("short answer buffer: %v", err)
+	}
+}
+
+// TestCrossesMillisecond: the hybrid range rule, at the edges of a
+// millisecond.
+func TestCrossesMillisecond(t *testing.T) {
+	const ms = uint64(HybridMillisecond)
+	for _, c := range []struct {
+		first uint64
+		k     int
+		want  bool
+	}{
+		{5 * ms, 1, false},
+		{6*ms - 1, 1, false},
+		{6*ms - 1, 2, true},
+		{6*ms - 2, 2, false},
+		{5 * ms, HybridMillisecond, false},
+		{5*ms + 1, HybridMillisecond, true},
+		{6*ms - FaSSTMaxRange, FaSSTMaxRange, false},
+		{6*ms - FaSSTMaxRange + 1, FaSSTMaxRange, true},
+	} {
+		if got := CrossesMillisecond(c.first, c.k); got != c.want {
+			t.Errorf("CrossesMillisecond(%d ms + %d, %d) = %v, want %v", c.first/ms, c.first%ms, c.k, got, c.want)
+		}
 	}
 }
 

@@ -5,17 +5,17 @@
 //
 //	seqd-pd [-listen 127.0.0.1:3379] [-seqd 127.0.0.1:7070[,ADDR...]]
 //	        [-cluster-id N] [-name NAME] [-url http://HOST:PORT]
-//	        [-peers URL,...] [-timeout 10s] [-exact] [-metrics 127.0.0.1:9465|off] [-log-level L] [-log-format text|json]
+//	        [-peers URL,...] [-timeout 10s] [-metrics 127.0.0.1:9465|off] [-log-level L] [-log-format text|json]
 //	        [-tls-ca F] [-tls-cert F] [-tls-key F] [-insecure]
 //
-// It serves pdpb.PD's GetMembers and Tso (package pdfront) and gets every
-// value from seqd's data path through the client library, following the
-// HA group named by -seqd (every instance's admin address, comma
-// separated). Run it as its seqd group's only client; with -exact it
-// answers only ranges seqd handed to it whole, so the group may have
-// other clients and several seqd-pd instances, at the cost of failing
-// requests whose values span a millisecond (pdfront's documentation says
-// why).
+// It serves pdpb.PD's GetMembers and Tso (package pdfront) and serves
+// each Tso request for count timestamps from one seqd range
+// (client.GetRange: count consecutive values reserved in one round
+// trip), following the HA group named by -seqd (every instance's admin
+// address, comma separated). The group must run mode fasst (seqd -mode
+// fasst, or seqctl set-mode fasst); in another mode only requests for
+// one timestamp are answered. The group may have other clients and
+// several seqd-pd instances in front of it.
 //
 // Every flag can also be set by a SEQD_PD_* variable (SEQD_PD_SEQD for
 // -seqd); the command line wins. -metrics serves Prometheus /metrics: the
@@ -48,6 +48,7 @@ import (
 	"github.com/seqd/seqd/internal/envflag"
 	"github.com/seqd/seqd/internal/logflag"
 	"github.com/seqd/seqd/pdfront"
+	"github.com/seqd/seqd/spec"
 )
 
 func main() {
@@ -68,7 +69,6 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(addr s
 	url := fs.String("url", "", "`URL` clients reach this front end at (default http:// and the -listen address)")
 	timeout := fs.Duration("timeout", 10*time.Second, "bound on one Tso request's wait for seqd (above seqd's failover time)")
 	peers := fs.String("peers", "", "`URLs` of the other seqd-pd instances in front of the same seqd group, comma separated (PD clients given every instance move between them)")
-	exact := fs.Bool("exact", false, "answer only ranges whose values all came back to seqd-pd (consecutive): needed when the seqd group has other clients or several seqd-pd; fails requests whose batch spans a millisecond (large counts)")
 	metrics := fs.String("metrics", "127.0.0.1:9465", "Prometheus /metrics listen `address`, or off")
 	var sec adminclient.ClientSecurity
 	sec.Register(fs)
@@ -91,7 +91,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(addr s
 		fmt.Fprintf(stderr, "seqd-pd: %v\n", err)
 		return 2
 	}
-	if err := serve(ctx, log, *listen, *seqd, *clusterID, *name, *url, *timeout, *peers, *exact, *metrics, &sec, ready); err != nil {
+	if err := serve(ctx, log, *listen, *seqd, *clusterID, *name, *url, *timeout, *peers, *metrics, &sec, ready); err != nil {
 		log.Error("seqd-pd", "err", err)
 		return 1
 	}
@@ -99,7 +99,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(addr s
 }
 
 func serve(ctx context.Context, log *slog.Logger, listen, seqd string, clusterID uint64, name, url string,
-	timeout time.Duration, peers string, exact bool, metrics string, sec *adminclient.ClientSecurity, ready func(string)) error {
+	timeout time.Duration, peers string, metrics string, sec *adminclient.ClientSecurity, ready func(string)) error {
 	dialOpts, err := sec.DialOptions()
 	if err != nil {
 		return err
@@ -113,6 +113,9 @@ func serve(ctx context.Context, log *slog.Logger, listen, seqd string, clusterID
 		return fmt.Errorf("dial seqd %s: %w", seqd, err)
 	}
 	defer c.Close()
+	if m := c.Mode(); m != spec.ModeFaSST {
+		log.Warn("seqd-pd: seqd runs a mode without ranges: Tso requests for more than one timestamp fail until it runs fasst (seqctl set-mode fasst)", "mode", m)
+	}
 	lis, err := net.Listen("tcp", listen)
 	if err != nil {
 		return err
@@ -121,7 +124,6 @@ func serve(ctx context.Context, log *slog.Logger, listen, seqd string, clusterID
 		url = "http://" + lis.Addr().String()
 	}
 	src := pdfront.NewClientSource(c)
-	src.Exact = exact
 	var peerURLs []string
 	if peers != "" {
 		peerURLs = strings.Split(peers, ",")

@@ -45,7 +45,7 @@ func TestServe(t *testing.T) {
 	ready := make(chan seqdrun.Addrs, 1)
 	seqdDone := make(chan error, 1)
 	go func() {
-		seqdDone <- seqdrun.Run(ctx, seqdrun.Config{Device: "127.0.0.1:0", Admin: "127.0.0.1:0", Metrics: "off", Data: t.TempDir(), Init: true},
+		seqdDone <- seqdrun.Run(ctx, seqdrun.Config{Device: "127.0.0.1:0", Admin: "127.0.0.1:0", Metrics: "off", Data: t.TempDir(), Init: true, Mode: "fasst"},
 			slog.New(slog.DiscardHandler), func(a seqdrun.Addrs) { ready <- a })
 	}()
 	var seqd seqdrun.Addrs

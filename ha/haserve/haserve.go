@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -29,6 +30,7 @@ import (
 	"github.com/seqd/seqd/ha"
 	"github.com/seqd/seqd/modes"
 	"github.com/seqd/seqd/oracle"
+	"github.com/seqd/seqd/spec"
 )
 
 // ErrConfig reports an invalid Config.
@@ -93,10 +95,15 @@ func New(cfg Config) (*Server, error) {
 	return &Server{cfg: cfg, node: cfg.Node, log: cfg.Logger.With("component", "haserve"), mode: cfg.Mode}, nil
 }
 
+// Modes are the modes an HA instance serves: CPU modes, whose values
+// are claimed from the term's oracle.
+var Modes = []string{modes.SpecS0, modes.HERD, spec.ModeFaSST}
+
 func haMode(m string) error {
-	switch m {
-	case modes.SpecS0, modes.HERD:
+	if slices.Contains(Modes, m) {
 		return nil
+	}
+	switch m {
 	case modes.Atomics:
 		return fmt.Errorf("%w: mode %s cannot run under HA: its counter lives in the NIC, which a lease deadline cannot fence", admin.ErrFailedPrecondition, m)
 	}

@@ -375,13 +375,9 @@ func (b *Base) Next(n int) (respq.Batch, bool) {
 // clock is read here anyway, so sampling adds a counter and a branch per
 // batch.
 func (b *Base) Post(r respq.Batch, wrs []verbs.SendWR, oldest verbs.Time) bool {
-	age := verbs.Now().Sub(oldest)
-	if age > spec.MaxResidence {
+	if !b.Fresh(oldest) {
 		b.Drops[DropLate].Add(uint64(len(wrs)))
 		return false
-	}
-	if b.sampled++; b.sampled%SampleEvery == 0 {
-		b.serviceTime.Observe(uint64(age))
 	}
 	n, err := r.Post(wrs)
 	if err != nil {
@@ -389,6 +385,26 @@ func (b *Base) Post(r respq.Batch, wrs []verbs.SendWR, oldest verbs.Time) bool {
 		b.Log.Error("post answers", "posted", n, "of", len(wrs), "err", err)
 	}
 	return n > 0
+}
+
+// Fresh reports whether a batch whose oldest request arrived at oldest
+// may still be answered: it is not older than spec.MaxResidence. Call it
+// immediately before the answers become visible (the doorbell, or the
+// write a client's READ fetches); the caller counts a stale batch's
+// drops. Every SampleEvery-th fresh batch's service time (its oldest
+// request's arrival to now) goes into ServiceTime: the clock is read
+// here anyway, so sampling adds a counter and a branch per batch. Modes
+// that answer without response QPs (darpc, rfp) sample through it as
+// Post does for the others.
+func (b *Base) Fresh(oldest verbs.Time) bool {
+	age := verbs.Now().Sub(oldest)
+	if age > spec.MaxResidence {
+		return false
+	}
+	if b.sampled++; b.sampled%SampleEvery == 0 {
+		b.serviceTime.Observe(uint64(age))
+	}
+	return true
 }
 
 // PostWith is Post for a worker on a shared CQ (InitShared): it posts
@@ -400,14 +416,9 @@ func (b *Base) Post(r respq.Batch, wrs []verbs.SendWR, oldest verbs.Time) bool {
 // (a batch with nothing to answer), and r then the zero Batch. It
 // reports whether any answer was posted.
 func (b *Base) PostWith(r respq.Batch, wrs []verbs.SendWR, oldest verbs.Time, recvs []verbs.RecvChain) bool {
-	if len(wrs) > 0 {
-		age := verbs.Now().Sub(oldest)
-		if age > spec.MaxResidence {
-			b.Drops[DropLate].Add(uint64(len(wrs)))
-			wrs = nil
-		} else if b.sampled++; b.sampled%SampleEvery == 0 {
-			b.serviceTime.Observe(uint64(age))
-		}
+	if len(wrs) > 0 && !b.Fresh(oldest) {
+		b.Drops[DropLate].Add(uint64(len(wrs)))
+		wrs = nil
 	}
 	if len(wrs) == 0 && len(recvs) == 0 {
 		return false
