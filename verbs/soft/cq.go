@@ -139,9 +139,8 @@ func (c *cq) take(wc []verbs.WC) int {
 	return k
 }
 
-// Poll implements verbs.CQ. On an empty CQ, or one that held only send
-// completions, it drives the receive path of the CQ's queues once
-// (without blocking) before giving up.
+// Poll implements verbs.CQ. On an empty CQ it drives the receive path of
+// the CQ's queues once (without blocking) before giving up.
 func (c *cq) Poll(wc []verbs.WC) (int, error) {
 	if c.closed.Load() {
 		return 0, verbs.ErrClosed
@@ -150,14 +149,11 @@ func (c *cq) Poll(wc []verbs.WC) (int, error) {
 		return 0, nil
 	}
 	n := c.take(wc)
-	if n == 0 || n < len(wc) && sendsOnly(wc[:n]) {
-		// Empty, or only the send completions a doorbell made (UD and UC
-		// sends complete when they leave): a server's loop then finds its
-		// next requests in the same poll.
+	if n == 0 {
 		for _, q := range *c.queues.Load() {
 			q.poll()
 		}
-		n += c.take(wc[n:])
+		n = c.take(wc)
 	}
 	if n == 0 {
 		if c.overrun.Load() {
@@ -165,16 +161,6 @@ func (c *cq) Poll(wc []verbs.WC) (int, error) {
 		}
 	}
 	return n, nil
-}
-
-// sendsOnly reports whether wcs are all send completions.
-func sendsOnly(wcs []verbs.WC) bool {
-	for i := range wcs {
-		if wcs[i].Opcode != verbs.WCSend || wcs[i].Status != verbs.WCSuccess {
-			return false
-		}
-	}
-	return true
 }
 
 // Wait implements verbs.CQ.
