@@ -158,6 +158,23 @@ func TestSharedCQ(t *testing.T) {
 	if _, err := peer.QP.PostSend([]verbs.SendWR{{Opcode: verbs.OpSendWithImm, Imm: 42, AH: pah, RemoteQPN: rq.QP.QPN(), RemoteQKey: verbs.DefaultQKey}}); err != nil {
 		t.Fatal(err)
 	}
+	// Put the request's completion in the shared CQ behind the send
+	// completions, without polling that CQ: drive the device's one
+	// socket through another CQ until the packet has been received.
+	cq2, err := dev.CreateCQ(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cq2.Close() })
+	verbstest.NewEndAttr(t, dev, verbs.QPInitAttr{Type: verbs.UD, SendCQ: cq2, RecvCQ: cq2,
+		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}}) // its CQ drives the socket
+	deadline := time.Now().Add(5 * time.Second)
+	for rxPackets(dev) == 0 {
+		cq2.Poll(make([]verbs.WC, 4))
+		if time.Now().After(deadline) {
+			t.Fatal("the request never arrived")
+		}
+	}
 	// 3 + 3 posted; the third batch needs room (depth 8 keeps 7): Next
 	// reaps, polling the shared CQ, until the signaled completions free it.
 	for batch := 1; batch < 4; batch++ {
@@ -171,7 +188,7 @@ func TestSharedCQ(t *testing.T) {
 		}
 	}
 	wc := make([]verbs.WC, 8)
-	deadline := time.Now().Add(5 * time.Second)
+	deadline = time.Now().Add(5 * time.Second)
 	for s.Spilled() == 0 {
 		// Had the reaps not met the request, the CQ still holds it.
 		if n, _ := cq.Poll(wc); n > 0 {
@@ -194,4 +211,13 @@ func TestSharedCQ(t *testing.T) {
 	if s.Spilled() != 0 {
 		t.Fatalf("%d still spilled after TakeSpilled", s.Spilled())
 	}
+}
+
+func rxPackets(dev verbs.Device) (n uint64) {
+	dev.(verbs.Counters).VisitCounters(func(name string, v uint64) {
+		if name == verbs.CounterRxPackets {
+			n = v
+		}
+	})
+	return n
 }
