@@ -34,9 +34,16 @@ type recvQ struct {
 	posted int
 	wrs    []verbs.RecvWR
 	sges   []verbs.SGE
-	nre    int         // re-posts gathered in the current batch
-	ready  atomic.Bool // the worker has adopted it
-	dying  bool        // worker-owned: retired, in the error state; destroyed once posted is 0
+	nre    int // re-posts gathered in the current batch
+	// The worker's last peer lookup for a completion of this queue: the
+	// peer table it was made in, the sender and the result. The table is
+	// copy-on-write, so while it is the same the result is too: a queue's
+	// requests come from one client QP (or, shared, in runs from one).
+	lookTab  *peerTable
+	lookFrom verbs.Sender
+	lookPeer *peer
+	ready    atomic.Bool // the worker has adopted it
+	dying    bool        // worker-owned: retired, in the error state; destroyed once posted is 0
 }
 
 var rqSerial atomic.Uint64
@@ -89,6 +96,21 @@ func (q *recvQ) post(n int) error {
 	}
 	if err != nil {
 		return fmt.Errorf("post %d receives on QP %v: %w", n, q.qpn, err)
+	}
+	return nil
+}
+
+// reposted accounts for the re-post of the nre receives gathered in this
+// batch, done of which were posted (the rest go back to the free list).
+func (q *recvQ) reposted(done int) error {
+	n := q.nre
+	q.nre = 0
+	q.posted += done
+	for i := done; i < n; i++ {
+		q.free = append(q.free, uint32(q.wrs[i].ID))
+	}
+	if done < n {
+		return fmt.Errorf("re-posted %d of %d receives on QP %v", done, n, q.qpn)
 	}
 	return nil
 }

@@ -286,7 +286,7 @@ func (s *Server) sessionRQs(sess *session, assign []uint32, qkey uint32) error {
 }
 
 func (s *Server) newSessionRQ(w *worker, sess uint64, size int, qkey uint32) (*recvQ, error) {
-	qp, err := s.PD.CreateQP(verbs.QPInitAttr{Type: verbs.UD, SendCQ: w.sendCQ, RecvCQ: w.reqCQ,
+	qp, err := s.PD.CreateQP(verbs.QPInitAttr{Type: verbs.UD, SendCQ: w.sendCQ, RecvCQ: w.reqCQ, Queue: w.NextQueue(),
 		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: size, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
 		return nil, err

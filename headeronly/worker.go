@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/seqd/seqd/internal/respq"
 	wk "github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
@@ -53,10 +54,10 @@ type peer struct {
 	key     peerKey
 	ah      verbs.AH
 	session uint64
-	qkey    uint32        // the session's answer Q_Key
-	window  int           // granted; more requests in one batch are dropped (0: not enforced)
-	lastTag atomic.Uint32 // worker-owned; tag+1 of the previous request
-	inBatch int           // worker-owned; requests in the current batch
+	qkey    uint32 // the session's answer Q_Key
+	window  int    // granted; more requests in one batch are dropped (0: not enforced)
+	lastTag uint32 // worker-owned; tag+1 of the previous request
+	inBatch int    // worker-owned; requests in the current batch
 }
 
 // id is the client QP's identity on the wire: (IP, QPN), plus the UDP
@@ -77,17 +78,21 @@ type worker struct {
 	wk.Base
 	s *Server
 
+	// reqCQ takes every completion of the worker: its requests' and its
+	// answers' (sendCQ is the same CQ), so that a batch is one poll and
+	// one post (internal/worker.InitShared).
 	reqCQ, sendCQ verbs.CQ
 	reqQP         verbs.QP
 
 	shared *recvQ               // reqQP's receives (Config.SharedRecv; else none posted)
 	rqs    map[verbs.QPN]*recvQ // worker-owned: every adopted receive queue, by QPN
 	inbox  rqInbox
-	dying  []*recvQ     // retired queues whose receives have not all completed yet
-	rqLive atomic.Int64 // session receive queues adopted and not yet destroyed
-	dirty  []*recvQ     // receive queues with re-posts gathered in this batch
-	want   atomic.Int64 // receives reqQP should have posted
-	filled atomic.Int64 // receives posted on reqQP, published after each fill
+	dying  []*recvQ          // retired queues whose receives have not all completed yet
+	rqLive atomic.Int64      // session receive queues adopted and not yet destroyed
+	dirty  []*recvQ          // receive queues with re-posts gathered in this batch
+	chains []verbs.RecvChain // their chains, posted with the batch's answers
+	want   atomic.Int64      // receives reqQP should have posted
+	filled atomic.Int64      // receives posted on reqQP, published after each fill
 	peers  atomic.Pointer[peerTable]
 	budget int // sum of granted windows; guarded by Server.mu
 	slack  int // sum of the slack receives of its session QPs; guarded by Server.mu
@@ -119,9 +124,10 @@ func newWorker(s *Server, id int) (w *worker, err error) {
 		}
 	}()
 	w.cqSize = 2 * c.MaxRecv
-	if w.reqCQ, w.sendCQ, w.reqQP, err = c.UDRequestQueue(s.PD, w.cqSize, c.MaxRecv); err != nil {
+	if w.reqCQ, w.reqQP, err = c.UDSharedQueue(s.PD, w.cqSize, c.MaxRecv, c.WorkerQueue(id, 0)); err != nil {
 		return nil, fmt.Errorf("headeronly: worker %d: %w", id, err)
 	}
+	w.sendCQ = w.reqCQ
 	slots := 1 // nothing is posted on reqQP unless it is shared
 	if c.SharedRecv {
 		slots = c.MaxRecv
@@ -131,7 +137,8 @@ func newWorker(s *Server, id int) (w *worker, err error) {
 	}
 	w.rqs = map[verbs.QPN]*recvQ{w.shared.qpn: w.shared}
 	w.dirty = make([]*recvQ, 0, c.Batch)
-	if err = w.Init(&c.Config, id, s.PD, w.sendCQ, spec.FullLen, &s.closed, dropNames...); err != nil {
+	w.chains = make([]verbs.RecvChain, 0, c.Batch)
+	if err = w.InitShared(&c.Config, id, s.PD, w.reqCQ, spec.FullLen, &s.closed, dropNames...); err != nil {
 		return nil, fmt.Errorf("headeronly: %w", err)
 	}
 	w.wcs = make([]verbs.WC, c.Batch)
@@ -173,7 +180,7 @@ func (w *worker) Close() {
 	if w.shared != nil {
 		w.shared.mr.Close()
 	}
-	wk.CloseAll(w.reqQP, w.reqCQ, w.sendCQ)
+	wk.CloseAll(w.reqQP, w.reqCQ)
 }
 
 // fillRecvs posts reqQP's receives until want are posted.
@@ -259,33 +266,20 @@ func (w *worker) rqOf(wc *verbs.WC) *recvQ {
 
 // Run is the worker's loop. It returns when the server closes.
 func (w *worker) Run() {
-	log := w.Log
 	defer w.Pin()()
 	start := w.s.start
 	w.guard = spec.NewGuard(time.Since(start))
 	idleSince := time.Duration(-1)
 	for !w.s.closed.Load() {
-		if w.inbox.pending.Load() {
-			w.takeInbox(false)
-		}
-		if len(w.dying) > 0 {
-			w.reapDying()
-		}
-		if err := w.fillRecvs(); err != nil {
-			log.Error("receive queue", "err", err)
-		}
-		w.filled.Store(int64(w.shared.posted))
-		n, err := w.reqCQ.Poll(w.wcs)
+		n, err := w.poll()
 		if err != nil {
 			if w.s.closed.Load() {
 				return
 			}
-			log.Error("poll requests", "err", err)
-			n = 0
+			w.Log.Error("poll requests", "err", err)
 		}
-		w.ReapSends()
-		now := time.Since(start)
 		if n == 0 {
+			now := time.Since(start)
 			if idleSince < 0 {
 				idleSince = now
 			} else if now-idleSince > w.s.cfg.Spin {
@@ -301,14 +295,56 @@ func (w *worker) Run() {
 			continue
 		}
 		idleSince = -1
-		w.batch(w.wcs[:n])
+		w.handle(w.wcs[:n])
+	}
+}
+
+// poll does what the loop does between batches (adopt and retire
+// receive queues, top up the shared one) and polls the CQ into w.wcs: one
+// provider crossing. It returns how many completions it got.
+func (w *worker) poll() (int, error) {
+	if w.inbox.pending.Load() {
+		w.takeInbox(false)
+	}
+	if len(w.dying) > 0 {
+		w.reapDying()
+	}
+	if err := w.fillRecvs(); err != nil {
+		w.Log.Error("receive queue", "err", err)
+	}
+	w.filled.Store(int64(w.shared.posted))
+	if w.Resp.Spilled() > 0 {
+		return w.Resp.TakeSpilled(w.wcs), nil // polled while waiting for send queue room
+	}
+	n, err := w.reqCQ.Poll(w.wcs)
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// handle takes the completions of one poll: the answers' go to their
+// response QPs, the requests are answered as one batch.
+func (w *worker) handle(wcs []verbs.WC) {
+	k := 0
+	for i := range wcs {
+		if w.SendDone(&wcs[i]) {
+			continue
+		}
+		if k != i {
+			wcs[k] = wcs[i]
+		}
+		k++
+	}
+	if k > 0 {
+		w.batch(wcs[:k])
 	}
 }
 
 // batch answers one polled batch of requests.
 func (w *worker) batch(wcs []verbs.WC) {
 	st := &w.stats
-	peers := *w.peers.Load()
+	tab := w.peers.Load()
 	valid := 0
 	var q *recvQ            // the receive queue of the previous completion
 	oldest := verbs.Time(0) // arrival of the batch's oldest valid request
@@ -344,11 +380,7 @@ func (w *worker) batch(wcs []verbs.WC) {
 			w.Drops[dropBadLength].Add(1)
 			continue
 		}
-		exact, anyPort := verbs.SenderKeys(wc)
-		p := peers[exact]
-		if p == nil {
-			p = peers[anyPort] // a NIC-style sender: its source port is no part of it
-		}
+		p := w.lookup(tab, q, wc)
 		if p == nil || q.sess != 0 && q.sess != p.session {
 			w.Drops[dropUnknownSource].Add(1)
 			continue
@@ -367,10 +399,10 @@ func (w *worker) batch(wcs []verbs.WC) {
 			continue
 		}
 		imm := spec.Imm(wc.Imm)
-		if tag := uint32(imm.Tag()) + 1; p.lastTag.Load() == tag {
+		if tag := uint32(imm.Tag()) + 1; p.lastTag == tag {
 			st.dupTags.Add(1)
 		} else {
-			p.lastTag.Store(tag)
+			p.lastTag = tag
 		}
 		if a := wc.Arrived; oldest == 0 || a != 0 && a < oldest {
 			oldest = a
@@ -381,15 +413,12 @@ func (w *worker) batch(wcs []verbs.WC) {
 	for i := range w.pend[:valid] {
 		w.pend[i].p.inBatch = 0
 	}
-	for i, q := range w.dirty {
-		if err := q.post(q.nre); err != nil {
-			w.s.log.Error("re-post receives", "worker", w.ID, "err", err)
-		}
-		q.nre = 0
-		w.dirty[i] = nil
+	for _, q := range w.dirty {
+		w.chains = append(w.chains, verbs.RecvChain{QP: q.qp, WRs: q.wrs[:q.nre]})
 	}
-	w.dirty = w.dirty[:0]
+	defer w.reposted()
 	if valid == 0 {
+		w.PostWith(respq.Batch{}, nil, 0, w.chains)
 		return
 	}
 	if oldest == 0 { // a provider that does not stamp: from now on
@@ -398,6 +427,7 @@ func (w *worker) batch(wcs []verbs.WC) {
 	first, ok := w.Claim(oldest, valid)
 	if !ok {
 		w.clearPend(valid)
+		w.PostWith(respq.Batch{}, nil, 0, w.chains)
 		return
 	}
 	confirm := w.guard.Observe(time.Since(w.s.start), first+uint64(valid)-1)
@@ -410,6 +440,35 @@ func (w *worker) batch(wcs []verbs.WC) {
 	}
 }
 
+// reposted accounts for the re-posts of the batch's receive chains, which
+// went out with its answers (PostWith), and forgets the chains.
+func (w *worker) reposted() {
+	for i, q := range w.dirty {
+		if err := q.reposted(w.chains[i].Posted); err != nil {
+			w.s.log.Error("re-post receives", "worker", w.ID, "err", err)
+		}
+		w.dirty[i] = nil
+		w.chains[i] = verbs.RecvChain{}
+	}
+	w.dirty = w.dirty[:0]
+	w.chains = w.chains[:0]
+}
+
+// lookup finds the peer a request completion of q came from in tab (nil:
+// none), through q's one-entry cache.
+func (w *worker) lookup(tab *peerTable, q *recvQ, wc *verbs.WC) *peer {
+	exact, anyPort := verbs.SenderKeys(wc)
+	if q.lookTab == tab && q.lookFrom == exact {
+		return q.lookPeer
+	}
+	p := (*tab)[exact]
+	if p == nil {
+		p = (*tab)[anyPort] // a NIC-style sender: its source port is no part of it
+	}
+	q.lookTab, q.lookFrom, q.lookPeer = tab, exact, p
+	return p
+}
+
 func (w *worker) clearPend(n int) {
 	for i := range w.pend[:n] {
 		w.pend[i] = pending{}
@@ -417,7 +476,8 @@ func (w *worker) clearPend(n int) {
 }
 
 // answer builds one answer per request and posts them as one chain on the
-// next response QP, unless the batch, whose oldest request arrived at
+// next response QP, with the batch's receive re-posts (one provider
+// call), unless the batch, whose oldest request arrived at
 // oldest, is by then older than spec.MaxResidence: the age is checked
 // after every wait (a full send queue, a stall) and immediately before
 // the doorbell, so no answer leaves later than that after its request
@@ -427,6 +487,7 @@ func (w *worker) answer(reqs []pending, first uint64, confirm bool, oldest verbs
 	defer w.clearPend(len(reqs))
 	b, ok := w.Next(len(reqs))
 	if !ok {
+		w.PostWith(respq.Batch{}, nil, 0, w.chains)
 		return false
 	}
 	for i := range reqs {
@@ -453,5 +514,5 @@ func (w *worker) answer(reqs []pending, first uint64, confirm bool, oldest verbs
 		w.sendSGE[i] = sge
 		wr.SG = w.sendSGE[i : i+1]
 	}
-	return w.Post(b, w.sendWRs[:len(reqs)], oldest)
+	return w.PostWith(b, w.sendWRs[:len(reqs)], oldest, w.chains)
 }

@@ -99,13 +99,13 @@ func newWorker(s *Server, id int) (w *worker, err error) {
 		return nil, fmt.Errorf("herd: worker %d: request region is not 8-byte aligned", id)
 	}
 	w.words = unsafe.Slice((*uint64)(unsafe.Pointer(&b[0])), nslots)
-	if w.ucCQ, err = dev.CreateCQ(64); err != nil {
-		return nil, fmt.Errorf("herd: worker %d: UC CQ: %w", id, err)
+	// One CQ for the UC QPs (whose plain WRITEs complete nothing) and the
+	// response QPs: a batch is one poll and one post.
+	if w.ucCQ, err = dev.CreateCQ(64 + c.RespQPs*c.SendDepth); err != nil {
+		return nil, fmt.Errorf("herd: worker %d: CQ: %w", id, err)
 	}
-	if w.sendCQ, err = dev.CreateCQ(c.RespQPs * c.SendDepth); err != nil {
-		return nil, fmt.Errorf("herd: worker %d: send CQ: %w", id, err)
-	}
-	if err = w.Init(&c.Config, id, s.PD, w.sendCQ, spec.HERDAnswerLen, &s.stopped); err != nil {
+	w.sendCQ = w.ucCQ
+	if err = w.InitShared(&c.Config, id, s.PD, w.sendCQ, spec.HERDAnswerLen, &s.stopped); err != nil {
 		return nil, fmt.Errorf("herd: %w", err)
 	}
 	for i := c.MaxQPs - 1; i >= 0; i-- {
@@ -206,7 +206,7 @@ func (w *worker) Close() {
 	}
 	w.all, w.limbo = nil, nil
 	w.Base.Close()
-	wk.CloseAll(w.region, w.ucCQ, w.sendCQ)
+	wk.CloseAll(w.region, w.ucCQ)
 }
 
 // Run is the worker's loop. It returns when the server stops.
@@ -215,17 +215,33 @@ func (w *worker) Run() {
 	idle := wk.Idle{Spin: w.s.cfg.Spin, MaxSleep: w.s.cfg.MaxSleep}
 	start := w.s.start
 	for !w.s.stopped.Load() {
-		// Polling the UC CQ moves the provider's packets on this thread
-		// (the userspace provider receives on the poller); plain WRITEs
-		// complete nothing, so it stays empty.
-		w.ucCQ.Poll(w.wcs)
-		w.ReapSends()
+		// Polling the CQ moves the provider's packets on this thread
+		// (the userspace provider receives on the poller) and frees the
+		// send queue slots of answers that left; plain WRITEs complete
+		// nothing.
+		w.reap()
 		if w.collect() == 0 {
 			idle.Wait(time.Since(start))
 			continue
 		}
 		idle.Busy()
 		w.batch()
+	}
+}
+
+// reap polls the worker's CQ once: send completions free their slots
+// (and failed ones are counted); the UC QPs' completions, and those a wait
+// for send queue room polled, are of no use.
+func (w *worker) reap() {
+	for w.Resp.Spilled() > 0 {
+		w.Resp.TakeSpilled(w.wcs)
+	}
+	n, err := w.ucCQ.Poll(w.wcs)
+	if err != nil {
+		return
+	}
+	for i := range w.wcs[:n] {
+		w.SendDone(&w.wcs[i])
 	}
 }
 

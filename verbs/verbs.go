@@ -121,6 +121,12 @@ type QPInitAttr struct {
 	Cap    QPCap
 	// SigAll makes every send work request signaled.
 	SigAll bool
+	// Queue asks for the device's engine (DeviceAttr.Queues) the QP moves
+	// its packets through: 0 leaves it to the provider, i+1 names engine
+	// i mod Queues. A worker that owns several QPs puts them all on one
+	// engine, so that no other worker's thread drives or sends through
+	// it. Providers whose every QP is its own engine (a NIC) ignore it.
+	Queue int
 }
 
 // QP is a queue pair. Every object of this package is safe for use by

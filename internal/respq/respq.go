@@ -7,11 +7,19 @@
 // QP has a ring of payload slots in a registered region, one per send
 // queue entry, for answers that carry bytes.
 //
+// The send CQ may be shared with the worker's request QPs (Config.Shared):
+// the worker then polls one CQ for requests and send completions, hands
+// the latter to Complete, and posts a batch's receives and answers with
+// one provider call (Batch.PostMany), two crossings into the provider per
+// batch. Completions that a wait for send queue room polls and that are
+// not the set's are kept for the worker (Spilled).
+//
 // A Set is owned by one worker goroutine and is not safe for concurrent
 // use.
 package respq
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 	"time"
@@ -29,6 +37,14 @@ type Config struct {
 	SlotLen     int      // payload bytes per send queue entry
 	QKey        uint32
 	Batch       int // largest chain; sizes the completion buffer
+	// Shared: CQ also takes the completions of other QPs (the worker's
+	// requests), which Reap keeps for Spilled instead of dropping.
+	Shared bool
+	// Device the QPs are on, for Batch.PostMany (nil: one call per chain).
+	Device verbs.Device
+	// Queue, when set, gives each new QP's verbs.QPInitAttr.Queue (the
+	// device engine it uses).
+	Queue func() int
 }
 
 type queue struct {
@@ -40,10 +56,12 @@ type queue struct {
 
 // Set is the response QPs of one worker.
 type Set struct {
-	cfg  Config
-	qs   []queue
-	next int
-	wcs  []verbs.WC
+	cfg   Config
+	qs    []queue
+	qpns  []verbs.QPN // of qs, for Complete
+	next  int
+	wcs   []verbs.WC
+	spill []verbs.WC // others' completions Reap polled from a shared CQ
 }
 
 // New creates the QPs, brings them to RTS and registers their payload
@@ -59,12 +77,17 @@ func New(c Config) (s *Set, err error) {
 		}
 	}()
 	for r := range c.QPs {
-		qp, err := c.PD.CreateQP(verbs.QPInitAttr{Type: verbs.UD, SendCQ: c.CQ, RecvCQ: c.CQ,
+		engine := 0
+		if c.Queue != nil {
+			engine = c.Queue()
+		}
+		qp, err := c.PD.CreateQP(verbs.QPInitAttr{Type: verbs.UD, SendCQ: c.CQ, RecvCQ: c.CQ, Queue: engine,
 			Cap: verbs.QPCap{MaxSendWR: c.Depth, MaxRecvWR: 0, MaxSendSGE: 1, MaxRecvSGE: 0, MaxInlineData: c.SlotLen}})
 		if err != nil {
 			return nil, fmt.Errorf("respq: response QP %d: %w", r, err)
 		}
 		s.qs = append(s.qs, queue{qp: qp})
+		s.qpns = append(s.qpns, qp.QPN())
 		if err := verbs.BringUpUD(qp, c.QKey, 0); err != nil {
 			return nil, fmt.Errorf("respq: response QP %d bring-up: %w", r, err)
 		}
@@ -134,29 +157,93 @@ func (b Batch) Post(wrs []verbs.SendWR) (int, error) {
 	return n, err
 }
 
+// PostMany posts the receive chains recvs (setting their Posted) and the
+// batch's chain wrs with one provider call where the device can
+// (verbs.PostMany). wrs may be empty: receives only (b may then be the
+// zero Batch).
+//
+// A receive chain that fails does not hold the answers back: they are
+// then posted on their own.
+func (s *Set) PostMany(b Batch, recvs []verbs.RecvChain, wrs []verbs.SendWR) (int, error) {
+	if len(wrs) == 0 {
+		return verbs.PostMany(s.cfg.Device, recvs, nil, nil)
+	}
+	n, err := verbs.PostMany(s.cfg.Device, recvs, b.q.qp, wrs)
+	if err != nil && n == 0 && recvFailed(recvs) {
+		var serr error
+		n, serr = b.q.qp.PostSend(wrs)
+		err = errors.Join(err, serr)
+	}
+	b.q.posted += uint64(n)
+	return n, err
+}
+
+// recvFailed reports whether a chain of recvs was not posted whole.
+func recvFailed(recvs []verbs.RecvChain) bool {
+	for i := range recvs {
+		if recvs[i].Posted < len(recvs[i].WRs) {
+			return true
+		}
+	}
+	return false
+}
+
 // Reap polls the send CQ once and frees the slots signaled completions
-// cover. It returns the number of completions, and of those with an
-// error status (answers that did not leave).
+// cover. It returns the number of send completions, and of those with an
+// error status (answers that did not leave). From a shared CQ, the
+// completions of other QPs are kept for Spilled.
 func (s *Set) Reap() (n, failed int) {
-	n, err := s.cfg.CQ.Poll(s.wcs)
+	got, err := s.cfg.CQ.Poll(s.wcs)
 	if err != nil {
 		return 0, 0
 	}
-	for i := range s.wcs[:n] {
+	for i := range s.wcs[:got] {
 		wc := &s.wcs[i]
-		qi := int(wc.ID & 0xff)
-		if qi >= len(s.qs) {
-			continue
-		}
-		if wc.Status != verbs.WCSuccess {
-			failed++
-		}
-		if seq := wc.ID >> 8; seq+1 > s.qs[qi].completed {
-			s.qs[qi].completed = seq + 1
+		mine, bad := s.Complete(wc)
+		switch {
+		case mine:
+			n++
+			if bad {
+				failed++
+			}
+		case s.cfg.Shared:
+			s.spill = append(s.spill, *wc)
 		}
 	}
 	return n, failed
 }
+
+// Complete takes a completion polled from the send CQ: if it is one of
+// the set's QPs' (mine), it frees the slots it covers and reports whether
+// it failed (an answer that did not leave).
+func (s *Set) Complete(wc *verbs.WC) (mine, failed bool) {
+	qi := int(wc.ID & 0xff)
+	if qi >= len(s.qs) || s.qpns[qi] != wc.QPN {
+		return false, false
+	}
+	if seq := wc.ID >> 8; seq+1 > s.qs[qi].completed {
+		s.qs[qi].completed = seq + 1
+	}
+	return true, wc.Status != verbs.WCSuccess
+}
+
+// TakeSpilled moves into dst (up to its length) the completions of other
+// QPs that waiting for send queue room polled from a shared CQ, oldest
+// first, and returns how many: the caller handles them before it polls
+// again.
+func (s *Set) TakeSpilled(dst []verbs.WC) int {
+	n := copy(dst, s.spill)
+	k := copy(s.spill, s.spill[n:])
+	clear(s.spill[k:])
+	s.spill = s.spill[:k]
+	return n
+}
+
+// SignalEvery is how often a send work request is signaled.
+func (s *Set) SignalEvery() int { return s.cfg.SignalEvery }
+
+// Spilled is how many completions TakeSpilled has to give.
+func (s *Set) Spilled() int { return len(s.spill) }
 
 // ToErr moves every QP of the set to the error state: nothing more leaves.
 func (s *Set) ToErr() {

@@ -2,6 +2,7 @@ package respq_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/seqd/seqd/internal/respq"
 	"github.com/seqd/seqd/verbs"
@@ -92,4 +93,131 @@ func TestConfigRefused(t *testing.T) {
 			t.Errorf("New(%+v) succeeded", c)
 		}
 	}
+}
+
+// TestSharedCQ: a set on a CQ that also takes another QP's receives
+// (Config.Shared): PostMany posts that QP's receive chain and the
+// answers in one call; waiting for send queue room polls the CQ and
+// keeps the receive completion it finds for TakeSpilled, so the worker
+// loses no request; Complete tells the set's send completions from
+// others'.
+func TestSharedCQ(t *testing.T) {
+	dev, err := soft.Open("127.0.0.1:0", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dev.Close() })
+	pd, _ := dev.AllocPD()
+	t.Cleanup(func() { pd.Close() })
+	cq, err := dev.CreateCQ(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cq.Close() })
+	rq := verbstest.NewEndAttr(t, dev, verbs.QPInitAttr{Type: verbs.UD, SendCQ: cq, RecvCQ: cq,
+		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	verbstest.BringUp(t, rq)
+	s, err := respq.New(respq.Config{PD: pd, CQ: cq, QPs: 1, Depth: 8, SignalEvery: 4, SlotLen: 8,
+		QKey: verbs.DefaultQKey, Batch: 16, Shared: true, Device: dev})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	peerDev, err := soft.Open("127.0.0.1:0", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { peerDev.Close() })
+	peer := verbstest.NewEnd(t, peerDev, verbs.UD)
+	verbstest.BringUp(t, peer)
+	ah, err := pd.CreateAH(verbs.AHAttr{Dest: peer.QP.Address()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ah.Close() })
+
+	recvs := []verbs.RecvWR{{ID: 7, SG: []verbs.SGE{{Addr: rq.MR.Addr(), Length: 64, LKey: rq.MR.LKey()}}}}
+	wrs := make([]verbs.SendWR, 3)
+	prep := func(b respq.Batch) {
+		for i := range wrs {
+			wrs[i] = verbs.SendWR{Opcode: verbs.OpSendWithImm, AH: ah, RemoteQPN: peer.QP.QPN(), RemoteQKey: verbs.DefaultQKey}
+			b.Prepare(&wrs[i], i)
+		}
+	}
+	b, ok := s.Next(len(wrs))
+	if !ok {
+		t.Fatal("no room")
+	}
+	prep(b)
+	chains := []verbs.RecvChain{{QP: rq.QP, WRs: recvs}}
+	if n, err := s.PostMany(b, chains, wrs); n != len(wrs) || err != nil || chains[0].Posted != 1 {
+		t.Fatalf("PostMany = %d, %v; receives posted %d", n, err, chains[0].Posted)
+	}
+	// A request for rq, in its socket before the set next polls the CQ.
+	pah := verbstest.AH(t, peer, rq.QP.Address())
+	if _, err := peer.QP.PostSend([]verbs.SendWR{{Opcode: verbs.OpSendWithImm, Imm: 42, AH: pah, RemoteQPN: rq.QP.QPN(), RemoteQKey: verbs.DefaultQKey}}); err != nil {
+		t.Fatal(err)
+	}
+	// Put the request's completion in the shared CQ behind the send
+	// completions, without polling that CQ: drive the device's one
+	// socket through another CQ until the packet has been received.
+	cq2, err := dev.CreateCQ(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cq2.Close() })
+	verbstest.NewEndAttr(t, dev, verbs.QPInitAttr{Type: verbs.UD, SendCQ: cq2, RecvCQ: cq2,
+		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}}) // its CQ drives the socket
+	deadline := time.Now().Add(5 * time.Second)
+	for rxPackets(dev) == 0 {
+		cq2.Poll(make([]verbs.WC, 4))
+		if time.Now().After(deadline) {
+			t.Fatal("the request never arrived")
+		}
+	}
+	// 3 + 3 posted; the third batch needs room (depth 8 keeps 7): Next
+	// reaps, polling the shared CQ, until the signaled completions free it.
+	for batch := 1; batch < 4; batch++ {
+		b, ok := s.Next(len(wrs))
+		if !ok {
+			t.Fatalf("batch %d: no room", batch)
+		}
+		prep(b)
+		if n, err := s.PostMany(b, nil, wrs); n != len(wrs) || err != nil {
+			t.Fatalf("batch %d: PostMany = %d, %v", batch, n, err)
+		}
+	}
+	wc := make([]verbs.WC, 8)
+	deadline = time.Now().Add(5 * time.Second)
+	for s.Spilled() == 0 {
+		// Had the reaps not met the request, the CQ still holds it.
+		if n, _ := cq.Poll(wc); n > 0 {
+			for i := range wc[:n] {
+				if mine, _ := s.Complete(&wc[i]); !mine {
+					if wc[i].QPN != rq.QP.QPN() || wc[i].Imm != 42 {
+						t.Fatalf("foreign completion %s", verbstest.FormatWC(wc[i]))
+					}
+					return // found by the worker's own poll: nothing lost either
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the request's completion never showed")
+		}
+	}
+	if n := s.TakeSpilled(wc); n != 1 || wc[0].QPN != rq.QP.QPN() || wc[0].Imm != 42 || wc[0].ID != 7 {
+		t.Fatalf("TakeSpilled = %d: %s", n, verbstest.FormatWC(wc[0]))
+	}
+	if s.Spilled() != 0 {
+		t.Fatalf("%d still spilled after TakeSpilled", s.Spilled())
+	}
+}
+
+func rxPackets(dev verbs.Device) (n uint64) {
+	dev.(verbs.Counters).VisitCounters(func(name string, v uint64) {
+		if name == verbs.CounterRxPackets {
+			n = v
+		}
+	})
+	return n
 }

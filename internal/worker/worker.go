@@ -204,7 +204,11 @@ type Base struct {
 
 	Counts
 
+	tid atomic.Int32 // the worker's thread while pinned (ThreadCPU), else 0
+
 	cfg         *Config
+	shared      bool          // InitShared
+	queues      atomic.Uint64 // QPs placed by NextQueue
 	stopped     *atomic.Bool
 	sampled     uint64          // batches posted, for sampling
 	serviceTime *hist.Histogram // nanoseconds
@@ -233,10 +237,51 @@ func (b *Base) Init(cfg *Config, id int, pd verbs.PD, sendCQ verbs.CQ, slotLen i
 	}
 	var err error
 	if b.Resp, err = respq.New(respq.Config{PD: pd, CQ: sendCQ, QPs: cfg.RespQPs, Depth: cfg.SendDepth,
-		SignalEvery: cfg.SignalEvery, SlotLen: slotLen, QKey: cfg.QKey, Batch: cfg.Batch}); err != nil {
+		SignalEvery: cfg.SignalEvery, SlotLen: slotLen, QKey: cfg.QKey, Batch: cfg.Batch,
+		Shared: b.shared, Device: cfg.Device, Queue: b.NextQueue}); err != nil {
 		return fmt.Errorf("worker %d: %w", id, err)
 	}
 	return nil
+}
+
+// InitShared is Init for a worker whose one CQ takes both its requests'
+// completions and its answers' (cq): the worker polls it once per batch,
+// hands send completions to Resp.Complete (SendDone), drains
+// Resp.TakeSpilled before polling, and posts a batch's receives with its
+// answers (PostWith): two provider crossings per batch.
+func (b *Base) InitShared(cfg *Config, id int, pd verbs.PD, cq verbs.CQ, slotLen int, stopped *atomic.Bool, drops ...string) error {
+	b.shared = true
+	return b.Init(cfg, id, pd, cq, slotLen, stopped, drops...)
+}
+
+// SendDone takes a completion polled from the shared CQ (InitShared): it
+// reports whether it was an answer's, counting a failed one.
+func (b *Base) SendDone(wc *verbs.WC) bool {
+	mine, failed := b.Resp.Complete(wc)
+	if failed {
+		b.Drops[DropSend].Add(1)
+	}
+	return mine
+}
+
+// NextQueue is the verbs.QPInitAttr.Queue of the worker's next QP
+// (WorkerQueue). Safe for concurrent use.
+func (b *Base) NextQueue() int {
+	return b.cfg.WorkerQueue(b.ID, int(b.queues.Add(1)-1))
+}
+
+// WorkerQueue is the verbs.QPInitAttr.Queue of worker id's k-th QP: a
+// worker's QPs go round-robin over its share of the device's engines
+// (engine i belongs to worker i mod Workers), so that no two workers
+// drive or send through one engine. 0 (the provider's choice) on a
+// device without engines, or with fewer than workers.
+func (c *Config) WorkerQueue(id, k int) int {
+	q, w := c.Device.Attr().Queues, c.Workers
+	if q < w || w < 1 || id >= q || id < 0 {
+		return 0
+	}
+	mine := (q - id + w - 1) / w // engines id, id+w, ... below q
+	return 1 + id + (k%mine)*w
 }
 
 // NoResp, as Init's slotLen, makes a worker without response QPs.
@@ -264,8 +309,16 @@ func (b *Base) Pin() (unlock func()) {
 	} else {
 		b.Log.Debug("pinned", "core", b.Core)
 	}
-	return runtime.UnlockOSThread
+	b.tid.Store(int32(gettid()))
+	return func() {
+		b.tid.Store(0)
+		runtime.UnlockOSThread()
+	}
 }
+
+// Tid is the ID of the thread the worker runs on while it is pinned (its
+// goroutine is then locked to it), for ThreadCPU; 0 when it is not.
+func (b *Base) Tid() int { return int(b.tid.Load()) }
 
 // Expired reports whether a batch whose oldest request arrived at oldest
 // is older than spec.MaxResidence.
@@ -354,6 +407,32 @@ func (b *Base) Fresh(oldest verbs.Time) bool {
 	return true
 }
 
+// PostWith is Post for a worker on a shared CQ (InitShared): it posts
+// the receive chains recvs (re-posts gathered in the batch; each chain's
+// Posted is set) and the answers wrs, prepared in r, with one provider
+// call. The answers are left out (and counted) when the batch, whose
+// oldest request arrived at oldest, is by then older than
+// spec.MaxResidence; the receives are posted anyway. wrs may be empty
+// (a batch with nothing to answer), and r then the zero Batch. It
+// reports whether any answer was posted.
+func (b *Base) PostWith(r respq.Batch, wrs []verbs.SendWR, oldest verbs.Time, recvs []verbs.RecvChain) bool {
+	if len(wrs) > 0 && !b.Fresh(oldest) {
+		b.Drops[DropLate].Add(uint64(len(wrs)))
+		wrs = nil
+	}
+	if len(wrs) == 0 && len(recvs) == 0 {
+		return false
+	}
+	n, err := b.Resp.PostMany(r, recvs, wrs)
+	if err != nil {
+		if len(wrs) > n {
+			b.Drops[DropSend].Add(uint64(len(wrs) - n))
+		}
+		b.Log.Error("post receives and answers", "posted", n, "of", len(wrs), "err", err)
+	}
+	return n > 0
+}
+
 // ReapSends frees send queue slots and counts answers that failed.
 func (b *Base) ReapSends() {
 	if _, failed := b.Resp.Reap(); failed > 0 {
@@ -381,6 +460,26 @@ func (c *Config) UDRequestQueue(pd verbs.PD, cqSize, recvDepth int) (reqCQ, send
 		return reqCQ, sendCQ, reqQP, fmt.Errorf("request QP bring-up: %w", err)
 	}
 	return reqCQ, sendCQ, reqQP, nil
+}
+
+// UDSharedQueue makes a worker's UD request queue on pd with one CQ for
+// everything (InitShared): room for cqSize request completions plus the
+// send completions of the mode's response QPs (RespQPs×SendDepth), and a
+// UD QP taking recvDepth receives on engine queue (verbs.QPInitAttr),
+// brought up with the request Q_Key. What it made is returned even on an
+// error, for the worker's Close to release.
+func (c *Config) UDSharedQueue(pd verbs.PD, cqSize, recvDepth, queue int) (cq verbs.CQ, reqQP verbs.QP, err error) {
+	if cq, err = c.Device.CreateCQ(cqSize + c.RespQPs*c.SendDepth); err != nil {
+		return cq, reqQP, fmt.Errorf("CQ: %w", err)
+	}
+	if reqQP, err = pd.CreateQP(verbs.QPInitAttr{Type: verbs.UD, SendCQ: cq, RecvCQ: cq, Queue: queue,
+		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: recvDepth, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+		return cq, reqQP, fmt.Errorf("request QP: %w", err)
+	}
+	if err = verbs.BringUpUD(reqQP, c.QKey, 0); err != nil {
+		return cq, reqQP, fmt.Errorf("request QP bring-up: %w", err)
+	}
+	return cq, reqQP, nil
 }
 
 // CloseAll closes, in order, each of rs that is not nil (the verbs

@@ -161,3 +161,38 @@ func BenchmarkClaim(b *testing.B) {
 	}
 	b.ReportMetric(float64(w.Drops[DropExpired].Load()/16), "expired")
 }
+
+// TestWorkerQueue: each worker's QPs go round-robin over its own share
+// of the device's engines (engine i is worker i mod Workers'), and over
+// none (0) where there are fewer engines than workers.
+func TestWorkerQueue(t *testing.T) {
+	cases := []struct {
+		queues, workers, id int
+		want                []int // Queue of its QPs 0, 1, 2, 3
+	}{
+		{1, 1, 0, []int{1, 1, 1, 1}},
+		{0, 1, 0, []int{0, 0, 0, 0}},
+		{2, 2, 0, []int{1, 1, 1, 1}},
+		{2, 2, 1, []int{2, 2, 2, 2}},
+		{4, 1, 0, []int{1, 2, 3, 4}},
+		{5, 2, 0, []int{1, 3, 5, 1}},
+		{5, 2, 1, []int{2, 4, 2, 4}},
+		{1, 2, 0, []int{0, 0, 0, 0}},
+	}
+	for _, c := range cases {
+		cfg := Config{Device: queuesDev{c.queues}, Workers: c.workers}
+		for k, want := range c.want {
+			if got := cfg.WorkerQueue(c.id, k); got != want {
+				t.Errorf("%d engines, %d workers: worker %d's QP %d on %d, want %d", c.queues, c.workers, c.id, k, got, want)
+			}
+		}
+	}
+}
+
+type queuesDev struct{ n int }
+
+func (d queuesDev) Name() string                   { return "queues" }
+func (d queuesDev) Attr() verbs.DeviceAttr         { return verbs.DeviceAttr{Queues: d.n} }
+func (d queuesDev) AllocPD() (verbs.PD, error)     { return nil, errConfig }
+func (d queuesDev) CreateCQ(int) (verbs.CQ, error) { return nil, errConfig }
+func (d queuesDev) Close() error                   { return nil }

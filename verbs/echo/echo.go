@@ -50,19 +50,40 @@ func Run(cli, srv Side, rounds int, d time.Duration) (int, time.Duration, error)
 		defer wg.Done()
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
-		for !stop.Load() {
-			k, err := srv.Poll()
-			for err == nil && k > 0 {
-				n := min(k, Batch)
-				err = srv.Send(n)
-				k -= n
-			}
-			if err != nil {
-				srvErr = err
-				return
-			}
-		}
+		srvErr = Serve(srv, &stop)
 	}()
+	n, el, err := Drive(cli, rounds, d)
+	stop.Store(true)
+	wg.Wait()
+	if err == nil && srvErr != nil {
+		err = fmt.Errorf("%w: %v", ErrEcho, srvErr)
+	}
+	return n, el, err
+}
+
+// Serve is the echo server's loop: it answers what srv receives, Batch
+// at a time, until stop is set or a call fails. The caller chooses the
+// thread (Run locks it to one).
+func Serve(srv Side, stop *atomic.Bool) error {
+	for !stop.Load() {
+		k, err := srv.Poll()
+		for err == nil && k > 0 {
+			n := min(k, Batch)
+			err = srv.Send(n)
+			k -= n
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Drive is the client half of Run, on the calling goroutine (locked to
+// its thread for the run): it keeps Window requests in flight, Batch at a
+// time, against whatever server answers cli, until rounds round trips are
+// done (rounds > 0) or for d (d > 0).
+func Drive(cli Side, rounds int, d time.Duration) (int, time.Duration, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	sent, done := 0, 0
@@ -81,6 +102,9 @@ func Run(cli, srv Side, rounds int, d time.Duration) (int, time.Duration, error)
 			}
 			sent += n
 		}
+		if err != nil {
+			break
+		}
 		var k int
 		k, err = cli.Poll()
 		done += k
@@ -90,7 +114,7 @@ func Run(cli, srv Side, rounds int, d time.Duration) (int, time.Duration, error)
 		now := time.Now()
 		if k > 0 {
 			lastAnswer = now
-		} else if now.Sub(lastAnswer) > time.Minute {
+		} else if now.Sub(lastAnswer) > 10*time.Second {
 			err = fmt.Errorf("stalled: %d of %d answered", done, sent)
 		}
 		if d > 0 && now.After(end) {
@@ -98,11 +122,6 @@ func Run(cli, srv Side, rounds int, d time.Duration) (int, time.Duration, error)
 		}
 	}
 	el := time.Since(start)
-	stop.Store(true)
-	wg.Wait()
-	if err == nil {
-		err = srvErr
-	}
 	if err != nil {
 		return done, el, fmt.Errorf("%w: %v", ErrEcho, err)
 	}

@@ -261,7 +261,13 @@ func (d *device) RingDoorbell() {
 }
 
 // VisitCounters implements verbs.Counters.
-func (d *device) VisitCounters(f func(string, uint64)) { d.ctr.visit(f) }
+func (d *device) VisitCounters(f func(string, uint64)) {
+	var io ioTotals
+	for _, q := range d.queues {
+		io.add(&q.io)
+	}
+	d.ctr.visit(&io, f)
+}
 
 func (d *device) AllocPD() (verbs.PD, error) {
 	if d.closed.Load() {
@@ -444,22 +450,42 @@ func (a *ah) Close() error {
 	return nil
 }
 
-// counters are the device's event counts.
+// counters are the device's event counts, but for those of the data
+// path's system calls, which each queue keeps (ioCounts): a worker's
+// queue counts on its own cache lines.
 type counters struct {
-	rxPackets, txPackets, rxSyscalls, txSyscalls                     atomic.Uint64
 	dropNoRecv, dropQKey, dropPKey, dropICRC, dropQPN, dropMalformed atomic.Uint64
 	dropOpcode, dropRKey, dropPSN, dropLength                        atomic.Uint64
 	rcRetransmits, rcDuplicates, rcNaks                              atomic.Uint64
 	faultLoss, faultDup, faultReorder, cqOverrun, gsoFallback        atomic.Uint64
-	rxDatagrams, txDatagrams                                         atomic.Uint64
 	rxIPID                                                           atomic.Uint64
 }
 
-func (c *counters) visit(f func(string, uint64)) {
-	f(verbs.CounterRxPackets, c.rxPackets.Load())
-	f(verbs.CounterTxPackets, c.txPackets.Load())
-	f(verbs.CounterRxSyscalls, c.rxSyscalls.Load())
-	f(verbs.CounterTxSyscalls, c.txSyscalls.Load())
+// ioCounts are one queue's packets, datagrams and system calls, written
+// by whichever thread drives or sends through the queue.
+type ioCounts struct {
+	rxPackets, txPackets, rxSyscalls, txSyscalls, rxDatagrams, txDatagrams atomic.Uint64
+}
+
+// ioTotals adds up the queues' ioCounts.
+type ioTotals struct {
+	rxPackets, txPackets, rxSyscalls, txSyscalls, rxDatagrams, txDatagrams uint64
+}
+
+func (t *ioTotals) add(c *ioCounts) {
+	t.rxPackets += c.rxPackets.Load()
+	t.txPackets += c.txPackets.Load()
+	t.rxSyscalls += c.rxSyscalls.Load()
+	t.txSyscalls += c.txSyscalls.Load()
+	t.rxDatagrams += c.rxDatagrams.Load()
+	t.txDatagrams += c.txDatagrams.Load()
+}
+
+func (c *counters) visit(io *ioTotals, f func(string, uint64)) {
+	f(verbs.CounterRxPackets, io.rxPackets)
+	f(verbs.CounterTxPackets, io.txPackets)
+	f(verbs.CounterRxSyscalls, io.rxSyscalls)
+	f(verbs.CounterTxSyscalls, io.txSyscalls)
 	f(verbs.CounterDropNoRecv, c.dropNoRecv.Load())
 	f(verbs.CounterDropBadQKey, c.dropQKey.Load())
 	f(verbs.CounterDropBadPKey, c.dropPKey.Load())
@@ -478,8 +504,8 @@ func (c *counters) visit(f func(string, uint64)) {
 	f(verbs.CounterInjectedReorder, c.faultReorder.Load())
 	f("cq_overrun", c.cqOverrun.Load())
 	f("gso_fallback", c.gsoFallback.Load())
-	f("rx_datagrams", c.rxDatagrams.Load())
-	f("tx_datagrams", c.txDatagrams.Load())
+	f("rx_datagrams", io.rxDatagrams)
+	f("tx_datagrams", io.txDatagrams)
 	// Packets whose ICRC was right for a non-zero IPv4 ID (GSO segments,
 	// NIC and rxe senders).
 	f("rx_icrc_ip_id", c.rxIPID.Load())

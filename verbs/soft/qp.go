@@ -120,7 +120,14 @@ func (p *pd) CreateQP(attr verbs.QPInitAttr) (verbs.QP, error) {
 	if c.MaxRecvSGE == 0 {
 		c.MaxRecvSGE = 1
 	}
-	q := d.queues[int(d.rr.Add(1)-1)%len(d.queues)]
+	var q *queue
+	want := -1 // the queue asked for (attr.Queue), if any
+	if attr.Queue > 0 {
+		want = (attr.Queue - 1) % len(d.queues)
+		q = d.queues[want]
+	} else {
+		q = d.queues[int(d.rr.Add(1)-1)%len(d.queues)]
+	}
 	x := &qp{d: d, pd: p, q: q, typ: attr.Type, sendCQ: scq, recvCQ: rcq, cap: c, sigAll: attr.SigAll,
 		rq: make([]recvSlot, max(c.MaxRecvWR, 1))}
 	if c.MaxRecvSGE > 1 {
@@ -134,6 +141,9 @@ func (p *pd) CreateQP(attr verbs.QPInitAttr) (verbs.QP, error) {
 	idx := -1
 	for i := 0; i < len(d.qps); i++ {
 		j := (d.nextQP + i) % len(d.qps)
+		if d.shared && want >= 0 && (qpnBase+j)%len(d.queues) != want {
+			continue // steered by QPN: only these reach the queue asked for
+		}
 		if d.qps[j].Load() == nil {
 			idx = j
 			break

@@ -182,6 +182,8 @@ type queue struct {
 	nrc       atomic.Int32 // len(rcPeers), readable without rxMu
 	nheld     atomic.Int32 // len(heldPkt), readable without txMu
 
+	io ioCounts // its share of the device's counters
+
 	active  atomic.Int32  // RC QPs with work in flight (need ticks)
 	polls   atomic.Uint64 // inline receive bursts run by CQ pollers
 	seen    uint64        // polls, as the progress goroutine last saw it
@@ -438,7 +440,7 @@ func (q *queue) flush() {
 			q.sent++
 		}
 	}
-	q.d.ctr.txPackets.Add(uint64(len(q.pkts)))
+	q.io.txPackets.Add(uint64(len(q.pkts)))
 	q.pkts = q.pkts[:0]
 	q.used = 0
 }
@@ -535,7 +537,7 @@ func (q *queue) write() bool {
 	fd := uintptr(q.txFD())
 	for q.sent < q.nhdr {
 		n, errno := sendmmsg(fd, q.hdrs[q.sent:q.nhdr])
-		q.d.ctr.txSyscalls.Add(1)
+		q.io.txSyscalls.Add(1)
 		if errno == unix.EAGAIN {
 			return false
 		}
@@ -547,7 +549,7 @@ func (q *queue) write() bool {
 			return true
 		}
 		q.sent += int(n)
-		q.d.ctr.txDatagrams.Add(uint64(n))
+		q.io.txDatagrams.Add(uint64(n))
 	}
 	return true
 }
@@ -591,13 +593,13 @@ func (q *queue) burst() bool {
 		return false
 	}
 	n, _, errno := unix.RawSyscall6(unix.SYS_RECVMMSG, uintptr(q.fd), uintptr(unsafe.Pointer(&q.rhdrs[0])), rxMsgs, unix.MSG_DONTWAIT, 0, 0)
-	q.d.ctr.rxSyscalls.Add(1)
+	q.io.rxSyscalls.Add(1)
 	if errno != 0 {
 		q.rxErrno = errno
 		return errno == unix.EINTR
 	}
 	q.rxDirty = int(n)
-	q.d.ctr.rxDatagrams.Add(uint64(n))
+	q.io.rxDatagrams.Add(uint64(n))
 	// One clock read per burst: the kernel stamps are wall-clock times,
 	// moved onto the monotonic clock through this reading of both.
 	now := time.Now()
@@ -628,7 +630,7 @@ func (q *queue) burst() bool {
 		sa := &q.rnames[i]
 		pkts += q.datagram(q.rbufs[i][:total], seg, sa.Addr, htons(sa.Port))
 	}
-	q.d.ctr.rxPackets.Add(uint64(pkts))
+	q.io.rxPackets.Add(uint64(pkts))
 	q.afterBurst()
 	return int(n) == rxMsgs
 }

@@ -1,0 +1,204 @@
+//go:build linux
+
+package headeronly
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/seqd/seqd/dataplane"
+	"github.com/seqd/seqd/internal/ahcache"
+	"github.com/seqd/seqd/internal/claimtest"
+	wk "github.com/seqd/seqd/internal/worker"
+	"github.com/seqd/seqd/spec"
+	"github.com/seqd/seqd/verbs"
+)
+
+// BenchmarkBatch measures one worker's user-space cost per request, with
+// no transport: each iteration of the loop (poll, hand the send
+// completions back, validate a batch of requests of `flows` client QPs,
+// claim, build the answers, post them with the re-posted receives) runs
+// against nullDev, whose CQ hands out the same batch of well-formed
+// request completions and whose QPs take every post. b.N counts
+// requests; cpu_ns/op is the thread's CPU time per request (the machine
+// may be shared: wall time overstates it).
+func BenchmarkBatch(b *testing.B) {
+	for _, flows := range []int{1, 60} {
+		b.Run(fmt.Sprintf("flows=%d", flows), func(b *testing.B) {
+			w, d := newNullWorker(b, flows)
+			// CPU time, not wall time: the machine may be shared.
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			tid := unix.Gettid()
+			c0, err := wk.ThreadCPU(tid)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i += len(d.cq.reqs) {
+				d.cq.stamp = verbs.Now()
+				n, err := w.poll()
+				if err != nil || n < len(d.cq.reqs) {
+					b.Fatalf("poll: %d, %v", n, err)
+				}
+				w.handle(w.wcs[:n])
+			}
+			b.StopTimer()
+			c1, err := wk.ThreadCPU(tid)
+			if err != nil {
+				b.Fatal(err)
+			}
+			u, k := c1.Sub(c0).PerOp(uint64(b.N))
+			b.ReportMetric(u+k, "cpu_ns/op")
+			// A batch may expire if the machine takes the benchmark off
+			// its core for longer than spec.MaxResidence; nothing else
+			// may be dropped.
+			t := w.s.totals()
+			if t.Requests == 0 || sum(t.Drops) > t.Drops["expired"]+t.Drops["late"] {
+				b.Fatalf("answered %d, drops %v", t.Requests, t.Drops)
+			}
+		})
+	}
+}
+
+// newNullWorker makes a server on nullDev without starting its worker
+// (the benchmark runs its loop), admits flows client QPs, each with its
+// own request QP, and loads the CQ with one batch: (Batch-4)/flows
+// requests of each.
+func newNullWorker(b *testing.B, flows int) (*worker, *nullDev) {
+	d := &nullDev{}
+	d.cq = &nullCQ{}
+	cfg, err := Config{Config: wk.Config{Device: d, Oracle: &claimtest.Oracle{}, Behind: claimtest.ErrBehind,
+		Logger: slog.New(slog.DiscardHandler)}, MaxWindow: 256}.validate()
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, sessions: map[uint64]*session{}, start: time.Now()}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	if s.PD, err = d.AllocPD(); err != nil {
+		b.Fatal(err)
+	}
+	s.AHs = ahcache.New(s.PD, 0)
+	w, err := newWorker(s, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s.Workers = []*worker{w}
+	w.guard = spec.NewGuard(-spec.Holdoff) // confirmations from the start, as in steady state
+	per := (cfg.Batch - 4) / flows         // room for the send completions in a poll
+	for f := range flows {
+		addr := verbs.Address{GID: verbs.GIDFromAddr(netip.MustParseAddr("10.0.0.1")), Port: uint16(10000 + f)}
+		qpn := verbs.QPN(0x1000 + f)
+		g, rqs, err := s.admitLocked(context.Background(), dataplane.Admission{Window: per,
+			QPs: []dataplane.Endpoint{{Addr: addr, QPN: qpn}}}, dataplane.SessionRef{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		w.takeInbox(false)
+		q := rqs[0]
+		imm, _ := spec.RequestImm(0, spec.GuessOf(g.High>>spec.LowBits))
+		if g.High == 0 {
+			imm, _ = spec.RequestImm(0, spec.GuessOf(claimtest.First>>spec.LowBits))
+		}
+		// The receives it posted first, in the order fill took them.
+		for i := range per {
+			d.cq.reqs = append(d.cq.reqs, verbs.WC{ID: q.wrs[i].ID, Status: verbs.WCSuccess, Opcode: verbs.WCRecv,
+				Flags: verbs.WCWithImm, ByteLen: verbs.GRHLen + spec.RequestLen, Imm: uint32(imm), QPN: q.qpn,
+				SrcQP: qpn, Src: addr})
+		}
+	}
+	b.Cleanup(func() {
+		w.Close()
+		s.AHs.Close()
+	})
+	return w, d
+}
+
+// nullDev is a verbs device that moves nothing: its one CQ hands out
+// reqs on every poll (stamped), after the completions of the signaled
+// sends posted since the last poll; its QPs take every post.
+type nullDev struct {
+	cq   *nullCQ
+	qpns atomic.Uint32
+}
+
+func (d *nullDev) Name() string { return "null" }
+func (d *nullDev) Attr() verbs.DeviceAttr {
+	return verbs.DeviceAttr{MaxQPWR: 1 << 15, SourcePorts: true}
+}
+func (d *nullDev) AllocPD() (verbs.PD, error)     { return &nullPD{d}, nil }
+func (d *nullDev) CreateCQ(int) (verbs.CQ, error) { return d.cq, nil }
+func (d *nullDev) Close() error                   { return nil }
+
+type nullPD struct{ d *nullDev }
+
+func (p *nullPD) RegMR(n int, _ verbs.Access) (verbs.MR, error) {
+	return &nullMR{b: make([]byte, n)}, nil
+}
+func (p *nullPD) CreateAH(verbs.AHAttr) (verbs.AH, error) { return nullAH{}, nil }
+func (p *nullPD) CreateQP(attr verbs.QPInitAttr) (verbs.QP, error) {
+	return &nullQP{d: p.d, qpn: verbs.QPN(0x100 + p.d.qpns.Add(1))}, nil
+}
+func (p *nullPD) Close() error { return nil }
+
+type nullMR struct{ b []byte }
+
+func (m *nullMR) Bytes() []byte { return m.b }
+func (m *nullMR) Addr() uint64  { return uint64(uintptr(unsafe.Pointer(&m.b[0]))) }
+func (m *nullMR) LKey() uint32  { return 1 }
+func (m *nullMR) RKey() uint32  { return 1 }
+func (m *nullMR) Close() error  { return nil }
+
+type nullAH struct{}
+
+func (nullAH) Close() error { return nil }
+
+type nullQP struct {
+	d   *nullDev
+	qpn verbs.QPN
+}
+
+func (q *nullQP) QPN() verbs.QPN                               { return q.qpn }
+func (q *nullQP) Type() verbs.QPType                           { return verbs.UD }
+func (q *nullQP) State() verbs.QPState                         { return verbs.StateRTS }
+func (q *nullQP) Address() verbs.Address                       { return verbs.Address{} }
+func (q *nullQP) Modify(*verbs.QPAttr, verbs.QPAttrMask) error { return nil }
+func (q *nullQP) PostRecv(wrs []verbs.RecvWR) (int, error)     { return len(wrs), nil }
+func (q *nullQP) Close() error                                 { return nil }
+
+func (q *nullQP) PostSend(wrs []verbs.SendWR) (int, error) {
+	for i := range wrs {
+		if wrs[i].Flags&verbs.Signaled != 0 {
+			q.d.cq.sends = append(q.d.cq.sends, verbs.WC{ID: wrs[i].ID, Status: verbs.WCSuccess, Opcode: verbs.WCSend, QPN: q.qpn})
+		}
+	}
+	return len(wrs), nil
+}
+
+type nullCQ struct {
+	reqs  []verbs.WC
+	sends []verbs.WC
+	stamp verbs.Time
+}
+
+func (c *nullCQ) Poll(wc []verbs.WC) (int, error) {
+	n := copy(wc, c.sends)
+	c.sends = c.sends[:copy(c.sends, c.sends[n:])]
+	m := copy(wc[n:], c.reqs)
+	for i := range wc[n : n+m] {
+		wc[n+i].Arrived = c.stamp
+	}
+	return n + m, nil
+}
+func (c *nullCQ) Wait(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }
+func (c *nullCQ) Close() error                   { return nil }
