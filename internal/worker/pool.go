@@ -34,6 +34,15 @@ func (p *Pool[W]) Start(dev verbs.Device, n int, create func(id int) (W, error))
 		return fmt.Errorf("worker pool: protection domain: %w", err)
 	}
 	p.AHs = ahcache.New(p.PD, 0)
+	return p.StartWorkers(n, create)
+}
+
+// StartWorkers makes n workers with create (Create) and runs them (Run),
+// for a mode that keeps no protection domain or address handles of the
+// pool's (each session has its own). On an error the caller closes the
+// pool (Close).
+func (p *Pool[W]) StartWorkers(n int, create func(id int) (W, error)) error {
+	var err error
 	if p.Workers, p.AnswerQPs, err = Create(n, create); err != nil {
 		return err
 	}
@@ -45,8 +54,8 @@ func (p *Pool[W]) Start(dev verbs.Device, n int, create func(id int) (W, error))
 // lock admission checks stopped under, so nothing is admitted after),
 // calls wake (if any) so that a worker blocked waiting sees it, waits
 // until every worker's Run returned (each finishes the batch in hand),
-// then moves each worker's QPs to the error state (toErr), so that late
-// requests get no answer. Later calls do nothing; it reports whether this
+// then moves each worker's QPs to the error state (toErr, if any), so
+// that late requests get no answer. Later calls do nothing; it reports whether this
 // call stopped the pool.
 func (p *Pool[W]) Stop(mu *sync.Mutex, stopped *atomic.Bool, wake func(), toErr func(W)) (first bool) {
 	p.stopOnce.Do(func() {
@@ -58,6 +67,9 @@ func (p *Pool[W]) Stop(mu *sync.Mutex, stopped *atomic.Bool, wake func(), toErr 
 			wake()
 		}
 		p.Wait()
+		if toErr == nil {
+			return
+		}
 		for _, w := range p.Workers {
 			toErr(w)
 		}
