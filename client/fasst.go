@@ -117,10 +117,7 @@ func dialFaSST(ctx context.Context, env *transportEnv) (transport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: fasst QPs: %w", err)
 	}
-	qps := make([]dataplane.Endpoint, len(t.qps))
-	for i, q := range t.qps {
-		qps[i] = dataplane.Endpoint{Addr: q.qp.Address(), QPN: q.qp.QPN()}
-	}
+	qps := endpointsOf(t.qps, func(q *fasstQP) verbs.QP { return q.qp })
 	return admit(ctx, env, &adminpb.ConnectRequest{Mode: spec.ModeFaSST, Window: uint32(window), Qps: pbEndpoints(qps)}, t)
 }
 

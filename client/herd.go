@@ -120,8 +120,8 @@ func newHERD(pd verbs.PD, dev verbs.Device, st *stats, nqps, window int, timeout
 // ConnQPs).
 func (c *herdConn) endpoints() (recv, write []dataplane.Endpoint) {
 	for _, q := range c.qps {
-		recv = append(recv, dataplane.Endpoint{Addr: q.ud.Address(), QPN: q.ud.QPN()})
-		write = append(write, dataplane.Endpoint{Addr: q.uc.Address(), QPN: q.uc.QPN()})
+		recv = append(recv, endpointOf(q.ud))
+		write = append(write, endpointOf(q.uc))
 	}
 	return recv, write
 }

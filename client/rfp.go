@@ -174,11 +174,7 @@ func newRFP(pd verbs.PD, dev verbs.Device, st *stats, nqps, window, reads int, t
 
 // endpoints names the QPs for admission.
 func (t *rfpTransport) endpoints() []dataplane.Endpoint {
-	out := make([]dataplane.Endpoint, len(t.qps))
-	for i, q := range t.qps {
-		out[i] = dataplane.Endpoint{Addr: q.qp.Address(), QPN: q.qp.QPN()}
-	}
-	return out
+	return endpointsOf(t.qps, func(q *rfpQP) verbs.QP { return q.qp })
 }
 
 // attach checks the grant and connects the QPs, their RECVs posted
@@ -529,18 +525,9 @@ func (t *rfpTransport) Cancel(id int) {
 // Close releases the transport's verbs resources (not the PD).
 func (t *rfpTransport) Close() error {
 	for _, q := range t.qps {
-		if q.qp != nil {
-			q.qp.Close()
-		}
+		closeAll(q.qp)
 	}
 	t.qps = nil
-	for _, r := range []verbs.MR{t.slotMR, t.readMR, t.recvMR} {
-		if r != nil {
-			r.Close()
-		}
-	}
-	if t.cq != nil {
-		t.cq.Close()
-	}
+	closeAll(t.slotMR, t.readMR, t.recvMR, t.cq)
 	return nil
 }
