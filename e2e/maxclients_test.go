@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/seqd/seqd/admin/admintest"
 	"github.com/seqd/seqd/server"
 )
 
@@ -26,7 +27,7 @@ func TestDefaultMaxClients(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	adm := adminClient(ctx, t, startConfig(t, cfg))
+	adm := admintest.Client(ctx, t, startConfig(t, cfg))
 	heap := func() uint64 {
 		var m runtime.MemStats
 		runtime.GC()

@@ -14,8 +14,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/seqd/seqd/admin"
 	"github.com/seqd/seqd/admin/adminpb"
+	"github.com/seqd/seqd/admin/admintest"
 	"github.com/seqd/seqd/ha/hatest"
 	"github.com/seqd/seqd/headeronly"
 	"github.com/seqd/seqd/server"
@@ -70,16 +70,6 @@ func syntheticConnect(port uint16, qpn uint32, window uint32) *adminpb.ConnectRe
 		ClientName: fmt.Sprintf("synthetic-%d", port), ProtocolVersion: spec.ProtocolVersion}
 }
 
-func adminClient(ctx context.Context, t testing.TB, addr string) adminpb.AdminClient {
-	t.Helper()
-	cc, err := admin.Dial(ctx, addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cc.Close() })
-	return adminpb.NewAdminClient(cc)
-}
-
 // TestAdmissionBeyondCapacity: Connects that would exceed the workers'
 // receive capacity, or the session limit, are refused with
 // ResourceExhausted and change nothing; a real client admitted before
@@ -92,7 +82,7 @@ func TestAdmissionBeyondCapacity(t *testing.T) {
 	recv := headeronly.DefaultMaxRecv
 	tries := recv/256 + 2
 	addr := startConfig(t, server.Config{Workers: 1, MaxWindow: 256, MaxClients: tries + 1})
-	adm := adminClient(ctx, t, addr)
+	adm := admintest.Client(ctx, t, addr)
 	cs := dialN(t, ctx, addr, "", 1) // 2 QPs × 16
 	var ids [][]byte
 	var refused *adminpb.ConnectRequest
@@ -144,7 +134,7 @@ func TestAdmissionBeyondCapacity(t *testing.T) {
 
 	// The session limit: MaxClients.
 	addr2 := startConfig(t, server.Config{Workers: 1, MaxWindow: 8, MaxClients: 5})
-	adm2 := adminClient(ctx, t, addr2)
+	adm2 := admintest.Client(ctx, t, addr2)
 	for i := range 6 {
 		_, err := adm2.Connect(ctx, syntheticConnect(uint16(21000+i), 7, 1))
 		switch {
@@ -169,7 +159,7 @@ func TestManyClientsMemory(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	addr := startConfig(t, server.Config{Workers: 2, MaxWindow: 64, MaxClients: n + 16})
-	adm := adminClient(ctx, t, addr)
+	adm := admintest.Client(ctx, t, addr)
 	cs := dialN(t, ctx, addr, "", 1)
 	var v Verifier
 	if err := load(ctx, cs, 2, 100, &v, nil); err != nil {
@@ -306,7 +296,7 @@ func TestLeaseReclaimsDeadClients(t *testing.T) {
 	}
 	fill := (headeronly.DefaultMaxRecv - 32) / 4096
 	addr := startConfig(t, server.Config{Workers: 1, MaxWindow: 256, MaxClients: 64, SessionLease: lease})
-	adm := adminClient(ctx, t, addr)
+	adm := admintest.Client(ctx, t, addr)
 	cs := dialN(t, ctx, addr, "", 1)
 	var dead [][]byte
 	for i := range fill {
@@ -364,7 +354,7 @@ func TestLeaseReclaimsDeadClientsHA(t *testing.T) {
 	defer cancel()
 	addr := startConfig(t, server.Config{Workers: 1, MaxWindow: 256, MaxClients: 8, SessionLease: lease,
 		HA: server.HAConfig{EtcdEndpoints: strings.Join(etcd.Endpoints(), ","), LeaseTTL: time.Second}})
-	adm := adminClient(ctx, t, addr)
+	adm := admintest.Client(ctx, t, addr)
 	// Until this instance has won its term, Connect redirects.
 	var first *adminpb.ConnectResponse
 	waitFor(t, 20*time.Second, func() bool {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/seqd/seqd/admin/adminpb"
+	"github.com/seqd/seqd/admin/admintest"
 	"github.com/seqd/seqd/client"
 	"github.com/seqd/seqd/spec"
 )
@@ -133,7 +134,7 @@ func TestKill9RestartsManyClients(t *testing.T) {
 			}
 			at := now()
 			if ev == "switch" {
-				cc := adminClient(ctx, t, adminAddr)
+				cc := admintest.Client(ctx, t, adminAddr)
 				if _, err := cc.SetMode(ctx, &adminpb.SetModeRequest{Mode: modes[k%len(modes)]}); err != nil {
 					t.Fatalf("switch %d: %v", k, err)
 				}
