@@ -61,6 +61,42 @@ func startAddrs(t testing.TB, c server.Config) server.Addrs {
 	return server.Addrs{}
 }
 
+// liveHeap is the Go heap in use after two collections.
+func liveHeap() uint64 {
+	var m runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// parallel calls do(i) for every i in [0, n) on workers goroutines, and
+// returns the first error; a goroutine stops at its first error.
+func parallel(n, workers int, do func(i int) error) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errc := make(chan error, workers)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				if err := do(i); err != nil {
+					errc <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	return <-errc
+}
+
 // syntheticConnect is a Connect for a client that exists only on paper:
 // one QP at 127.0.0.1:port.
 func syntheticConnect(port uint16, qpn uint32, window uint32) *adminpb.ConnectRequest {
@@ -165,41 +201,19 @@ func TestManyClientsMemory(t *testing.T) {
 	if err := load(ctx, cs, 2, 100, &v, nil); err != nil {
 		t.Fatal(err)
 	}
-	heap := func() uint64 {
-		var m runtime.MemStats
-		runtime.GC()
-		runtime.GC()
-		runtime.ReadMemStats(&m)
-		return m.HeapAlloc
-	}
-	h0 := heap()
+	h0 := liveHeap()
 	connectAll := func(base int) [][]byte {
 		ids := make([][]byte, n)
-		var next atomic.Int64
-		var wg sync.WaitGroup
-		errc := make(chan error, 8)
-		for range 8 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					i := int(next.Add(1)) - 1
-					if i >= n {
-						return
-					}
-					// Distinct addresses, as distinct client hosts or ports.
-					resp, err := adm.Connect(ctx, syntheticConnect(uint16(base+i), uint32(1+i%1000), 1))
-					if err != nil {
-						errc <- fmt.Errorf("connect %d: %w", i, err)
-						return
-					}
-					ids[i] = resp.GetSessionToken()
-				}
-			}()
-		}
-		wg.Wait()
-		close(errc)
-		if err := <-errc; err != nil {
+		err := parallel(n, 8, func(i int) error {
+			// Distinct addresses, as distinct client hosts or ports.
+			resp, err := adm.Connect(ctx, syntheticConnect(uint16(base+i), uint32(1+i%1000), 1))
+			if err != nil {
+				return fmt.Errorf("connect %d: %w", i, err)
+			}
+			ids[i] = resp.GetSessionToken()
+			return nil
+		})
+		if err != nil {
 			t.Fatal(err)
 		}
 		return ids
@@ -214,7 +228,7 @@ func TestManyClientsMemory(t *testing.T) {
 	start := time.Now()
 	ids := connectAll(1024)
 	took := time.Since(start)
-	h1 := heap()
+	h1 := liveHeap()
 	st, err := adm.Status(ctx, &adminpb.StatusRequest{})
 	if err != nil {
 		t.Fatal(err)
@@ -240,7 +254,7 @@ func TestManyClientsMemory(t *testing.T) {
 	// (1s) after their last QP left, at the next Connect: probe until
 	// the heap stops shrinking, with a deadline.
 	settle := func() uint64 {
-		h, prev := heap(), uint64(0)
+		h, prev := liveHeap(), uint64(0)
 		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && h != prev; {
 			time.Sleep(1200 * time.Millisecond) // past the 1s grace
 			resp, err := adm.Connect(ctx, syntheticConnect(1023, 1, 1))
@@ -248,7 +262,7 @@ func TestManyClientsMemory(t *testing.T) {
 				t.Fatal(err)
 			}
 			disconnectAll([][]byte{resp.GetSessionToken()})
-			prev, h = h, heap()
+			prev, h = h, liveHeap()
 			if h > prev-min(prev, 64<<10) {
 				break // within 64 KiB of the last probe: settled
 			}
