@@ -235,8 +235,7 @@ func (c *herdConn) Poll(now time.Duration, res []result) int {
 			if slot/c.recvN != qi {
 				continue
 			}
-			c.recvWRs[nr].ID = wc.ID
-			c.recvSGE[nr] = verbs.SGE{Addr: c.recvMR.Addr() + uint64(slot)*recvSlot, Length: recvSlot, LKey: c.recvMR.LKey()}
+			c.setRecv(nr, qi, slot%c.recvN)
 			nr++
 			if wc.Status != verbs.WCSuccess || wc.Flags&verbs.WCWithImm == 0 || wc.ByteLen < verbs.GRHLen {
 				if wc.Status != verbs.WCWRFlushErr {
