@@ -244,9 +244,4 @@ func (s *Server) Stats() dataplane.Stats {
 
 // AddressHandles is the number of open address handles (tests: churn
 // leaves none behind).
-func (s *Server) AddressHandles() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.AHs.Reap(time.Now())
-	return s.AHs.Len()
-}
+func (s *Server) AddressHandles() int { return s.Pool.AddressHandles(&s.mu) }

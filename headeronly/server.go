@@ -341,12 +341,7 @@ func (s *Server) awaitRecvs(ctx context.Context, w *worker) {
 // AddressHandles is the number of open address handles: those of the
 // connected clients' addresses and of addresses left within the grace
 // period (ahcache.Grace).
-func (s *Server) AddressHandles() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.AHs.Reap(time.Now())
-	return s.AHs.Len()
-}
+func (s *Server) AddressHandles() int { return s.Pool.AddressHandles(&s.mu) }
 
 // OverrunSessions is the number of connected sessions one of whose own
 // request QPs dropped a request because none of its receives was posted:

@@ -177,12 +177,7 @@ func (s *Server) Release(ctx context.Context, r dataplane.SessionRef) error {
 // AddressHandles is the number of open address handles: those of the
 // connected clients' addresses and of addresses left within the grace
 // period.
-func (s *Server) AddressHandles() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.AHs.Reap(time.Now())
-	return s.AHs.Len()
-}
+func (s *Server) AddressHandles() int { return s.Pool.AddressHandles(&s.mu) }
 
 // sessionCount is the number of admitted sessions.
 func (s *Server) sessionCount() int {

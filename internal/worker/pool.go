@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/seqd/seqd/dataplane"
 	"github.com/seqd/seqd/internal/ahcache"
@@ -109,4 +110,14 @@ func (p *Pool[W]) Close() {
 	if p.PD != nil {
 		p.PD.Close()
 	}
+}
+
+// AddressHandles is the number of open address handles, holding mu (the
+// mode's admission lock): those of the connected clients' addresses and
+// of addresses left within the grace period (ahcache.Grace).
+func (p *Pool[W]) AddressHandles(mu *sync.Mutex) int {
+	mu.Lock()
+	defer mu.Unlock()
+	p.AHs.Reap(time.Now())
+	return p.AHs.Len()
 }
