@@ -4,7 +4,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/seqd/seqd/internal/version.Version=$(VERSION)
 BIN     := bin
 
-.PHONY: all build build-ibverbs test-ibverbs-fake test-nic-wire test test-short lint run bench bench-verbs bench-xdp bench-client fuzz-short clean docker docker-ibverbs docker-smoke check-guide check-deploy lossy soak cross storm bench-remote
+.PHONY: all build build-ibverbs test-ibverbs-fake test-nic-wire test test-short lint run bench bench-verbs bench-xdp bench-client bench-server fuzz-short clean docker docker-ibverbs docker-smoke check-guide check-deploy lossy soak cross storm bench-remote
 
 all: build
 
@@ -75,6 +75,14 @@ bench-xdp:
 # throughput), next to the transport's echo figures from the same run.
 bench-client:
 	./scripts/bench-client.sh
+
+# The server, not the client: loadgen's wire-level generator against the
+# provider's echo server, a raw UDP echo and seqd (one worker), each on the
+# same core, at 1, 64 and 1024 flows, and Redis INCR; ends with one
+# seqd_mops=… floor_mops=… ratio=… flows=… line per flow count
+# (scripts/bench-server.sh). A benchmark: never part of make test.
+bench-server:
+	./scripts/bench-server.sh
 
 # loadgen -verify in every mode under injected loss (1e-3..1e-1),
 # reordering and duplication: throughput and p99 per rate per mode

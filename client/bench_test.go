@@ -2,17 +2,29 @@ package client_test
 
 import (
 	"context"
+	"os"
 	"testing"
 	"time"
 
 	"github.com/seqd/seqd/client"
 )
 
+// reportCPU reports the process's CPU time per operation since from. It
+// is the client's alone when the server runs in another process
+// (SEQD_BENCH_ADMIN, as scripts/bench-client.sh runs it), else client's
+// and server's together.
+func reportCPU(b *testing.B, from time.Duration) {
+	b.ReportMetric(float64(cpuTime()-from)/float64(b.N), "cpu_ns/op")
+}
+
 func benchClient(b *testing.B, opts ...client.Option) *client.Client {
 	b.Helper()
-	dir := b.TempDir()
-	addr, stop := startSeqd(dir)
-	b.Cleanup(stop)
+	addr := os.Getenv("SEQD_BENCH_ADMIN") // a seqd in another process
+	if addr == "" {
+		var stop func()
+		addr, stop = startSeqd(b.TempDir())
+		b.Cleanup(stop)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	c, err := client.Dial(ctx, addr, opts...)
@@ -36,11 +48,13 @@ func BenchmarkGetTimestamp(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu := cpuTime()
 	for b.Loop() {
 		if _, err := c.GetTimestamp(ctx); err != nil {
 			b.Fatal(err)
 		}
 	}
+	reportCPU(b, cpu)
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds()/1e6, "Mops")
 }
 
@@ -53,6 +67,7 @@ func BenchmarkPipelined(b *testing.B) {
 	reqs := make([]client.Request, w)
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu := cpuTime()
 	inflight := 0
 	issued := 0
 	for i := range reqs {
@@ -81,6 +96,7 @@ func BenchmarkPipelined(b *testing.B) {
 		}
 	}
 	b.StopTimer()
+	reportCPU(b, cpu)
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds()/1e6, "Mops")
 	if s := c.Stats(); s.Regressions != 0 {
 		b.Fatalf("regressions: %+v", s)

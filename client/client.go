@@ -19,7 +19,8 @@ import (
 // Request is one asynchronous request. Callers own it and may reuse it
 // once it completed. Set Done (a channel with room for one) or Callback
 // before Submit; the engine sends the Request on Done, or calls Callback
-// on the engine goroutine (it must not block).
+// on the goroutine driving the engine (the engine goroutine, or a caller
+// of GetTimestamp driving it alone); it must not block.
 type Request struct {
 	// Deadline, if not zero, is when the request fails with ErrTimeout.
 	Deadline time.Time
@@ -79,6 +80,7 @@ type stats struct {
 	requests, answers, retransmits, stale, specMisses, malformed,
 	regressions, timeouts, reconnects, doorbells, forged,
 	completed, failed atomic.Uint64
+	driven         atomic.Uint64   // GetTimestamp calls that drove the engine themselves
 	latency, batch *hist.Histogram // nanoseconds; requests per doorbell
 }
 
@@ -114,6 +116,9 @@ type Client struct {
 	sess  session
 	lease lease
 	sub   submissions
+	// drive is held by whoever drives the engine (eng and its
+	// transport): the engine goroutine, or a lone caller (driveOwn).
+	drive sync.Mutex
 	eng   engine
 	mode  atomic.Value // the mode last connected in, for Mode()
 
@@ -134,6 +139,7 @@ type submissions struct {
 	closed  bool
 	wakeCh  chan struct{}
 	waiting atomic.Bool // the engine sleeps in CQ.Wait
+	idle    atomic.Bool // the engine goroutine idles (waits on wakeCh)
 	kickMu  sync.Mutex
 	kick    context.CancelFunc
 	kickCtx atomic.Pointer[context.Context]
@@ -234,7 +240,7 @@ func dial(ctx context.Context, adminAddr, device string, opts []Option) (_ *Clie
 	}
 	c.ctx, c.stop = context.WithCancel(context.Background())
 	c.newKick()
-	go c.engine()
+	c.run()
 	go c.lease.renew(c.ctx, c.log, c.kickNow)
 	return c, nil
 }
@@ -324,6 +330,21 @@ func (c *Client) Submit(r *Request) error {
 	if r.Done == nil && r.Callback == nil {
 		return fmt.Errorf("%w: request without Done or Callback", ErrConfig)
 	}
+	if err := c.enqueue(r); err != nil {
+		return err
+	}
+	// A busy engine takes r in on its next step: no wake-up.
+	if c.sub.idle.Load() {
+		c.wakeEngine()
+	}
+	if c.sub.waiting.Load() {
+		c.kickNow()
+	}
+	return nil
+}
+
+// enqueue queues r for the engine, without waking it.
+func (c *Client) enqueue(r *Request) error {
 	r.TS, r.Err = 0, nil
 	s := &c.sub
 	s.mu.Lock()
@@ -337,25 +358,41 @@ func (c *Client) Submit(r *Request) error {
 	s.queue = r
 	s.mu.Unlock()
 	c.st.requests.Add(1)
+	return nil
+}
+
+// wakeEngine wakes the engine goroutine if it idles.
+func (c *Client) wakeEngine() {
 	select {
-	case s.wakeCh <- struct{}{}:
+	case c.sub.wakeCh <- struct{}{}:
 	default:
 	}
-	if s.waiting.Load() {
-		c.kickNow()
-	}
-	return nil
 }
 
 // GetTimestamp returns a timestamp greater than every timestamp any
 // seqd client received before this call began.
+//
+// A caller alone (nothing else in flight) drives the engine itself, on
+// its own goroutine (driveOwn); otherwise it hands its request to the
+// engine goroutine and waits.
 func (c *Client) GetTimestamp(ctx context.Context) (Timestamp, error) {
 	r := c.pool.Get().(*Request)
-	r.Deadline = c.deadline(ctx)
+	// No deadline: the engine's default timeout from when it takes r in.
+	r.Deadline, _ = ctx.Deadline()
+	if c.drive.TryLock() {
+		if ts, ok, err := c.driveOwn(ctx, r); ok {
+			return ts, err
+		}
+	}
 	if err := c.Submit(r); err != nil {
 		c.pool.Put(r)
 		return 0, err
 	}
+	return c.wait(ctx, r)
+}
+
+// wait waits for r (from the pool) to complete, or for ctx.
+func (c *Client) wait(ctx context.Context, r *Request) (Timestamp, error) {
 	select {
 	case <-r.Done:
 		ts, err := r.TS, r.Err

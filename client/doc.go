@@ -10,7 +10,13 @@
 // retransmits; the engine checks every value (accept), fails requests at
 // their deadlines, and reconnects after a server restart or mode switch.
 // A Client is safe for concurrent use; GetTimestamp, GetTimestamps,
-// GetRange and the asynchronous Submit all feed the same engine.
+// GetRange and the asynchronous Submit all feed the same engine. Whoever
+// drives the engine holds Client.drive: the engine goroutine, which lets
+// go of it only while idle, or a lone GetTimestamp caller, which then
+// runs the engine on its own goroutine (sends, polls with a short spin,
+// blocks in the CQ's Wait) until its answer comes, with no hand-off
+// between goroutines (driveOwn), and leaves any other work to the engine
+// goroutine.
 //
 // GetRange reserves k consecutive values (a Range) in one round trip:
 // one request, in mode fasst, for k values claimed together and

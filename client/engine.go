@@ -46,6 +46,7 @@ const (
 // the engine goroutine (and Dial before it starts) touches it.
 type engine struct {
 	tr            transport
+	flush         flusher    // tr, when it defers its posts to the end of a step
 	reqs          []*Request // by request ID; nil: the ID is free
 	free          []int      // the free IDs, a stack
 	ids           []int      // Send's argument
@@ -63,6 +64,10 @@ type engine struct {
 	connFails  int           // reconnects failed in a row
 	slowProbes int           // Status probes timed out in a row (keepOnSlowProbe)
 	slowAns    time.Duration // lastAns when they began
+	afterStep  func()        // tests: called at the end of every step
+	// clock is the time the current step (or expiry) began: requests it
+	// completes are timed by it (finish), one clock read per batch.
+	clock time.Duration
 }
 
 func (e *engine) init() {
@@ -72,6 +77,7 @@ func (e *engine) init() {
 // use makes tr the data path. No request is in flight (requeue).
 func (e *engine) use(tr transport) {
 	e.tr = tr
+	e.flush, _ = tr.(flusher)
 	n := tr.Free() + tr.Outstanding()
 	if n > cap(e.reqs) {
 		e.reqs, e.free = make([]*Request, n), make([]int, 0, n)
@@ -82,6 +88,12 @@ func (e *engine) use(tr transport) {
 		e.free = append(e.free, id)
 	}
 }
+
+// flusher is a transport that queues what it would post during the
+// engine's step (receives to post again, requests) and posts it all at
+// the step's end, in as few provider calls as it can: with one poll of a
+// shared CQ, two crossings into the provider per batch (issue 16).
+type flusher interface{ Flush() }
 
 func (e *engine) inflight() int { return len(e.reqs) - len(e.free) }
 
@@ -124,13 +136,25 @@ func (e *engine) popFront() *Request {
 	return r
 }
 
-// engine is the goroutine that drives the transport.
+// run starts the engine goroutine. The engine's timer and clock exist
+// before: a lone caller may drive the engine as soon as run returns.
+func (c *Client) run() {
+	e := &c.eng
+	e.timer = time.AfterFunc(time.Hour, c.kickNow)
+	e.lastAns = c.now()
+	c.drive.Lock()
+	go c.engine()
+}
+
+// engine is the goroutine that drives the transport. It holds c.drive
+// whenever it touches the engine's state, and lets go of it only while
+// idle (nothing in flight or queued), when a lone caller may drive the
+// engine itself (driveOwn). At the end it keeps c.drive: no caller
+// drives a closed client.
 func (c *Client) engine() {
 	defer close(c.doneCh)
 	e := &c.eng
-	e.timer = time.AfterFunc(time.Hour, c.kickNow)
 	defer e.timer.Stop()
-	e.lastAns = c.now()
 	idleSince := time.Duration(-1)
 	for c.ctx.Err() == nil {
 		now := c.now()
@@ -154,10 +178,18 @@ func (c *Client) engine() {
 			continue
 		}
 		if e.inflight() == 0 && e.backlog == nil {
-			select {
-			case <-c.sub.wakeCh:
-			case <-c.ctx.Done():
+			// Submit wakes the engine only while idle is set; a
+			// request queued before it was set is seen here.
+			c.sub.idle.Store(true)
+			if !c.queued() {
+				c.drive.Unlock()
+				select {
+				case <-c.sub.wakeCh:
+				case <-c.ctx.Done():
+				}
+				c.drive.Lock()
 			}
+			c.sub.idle.Store(false)
 			idleSince = -1
 			continue
 		}
@@ -174,10 +206,95 @@ func (c *Client) engine() {
 	c.failAll(ErrNotConnected)
 }
 
+// driveOwn is GetTimestamp's lone-caller fast path, entered with c.drive
+// held: when the engine is idle (nothing in flight or queued, the data
+// path up), the caller submits r and drives the engine on its own
+// goroutine (send, poll with a short spin, then block in the CQ's Wait)
+// until r completes, with no hand-off to the engine goroutine. Requests
+// other callers submit meanwhile are taken in and sent too; whatever is
+// left when r completes goes back to the engine goroutine, as does r
+// itself when the data path needs a reconnect or the client closes. It
+// releases c.drive, and returns r (from the pool) to the pool unless the
+// engine recycles it. ok is false when the engine was not idle: r was not
+// submitted.
+func (c *Client) driveOwn(ctx context.Context, r *Request) (ts Timestamp, ok bool, err error) {
+	e := &c.eng
+	if e.connFailed || e.tr == nil || e.tr.Broken() || e.inflight() != 0 || e.backlog != nil || c.ctx.Err() != nil {
+		c.leave()
+		return 0, false, nil
+	}
+	if err := c.enqueue(r); err != nil {
+		c.leave()
+		c.pool.Put(r)
+		return 0, true, err
+	}
+	c.st.driven.Add(1)
+	now := r.born // enqueue read the clock
+	c.intake(now)
+	spinFrom := now
+	did := c.dispatch(now) // nothing is in flight: send before the first poll
+	for {
+		select {
+		case <-r.Done:
+			c.leave()
+			ts, err := r.TS, r.Err
+			c.pool.Put(r)
+			return ts, true, err
+		default:
+		}
+		if ctx.Err() != nil {
+			r.abandoned.Store(true) // the engine recycles it
+			c.leave()
+			return 0, true, ctxError(ctx.Err())
+		}
+		if c.ctx.Err() != nil || e.tr.Broken() || now-e.lastAns > reconnectAfter {
+			c.leave() // the engine goroutine reconnects, or fails r at Close
+			ts, err := c.wait(ctx, r)
+			return ts, true, err
+		}
+		switch {
+		case did:
+			spinFrom = now
+		case now-spinFrom < spinFor:
+			runtime.Gosched()
+		default:
+			c.sleepFor(ctx, now)
+			spinFrom = c.now()
+		}
+		now = c.now()
+		c.intake(now)
+		did = c.step(now)
+	}
+}
+
+// leave releases c.drive after a caller drove the engine, and wakes the
+// engine goroutine when work is left.
+func (c *Client) leave() {
+	e := &c.eng
+	more := e.inflight() > 0 || e.backlog != nil
+	c.drive.Unlock()
+	if more {
+		c.wakeEngine()
+	}
+}
+
+// sleepFor is sleep for a caller driving the engine: it also wakes when
+// the caller's ctx is done.
+func (c *Client) sleepFor(ctx context.Context, now time.Duration) {
+	if ctx.Done() == nil {
+		c.sleep(now)
+		return
+	}
+	stop := context.AfterFunc(ctx, c.kickNow)
+	c.sleep(now)
+	stop()
+}
+
 // step is one round on the transport: take answers, retransmit, give up
 // on requests whose callers did, send the backlog.
 func (c *Client) step(now time.Duration) bool {
 	e := &c.eng
+	e.clock = now
 	tr := e.tr
 	did := false
 	n := tr.Poll(now, e.res)
@@ -198,6 +315,17 @@ func (c *Client) step(now time.Duration) bool {
 	if k := tr.Expire(now); k > 0 {
 		c.st.retransmits.Add(uint64(k))
 	}
+	return c.dispatch(now) || did
+}
+
+// dispatch is the second half of a step: give up on requests whose
+// callers did or whose deadline passed, send the backlog, and post what
+// the step queued.
+func (c *Client) dispatch(now time.Duration) bool {
+	e := &c.eng
+	e.clock = now
+	tr := e.tr
+	did := false
 	if now >= e.nextScan {
 		e.nextScan = now + scanEvery
 		for id, r := range e.reqs {
@@ -240,6 +368,12 @@ func (c *Client) step(now time.Duration) bool {
 			break
 		}
 	}
+	if e.flush != nil {
+		e.flush.Flush()
+	}
+	if e.afterStep != nil {
+		e.afterStep()
+	}
 	return did
 }
 
@@ -280,10 +414,7 @@ func (c *Client) sleep(now time.Duration) {
 	}
 	kctx := *c.sub.kickCtx.Load()
 	c.sub.waiting.Store(true)
-	c.sub.mu.Lock()
-	queued := c.sub.queue != nil
-	c.sub.mu.Unlock()
-	if !queued {
+	if !c.queued() {
 		e.timer.Reset(max(next-now, 0))
 		e.tr.CQ().Wait(kctx)
 		e.timer.Stop()
@@ -292,6 +423,14 @@ func (c *Client) sleep(now time.Duration) {
 	if kctx.Err() != nil && c.ctx.Err() == nil {
 		c.newKick()
 	}
+}
+
+// queued reports whether requests wait to be taken in.
+func (c *Client) queued() bool {
+	c.sub.mu.Lock()
+	q := c.sub.queue != nil
+	c.sub.mu.Unlock()
+	return q
 }
 
 // intake moves submitted requests to the backlog, oldest first.
@@ -348,7 +487,7 @@ func (c *Client) finish(r *Request, ts Timestamp, err error) {
 		c.st.failed.Add(1)
 	}
 	if c.st.latency != nil {
-		c.st.latency.Observe(uint64(max(c.now()-r.born, 0)))
+		c.st.latency.Observe(uint64(max(c.eng.clock-r.born, 0)))
 	}
 	if r.abandoned.Load() {
 		if r.pooled {
@@ -454,6 +593,7 @@ func (c *Client) keepOnSlowProbe(err error) bool {
 func (c *Client) failAll(err error) {
 	e := &c.eng
 	now := c.now()
+	e.clock = now
 	for id := range e.reqs {
 		if r := e.take(id); r != nil {
 			e.tr.Cancel(id)
@@ -475,6 +615,7 @@ func (c *Client) failAll(err error) {
 // caller gave up.
 func (c *Client) expireBacklog(now time.Duration) {
 	e := &c.eng
+	e.clock = now
 	var keep, tail *Request
 	for r := e.popFront(); r != nil; r = e.popFront() {
 		if r.abandoned.Load() || now >= r.deadline {

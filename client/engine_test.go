@@ -100,7 +100,7 @@ func (f *fakeTransport) Cancel(id int) {
 func (f *fakeTransport) Close() error { return nil }
 
 // startEngine runs a Client's engine on tr alone (no admin plane).
-func startEngine(t *testing.T, tr transport) *Client {
+func startEngine(t testing.TB, tr transport) *Client {
 	t.Helper()
 	c := &Client{start: time.Now(), doneCh: make(chan struct{}), log: slog.New(slog.DiscardHandler)}
 	c.sub.wakeCh = make(chan struct{}, 1)
@@ -112,7 +112,7 @@ func startEngine(t *testing.T, tr transport) *Client {
 	c.eng.use(tr)
 	c.ctx, c.stop = context.WithCancel(context.Background())
 	c.newKick()
-	go c.engine()
+	c.run()
 	t.Cleanup(func() {
 		c.stop()
 		<-c.doneCh

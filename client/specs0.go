@@ -16,7 +16,16 @@ func init() { transports[spec.ModeSpecS0] = dialSpecS0 }
 const (
 	recvSlot    = verbs.GRHLen + 64
 	signalEvery = 16
+	// recvSpare is how many receives a QP has beyond its window. Flush
+	// holds back up to half of them to post with the next requests, so a
+	// serial caller posts once per call.
+	recvSpare = 16
 )
+
+// predictHigh makes Spec-S0 clients predict the high part's advance
+// (spec.Speculator.SetPeriod). Tests and benchmarks turn it off to compare;
+// it is read when a client connects.
+var predictHigh = true
 
 // errMalformed is a result's error for an answer that matched its request
 // but could not be decoded: the engine sends the request again.
@@ -29,9 +38,11 @@ var errMalformed = errors.New("client: malformed answer")
 // Its QPs outlive reconnects: a dialer handed a specS0 as prev re-runs
 // Connect with the same QPs.
 type specS0 struct {
-	env     *transportEnv
-	recvCQ  verbs.CQ
-	sendCQ  verbs.CQ
+	env *transportEnv
+	// cq takes the receives and the sends of every QP: the engine's step
+	// polls it once, and posts receives and sends together in one call
+	// (Flush): two provider crossings per batch (issue 16).
+	cq      verbs.CQ
 	recvMR  verbs.MR
 	qps     []*s0QP
 	ahs     []verbs.AH
@@ -51,11 +62,15 @@ type specS0 struct {
 	now     time.Duration
 
 	wcs     []verbs.WC
-	swcs    []verbs.WC
 	expired []spec.Expired
-	recvWRs []verbs.RecvWR
-	recvSGE []verbs.SGE
+	chains  []verbs.RecvChain // Flush's
 }
+
+// recvBit marks a receive's work request ID (recvBit | QP index << 32 |
+// slot); a send's is its sequence number on the QP << 8 | the QP index.
+// Error completions carry no valid opcode (ibv_poll_cq(3)): the ID tells
+// them apart.
+const recvBit = 1 << 63
 
 type s0QP struct {
 	qp      verbs.QP
@@ -65,6 +80,12 @@ type s0QP struct {
 	posted  uint64
 	done    uint64
 	wrs     []verbs.SendWR
+	nwr     int // work requests in wrs not posted yet (Flush posts them)
+	// recvs[:nrecv] are the receives to post again (Flush), each
+	// gathering into its sges entry.
+	recvs []verbs.RecvWR
+	sges  []verbs.SGE
+	nrecv int
 }
 
 // dialSpecS0 (re-)connects in Spec-S0: on prev's QPs when prev is a
@@ -94,27 +115,19 @@ func newSpecS0(env *transportEnv) (s *specS0, err error) {
 			s.Close()
 		}
 	}()
-	perQP := env.window + 16
-	if s.recvCQ, err = env.dev.CreateCQ(env.qps * perQP); err != nil {
-		return nil, fmt.Errorf("client: receive CQ: %w", err)
-	}
+	perQP := env.window + recvSpare
 	sendDepth := 2*env.window + 2*signalEvery
-	// Room for every WR in flight, not only the signaled ones: a QP that
-	// goes to ERR flushes them all, unsignaled too (ibv_poll_cq(3)), and
-	// an overrun CQ cannot be used again.
-	if s.sendCQ, err = env.dev.CreateCQ(env.qps * (sendDepth + 1)); err != nil {
-		return nil, fmt.Errorf("client: send CQ: %w", err)
+	// Room for every receive and every send WR in flight, not only the
+	// signaled ones: a QP that goes to ERR flushes them all, unsignaled
+	// too (ibv_poll_cq(3)), and an overrun CQ cannot be used again.
+	if s.cq, err = env.dev.CreateCQ(env.qps * (perQP + sendDepth + 1)); err != nil {
+		return nil, fmt.Errorf("client: CQ: %w", err)
 	}
 	if s.recvMR, err = env.pd.RegMR(env.qps*perQP*recvSlot, verbs.AccessLocalWrite); err != nil {
 		return nil, fmt.Errorf("client: receive buffers: %w", err)
 	}
 	s.wcs = make([]verbs.WC, 64)
-	s.swcs = make([]verbs.WC, 64)
-	s.recvWRs = make([]verbs.RecvWR, perQP)
-	s.recvSGE = make([]verbs.SGE, perQP)
-	for i := range s.recvWRs {
-		s.recvWRs[i].SG = s.recvSGE[i : i+1]
-	}
+	s.chains = make([]verbs.RecvChain, 0, env.qps)
 	n := env.qps * env.window
 	s.idQP, s.idTag, s.high = make([]int, n), make([]spec.Tag, n), make([]uint64, n)
 	for i := range s.idQP {
@@ -122,7 +135,7 @@ func newSpecS0(env *transportEnv) (s *specS0, err error) {
 	}
 	s.pending = make([]int, 0, n)
 	for i := range env.qps {
-		qp, err := env.pd.CreateQP(verbs.QPInitAttr{Type: verbs.UD, SendCQ: s.sendCQ, RecvCQ: s.recvCQ,
+		qp, err := env.pd.CreateQP(verbs.QPInitAttr{Type: verbs.UD, SendCQ: s.cq, RecvCQ: s.cq,
 			Cap: verbs.QPCap{MaxSendWR: sendDepth, MaxRecvWR: perQP, MaxSendSGE: 1, MaxRecvSGE: 1}})
 		if err != nil {
 			return nil, fmt.Errorf("client: QP %d: %w", i, err)
@@ -132,22 +145,34 @@ func newSpecS0(env *transportEnv) (s *specS0, err error) {
 			qp.Close()
 			return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 		}
-		s.qps = append(s.qps, &s0QP{qp: qp, win: win, wrs: make([]verbs.SendWR, env.window)})
+		q := &s0QP{qp: qp, win: win, wrs: make([]verbs.SendWR, env.window),
+			recvs: make([]verbs.RecvWR, perQP), sges: make([]verbs.SGE, perQP)}
+		for k := range q.recvs {
+			q.recvs[k].SG = q.sges[k : k+1]
+		}
+		s.qps = append(s.qps, q)
 	}
 	return s, nil
 }
 
 // postInitialRecvs fills QP i's receive queue (once it is out of RESET).
 func (s *specS0) postInitialRecvs(i int) error {
-	perQP := len(s.recvWRs)
+	q := s.qps[i]
+	perQP := len(q.recvs)
 	for k := range perQP {
-		s.recvWRs[k].ID = uint64(i)<<32 | uint64(i*perQP+k)
-		s.recvSGE[k] = verbs.SGE{Addr: s.recvMR.Addr() + uint64(i*perQP+k)*recvSlot, Length: recvSlot, LKey: s.recvMR.LKey()}
+		q.recvs[k].ID = recvBit | uint64(i)<<32 | uint64(i*perQP+k)
+		q.sges[k] = s.recvSGE(uint64(i*perQP + k))
 	}
-	if _, err := s.qps[i].qp.PostRecv(s.recvWRs); err != nil {
+	q.nrecv = 0
+	if _, err := q.qp.PostRecv(q.recvs); err != nil {
 		return fmt.Errorf("client: QP %d: post receives: %w", i, err)
 	}
 	return nil
+}
+
+// recvSGE is the buffer of receive slot slot.
+func (s *specS0) recvSGE(slot uint64) verbs.SGE {
+	return verbs.SGE{Addr: s.recvMR.Addr() + slot*recvSlot, Length: recvSlot, LKey: s.recvMR.LKey()}
 }
 
 // connect runs Connect with the QPs, brings them up (with the session's
@@ -212,6 +237,11 @@ func (s *specS0) connect(ctx context.Context) error {
 	if s.epoch != resp.GetEpoch() {
 		s.spec.Forget()
 	}
+	period := time.Duration(0)
+	if f, err := spec.ParseFormat(resp.GetFormat()); err == nil && predictHigh {
+		period = spec.HighPeriod(f)
+	}
+	s.spec.SetPeriod(period) // predict the high part's advance (PROTOCOL.md)
 	s.epoch = resp.GetEpoch()
 	s.qkey, s.ansQKey, s.srvResp = resp.GetQkey(), resp.GetAnswerQkey(), from
 	if h := resp.GetHigh(); h != 0 {
@@ -236,40 +266,33 @@ func (s *specS0) Outstanding() int {
 	return n
 }
 
-// Send sends ids, one chain per QP, the QPs filled in turn.
+// Send queues ids, one chain per QP, the QPs filled in turn; Flush posts
+// them at the end of the engine's step.
 func (s *specS0) Send(now time.Duration, ids []int) (int, error) {
 	s.now = now
 	return s.send(now, ids), nil
 }
 
-// send sends ids under fresh tags, one chain per QP, and returns how
+// send queues ids under fresh tags on the QPs' chains and returns how
 // many it took (a prefix).
 func (s *specS0) send(now time.Duration, ids []int) int {
-	// One doorbell for all QPs' chains where the device can (the
-	// userspace provider: one sendmmsg instead of one per QP).
-	if b, ok := s.env.dev.(verbs.DoorbellBatcher); ok {
-		b.HoldDoorbell()
-		defer b.RingDoorbell()
-	}
 	took := 0
 	for qi, q := range s.qps {
-		n := 0
-		for took < len(ids) && q.win.Outstanding() < q.granted && n < len(q.wrs) {
-			if !s.queue(now, qi, n, ids[took]) {
+		for took < len(ids) && q.win.Outstanding() < q.granted && q.nwr < len(q.wrs) {
+			if !s.queue(now, qi, ids[took]) {
 				break
 			}
-			n++
 			took++
 		}
-		s.post(qi, n)
 	}
 	return took
 }
 
-// queue adds request id to QP qi's chain at position n under a fresh tag
-// and guess; false when the QP cannot take it now.
-func (s *specS0) queue(now time.Duration, qi, n, id int) bool {
+// queue adds request id to QP qi's chain under a fresh tag and guess;
+// false when the QP cannot take it now.
+func (s *specS0) queue(now time.Duration, qi, id int) bool {
 	q := s.qps[qi]
+	n := q.nwr
 	if q.posted-q.done+uint64(n)+1 >= uint64(cap(q.wrs)+2*signalEvery) {
 		return false
 	}
@@ -290,76 +313,118 @@ func (s *specS0) queue(now time.Duration, qi, n, id int) bool {
 	if seq%signalEvery == signalEvery-1 {
 		wr.Flags = verbs.Signaled
 	}
+	q.nwr++
 	return true
 }
 
-// post rings QP qi's doorbell for its first n work requests. The ones
-// not posted stay in their window and are resent on expiry.
-func (s *specS0) post(qi, n int) {
-	if n == 0 {
-		return
+// Flush posts, at the end of the engine's step, the receives to post
+// again (once there are requests to post with them, or half a QP's spare
+// receives wait) and the requests queued: every QP's receives and the first
+// chain of requests in one call into the provider (verbs.PostMany), the
+// other QPs' chains (several QPs sending in one step) after it, under one
+// doorbell where the device batches them. Requests not posted stay in
+// their window and are resent on expiry.
+func (s *specS0) Flush() {
+	var sq *s0QP
+	due := false
+	for _, q := range s.qps {
+		if sq == nil && q.nwr > 0 {
+			sq = q
+		}
+		due = due || q.nrecv >= recvSpare/2
 	}
-	q := s.qps[qi]
-	posted, err := q.qp.PostSend(q.wrs[:n])
-	q.posted += uint64(posted)
-	s.env.st.doorbell(posted)
-	if err != nil {
-		s.env.log.Warn("post requests", "qp", qi, "posted", posted, "of", n, "err", err)
+	if sq == nil && !due {
+		return // the receives wait for the next requests
 	}
-}
-
-// reapSends frees send queue slots.
-func (s *specS0) reapSends() {
-	n, err := s.sendCQ.Poll(s.swcs)
-	if err != nil {
-		return
-	}
-	for _, wc := range s.swcs[:n] {
-		if qi := int(wc.ID & 0xff); qi < len(s.qps) {
-			if seq := wc.ID >> 8; seq+1 > s.qps[qi].done {
-				s.qps[qi].done = seq + 1
-			}
+	chains := s.chains[:0]
+	for _, q := range s.qps {
+		if q.nrecv > 0 {
+			chains = append(chains, verbs.RecvChain{QP: q.qp, WRs: q.recvs[:q.nrecv]})
 		}
 	}
+	if b, ok := s.env.dev.(verbs.DoorbellBatcher); ok && sq != nil {
+		b.HoldDoorbell()
+		defer b.RingDoorbell()
+	}
+	var sqp verbs.QP
+	var sends []verbs.SendWR
+	if sq != nil {
+		sqp, sends = sq.qp, sq.wrs[:sq.nwr]
+	}
+	n, err := verbs.PostMany(s.env.dev, chains, sqp, sends)
+	for i := range chains {
+		if c := &chains[i]; c.Posted < len(c.WRs) && err != nil {
+			s.env.log.Warn("re-post receives", "posted", c.Posted, "of", len(c.WRs), "err", err)
+		}
+	}
+	for _, q := range s.qps {
+		q.nrecv = 0
+	}
+	if sq != nil {
+		s.posted(sq, n, err)
+	}
+	for _, q := range s.qps {
+		if q.nwr > 0 {
+			n, err := q.qp.PostSend(q.wrs[:q.nwr])
+			s.posted(q, n, err)
+		}
+	}
+	clear(chains) // no QP kept alive by the scratch
 }
 
+// posted records that n of q's queued requests were posted.
+func (s *specS0) posted(q *s0QP, n int, err error) {
+	q.posted += uint64(n)
+	s.env.st.doorbell(n)
+	if err != nil {
+		s.env.log.Warn("post requests", "posted", n, "of", q.nwr, "err", err)
+	}
+	q.nwr = 0
+}
+
+// Poll takes completions from the shared CQ: send completions free send
+// queue slots; each receive is queued to be posted again (Flush) and its
+// answer matched.
 func (s *specS0) Poll(now time.Duration, res []result) int {
 	s.now = now
-	s.reapSends()
-	n, err := s.recvCQ.Poll(s.wcs[:min(len(res), len(s.wcs))])
+	n, err := s.cq.Poll(s.wcs[:min(len(res), len(s.wcs))])
 	if err != nil || n == 0 {
 		return 0
 	}
 	buf := s.recvMR.Bytes()
 	k := 0
-	for qi, q := range s.qps {
-		nr := 0
-		for i := range s.wcs[:n] {
-			wc := &s.wcs[i]
-			if int(wc.ID>>32) != qi {
-				continue
+	for i := range s.wcs[:n] {
+		wc := &s.wcs[i]
+		if wc.ID&recvBit == 0 {
+			if qi := int(wc.ID & 0xff); qi < len(s.qps) {
+				if seq := wc.ID >> 8; seq+1 > s.qps[qi].done {
+					s.qps[qi].done = seq + 1
+				}
 			}
-			slot := wc.ID & 0xffffffff
-			s.recvWRs[nr].ID = wc.ID
-			s.recvSGE[nr] = verbs.SGE{Addr: s.recvMR.Addr() + slot*recvSlot, Length: recvSlot, LKey: s.recvMR.LKey()}
-			nr++
-			if wc.Status != verbs.WCSuccess || wc.Flags&verbs.WCWithImm == 0 || wc.ByteLen < verbs.GRHLen {
-				s.env.st.malformed.Add(1)
-				continue
-			}
-			if !s.srvResp.Match(wc) {
-				s.env.st.forged.Add(1) // not from the server's response QPs
-				continue
-			}
-			off := slot*recvSlot + verbs.GRHLen
-			if s.answer(now, q, spec.Imm(wc.Imm), buf[off:off+uint64(wc.ByteLen)-verbs.GRHLen], &res[k]) {
-				k++
-			}
+			continue
 		}
-		if nr > 0 {
-			if _, err := q.qp.PostRecv(s.recvWRs[:nr]); err != nil {
-				s.env.log.Warn("re-post receives", "qp", qi, "err", err)
-			}
+		qi := int(wc.ID >> 32 & 0x7fff_ffff)
+		if qi >= len(s.qps) {
+			continue
+		}
+		q := s.qps[qi]
+		slot := wc.ID & 0xffff_ffff
+		if q.nrecv < len(q.recvs) {
+			q.recvs[q.nrecv].ID = wc.ID
+			q.sges[q.nrecv] = s.recvSGE(slot)
+			q.nrecv++
+		}
+		if wc.Status != verbs.WCSuccess || wc.Flags&verbs.WCWithImm == 0 || wc.ByteLen < verbs.GRHLen {
+			s.env.st.malformed.Add(1)
+			continue
+		}
+		if !s.srvResp.Match(wc) {
+			s.env.st.forged.Add(1) // not from the server's response QPs
+			continue
+		}
+		off := slot*recvSlot + verbs.GRHLen
+		if s.answer(now, q, spec.Imm(wc.Imm), buf[off:off+uint64(wc.ByteLen)-verbs.GRHLen], &res[k]) {
+			k++
 		}
 	}
 	return k
@@ -367,7 +432,7 @@ func (s *specS0) Poll(now time.Duration, res []result) int {
 
 // answer matches one answer to its request and decodes it into r.
 func (s *specS0) answer(now time.Duration, q *s0QP, imm spec.Imm, payload []byte, r *result) bool {
-	cookie, _, ok := q.win.Answer(now, imm.Tag())
+	cookie, sent, ok := q.win.Answer(now, imm.Tag())
 	if !ok {
 		s.env.st.stale.Add(1)
 		return false
@@ -393,6 +458,7 @@ func (s *specS0) answer(now time.Duration, q *s0QP, imm spec.Imm, payload []byte
 		s.env.st.specMisses.Add(1)
 	}
 	s.spec.Learn(now, v)
+	s.spec.Observe(sent, v)
 	*r = result{ID: id, Value: v}
 	return true
 }
@@ -431,7 +497,7 @@ func (s *specS0) NextDeadline() (time.Duration, bool) {
 	return d, ok
 }
 
-func (s *specS0) CQ() verbs.CQ { return s.recvCQ }
+func (s *specS0) CQ() verbs.CQ { return s.cq }
 
 func (s *specS0) Broken() bool { return false }
 
@@ -461,10 +527,8 @@ func (s *specS0) Close() error {
 	if s.recvMR != nil {
 		s.recvMR.Close()
 	}
-	for _, cq := range []verbs.CQ{s.recvCQ, s.sendCQ} {
-		if cq != nil {
-			cq.Close()
-		}
+	if s.cq != nil {
+		s.cq.Close()
 	}
 	return nil
 }

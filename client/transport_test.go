@@ -79,6 +79,9 @@ func drive(t testing.TB, tr transport, st *stats, total int, clock func() time.D
 		if k := tr.Expire(now); k > 0 {
 			st.retransmits.Add(uint64(k))
 		}
+		if f, ok := tr.(flusher); ok {
+			f.Flush() // the end of the engine's step
+		}
 	}
 	return out
 }

@@ -61,6 +61,29 @@ type Config struct {
 	// them). A spawned seqd is plaintext on loopback: they do not apply.
 	AdminDialOptions []grpc.DialOption
 
+	// Engine is "client" (the client library, default) or "wire" (the
+	// lean wire-level generator, package loadgen/wire: Spec-S0 and herd).
+	Engine string
+	// Wire engine: the flow counts to run (default 1, 64, 1024), the
+	// window per flow (0: InFlight/flows, within 1..256), the core the server
+	// under test runs on (a spawned seqd's threads, the floor servers and
+	// redis-server are pinned to it; -1: unpinned), and what to skip.
+	Flows      []int
+	FlowWindow int
+	// InFlight caps the requests outstanding over all flows (default
+	// 256; wire.Config.InFlight): more only wait in the server's socket,
+	// and one that waits past spec.MaxResidence is dropped.
+	InFlight int
+	// FlowTimeout: a request unanswered this long is given up and counted
+	// as lost (0: wire.Config's default, spec.MaxAnswerDelay).
+	FlowTimeout time.Duration
+	ServerCore  int
+	NoFloors    bool
+	NoRedis     bool
+	// ServerPID is the pid of a seqd not spawned by loadgen, for its CPU
+	// time (0: not measured).
+	ServerPID int
+
 	Progress io.Writer // a progress line per second; nil for none
 	Logger   *slog.Logger
 }
@@ -72,6 +95,16 @@ func (c *Config) adminOpts() []grpc.DialOption {
 	}
 	return c.AdminDialOptions
 }
+
+// FloorFlag is the hidden loadgen flag that makes the process a floor
+// server (ServeFloor).
+const FloorFlag = "floor-server"
+
+// The engines.
+const (
+	EngineClient = "client"
+	EngineWire   = "wire"
+)
 
 // Point is one (clients, window) combination.
 type Point struct{ Clients, Window int }
@@ -112,6 +145,37 @@ func (c *Config) Validate() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	switch c.Engine {
+	case "":
+		c.Engine = EngineClient
+	case EngineClient, EngineWire:
+	default:
+		return fmt.Errorf("%w: -engine %q (client or wire)", ErrConfig, c.Engine)
+	}
+	if len(c.Flows) == 0 {
+		c.Flows = []int{1, 64, 1024}
+	}
+	for _, f := range c.Flows {
+		if f < 1 || f > 1<<16 {
+			return fmt.Errorf("%w: -flows %d (1..65536)", ErrConfig, f)
+		}
+	}
+	if c.InFlight == 0 {
+		c.InFlight = 256
+	}
+	if c.InFlight < 1 {
+		return fmt.Errorf("%w: -inflight %d", ErrConfig, c.InFlight)
+	}
+	if c.FlowWindow < 0 || c.FlowWindow > spec.MaxWindow {
+		return fmt.Errorf("%w: -flow-window %d (0..%d)", ErrConfig, c.FlowWindow, spec.MaxWindow)
+	}
+	if c.Engine == EngineWire {
+		for _, m := range c.Modes {
+			if m != spec.ModeSpecS0 && m != spec.ModeHERD {
+				return fmt.Errorf("%w: -engine wire speaks spec-s0 and herd, not %q", ErrConfig, m)
+			}
+		}
 	}
 	if !c.Spawn {
 		if _, _, err := net.SplitHostPort(c.Admin); err != nil {

@@ -11,4 +11,11 @@
 // allocation per request. Answers are recorded as (start, end, value)
 // into per-client buffers sized before the run; they are verified after
 // the run, off the measurement.
+//
+// With Config.Engine "wire" the load comes instead from package
+// loadgen/wire, a generator lean enough that the server is the
+// bottleneck, and every figure is given next to floors measured by the
+// same generator on the same core in the same run (the provider's echo
+// server and a raw UDP echo, in processes of their own: ServeFloor), with
+// the server's CPU time per request and a Redis INCR reference.
 package loadgen

@@ -15,6 +15,8 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
 	"gonum.org/v1/plot/vg/vgsvg"
+
+	"github.com/seqd/seqd/spec"
 )
 
 // CheckPlotPath accepts the file types Plot can draw.
@@ -46,11 +48,12 @@ func (r *Report) Plot(path string) error {
 	if err := CheckPlotPath(path); err != nil {
 		return err
 	}
-	bars, err := r.throughputPlot()
-	if err != nil {
-		return err
+	bars, curve, err := r.wirePlots()
+	if len(r.Wire) == 0 {
+		if bars, err = r.throughputPlot(); err == nil {
+			curve, err = r.latencyPlot()
+		}
 	}
-	curve, err := r.latencyPlot()
 	if err != nil {
 		return err
 	}
@@ -218,4 +221,81 @@ func (r *Report) latencyPlot() (*plot.Plot, error) {
 	p.X.Min, p.X.Max = 0, right*1.15
 	p.Add(plotter.NewGrid())
 	return p, nil
+}
+
+// wireServers are the wire engine's servers, in the order they are drawn.
+var wireServers = []string{"provider-echo", "raw-echo", "seqd"}
+
+// wirePlots draws the wire engine's results: per flow count, each
+// server's throughput as a bar (Redis INCR as a line), and each server's
+// CPU time per request, user and kernel.
+func (r *Report) wirePlots() (thr, cpu *plot.Plot, err error) {
+	if len(r.Wire) == 0 {
+		return nil, nil, nil
+	}
+	var flows []int
+	for _, x := range r.Wire {
+		if !slices.Contains(flows, x.Flows) {
+			flows = append(flows, x.Flows)
+		}
+	}
+	names := make([]string, len(flows))
+	for i, f := range flows {
+		names[i] = fmt.Sprintf("%d flows", f)
+	}
+	thr, cpu = plot.New(), plot.New()
+	thr.Title.Text = "Throughput per flow count (same run, same server core)"
+	thr.Y.Label.Text = "requests per second (millions)"
+	cpu.Title.Text = "Server CPU per request (user + kernel)"
+	cpu.Y.Label.Text = "ns per request"
+	for _, p := range []*plot.Plot{thr, cpu} {
+		p.Legend.Top = true
+		p.NominalX(names...)
+		p.Add(plotter.NewGrid())
+	}
+	const bw = 16
+	topM, topN := 0.0, 0.0
+	for k, srv := range wireServers {
+		mops := make(plotter.Values, len(flows))
+		ns := make(plotter.Values, len(flows))
+		for i, f := range flows {
+			for _, x := range r.Wire {
+				if x.Server == srv && x.Flows == f && (x.Mode == "" || x.Mode == spec.ModeSpecS0) {
+					mops[i], ns[i] = x.Mops, x.UserNsPerReq+x.SysNsPerReq
+					topM, topN = max(topM, mops[i]), max(topN, ns[i])
+				}
+			}
+		}
+		for j, p := range []*plot.Plot{thr, cpu} {
+			vals := mops
+			if j == 1 {
+				vals = ns
+			}
+			b, err := plotter.NewBarChart(vals, vg.Points(bw))
+			if err != nil {
+				return nil, nil, fmt.Errorf("loadgen: plot: %w", err)
+			}
+			b.Offset = vg.Points(float64((k - 1) * bw))
+			b.Color = plotutil.Color(k)
+			b.LineStyle.Width = 0
+			p.Add(b)
+			p.Legend.Add(srv, b)
+		}
+	}
+	if x := r.Redis; x != nil && x.Ops > 0 {
+		ln, err := plotter.NewLine(plotter.XYs{{X: -0.5, Y: x.Ops / 1e6}, {X: float64(len(flows)) - 0.5, Y: x.Ops / 1e6}})
+		if err != nil {
+			return nil, nil, fmt.Errorf("loadgen: plot: %w", err)
+		}
+		ln.Dashes = []vg.Length{vg.Points(6), vg.Points(3)}
+		ln.Width = vg.Points(1.5)
+		thr.Add(ln)
+		thr.Legend.Add(fmt.Sprintf("redis INCR -c %d -P %d", x.Conns, x.Pipeline), ln)
+		topM = max(topM, x.Ops/1e6)
+	}
+	thr.Y.Min, thr.Y.Max, cpu.Y.Min, cpu.Y.Max = 0, topM*1.4+0.01, 0, topN*1.4+1
+	for _, p := range []*plot.Plot{thr, cpu} {
+		p.X.Min, p.X.Max = -0.6, float64(len(flows))-0.4
+	}
+	return thr, cpu, nil
 }

@@ -38,3 +38,22 @@ func TestPlot(t *testing.T) {
 		t.Fatal("a .jpg plot was accepted")
 	}
 }
+
+func TestPlotWire(t *testing.T) {
+	r := &Report{Redis: &RedisResult{Ops: 1.5e6, Conns: 50, Pipeline: 64}}
+	for _, f := range []int{1, 64, 1024} {
+		for i, s := range wireServers {
+			r.Wire = append(r.Wire, WireResult{Server: s, Mode: "spec-s0", Flows: f, Mops: float64(i + 1), UserNsPerReq: 100, SysNsPerReq: 200})
+		}
+	}
+	path := filepath.Join(t.TempDir(), "wire.png")
+	if p := os.Getenv("WIRE_PLOT"); p != "" {
+		path = p
+	}
+	if err := r.Plot(path); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(path); err != nil || st.Size() < 1000 {
+		t.Fatalf("plot: %v %v", st, err)
+	}
+}

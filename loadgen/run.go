@@ -56,6 +56,10 @@ type Report struct {
 	EchoFloorOps float64  `json:"echo_floor_ops"`
 	Violations   int      `json:"violations"`
 
+	// Wire engine: every server at every flow count, and Redis INCR.
+	Wire  []WireResult `json:"wire,omitempty"`
+	Redis *RedisResult `json:"redis,omitempty"`
+
 	Echo     Echo      `json:"-"`
 	Skipped  []Skipped `json:"-"`
 	Examples []string  `json:"-"` // violation examples, a few per kind
@@ -71,6 +75,9 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 	}
 	log := c.Logger
 	rep := &Report{}
+	if c.Engine == EngineWire {
+		return rep, runWire(ctx, &c, rep)
+	}
 	if c.Echo > 0 {
 		// Before pinning: the floor is what a client and a server on
 		// their own cores get from the transport, as in make bench-verbs,

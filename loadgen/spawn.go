@@ -26,6 +26,7 @@ const InProcess = "in-process"
 type spawned struct {
 	admin string
 	desc  string
+	pid   int // the seqd process; 0 when in-process
 	stop  func() error
 }
 
@@ -169,7 +170,7 @@ func spawnBinary(ctx context.Context, c *Config, bin, mode, dir string) (*spawne
 		default:
 		}
 		if err := ping(ctx, addr); err == nil {
-			return &spawned{admin: addr, desc: bin + " (pid " + fmt.Sprint(cmd.Process.Pid) + ")", stop: stop}, nil
+			return &spawned{admin: addr, desc: bin + " (pid " + fmt.Sprint(cmd.Process.Pid) + ")", pid: cmd.Process.Pid, stop: stop}, nil
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			stop()

@@ -1,19 +1,38 @@
 #!/usr/bin/env bash
 # Measures the product end to end next to the transport, in one run: the
-# client library against an in-process seqd (Spec-S0 over the userspace
-# provider): serial GetTimestamp latency and pipelined throughput with W
-# outstanding; and the provider's header-only echo and raw UDP GSO/GRO
-# echo and ping-pong. Interleaved ROUNDS times; medians reported. The last
-# line is
-#   client_rtt_us=<a> client_mops=<b> soft_mpps=<c> raw_mpps=<d> soft_rtt_us=<e> raw_rtt_us=<f>
+# client library against a seqd in another process (Spec-S0 over the
+# userspace provider): serial GetTimestamp latency and pipelined
+# throughput with W outstanding, with the client process's CPU time per
+# call; and the provider's header-only echo and raw UDP GSO/GRO echo and
+# ping-pong. Interleaved ROUNDS times; medians reported. Then (unless
+# SPECMISS=0) the speculation miss rate per window, without and with the
+# rollover prediction (BenchmarkSpecMisses, misses/op). The last line is
+#   client_rtt_us=<a> client_mops=<b> soft_mpps=<c> raw_mpps=<d> soft_rtt_us=<e> raw_rtt_us=<f> rtt_ratio=<a/f> client_cpu_ns=<g> serial_cpu_ns=<h>
+# client_cpu_ns is the client process's CPU time (user+system) per
+# pipelined call, serial_cpu_ns per serial call.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
 BENCHTIME=${BENCHTIME:-2s}
+SPECMISS=${SPECMISS:-1}
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+seqd_pid=
+cleanup() {
+  if [ -n "$seqd_pid" ]; then kill "$seqd_pid" 2>/dev/null || true; wait "$seqd_pid" 2>/dev/null || true; fi
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
 go test -c -o "$tmp/client.test" ./client/
 go test -c -o "$tmp/soft.test" ./verbs/soft/
+go build -o "$tmp/seqd" ./cmd/seqd
+port=$((20000 + RANDOM % 20000))
+"$tmp/seqd" -device 127.0.0.1:0 -admin "127.0.0.1:$port" -metrics off -data "$tmp/data" -init >"$tmp/seqd.log" 2>&1 &
+seqd_pid=$!
+for _ in $(seq 100); do
+  (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+  sleep 0.1
+done
+export SEQD_BENCH_ADMIN="127.0.0.1:$port"
 for i in $(seq "$ROUNDS"); do
   for b in GetTimestamp Pipelined; do
     "$tmp/client.test" -test.run '^$' -test.bench "^Benchmark$b\$" -test.benchtime "$BENCHTIME" -test.benchmem 2>/dev/null \
@@ -24,7 +43,12 @@ for i in $(seq "$ROUNDS"); do
       | grep '^Benchmark' | tee -a "$tmp/out"
   done
 done
+if [ "$SPECMISS" != 0 ]; then
+  "$tmp/client.test" -test.run '^$' -test.bench '^BenchmarkSpecMisses$' -test.benchtime 20000x 2>/dev/null | grep '^Benchmark'
+fi
 median() { sort -g | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else printf "%.3f\n", (a[NR/2]+a[NR/2+1])/2}'; }
 metric() { grep "^Benchmark$1-" "$tmp/out" | awk -v u="$2" '{for (i=1;i<NF;i++) if ($(i+1)==u) print $i}' | median; }
 rtt=$(metric GetTimestamp ns/op | awk '{printf "%.2f", $1/1000}')
-echo "client_rtt_us=$rtt client_mops=$(metric Pipelined Mops) soft_mpps=$(metric EchoSoft Mops) raw_mpps=$(metric EchoRaw Mops) soft_rtt_us=$(metric PingPongSoft rtt_us) raw_rtt_us=$(metric PingPongRaw rtt_us)"
+raw=$(metric PingPongRaw rtt_us)
+ratio=$(awk -v a="$rtt" -v b="$raw" 'BEGIN {printf "%.2f", a/b}')
+echo "client_rtt_us=$rtt client_mops=$(metric Pipelined Mops) soft_mpps=$(metric EchoSoft Mops) raw_mpps=$(metric EchoRaw Mops) soft_rtt_us=$(metric PingPongSoft rtt_us) raw_rtt_us=$raw rtt_ratio=$ratio client_cpu_ns=$(metric Pipelined cpu_ns/op) serial_cpu_ns=$(metric GetTimestamp cpu_ns/op)"

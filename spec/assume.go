@@ -41,6 +41,17 @@ const (
 	// and after it detects a jump: longer than any guess made from older
 	// knowledge can live (GuessFreshness + MaxAnswerDelay).
 	Holdoff = 2 * time.Second
+
+	// MaxPredictAhead caps how many high parts above the one it learned
+	// a client's predicted guess may be (Speculator.Guess). Knowledge
+	// lives GuessFreshness, in which the hybrid high part advances
+	// GuessFreshness/HighPeriod = 250 times.
+	MaxPredictAhead = 256
+	// PredictDriftPPM is how fast, in parts per million, the client
+	// assumes the server's clock may drift from its own when it predicts
+	// the high part's advance: the phase it learned widens by this much
+	// of the time since. A faster drift costs misses, never correctness.
+	PredictDriftPPM = 100
 )
 
 // AliasSpan is the smallest advance of the value that can make a stale
@@ -58,6 +69,12 @@ const guessSpanPeriods = int64((GuessFreshness+MaxAnswerDelay)/GuardPeriod) + 2
 // value advances by less than AliasSpan, unless a jump suspended
 // confirmations.
 var _ = [1]struct{}{}[boolToInt(uint64(guessSpanPeriods)*JumpUnits < AliasSpan-(1<<LowBits))-1]
+
+// The prediction's argument (PROTOCOL.md, "Predicting the rollover"): a
+// predicted guess is at most MaxPredictAhead above the learned high part,
+// so the served high part minus the guessed one lies in
+// (-2^LowBits, 2^LowBits) and equal compared bits mean equal high parts.
+var _ = [1]struct{}{}[boolToInt(MaxPredictAhead < 1<<LowBits && 1_000_000%PredictDriftPPM == 0)-1]
 
 func boolToInt(b bool) int {
 	if b {

@@ -50,6 +50,17 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	cores := fs.String("cores", "", "pin loadgen's threads to these cores, comma-separated")
 	fs.BoolVar(&c.Verify, "verify", true, "check every timestamp received (uniqueness, per-client order, real-time order)")
 	fs.IntVar(&c.VerifyMax, "verify-max", 200<<20, "most calls kept for verification per point (24 bytes each)")
+	fs.StringVar(&c.Engine, "engine", "client", "load engine: client (the client library) or wire (the lean wire-level Spec-S0 generator, with the floors and Redis INCR measured in the same run)")
+	flows := fs.String("flows", "1,64,1024", "with -engine wire: flow counts (emulated client QPs) to run")
+	fs.IntVar(&c.FlowWindow, "flow-window", 0, "with -engine wire: window per flow (0: -inflight/flows, 1..256)")
+	fs.IntVar(&c.InFlight, "inflight", 256, "with -engine wire: requests outstanding over all flows at most (flows take turns): more only queue in the server's socket, where one waiting past 4 ms is dropped")
+	fs.DurationVar(&c.FlowTimeout, "flow-timeout", 0, "with -engine wire: a request unanswered this long is given up and counted as lost (0: 8ms, spec.MaxAnswerDelay: no answer comes later)")
+	fs.IntVar(&c.ServerCore, "server-core", -1, "with -engine wire: core of the server under test (a spawned seqd's threads, the floor servers, redis-server); -1 unpinned")
+	fs.IntVar(&c.ServerPID, "server-pid", 0, "with -engine wire and a seqd not spawned: its pid, for its CPU time per request")
+	fs.BoolVar(&c.NoFloors, "no-floors", false, "with -engine wire: skip the echo floors")
+	fs.BoolVar(&c.NoRedis, "no-redis", false, "with -engine wire: skip the Redis INCR reference")
+	floor := fs.String(loadgen.FloorFlag, "", "internal: serve as a floor server (provider-echo or raw-echo) until stdin closes")
+	floorDepth := fs.Int("floor-depth", 8192, "internal: receives the floor server posts")
 	jsonPath := fs.String("json", "", "write the results as JSON to `FILE`")
 	plotPath := fs.String("plot", "", "draw the results to `FILE` (.png or .svg)")
 	quiet := fs.Bool("quiet", false, "no progress line or logs on stderr")
@@ -61,11 +72,25 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "loadgen: unexpected arguments %q\n", fs.Args())
 		return 2
 	}
+	if *floor != "" {
+		stop := make(chan struct{})
+		go func() {
+			io.Copy(io.Discard, os.Stdin)
+			close(stop)
+		}()
+		if err := loadgen.ServeFloor(*floor, c.ServerCore, *floorDepth, c.ProviderOpts, stdout, stop); err != nil {
+			fmt.Fprintf(stderr, "loadgen: %v\n", err)
+			return 1
+		}
+		return 0
+	}
 	var err error
 	c.Modes = loadgen.ParseList(*modes)
 	if c.SweepWindow, err = loadgen.ParseInts(*sweepW); err == nil {
 		if c.SweepClients, err = loadgen.ParseInts(*sweepC); err == nil {
-			c.Cores, err = loadgen.ParseInts(*cores)
+			if c.Cores, err = loadgen.ParseInts(*cores); err == nil {
+				c.Flows, err = loadgen.ParseInts(*flows)
+			}
 		}
 	}
 	// Config treats zero as "the default"; on the command line zero is a
@@ -123,7 +148,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 				return 1
 			}
 		}
-		if *plotPath != "" && len(rep.Results) > 0 {
+		if *plotPath != "" && (len(rep.Results) > 0 || len(rep.Wire) > 0) {
 			if perr := rep.Plot(*plotPath); perr != nil {
 				fmt.Fprintf(stderr, "loadgen: %v\n", perr)
 				return 1
