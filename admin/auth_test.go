@@ -2,14 +2,7 @@ package admin_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -26,6 +19,7 @@ import (
 	"github.com/seqd/seqd/admin"
 	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/admin/adminpb"
+	"github.com/seqd/seqd/internal/testpki"
 )
 
 // recorder is an Admin service that counts the calls that reach it, so a
@@ -231,62 +225,10 @@ func TestAuthConfigErrors(t *testing.T) {
 	}
 }
 
-// pki is a throwaway CA with a server certificate for 127.0.0.1 and
-// client certificates by common name.
-type pki struct {
-	dir    string
-	ca     *x509.Certificate
-	caKey  *ecdsa.PrivateKey
-	serial int64
-}
-
-func newTestPKI(t *testing.T) *pki {
-	t.Helper()
-	p := &pki{dir: t.TempDir()}
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "seqd test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.ca, _ = x509.ParseCertificate(der)
-	p.caKey = key
-	p.serial = 1
-	os.WriteFile(filepath.Join(p.dir, "ca.pem"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
-	return p
-}
-
-func (p *pki) caFile() string { return filepath.Join(p.dir, "ca.pem") }
-
-// issue writes cert and key files for cn and returns their paths.
-func (p *pki) issue(t *testing.T, cn string, server bool) (cert, key string) {
-	t.Helper()
-	p.serial++
-	k, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(p.serial), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
-	if server {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-		tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, &k.PublicKey, p.caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kd, _ := x509.MarshalECPrivateKey(k)
-	cert, key = filepath.Join(p.dir, cn+".pem"), filepath.Join(p.dir, cn+"-key.pem")
-	os.WriteFile(cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
-	os.WriteFile(key, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kd}), 0o600)
-	return cert, key
-}
-
 func TestAuthMTLS(t *testing.T) {
-	p := newTestPKI(t)
-	sc, sk := p.issue(t, "seqd-server", true)
-	creds, err := admin.ServerTLS(admin.TLSConfig{CertFile: sc, KeyFile: sk, CAFile: p.caFile()})
+	p := testpki.New(t)
+	sc, sk := p.Issue(t, "seqd-server", true)
+	creds, err := admin.ServerTLS(admin.TLSConfig{CertFile: sc, KeyFile: sk, CAFile: p.CAFile()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -299,9 +241,9 @@ func TestAuthMTLS(t *testing.T) {
 	defer cancel()
 
 	client := func(cn string) adminpb.AdminClient {
-		c := admin.TLSConfig{CAFile: p.caFile()}
+		c := admin.TLSConfig{CAFile: p.CAFile()}
 		if cn != "" {
-			c.CertFile, c.KeyFile = p.issue(t, cn, false)
+			c.CertFile, c.KeyFile = p.Issue(t, cn, false)
 		}
 		cc, err := adminclient.ClientTLS(c)
 		if err != nil {

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/seqd/seqd/admin"
-	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/admin/admintest"
 )
@@ -23,12 +22,7 @@ func TestSessionLease(t *testing.T) {
 	_, addr := admintest.Start(t, admin.Config{SessionLease: ttl}, be)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	cc, err := adminclient.Dial(ctx, addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	adm := adminpb.NewAdminClient(cc)
+	adm := admintest.Client(ctx, t, addr)
 	kept, err := adm.Connect(ctx, admin.ValidConnect())
 	if err != nil {
 		t.Fatal(err)

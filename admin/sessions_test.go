@@ -82,12 +82,7 @@ func TestSessionTokensAcrossEpochs(t *testing.T) {
 	srv, addr := admintest.Start(t, admin.Config{}, be)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cc, err := adminclient.Dial(ctx, addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	adm := adminpb.NewAdminClient(cc)
+	adm := admintest.Client(ctx, t, addr)
 	connect := func() *adminpb.ConnectResponse {
 		t.Helper()
 		r, err := adm.Connect(ctx, admin.ValidConnect())

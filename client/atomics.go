@@ -95,11 +95,7 @@ func newAtomics(pd verbs.PD, dev verbs.Device, st *stats, nqps, window int) (c *
 
 // endpoints names the QPs for admission.
 func (c *atomicsConn) endpoints() []dataplane.Endpoint {
-	out := make([]dataplane.Endpoint, len(c.qps))
-	for i, q := range c.qps {
-		out[i] = dataplane.Endpoint{Addr: q.qp.Address(), QPN: q.qp.QPN()}
-	}
-	return out
+	return endpointsOf(c.qps, func(q *atomicsQP) verbs.QP { return q.qp })
 }
 
 // attach connects the QPs to the server's.
@@ -237,16 +233,9 @@ func (c *atomicsConn) Cancel(id int) {
 // Close releases the resources (not the PD).
 func (c *atomicsConn) Close() error {
 	for _, q := range c.qps {
-		if q.qp != nil {
-			q.qp.Close()
-		}
+		closeAll(q.qp)
 	}
 	c.qps = nil
-	if c.resMR != nil {
-		c.resMR.Close()
-	}
-	if c.cq != nil {
-		c.cq.Close()
-	}
+	closeAll(c.resMR, c.cq)
 	return nil
 }

@@ -87,10 +87,7 @@ func dialDaRPC(ctx context.Context, env *transportEnv) (transport, error) {
 	if err != nil {
 		return nil, err
 	}
-	eps := make([]dataplane.Endpoint, len(t.qps))
-	for i, q := range t.qps {
-		eps[i] = dataplane.Endpoint{Addr: q.qp.Address(), QPN: q.qp.QPN()}
-	}
+	eps := endpointsOf(t.qps, func(q *darpcQP) verbs.QP { return q.qp })
 	req := &adminpb.ConnectRequest{Mode: spec.ModeDaRPC, Window: uint32(window), Qps: pbEndpoints(eps)}
 	return admit(ctx, env, req, t)
 }
@@ -429,17 +426,10 @@ func (t *darpcTransport) Cancel(id int) {
 
 func (t *darpcTransport) Close() error {
 	for _, q := range t.qps {
-		if q.qp != nil {
-			q.qp.Close()
-		}
+		closeAll(q.qp)
 	}
 	t.qps = nil
-	if t.mr != nil {
-		t.mr.Close()
-	}
-	if t.cq != nil {
-		t.cq.Close()
-	}
+	closeAll(t.mr, t.cq)
 	t.broken = true
 	return nil
 }

@@ -86,17 +86,16 @@ type fasstCarry struct {
 }
 
 type fasstQP struct {
-	qp       verbs.QP
-	ah       verbs.AH
-	dest     verbs.QPN // the server request QP
-	qkey     uint32    // the request Q_Key
-	slots    *spec.FaSSTSlots
-	calls    [][]int // per slot: the engine IDs of its request, in value order (-1: cancelled)
-	live     []int   // per slot: IDs not cancelled
-	busy     []bool
-	deadline []time.Duration
-	span     []int // per slot: k of a range request, 0 for coalesced callers
-	values   int   // values asked by the coalesced requests in flight
+	qp     verbs.QP
+	ah     verbs.AH
+	dest   verbs.QPN // the server request QP
+	qkey   uint32    // the request Q_Key
+	slots  *spec.FaSSTSlots
+	calls  [][]int // per slot: the engine IDs of its request, in value order (-1: cancelled)
+	live   []int   // per slot: IDs not cancelled
+	due    []timer // per slot: its request's timeout
+	span   []int   // per slot: k of a range request, 0 for coalesced callers
+	values int     // values asked by the coalesced requests in flight
 	sendChain
 }
 
@@ -118,10 +117,7 @@ func dialFaSST(ctx context.Context, env *transportEnv) (transport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: fasst QPs: %w", err)
 	}
-	qps := make([]dataplane.Endpoint, len(t.qps))
-	for i, q := range t.qps {
-		qps[i] = dataplane.Endpoint{Addr: q.qp.Address(), QPN: q.qp.QPN()}
-	}
+	qps := endpointsOf(t.qps, func(q *fasstQP) verbs.QP { return q.qp })
 	return admit(ctx, env, &adminpb.ConnectRequest{Mode: spec.ModeFaSST, Window: uint32(window), Qps: pbEndpoints(qps)}, t)
 }
 
@@ -149,8 +145,8 @@ func newFaSST(pd verbs.PD, dev verbs.Device, nqps, window int, timeout time.Dura
 		return nil, fmt.Errorf("receive buffers: %w", err)
 	}
 	for i := range nqps {
-		q := &fasstQP{calls: make([][]int, window), live: make([]int, window), busy: make([]bool, window),
-			deadline: make([]time.Duration, window), span: make([]int, window), sendChain: newSendChain(window)}
+		q := &fasstQP{calls: make([][]int, window), live: make([]int, window), due: make([]timer, window),
+			span: make([]int, window), sendChain: newSendChain(window)}
 		for s := range q.calls {
 			q.calls[s] = make([]int, 0, window)
 		}
@@ -284,7 +280,7 @@ func (t *fasstTransport) Send(now time.Duration, ids []int) (int, error) {
 		if !ok {
 			continue
 		}
-		q.busy[slot], q.live[slot] = true, m
+		q.due[slot].busy, q.live[slot] = true, m
 		q.calls[slot] = append(q.calls[slot][:0], ids[took:took+m]...)
 		for i, id := range q.calls[slot] {
 			t.where[id] = fasstRef{qi, slot, i}
@@ -324,7 +320,7 @@ func (t *fasstTransport) SendRange(now time.Duration, id, k int) (bool, error) {
 		b.HoldDoorbell()
 		defer b.RingDoorbell()
 	}
-	q.busy[slot], q.live[slot], q.span[slot] = true, 1, k
+	q.due[slot].busy, q.live[slot], q.span[slot] = true, 1, k
 	q.calls[slot] = append(q.calls[slot][:0], id)
 	t.where[id] = fasstRef{qi, slot, 0}
 	t.outstanding++
@@ -339,15 +335,15 @@ func (t *fasstTransport) release(q *fasstQP, s int) {
 		q.values -= q.slots.Count(s)
 	}
 	q.slots.Release(s)
-	q.busy[s], q.live[s], q.span[s] = false, 0, 0
+	q.due[s].busy, q.live[s], q.span[s] = false, 0, 0
 }
 
 // queue adds the request of slot (ID rid, k values) to its QP's chain,
 // and arms its timeout.
 func (t *fasstTransport) queue(now time.Duration, qi, slot int, rid spec.FaSSTID, k int) {
 	q := t.qps[qi]
-	q.deadline[slot] = now + t.timeout
-	idx := qi*cap(q.busy) + slot
+	q.due[slot].deadline = now + t.timeout
+	idx := qi*cap(q.due) + slot
 	off := idx * spec.FaSSTRequestLen
 	spec.PutFaSSTRequest(t.reqMR.Bytes()[off:off+spec.FaSSTRequestLen], k, rid) // 1 ≤ k ≤ FaSSTMaxRange
 	q.add(qi, fasstSignalEvery, verbs.SendWR{Opcode: verbs.OpSend, Flags: verbs.Inline, AH: q.ah, RemoteQPN: q.dest, RemoteQKey: q.qkey},
@@ -357,7 +353,7 @@ func (t *fasstTransport) queue(now time.Duration, qi, slot int, rid spec.FaSSTID
 // flush posts q's queued requests as one chain (one doorbell). Requests
 // that could not be posted are sent again when they time out.
 func (t *fasstTransport) flush(q *fasstQP) error {
-	if err := q.post(q.qp, uint64(2*cap(q.busy)+fasstSignalEvery), t.reapSends, t.st); err != nil {
+	if err := q.post(q.qp, uint64(2*cap(q.due)+fasstSignalEvery), t.reapSends, t.st); err != nil {
 		return fmt.Errorf("client: fasst: %w", err)
 	}
 	return nil
@@ -466,47 +462,33 @@ func (t *fasstTransport) Expire(now time.Duration) int {
 		b.HoldDoorbell()
 		defer b.RingDoorbell()
 	}
-	n := 0
-	for qi, q := range t.qps {
-		for s := range q.busy {
-			if !q.busy[s] || now < q.deadline[s] {
-				continue
-			}
-			// Compact: cancelled callers leave the request.
-			calls := q.calls[s][:0]
-			for _, id := range q.calls[s] {
-				if id >= 0 {
-					t.where[id].idx = len(calls)
-					calls = append(calls, id)
-				}
-			}
-			q.calls[s] = calls
-			k := q.span[s] // a range asks for its k values again
-			if k == 0 {
-				k = len(calls)
-				q.values += k - q.slots.Count(s)
-			}
-			t.queue(now, qi, s, q.slots.Renew(s, k), k)
-			n++
+	return expire(t.qps, now, func(qi, s int) { t.resend(now, qi, s) }, t.flush)
+}
+
+// resend sends slot s of QP qi, whose request timed out, again.
+func (t *fasstTransport) resend(now time.Duration, qi, s int) {
+	q := t.qps[qi]
+	// Compact: cancelled callers leave the request.
+	calls := q.calls[s][:0]
+	for _, id := range q.calls[s] {
+		if id >= 0 {
+			t.where[id].idx = len(calls)
+			calls = append(calls, id)
 		}
-		t.flush(q)
 	}
-	return n
+	q.calls[s] = calls
+	k := q.span[s] // a range asks for its k values again
+	if k == 0 {
+		k = len(calls)
+		q.values += k - q.slots.Count(s)
+	}
+	t.queue(now, qi, s, q.slots.Renew(s, k), k)
 }
 
 // NextDeadline is when the earliest request in flight times out.
-func (t *fasstTransport) NextDeadline() (time.Duration, bool) {
-	var d time.Duration
-	ok := false
-	for _, q := range t.qps {
-		for s, b := range q.busy {
-			if b && (!ok || q.deadline[s] < d) {
-				d, ok = q.deadline[s], true
-			}
-		}
-	}
-	return d, ok
-}
+func (t *fasstTransport) NextDeadline() (time.Duration, bool) { return nextDeadline(t.qps) }
+
+func (q *fasstQP) timers() []timer { return q.due }
 
 // Cancel drops id: its value, if its request is answered, is skipped. A
 // request none of whose callers waits any more is released, and an
@@ -531,7 +513,7 @@ func (t *fasstTransport) Cancel(id int) {
 	}
 	q := t.qps[r.qi]
 	q.calls[r.slot][r.idx] = -1
-	if q.live[r.slot]--; q.live[r.slot] == 0 && q.busy[r.slot] {
+	if q.live[r.slot]--; q.live[r.slot] == 0 && q.due[r.slot].busy {
 		t.release(q, r.slot)
 		q.calls[r.slot] = q.calls[r.slot][:0]
 	}

@@ -45,14 +45,9 @@ type herdQP struct {
 	uc, ud verbs.QP
 	addr   uint64
 	rkey   uint32
-	pos    []herdPos
+	seq    []spec.Seq // per position: the sequence number of its request
+	due    []timer    // per position: its request's timeout
 	sendChain
-}
-
-type herdPos struct {
-	seq      spec.Seq
-	busy     bool
-	deadline time.Duration
 }
 
 const herdSignalEvery = 16
@@ -99,7 +94,7 @@ func newHERD(pd verbs.PD, dev verbs.Device, st *stats, nqps, window int, timeout
 		return nil, fmt.Errorf("herd: client receive buffers: %w", err)
 	}
 	for i := range nqps {
-		q := &herdQP{pos: make([]herdPos, window), sendChain: newSendChain(window)}
+		q := &herdQP{seq: make([]spec.Seq, window), due: make([]timer, window), sendChain: newSendChain(window)}
 		c.qps = append(c.qps, q)
 		if q.uc, err = pd.CreateQP(verbs.QPInitAttr{Type: verbs.UC, SendCQ: c.sendCQ, RecvCQ: c.sendCQ,
 			Cap: verbs.QPCap{MaxSendWR: 2*window + 2*herdSignalEvery, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: spec.SlotLen}}); err != nil {
@@ -125,8 +120,8 @@ func newHERD(pd verbs.PD, dev verbs.Device, st *stats, nqps, window int, timeout
 // ConnQPs).
 func (c *herdConn) endpoints() (recv, write []dataplane.Endpoint) {
 	for _, q := range c.qps {
-		recv = append(recv, dataplane.Endpoint{Addr: q.ud.Address(), QPN: q.ud.QPN()})
-		write = append(write, dataplane.Endpoint{Addr: q.uc.Address(), QPN: q.uc.QPN()})
+		recv = append(recv, endpointOf(q.ud))
+		write = append(write, endpointOf(q.uc))
 	}
 	return recv, write
 }
@@ -159,7 +154,7 @@ func (c *herdConn) attach(g dataplane.Grant) error {
 			return fmt.Errorf("herd: client UC QP %d connect: %w", i, err)
 		}
 		q.addr, q.rkey = g.RemoteAddr[i], g.RKey[i]
-		q.pos = q.pos[:c.window]
+		q.seq, q.due = q.seq[:c.window], q.due[:c.window]
 	}
 	c.free = len(c.qps) * c.window
 	return nil
@@ -184,7 +179,7 @@ func (c *herdConn) Send(now time.Duration, ids []int) (int, error) {
 	n := 0
 	for _, id := range ids {
 		qi, pos := id/c.window, id%c.window
-		p := &c.qps[qi].pos[pos]
+		p := &c.qps[qi].due[pos]
 		if p.busy {
 			break // not the engine's: never happens
 		}
@@ -206,12 +201,11 @@ func (c *herdConn) Send(now time.Duration, ids []int) (int, error) {
 // to its QP's chain.
 func (c *herdConn) queueWrite(now time.Duration, qi, pos int) {
 	q := c.qps[qi]
-	p := &q.pos[pos]
-	p.seq = p.seq.Next()
-	p.deadline = now + c.timeout
-	idx := qi*cap(q.pos) + pos
+	q.seq[pos] = q.seq[pos].Next()
+	q.due[pos].deadline = now + c.timeout
+	idx := qi*cap(q.seq) + pos
 	buf := c.reqMR.Bytes()[idx*spec.SlotLen : (idx+1)*spec.SlotLen]
-	spec.PutSlot(buf, p.seq) // seq from Next is valid
+	spec.PutSlot(buf, q.seq[pos]) // seq from Next is valid
 	q.add(qi, herdSignalEvery, verbs.SendWR{Opcode: verbs.OpRDMAWrite, Flags: verbs.Inline, RemoteAddr: q.addr + uint64(pos*spec.SlotLen), RKey: q.rkey},
 		verbs.SGE{Addr: c.reqMR.Addr() + uint64(idx*spec.SlotLen), Length: spec.SlotLen, LKey: c.reqMR.LKey()})
 }
@@ -241,8 +235,7 @@ func (c *herdConn) Poll(now time.Duration, res []result) int {
 			if slot/c.recvN != qi {
 				continue
 			}
-			c.recvWRs[nr].ID = wc.ID
-			c.recvSGE[nr] = verbs.SGE{Addr: c.recvMR.Addr() + uint64(slot)*recvSlot, Length: recvSlot, LKey: c.recvMR.LKey()}
+			c.setRecv(nr, qi, slot%c.recvN)
 			nr++
 			if wc.Status != verbs.WCSuccess || wc.Flags&verbs.WCWithImm == 0 || wc.ByteLen < verbs.GRHLen {
 				if wc.Status != verbs.WCWRFlushErr {
@@ -256,12 +249,12 @@ func (c *herdConn) Poll(now time.Duration, res []result) int {
 			}
 			off := slot*recvSlot + verbs.GRHLen
 			pos, seq, v, err := spec.DecodeHERDAnswer(spec.HERDImm(wc.Imm), buf[off:off+int(wc.ByteLen)-verbs.GRHLen])
-			if err != nil || pos >= len(q.pos) {
+			if err != nil || pos >= len(q.seq) {
 				c.st.malformed.Add(1)
 				continue
 			}
-			p := &q.pos[pos]
-			if !p.busy || p.seq != seq {
+			p := &q.due[pos]
+			if !p.busy || q.seq[pos] != seq {
 				c.st.stale.Add(1) // an answer to an earlier WRITE, or a duplicate
 				continue
 			}
@@ -280,42 +273,23 @@ func (c *herdConn) Poll(now time.Duration, res []result) int {
 // Expire writes every request that waited longer than the timeout again,
 // under a fresh sequence number.
 func (c *herdConn) Expire(now time.Duration) int {
-	n := 0
-	for qi, q := range c.qps {
-		for pos := range q.pos {
-			if p := &q.pos[pos]; p.busy && now >= p.deadline {
-				c.queueWrite(now, qi, pos)
-				n++
-			}
-		}
-		c.flush(q)
-	}
-	return n
+	return expire(c.qps, now, func(qi, pos int) { c.queueWrite(now, qi, pos) }, c.flush)
 }
 
-func (c *herdConn) NextDeadline() (time.Duration, bool) {
-	var d time.Duration
-	ok := false
-	for _, q := range c.qps {
-		for _, p := range q.pos {
-			if p.busy && (!ok || p.deadline < d) {
-				d, ok = p.deadline, true
-			}
-		}
-	}
-	return d, ok
-}
+func (c *herdConn) NextDeadline() (time.Duration, bool) { return nextDeadline(c.qps) }
+
+func (q *herdQP) timers() []timer { return q.due }
 
 // Cancel gives up on request id: any answer to it is stale from now on.
 func (c *herdConn) Cancel(id int) {
 	qi, pos := id/c.window, id%c.window
-	if qi < 0 || qi >= len(c.qps) || pos >= len(c.qps[qi].pos) {
+	if qi < 0 || qi >= len(c.qps) || pos >= len(c.qps[qi].seq) {
 		return
 	}
-	p := &c.qps[qi].pos[pos]
-	if p.busy {
+	q := c.qps[qi]
+	if p := &q.due[pos]; p.busy {
 		p.busy = false
-		p.seq = p.seq.Next() // the answer to the current seq no longer matches
+		q.seq[pos] = q.seq[pos].Next() // the answer to the current seq no longer matches
 		c.free++
 	}
 }

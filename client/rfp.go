@@ -68,6 +68,7 @@ type rfpQP struct {
 	reqAddr, respAddr uint64
 	reqKey, respKey   uint32
 	pos               []rfpPos
+	due               []timer // per position: its request's timeout (busy: seq is in flight)
 	wrs               []verbs.SendWR
 	sges              []verbs.SGE
 	nwr               int
@@ -75,8 +76,7 @@ type rfpQP struct {
 }
 
 type rfpPos struct {
-	seq  spec.RFPSeq
-	busy bool
+	seq spec.RFPSeq
 	// reading: a READ is in flight, posted for readSeq.
 	reading bool
 	readSeq spec.RFPSeq
@@ -86,8 +86,6 @@ type rfpPos struct {
 	deferred bool
 	tries    int  // READs of seq that did not find its record
 	reply    bool // RFPOpReply written for seq: the SEND is awaited
-	// deadline is when seq is written again under a fresh seq.
-	deadline time.Duration
 }
 
 var _ transport = (*rfpTransport)(nil)
@@ -158,7 +156,7 @@ func newRFP(pd verbs.PD, dev verbs.Device, st *stats, nqps, window, reads int, t
 		return nil, fmt.Errorf("client: rfp receive buffers: %w", err)
 	}
 	for i := range nqps {
-		q := &rfpQP{pos: make([]rfpPos, window), wrs: make([]verbs.SendWR, 3*window), sges: make([]verbs.SGE, 3*window)}
+		q := &rfpQP{pos: make([]rfpPos, window), due: make([]timer, window), wrs: make([]verbs.SendWR, 3*window), sges: make([]verbs.SGE, 3*window)}
 		t.qps = append(t.qps, q)
 		if q.qp, err = pd.CreateQP(verbs.QPInitAttr{Type: verbs.RC, SendCQ: t.cq, RecvCQ: t.cq,
 			Cap: verbs.QPCap{MaxSendWR: sqDepth, MaxRecvWR: t.recvN, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: spec.RFPSlotLen}}); err != nil {
@@ -176,11 +174,7 @@ func newRFP(pd verbs.PD, dev verbs.Device, st *stats, nqps, window, reads int, t
 
 // endpoints names the QPs for admission.
 func (t *rfpTransport) endpoints() []dataplane.Endpoint {
-	out := make([]dataplane.Endpoint, len(t.qps))
-	for i, q := range t.qps {
-		out[i] = dataplane.Endpoint{Addr: q.qp.Address(), QPN: q.qp.QPN()}
-	}
-	return out
+	return endpointsOf(t.qps, func(q *rfpQP) verbs.QP { return q.qp })
 }
 
 // attach checks the grant and connects the QPs, their RECVs posted
@@ -209,7 +203,7 @@ func (t *rfpTransport) attach(g dataplane.Grant) error {
 		}
 		q.reqAddr, q.reqKey = g.RemoteAddr[i], g.RKey[i]
 		q.respAddr, q.respKey = g.RemoteAddr[n+i], g.RKey[n+i]
-		q.pos = q.pos[:t.window]
+		q.pos, q.due = q.pos[:t.window], q.due[:t.window]
 	}
 	return nil
 }
@@ -241,11 +235,10 @@ func (t *rfpTransport) Send(now time.Duration, ids []int) (int, error) {
 	n := 0
 	for _, id := range ids {
 		qi, pos := id/t.window, id%t.window
-		if id < 0 || qi >= len(t.qps) || t.qps[qi].pos[pos].busy {
+		if id < 0 || qi >= len(t.qps) || t.qps[qi].due[pos].busy {
 			break
 		}
-		p := &t.qps[qi].pos[pos]
-		p.busy = true
+		t.qps[qi].due[pos].busy = true
 		t.busy++
 		t.issue(now, qi, pos)
 		n++
@@ -257,10 +250,11 @@ func (t *rfpTransport) Send(now time.Duration, ids []int) (int, error) {
 // READ, or, while a READ of the position is in flight, leaves both to
 // its completion.
 func (t *rfpTransport) issue(now time.Duration, qi, pos int) {
-	p := &t.qps[qi].pos[pos]
+	q := t.qps[qi]
+	p := &q.pos[pos]
 	p.seq = p.seq.Next()
 	p.tries, p.reply = 0, false
-	p.deadline = now + t.timeout
+	q.due[pos].deadline = now + t.timeout
 	if p.reading {
 		p.deferred = true
 		return
@@ -351,8 +345,8 @@ func (t *rfpTransport) breakQP(qi int) {
 		return
 	}
 	q.broken = true
-	for pos := range q.pos {
-		if p := &q.pos[pos]; p.busy {
+	for pos := range q.due {
+		if p := &q.due[pos]; p.busy {
 			p.busy = false
 			t.busy--
 			t.failed = append(t.failed, qi*t.window+pos)
@@ -423,7 +417,7 @@ func (t *rfpTransport) read(qi, pos int, r *result) bool {
 	q := t.qps[qi]
 	p := &q.pos[pos]
 	p.reading = false
-	if !p.busy {
+	if !q.due[pos].busy {
 		p.deferred = false
 		return false // cancelled
 	}
@@ -476,7 +470,7 @@ func (t *rfpTransport) reply(qi, slot int, wc *verbs.WC, r *result) bool {
 	}
 	p := &q.pos[pos]
 	off := (qi*t.recvN + slot) * spec.RFPRecordLen
-	if !p.busy {
+	if !q.due[pos].busy {
 		t.st.stale.Add(1)
 		return false
 	}
@@ -491,7 +485,7 @@ func (t *rfpTransport) reply(qi, slot int, wc *verbs.WC, r *result) bool {
 }
 
 func (t *rfpTransport) done(qi, pos int) {
-	t.qps[qi].pos[pos].busy = false
+	t.qps[qi].due[pos].busy = false
 	t.busy--
 }
 
@@ -502,15 +496,7 @@ func (t *rfpTransport) Expire(now time.Duration) int {
 	if t.broken {
 		return 0
 	}
-	n := 0
-	for qi, q := range t.qps {
-		for pos := range q.pos {
-			if p := &q.pos[pos]; p.busy && now >= p.deadline {
-				t.issue(now, qi, pos)
-				n++
-			}
-		}
-	}
+	n := expire(t.qps, now, func(qi, pos int) { t.issue(now, qi, pos) }, nil)
 	if n > 0 {
 		t.flush()
 	}
@@ -518,18 +504,9 @@ func (t *rfpTransport) Expire(now time.Duration) int {
 }
 
 // NextDeadline is when the earliest outstanding request expires.
-func (t *rfpTransport) NextDeadline() (time.Duration, bool) {
-	var d time.Duration
-	ok := false
-	for _, q := range t.qps {
-		for _, p := range q.pos {
-			if p.busy && (!ok || p.deadline < d) {
-				d, ok = p.deadline, true
-			}
-		}
-	}
-	return d, ok
-}
+func (t *rfpTransport) NextDeadline() (time.Duration, bool) { return nextDeadline(t.qps) }
+
+func (q *rfpQP) timers() []timer { return q.due }
 
 // Cancel gives up on request id: its seq is retired, so neither a record
 // nor a SEND of it is taken any more.
@@ -538,9 +515,9 @@ func (t *rfpTransport) Cancel(id int) {
 	if id < 0 || qi >= len(t.qps) {
 		return
 	}
-	if p := &t.qps[qi].pos[pos]; p.busy {
-		p.busy = false
-		p.seq = p.seq.Next()
+	if q := t.qps[qi]; q.due[pos].busy {
+		q.due[pos].busy = false
+		q.pos[pos].seq = q.pos[pos].seq.Next()
 		t.busy--
 	}
 }
@@ -548,18 +525,9 @@ func (t *rfpTransport) Cancel(id int) {
 // Close releases the transport's verbs resources (not the PD).
 func (t *rfpTransport) Close() error {
 	for _, q := range t.qps {
-		if q.qp != nil {
-			q.qp.Close()
-		}
+		closeAll(q.qp)
 	}
 	t.qps = nil
-	for _, r := range []verbs.MR{t.slotMR, t.readMR, t.recvMR} {
-		if r != nil {
-			r.Close()
-		}
-	}
-	if t.cq != nil {
-		t.cq.Close()
-	}
+	closeAll(t.slotMR, t.readMR, t.recvMR, t.cq)
 	return nil
 }

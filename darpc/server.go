@@ -106,7 +106,6 @@ type Server struct {
 	sessions map[uint64]*session
 	nconns   int
 	nextID   uint64
-	stopOnce sync.Once
 }
 
 type session struct {
@@ -120,8 +119,9 @@ var _ dataplane.Mode = (*Server)(nil)
 // Start starts the DaRPC data path with the settings every mode takes
 // (dataplane.Factory).
 func Start(ctx context.Context, c dataplane.Config) (dataplane.Mode, error) {
-	return New(Config{Config: wk.Config{Device: c.Device, Oracle: c.Oracle, Behind: c.Behind, Workers: c.Workers,
-		Cores: c.Cores, Epoch: c.Epoch, Logger: c.Logger}, MaxWindow: min(c.MaxWindow, spec.DaRPCMaxWindow), MaxClients: c.MaxClients})
+	wc := wk.ConfigOf(c)
+	wc.RespQPs, wc.QKey = 0, 0 // unused: answers leave on the clients' own connections
+	return New(Config{Config: wc, MaxWindow: min(c.MaxWindow, spec.DaRPCMaxWindow), MaxClients: c.MaxClients})
 }
 
 // New creates the workers (a CQ each) and starts them.
@@ -146,19 +146,10 @@ func New(cfg Config) (*Server, error) {
 // client QP. Both directions of connection i start at the random PSN
 // Grant.ConnPSNs[i].
 func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces dataplane.SessionRef) (dataplane.Grant, error) {
-	if len(a.QPs) == 0 {
-		return dataplane.Grant{}, fmt.Errorf("%w: no queue pairs", dataplane.ErrInvalidArgument)
+	if err := wk.CheckQPs(a.QPs); err != nil {
+		return dataplane.Grant{}, err
 	}
-	for i, q := range a.QPs {
-		if q.QPN > verbs.MaxQPN {
-			return dataplane.Grant{}, fmt.Errorf("%w: qps[%d]: QPN above 24 bits", dataplane.ErrInvalidArgument, i)
-		}
-	}
-	window := a.Window
-	if window <= 0 {
-		window = DefaultWindow
-	}
-	window = min(window, s.cfg.MaxWindow)
+	window := wk.Window(a.Window, DefaultWindow, s.cfg.MaxWindow)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stopped.Load() {
@@ -167,10 +158,7 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 	for _, w := range s.Workers {
 		w.reclaim()
 	}
-	old := s.sessions[replaces.ID]
-	if replaces.Epoch != s.cfg.Epoch {
-		old = nil
-	}
+	old, _ := wk.Replaced(s.sessions, replaces, s.cfg.Epoch)
 	have := s.nconns
 	if old != nil {
 		have -= len(old.conns)
@@ -249,9 +237,9 @@ func (s *Server) drop(sess *session) {
 func (s *Server) Release(ctx context.Context, ref dataplane.SessionRef) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	sess, ok := s.sessions[ref.ID]
-	if !ok || ref.Epoch != s.cfg.Epoch {
-		return fmt.Errorf("%w: darpc session %d of epoch %d", dataplane.ErrUnknownSession, ref.ID, ref.Epoch)
+	sess, err := wk.Lookup(s.sessions, ref, s.cfg.Epoch, "darpc session")
+	if err != nil {
+		return err
 	}
 	s.drop(sess)
 	delete(s.sessions, ref.ID)
@@ -286,19 +274,14 @@ func (s *Server) Stats() dataplane.Stats {
 // Stop stops the workers and moves every QP to ERR: late calls get no
 // answer. Every value came from the oracle, so high is 0.
 func (s *Server) Stop() (uint64, error) {
-	s.stopOnce.Do(func() {
-		s.mu.Lock()
-		s.stopped.Store(true)
-		s.mu.Unlock()
-		s.cancel()
-		s.Wait()
-		s.mu.Lock()
+	if s.Pool.Stop(&s.mu, &s.stopped, s.cancel, nil) {
+		s.mu.Lock() // admission's lock: a release in flight may touch the QPs
 		for _, w := range s.Workers {
 			w.toErr()
 		}
 		s.mu.Unlock()
 		s.log.Info("darpc data path stopped")
-	})
+	}
 	return 0, nil
 }
 

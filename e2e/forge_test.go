@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seqd/seqd/admin/admintest"
 	"github.com/seqd/seqd/client"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs/rocev2"
@@ -90,7 +91,7 @@ func TestForgedAnswers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	addr := startMode(t, "", spec.ModeSpecS0)
-	adm := adminClient(ctx, t, addr)
+	adm := admintest.Client(ctx, t, addr)
 	vaddr := netip.MustParseAddrPort(freePort(t, "udp"))
 	victim, err := client.Dial(ctx, addr, client.WithDevice("soft", vaddr.String(), ""), client.WithQPs(2),
 		client.WithWindow(16), client.WithName("victim"), client.WithLogger(quietLogger()), client.WithTimeout(10*time.Second))

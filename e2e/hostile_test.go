@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seqd/seqd/admin"
 	"github.com/seqd/seqd/admin/adminpb"
+	"github.com/seqd/seqd/admin/admintest"
 	"github.com/seqd/seqd/client"
 	"github.com/seqd/seqd/server"
 	"github.com/seqd/seqd/spec"
@@ -208,12 +208,7 @@ func TestHostileDataPort(t *testing.T) {
 	addr := addrs.Admin
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	cc, err := admin.Dial(ctx, addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	adm := adminpb.NewAdminClient(cc)
+	adm := admintest.Client(ctx, t, addr)
 
 	h := newHostile(ctx, t, adm)
 	cs := dialN(t, ctx, addr, "", 2)
@@ -571,12 +566,7 @@ func TestZeroLengthDatagram(t *testing.T) {
 	addrs := startWithMetrics(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cc, err := admin.Dial(ctx, addrs.Admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	adm := adminpb.NewAdminClient(cc)
+	adm := admintest.Client(ctx, t, addrs.Admin)
 	h := newHostile(ctx, t, adm)
 	before := sumDrops(providerCounters(ctx, t, adm))
 	const n = 50

@@ -2,15 +2,13 @@ package e2e
 
 import (
 	"context"
-	"runtime"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/seqd/seqd/admin/admintest"
 	"github.com/seqd/seqd/server"
 )
 
@@ -26,46 +24,22 @@ func TestDefaultMaxClients(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	adm := adminClient(ctx, t, startConfig(t, cfg))
-	heap := func() uint64 {
-		var m runtime.MemStats
-		runtime.GC()
-		runtime.GC()
-		runtime.ReadMemStats(&m)
-		return m.HeapAlloc
-	}
-	h0 := heap()
+	adm := admintest.Client(ctx, t, startConfig(t, cfg))
+	h0 := liveHeap()
 	start := time.Now()
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errc := make(chan error, 8)
-	for range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n {
-					return
-				}
-				// Distinct (address, QPN) per session: 1024 ports × QPNs.
-				if _, err := adm.Connect(ctx, syntheticConnect(uint16(30000+i%1024), uint32(1+i/1024), 1)); err != nil {
-					errc <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errc)
-	if err := <-errc; err != nil {
+	err := parallel(n, 8, func(i int) error {
+		// Distinct (address, QPN) per session: 1024 ports × QPNs.
+		_, err := adm.Connect(ctx, syntheticConnect(uint16(30000+i%1024), uint32(1+i/1024), 1))
+		return err
+	})
+	if err != nil {
 		t.Fatalf("connect: %v", err)
 	}
 	took := time.Since(start)
-	h1 := heap()
+	h1 := liveHeap()
 	per := float64(int64(h1)-int64(h0)) / float64(n)
 	t.Logf("%d sessions connected in %v: heap %d → %d bytes, %.0f bytes per session", n, took.Round(time.Millisecond), h0, h1, per)
-	_, err := adm.Connect(ctx, syntheticConnect(29999, 1, 1))
+	_, err = adm.Connect(ctx, syntheticConnect(29999, 1, 1))
 	if status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("session %d of -max-clients %d: %v, want ResourceExhausted", n+1, n, err)
 	}

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seqd/seqd/admin"
 	"github.com/seqd/seqd/admin/adminpb"
+	"github.com/seqd/seqd/admin/admintest"
 	"github.com/seqd/seqd/client"
 	"github.com/seqd/seqd/modes"
 	"github.com/seqd/seqd/server"
@@ -130,12 +130,7 @@ func TestSwitchModes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	cs := dialN(t, ctx, addr, opts, 3)
-	cc, err := admin.Dial(ctx, addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	adm := adminpb.NewAdminClient(cc)
+	adm := admintest.Client(ctx, t, addr)
 	var v Verifier
 	stop := make(chan struct{})
 	errc := make(chan error, 1)

@@ -14,8 +14,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/seqd/seqd/admin"
 	"github.com/seqd/seqd/admin/adminpb"
+	"github.com/seqd/seqd/admin/admintest"
 	"github.com/seqd/seqd/ha/hatest"
 	"github.com/seqd/seqd/headeronly"
 	"github.com/seqd/seqd/server"
@@ -61,6 +61,42 @@ func startAddrs(t testing.TB, c server.Config) server.Addrs {
 	return server.Addrs{}
 }
 
+// liveHeap is the Go heap in use after two collections.
+func liveHeap() uint64 {
+	var m runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// parallel calls do(i) for every i in [0, n) on workers goroutines, and
+// returns the first error; a goroutine stops at its first error.
+func parallel(n, workers int, do func(i int) error) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errc := make(chan error, workers)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				if err := do(i); err != nil {
+					errc <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	return <-errc
+}
+
 // syntheticConnect is a Connect for a client that exists only on paper:
 // one QP at 127.0.0.1:port.
 func syntheticConnect(port uint16, qpn uint32, window uint32) *adminpb.ConnectRequest {
@@ -68,16 +104,6 @@ func syntheticConnect(port uint16, qpn uint32, window uint32) *adminpb.ConnectRe
 	ab, _ := a.MarshalBinary()
 	return &adminpb.ConnectRequest{Qps: []*adminpb.Endpoint{{Address: ab, Qpn: qpn}}, Window: window,
 		ClientName: fmt.Sprintf("synthetic-%d", port), ProtocolVersion: spec.ProtocolVersion}
-}
-
-func adminClient(ctx context.Context, t testing.TB, addr string) adminpb.AdminClient {
-	t.Helper()
-	cc, err := admin.Dial(ctx, addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cc.Close() })
-	return adminpb.NewAdminClient(cc)
 }
 
 // TestAdmissionBeyondCapacity: Connects that would exceed the workers'
@@ -92,7 +118,7 @@ func TestAdmissionBeyondCapacity(t *testing.T) {
 	recv := headeronly.DefaultMaxRecv
 	tries := recv/256 + 2
 	addr := startConfig(t, server.Config{Workers: 1, MaxWindow: 256, MaxClients: tries + 1})
-	adm := adminClient(ctx, t, addr)
+	adm := admintest.Client(ctx, t, addr)
 	cs := dialN(t, ctx, addr, "", 1) // 2 QPs × 16
 	var ids [][]byte
 	var refused *adminpb.ConnectRequest
@@ -144,7 +170,7 @@ func TestAdmissionBeyondCapacity(t *testing.T) {
 
 	// The session limit: MaxClients.
 	addr2 := startConfig(t, server.Config{Workers: 1, MaxWindow: 8, MaxClients: 5})
-	adm2 := adminClient(ctx, t, addr2)
+	adm2 := admintest.Client(ctx, t, addr2)
 	for i := range 6 {
 		_, err := adm2.Connect(ctx, syntheticConnect(uint16(21000+i), 7, 1))
 		switch {
@@ -169,47 +195,25 @@ func TestManyClientsMemory(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	addr := startConfig(t, server.Config{Workers: 2, MaxWindow: 64, MaxClients: n + 16})
-	adm := adminClient(ctx, t, addr)
+	adm := admintest.Client(ctx, t, addr)
 	cs := dialN(t, ctx, addr, "", 1)
 	var v Verifier
 	if err := load(ctx, cs, 2, 100, &v, nil); err != nil {
 		t.Fatal(err)
 	}
-	heap := func() uint64 {
-		var m runtime.MemStats
-		runtime.GC()
-		runtime.GC()
-		runtime.ReadMemStats(&m)
-		return m.HeapAlloc
-	}
-	h0 := heap()
+	h0 := liveHeap()
 	connectAll := func(base int) [][]byte {
 		ids := make([][]byte, n)
-		var next atomic.Int64
-		var wg sync.WaitGroup
-		errc := make(chan error, 8)
-		for range 8 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					i := int(next.Add(1)) - 1
-					if i >= n {
-						return
-					}
-					// Distinct addresses, as distinct client hosts or ports.
-					resp, err := adm.Connect(ctx, syntheticConnect(uint16(base+i), uint32(1+i%1000), 1))
-					if err != nil {
-						errc <- fmt.Errorf("connect %d: %w", i, err)
-						return
-					}
-					ids[i] = resp.GetSessionToken()
-				}
-			}()
-		}
-		wg.Wait()
-		close(errc)
-		if err := <-errc; err != nil {
+		err := parallel(n, 8, func(i int) error {
+			// Distinct addresses, as distinct client hosts or ports.
+			resp, err := adm.Connect(ctx, syntheticConnect(uint16(base+i), uint32(1+i%1000), 1))
+			if err != nil {
+				return fmt.Errorf("connect %d: %w", i, err)
+			}
+			ids[i] = resp.GetSessionToken()
+			return nil
+		})
+		if err != nil {
 			t.Fatal(err)
 		}
 		return ids
@@ -224,7 +228,7 @@ func TestManyClientsMemory(t *testing.T) {
 	start := time.Now()
 	ids := connectAll(1024)
 	took := time.Since(start)
-	h1 := heap()
+	h1 := liveHeap()
 	st, err := adm.Status(ctx, &adminpb.StatusRequest{})
 	if err != nil {
 		t.Fatal(err)
@@ -250,7 +254,7 @@ func TestManyClientsMemory(t *testing.T) {
 	// (1s) after their last QP left, at the next Connect: probe until
 	// the heap stops shrinking, with a deadline.
 	settle := func() uint64 {
-		h, prev := heap(), uint64(0)
+		h, prev := liveHeap(), uint64(0)
 		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && h != prev; {
 			time.Sleep(1200 * time.Millisecond) // past the 1s grace
 			resp, err := adm.Connect(ctx, syntheticConnect(1023, 1, 1))
@@ -258,7 +262,7 @@ func TestManyClientsMemory(t *testing.T) {
 				t.Fatal(err)
 			}
 			disconnectAll([][]byte{resp.GetSessionToken()})
-			prev, h = h, heap()
+			prev, h = h, liveHeap()
 			if h > prev-min(prev, 64<<10) {
 				break // within 64 KiB of the last probe: settled
 			}
@@ -306,7 +310,7 @@ func TestLeaseReclaimsDeadClients(t *testing.T) {
 	}
 	fill := (headeronly.DefaultMaxRecv - 32) / 4096
 	addr := startConfig(t, server.Config{Workers: 1, MaxWindow: 256, MaxClients: 64, SessionLease: lease})
-	adm := adminClient(ctx, t, addr)
+	adm := admintest.Client(ctx, t, addr)
 	cs := dialN(t, ctx, addr, "", 1)
 	var dead [][]byte
 	for i := range fill {
@@ -364,7 +368,7 @@ func TestLeaseReclaimsDeadClientsHA(t *testing.T) {
 	defer cancel()
 	addr := startConfig(t, server.Config{Workers: 1, MaxWindow: 256, MaxClients: 8, SessionLease: lease,
 		HA: server.HAConfig{EtcdEndpoints: strings.Join(etcd.Endpoints(), ","), LeaseTTL: time.Second}})
-	adm := adminClient(ctx, t, addr)
+	adm := admintest.Client(ctx, t, addr)
 	// Until this instance has won its term, Connect redirects.
 	var first *adminpb.ConnectResponse
 	waitFor(t, 20*time.Second, func() bool {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/seqd/seqd/admin/adminpb"
+	"github.com/seqd/seqd/admin/admintest"
 	"github.com/seqd/seqd/spec"
 )
 
@@ -20,7 +21,7 @@ func TestReconnectKeepsOthersSession(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	addr := startMode(t, "", spec.ModeSpecS0)
-	adm := adminClient(ctx, t, addr)
+	adm := admintest.Client(ctx, t, addr)
 	a := dialN(t, ctx, addr, "", 1)[0]
 	b := dialN(t, ctx, addr, "", 1)[0]
 	var v Verifier

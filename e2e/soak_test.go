@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/seqd/seqd/admin/adminpb"
+	"github.com/seqd/seqd/admin/admintest"
 	"github.com/seqd/seqd/client"
 	"github.com/seqd/seqd/spec"
 )
@@ -100,7 +101,7 @@ func TestSoak(t *testing.T) {
 			srv.Wait()
 		}
 	}()
-	adm := adminClient(ctx, t, adminAddr)
+	adm := admintest.Client(ctx, t, adminAddr)
 
 	// The load: paced callers (verification keeps every call: ~40 bytes).
 	var v Verifier

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seqd/seqd/admin"
 	"github.com/seqd/seqd/admin/adminpb"
+	"github.com/seqd/seqd/admin/admintest"
 	"github.com/seqd/seqd/verbs"
 )
 
@@ -37,12 +37,7 @@ func TestWindowFlood(t *testing.T) {
 	addrs := startWithMetrics(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cc, err := admin.Dial(ctx, addrs.Admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	adm := adminpb.NewAdminClient(cc)
+	adm := admintest.Client(ctx, t, addrs.Admin)
 
 	h := newHostile(ctx, t, adm)
 	cs := dialN(t, ctx, addrs.Admin, "", 2)

@@ -46,9 +46,7 @@ var _ dataplane.Mode = (*Server)(nil)
 // Start creates the workers' queue pairs and starts them (a
 // dataplane.Factory).
 func Start(ctx context.Context, c dataplane.Config) (dataplane.Mode, error) {
-	return New(Config{Config: wk.Config{Device: c.Device, Oracle: c.Oracle, Behind: c.Behind, Workers: c.Workers,
-		RespQPs: c.RespQPs, Cores: c.Cores, QKey: c.QKey, Epoch: c.Epoch, Logger: c.Logger},
-		MaxWindow: c.MaxWindow, MaxClients: c.MaxClients, Format: c.Format})
+	return New(Config{Config: wk.ConfigOf(c), MaxWindow: c.MaxWindow, MaxClients: c.MaxClients, Format: c.Format})
 }
 
 // New creates the workers' queue pairs and starts them.
@@ -83,11 +81,7 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 	if a.Window < 0 {
 		return dataplane.Grant{}, fmt.Errorf("%w: fasst: window %d", dataplane.ErrInvalidArgument, a.Window)
 	}
-	window := a.Window
-	if window == 0 {
-		window = DefaultWindow
-	}
-	window = min(window, s.cfg.MaxWindow)
+	window := wk.Window(a.Window, DefaultWindow, s.cfg.MaxWindow)
 	keys := make([]peerKey, len(a.QPs))
 	for i, q := range a.QPs {
 		if q.QPN > verbs.MaxQPN {
@@ -111,10 +105,7 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 		// now would leave a session nobody knows of.
 		return dataplane.Grant{}, fmt.Errorf("%w: fasst: connect: %v", dataplane.ErrUnavailable, err)
 	}
-	var prev *session
-	if replaces.ID != 0 && replaces.Epoch == s.cfg.Epoch {
-		prev = s.sessions[replaces.ID]
-	}
+	prev, _ := wk.Replaced(s.sessions, replaces, s.cfg.Epoch)
 	n := len(s.sessions)
 	freed := make([]int, len(s.Workers))
 	if prev != nil {
@@ -186,9 +177,9 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 func (s *Server) Release(ctx context.Context, r dataplane.SessionRef) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	sess, ok := s.sessions[r.ID]
-	if !ok || r.Epoch != s.cfg.Epoch {
-		return fmt.Errorf("%w: fasst: session %d of epoch %d", dataplane.ErrUnknownSession, r.ID, r.Epoch)
+	sess, err := wk.Lookup(s.sessions, r, s.cfg.Epoch, "fasst: session")
+	if err != nil {
+		return err
 	}
 	now := time.Now()
 	s.release(sess, now)
@@ -253,9 +244,4 @@ func (s *Server) Stats() dataplane.Stats {
 
 // AddressHandles is the number of open address handles (tests: churn
 // leaves none behind).
-func (s *Server) AddressHandles() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.AHs.Reap(time.Now())
-	return s.AHs.Len()
-}
+func (s *Server) AddressHandles() int { return s.Pool.AddressHandles(&s.mu) }

@@ -8,64 +8,17 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/seqd/seqd/admin"
 	"github.com/seqd/seqd/admin/adminpb"
+	"github.com/seqd/seqd/admin/admintest"
 	"github.com/seqd/seqd/client"
 	"github.com/seqd/seqd/e2e"
 	"github.com/seqd/seqd/ha/hatest"
 	"github.com/seqd/seqd/spec"
 )
-
-// servedLog is, per client, the end time of each successful call.
-type servedLog struct {
-	mu     sync.Mutex
-	ends   [][]time.Duration
-	errs   []int
-	resets [][]time.Duration // when a client held back by the test was let go
-}
-
-func (s *servedLog) count(c int, after time.Duration) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n := 0
-	for _, e := range s.ends[c] {
-		if e > after {
-			n++
-		}
-	}
-	return n
-}
-
-// longestGap is client c's longest stretch without a successful call
-// between from and to, and when it began.
-func (s *servedLog) longestGap(c int, from, to time.Duration) (gap, at time.Duration) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	prev := from
-	r := s.resets[c]
-	for _, e := range s.ends[c] {
-		if e < from || e > to {
-			continue
-		}
-		for len(r) > 0 && r[0] <= e {
-			prev = max(prev, r[0]) // the time the test held the client back is no gap
-			r = r[1:]
-		}
-		if e-prev > gap {
-			gap, at = e-prev, prev
-		}
-		prev = e
-	}
-	if to-prev > gap {
-		gap, at = to-prev, prev
-	}
-	return gap, at
-}
 
 // TestEpochChangesKeepEveryClient: four clients of the client library,
 // each given every instance's admin address, under continuous load
@@ -153,22 +106,15 @@ func TestEpochChangesKeepEveryClient(t *testing.T) {
 	adminOf := func(in *inst) adminpb.AdminClient {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		cc, err := admin.Dial(ctx, in.admin)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cc.Close() })
-		return adminpb.NewAdminClient(cc)
+		return admintest.Client(ctx, t, in.admin)
 	}
 
-	var v e2e.Verifier
-	log := &servedLog{ends: make([][]time.Duration, nClients), errs: make([]int, nClients), resets: make([][]time.Duration, nClients)}
-	var hold, busy [nClients]atomic.Bool
-	base := time.Now()
-	now := func() time.Duration { return time.Since(base) }
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
 	var clients []*client.Client
+	t.Cleanup(func() {
+		for _, c := range clients {
+			c.Close()
+		}
+	})
 	for id := range nClients {
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		c, err := client.Dial(ctx, strings.Join(addrs, ","), client.WithDevice("soft", "127.0.0.1:0", ""),
@@ -179,79 +125,13 @@ func TestEpochChangesKeepEveryClient(t *testing.T) {
 			t.Fatalf("client %d: %v", id, err)
 		}
 		clients = append(clients, c)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				if hold[id].Load() {
-					time.Sleep(time.Millisecond) // held back by the test
-					continue
-				}
-				busy[id].Store(true)
-				s := now()
-				ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-				ts, err := c.GetTimestamp(ctx)
-				cancel()
-				e := now()
-				busy[id].Store(false)
-				log.mu.Lock()
-				if err == nil {
-					v.Record(e2e.Call{Caller: id, Start: s, End: e, Value: uint64(ts)})
-					log.ends[id] = append(log.ends[id], e)
-				} else {
-					log.errs[id]++
-				}
-				log.mu.Unlock()
-				if err == nil {
-					time.Sleep(200 * time.Microsecond) // keep the two shared cores for the servers too
-				}
-			}
-		}()
 	}
-	halt := func() {
-		select {
-		case <-stop:
-		default:
-			close(stop)
-		}
-		wg.Wait()
-	}
-	t.Cleanup(func() {
-		halt()
-		for _, c := range clients {
-			c.Close()
-		}
-	})
-
-	// everyoneServed waits until every client has n successful calls
-	// ending after at, and returns how long the slowest took.
+	l := e2e.StartHeldLoad(context.Background(), clients)
+	t.Cleanup(l.Halt) // before the clients close
+	now := l.Now
 	everyoneServed := func(what string, at time.Duration, n int, within time.Duration) time.Duration {
 		t.Helper()
-		deadline := time.Now().Add(within)
-		for {
-			ok := true
-			for c := range nClients {
-				if log.count(c, at) < n && !hold[c].Load() {
-					ok = false
-				}
-			}
-			if ok {
-				return now() - at
-			}
-			if time.Now().After(deadline) {
-				var got []int
-				for c := range nClients {
-					got = append(got, log.count(c, at))
-				}
-				t.Fatalf("%s: clients served %v times within %v of it, want %d each", what, got, within, n)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		return l.EveryoneServed(t, what, at, n, within)
 	}
 	everyoneServed("start", 0, 50, 20*time.Second)
 	loadFrom := now()
@@ -267,17 +147,7 @@ func TestEpochChangesKeepEveryClient(t *testing.T) {
 		t.Helper()
 		h := events % nClients
 		events++
-		hold[h].Store(true)
-		for busy[h].Load() {
-			time.Sleep(time.Millisecond)
-		}
-		event()
-		log.mu.Lock()
-		log.resets[h] = append(log.resets[h], now())
-		log.mu.Unlock()
-		at := now()
-		hold[h].Store(false)
-		worstLast = max(worstLast, everyoneServed(what+", after the held-back client "+fmt.Sprint(h)+" reconnected", at, 20, 3*time.Second))
+		worstLast = max(worstLast, l.HeldOver(t, h, what, event))
 	}
 	for switches < 20 {
 		mode := modes[switches%len(modes)]
@@ -323,8 +193,8 @@ func TestEpochChangesKeepEveryClient(t *testing.T) {
 	}
 	everyoneServed("the end", now(), 50, 10*time.Second)
 	end := now()
-	halt()
-	if err := v.Check(); err != nil {
+	l.Halt()
+	if err := l.V.Check(); err != nil {
 		t.Fatalf("verifier: %v", err)
 	}
 	var regressions uint64
@@ -334,13 +204,13 @@ func TestEpochChangesKeepEveryClient(t *testing.T) {
 	if regressions != 0 {
 		t.Errorf("clients refused %d answers that would have gone backwards", regressions)
 	}
-	t.Logf("%d switches, %d kill -9 restarts, %d transfers; verifier: %d calls, 0 violations", switches, kills, transfers, v.Len())
+	t.Logf("%d switches, %d kill -9 restarts, %d transfers; verifier: %d calls, 0 violations", switches, kills, transfers, l.V.Len())
 	t.Logf("slowest recovery of every client: switch %v, kill -9 %v, transfer %v (ttl %v); after the held-back client reconnected: %v",
 		worst[0].Round(time.Millisecond), worst[1].Round(time.Millisecond), worst[2].Round(time.Millisecond), ttl, worstLast.Round(time.Millisecond))
 	for c := range nClients {
-		g, at := log.longestGap(c, loadFrom, end)
+		g, at := l.LongestGap(c, loadFrom, end)
 		st := clients[c].Stats()
 		t.Logf("EPOCHS client=%d calls=%d failed_attempts=%d reconnects=%d longest_gap=%v at=%v",
-			c, log.count(c, 0), log.errs[c], st.Reconnects, g.Round(time.Millisecond), at.Round(time.Millisecond))
+			c, l.Served(c, 0), l.Errors(c), st.Reconnects, g.Round(time.Millisecond), at.Round(time.Millisecond))
 	}
 }

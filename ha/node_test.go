@@ -89,9 +89,14 @@ type load struct {
 	stop  chan struct{}
 	wg    sync.WaitGroup
 
-	mu    sync.Mutex
-	succ  []time.Duration // end time of every successful call
-	froms map[string]int  // successful calls per instance
+	successLog                // its mu guards froms too
+	froms      map[string]int // successful calls per instance
+}
+
+// successLog is the end time of every successful call of a load.
+type successLog struct {
+	mu   sync.Mutex
+	succ []time.Duration
 }
 
 func startLoad(insts []*inst, callers int) *load {
@@ -155,14 +160,14 @@ func (l *load) finish(t *testing.T) {
 }
 
 // successes returns the number of successful calls so far.
-func (l *load) successes() int {
+func (l *successLog) successes() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.succ)
 }
 
 // waitCalls waits until n more calls have succeeded.
-func (l *load) waitCalls(t *testing.T, n int, within time.Duration) {
+func (l *successLog) waitCalls(t *testing.T, n int, within time.Duration) {
 	t.Helper()
 	want := l.successes() + n
 	deadline := time.Now().Add(within)
@@ -175,8 +180,9 @@ func (l *load) waitCalls(t *testing.T, n int, within time.Duration) {
 }
 
 // gap returns the longest time without a successful call from after
-// (a point just before the fault) to the last success.
-func (l *load) gap(after time.Duration) time.Duration {
+// (a point just before the fault) to the last success: the service's
+// unavailability.
+func (l *successLog) gap(after time.Duration) time.Duration {
 	l.mu.Lock()
 	s := slices.Clone(l.succ)
 	l.mu.Unlock()
@@ -194,7 +200,7 @@ func (l *load) gap(after time.Duration) time.Duration {
 }
 
 // successesBetween counts calls that returned in (from, to).
-func (l *load) successesBetween(from, to time.Duration) int {
+func (l *successLog) successesBetween(from, to time.Duration) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	n := 0
@@ -333,14 +339,8 @@ func TestFailover(t *testing.T) {
 		l.waitCalls(t, 500, 3*ttl)
 		l.finish(t)
 		report(t, "etcd leader member killed (2 of 3 left)", l.gap(at))
-		if err := c.Restart(victim); err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		if err := c.WaitReady(ctx, c.Endpoints()...); err != nil {
-			t.Fatalf("member did not rejoin: %v", err)
-		}
+		restartMembers(t, c, victim)
+		waitCluster(t, c, "member did not rejoin")
 	})
 
 	t.Run("etcd-majority-lost", func(t *testing.T) {
@@ -362,11 +362,7 @@ func TestFailover(t *testing.T) {
 		if n := l.successesBetween(closed+10*time.Millisecond, restored); n != 0 {
 			t.Fatalf("%d calls succeeded while etcd had no majority", n)
 		}
-		for _, i := range []int{1, 2} {
-			if err := c.Restart(i); err != nil {
-				t.Fatal(err)
-			}
-		}
+		restartMembers(t, c, 1, 2)
 		l.waitCalls(t, 200, 20*time.Second)
 		back := l.now()
 		l.finish(t)
@@ -374,12 +370,30 @@ func TestFailover(t *testing.T) {
 			at.Round(time.Millisecond), (closed - at).Round(time.Millisecond), (restored - at).Round(time.Millisecond),
 			(back - restored).Round(time.Millisecond))
 		report(t, "etcd majority lost for ~TTL, then restored", l.gap(at))
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		if err := c.WaitReady(ctx, c.Endpoints()...); err != nil {
-			t.Fatalf("cluster did not recover: %v", err)
-		}
+		waitCluster(t, c, "cluster did not recover")
 	})
+}
+
+// restartMembers restarts the etcd members ids of c (killed by the
+// test).
+func restartMembers(t *testing.T, c *hatest.Cluster, ids ...int) {
+	t.Helper()
+	for _, i := range ids {
+		if err := c.Restart(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// waitCluster waits until every member of c is ready; what says what
+// failed if one is not within 20 s.
+func waitCluster(t *testing.T, c *hatest.Cluster, what string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := c.WaitReady(ctx, c.Endpoints()...); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
 }
 
 func anyServing(insts []*inst) bool {

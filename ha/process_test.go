@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -163,13 +162,12 @@ func leaders(ps []*seqdProc) int {
 // failovers itself. A failed call is counted and retried on the same
 // client.
 type clientLoad struct {
-	v       e2e.Verifier
-	base    time.Time
-	stop    chan struct{}
-	wg      sync.WaitGroup
-	mu      sync.Mutex
-	succ    []time.Duration
-	errs    int
+	v    e2e.Verifier
+	base time.Time
+	stop chan struct{}
+	wg   sync.WaitGroup
+	successLog
+	errs    int // under mu
 	clients []*client.Client
 }
 
@@ -228,54 +226,6 @@ func (l *clientLoad) caller(id int, c *client.Client) {
 			}
 		}
 	}
-}
-
-func (l *clientLoad) successes() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.succ)
-}
-
-func (l *clientLoad) successesBetween(from, to time.Duration) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := 0
-	for _, e := range l.succ {
-		if e > from && e < to {
-			n++
-		}
-	}
-	return n
-}
-
-func (l *clientLoad) waitCalls(t *testing.T, n int, within time.Duration) {
-	t.Helper()
-	want := l.successes() + n
-	deadline := time.Now().Add(within)
-	for l.successes() < want {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d of %d calls succeeded within %v", l.successes()-want+n, n, within)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// gap is the longest stretch without a successful call after at: the
-// service's unavailability.
-func (l *clientLoad) gap(after time.Duration) time.Duration {
-	l.mu.Lock()
-	s := slices.Clone(l.succ)
-	l.mu.Unlock()
-	slices.Sort(s)
-	var g time.Duration
-	prev := after
-	for _, e := range s {
-		if e >= after {
-			g = max(g, e-prev)
-			prev = e
-		}
-	}
-	return g
 }
 
 func (l *clientLoad) halt() {
@@ -413,14 +363,8 @@ func TestSeqdProcessFaults(t *testing.T) {
 		l.waitCalls(t, 500, 3*ttl)
 		l.finish(t)
 		unavailable(t, "etcd-member-killed", l.gap(at))
-		if err := c.Restart(victim); err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		if err := c.WaitReady(ctx, c.Endpoints()...); err != nil {
-			t.Fatalf("member did not rejoin: %v", err)
-		}
+		restartMembers(t, c, victim)
+		waitCluster(t, c, "member did not rejoin")
 	})
 
 	t.Run("etcd-majority-lost", func(t *testing.T) {
@@ -445,11 +389,7 @@ func TestSeqdProcessFaults(t *testing.T) {
 		if n := l.successesBetween(closed+300*time.Millisecond, restored); n != 0 {
 			t.Fatalf("%d calls succeeded while etcd had no majority", n)
 		}
-		for _, i := range []int{1, 2} {
-			if err := c.Restart(i); err != nil {
-				t.Fatal(err)
-			}
-		}
+		restartMembers(t, c, 1, 2)
 		l.waitCalls(t, 300, 20*time.Second)
 		back := l.now()
 		l.finish(t)
@@ -457,10 +397,6 @@ func TestSeqdProcessFaults(t *testing.T) {
 			at.Round(time.Millisecond), (closed - at).Round(time.Millisecond), (restored - at).Round(time.Millisecond),
 			(back - restored).Round(time.Millisecond))
 		unavailable(t, "etcd-majority-lost", l.gap(at))
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		if err := c.WaitReady(ctx, c.Endpoints()...); err != nil {
-			t.Fatalf("cluster did not recover: %v", err)
-		}
+		waitCluster(t, c, "cluster did not recover")
 	})
 }

@@ -31,12 +31,7 @@ func TestConnectReplaces(t *testing.T) {
 	_, addr := admintest.Start(t, admin.Config{Logger: slog.New(slog.DiscardHandler), SessionLease: time.Minute}, pb(s))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cc, err := admin.Dial(ctx, addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	adm := adminpb.NewAdminClient(cc)
+	adm := admintest.Client(ctx, t, addr)
 
 	ep := func(port uint16, qpn uint32) *adminpb.Endpoint {
 		a, _ := verbs.Address{GID: verbs.GIDFromAddr(netip.MustParseAddr("127.0.0.1")), Port: port}.MarshalBinary()

@@ -47,9 +47,7 @@ var _ dataplane.Mode = (*Server)(nil)
 // Start starts the Spec-S0 data path with the settings every mode takes
 // and the defaults of the rest (dataplane.Factory).
 func Start(ctx context.Context, c dataplane.Config) (dataplane.Mode, error) {
-	return New(Config{Config: wk.Config{Device: c.Device, Oracle: c.Oracle, Behind: c.Behind, Workers: c.Workers,
-		RespQPs: c.RespQPs, Cores: c.Cores, QKey: c.QKey, Epoch: c.Epoch, Logger: c.Logger},
-		Format: c.Format, MaxWindow: c.MaxWindow, MaxClients: c.MaxClients})
+	return New(Config{Config: wk.ConfigOf(c), Format: c.Format, MaxWindow: c.MaxWindow, MaxClients: c.MaxClients})
 }
 
 // New creates the server's queue pairs and starts its workers.
@@ -122,11 +120,7 @@ func (s *Server) admitLocked(ctx context.Context, a dataplane.Admission, old dat
 	if len(a.QPs) == 0 {
 		return no, nil, fmt.Errorf("%w: no queue pairs", dataplane.ErrInvalidArgument)
 	}
-	window := a.Window
-	if window <= 0 {
-		window = min(DefaultWindow, s.cfg.MaxWindow)
-	}
-	window = min(window, s.cfg.MaxWindow)
+	window := wk.Window(a.Window, DefaultWindow, s.cfg.MaxWindow)
 	keys := make([]peerKey, len(a.QPs))
 	for i, ep := range a.QPs {
 		if ep.QPN > verbs.MaxQPN {
@@ -347,12 +341,7 @@ func (s *Server) awaitRecvs(ctx context.Context, w *worker) {
 // AddressHandles is the number of open address handles: those of the
 // connected clients' addresses and of addresses left within the grace
 // period (ahcache.Grace).
-func (s *Server) AddressHandles() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.AHs.Reap(time.Now())
-	return s.AHs.Len()
-}
+func (s *Server) AddressHandles() int { return s.Pool.AddressHandles(&s.mu) }
 
 // OverrunSessions is the number of connected sessions one of whose own
 // request QPs dropped a request because none of its receives was posted:

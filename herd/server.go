@@ -55,9 +55,7 @@ func Start(ctx context.Context, c dataplane.Config) (dataplane.Mode, error) {
 	if mw > spec.HERDMaxWindow {
 		mw = spec.HERDMaxWindow
 	}
-	return New(Config{Config: wk.Config{Device: c.Device, Oracle: c.Oracle, Behind: c.Behind, Workers: c.Workers,
-		RespQPs: c.RespQPs, Cores: c.Cores, QKey: c.QKey, Epoch: c.Epoch, Logger: c.Logger},
-		MaxWindow: mw, MaxQPs: c.MaxClients})
+	return New(Config{Config: wk.ConfigOf(c), MaxWindow: mw, MaxQPs: c.MaxClients})
 }
 
 // New creates the workers (regions, CQs, response QPs) and starts them.
@@ -92,10 +90,7 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 	if len(a.ConnQPs) != len(a.QPs) {
 		return no, fmt.Errorf("%w: herd needs one UC write QP (conn QPs) per answer QP", dataplane.ErrFailedPrecondition)
 	}
-	window := a.Window
-	if window <= 0 || window > s.cfg.MaxWindow {
-		window = min(max(window, DefaultWindow), s.cfg.MaxWindow)
-	}
+	window := wk.Window(a.Window, DefaultWindow, s.cfg.MaxWindow)
 	for i := range a.QPs {
 		if a.ConnQPs[i].QPN > verbs.MaxQPN || a.QPs[i].QPN > verbs.MaxQPN {
 			return no, fmt.Errorf("%w: qps[%d]: QPN above 24 bits", ErrArgument, i)
@@ -182,12 +177,7 @@ func (s *Server) Release(ctx context.Context, r dataplane.SessionRef) error {
 // AddressHandles is the number of open address handles: those of the
 // connected clients' addresses and of addresses left within the grace
 // period.
-func (s *Server) AddressHandles() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.AHs.Reap(time.Now())
-	return s.AHs.Len()
-}
+func (s *Server) AddressHandles() int { return s.Pool.AddressHandles(&s.mu) }
 
 // sessionCount is the number of admitted sessions.
 func (s *Server) sessionCount() int {

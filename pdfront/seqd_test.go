@@ -161,16 +161,32 @@ func quiet() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 }
 
-// frontOver serves a front end over a seqd client of addrs.
-func frontOver(t testing.TB, addrs []string) (*pdfront.Server, string, *client.Client) {
+// startSingle starts one seqd (no HA) on a fresh data directory and
+// waits until it serves.
+func startSingle(t testing.TB) *proc {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
+	s := startProc(t, "-init", "-data", t.TempDir())
+	waitRole(t, []*proc{s}, nil, "")
+	return s
+}
+
+// dialSeqd dials a seqd client of addrs, closed when the test ends.
+func dialSeqd(ctx context.Context, t testing.TB, addrs ...string) *client.Client {
+	t.Helper()
 	c, err := client.Dial(ctx, strings.Join(addrs, ","), client.WithLogger(quiet()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// frontOver serves a front end over a seqd client of addrs.
+func frontOver(t testing.TB, addrs []string) (*pdfront.Server, string, *client.Client) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	c := dialSeqd(ctx, t, addrs...)
 	srv, addr := startFront(t, pdfront.NewClientSource(c))
 	return srv, addr, c
 }
@@ -189,8 +205,7 @@ func waitCalls(t *testing.T, v *e2e.Verifier, n int) {
 }
 
 func TestPDClientAcrossSeqdRestart(t *testing.T) {
-	s := startProc(t, "-init", "-data", t.TempDir())
-	waitRole(t, []*proc{s}, nil, "")
+	s := startSingle(t)
 	s.args = slices.DeleteFunc(s.args, func(a string) bool { return a == "-init" }) // later starts find the mark
 	srv, addr, c := frontOver(t, []string{s.addr})
 	pc := newPD(t, addr)
@@ -254,15 +269,10 @@ func TestPDClientAcrossHAFailover(t *testing.T) {
 // clients: every value either side got is checked together, so a range
 // that held a native client's value would fail.
 func TestAmongOtherClients(t *testing.T) {
-	s := startProc(t, "-init", "-data", t.TempDir())
-	waitRole(t, []*proc{s}, nil, "")
+	s := startSingle(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	c, err := client.Dial(ctx, s.addr, client.WithLogger(quiet()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialSeqd(ctx, t, s.addr)
 	srv, addr := startFront(t, pdfront.NewClientSource(c))
 	pc := newPD(t, addr)
 	var v e2e.Verifier
@@ -271,11 +281,7 @@ func TestAmongOtherClients(t *testing.T) {
 	// Native clients on the same group, callers 1000 and up.
 	var wg sync.WaitGroup
 	for i := range 4 {
-		nc, err := client.Dial(ctx, s.addr, client.WithLogger(quiet()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer nc.Close()
+		nc := dialSeqd(ctx, t, s.addr)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -313,8 +319,7 @@ func TestAmongOtherClients(t *testing.T) {
 // other) in front of one seqd, gives PD's client both, and stops the one
 // it uses: it moves to the other, and every value is checked.
 func TestPDClientAcrossFrontEnds(t *testing.T) {
-	s := startProc(t, "-init", "-data", t.TempDir())
-	waitRole(t, []*proc{s}, nil, "")
+	s := startSingle(t)
 	var lis [2]net.Listener
 	var urls []string
 	for i := range lis {
@@ -328,12 +333,8 @@ func TestPDClientAcrossFrontEnds(t *testing.T) {
 	var fronts [2]*pdfront.Server
 	for i := range lis {
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		c, err := client.Dial(ctx, s.addr, client.WithLogger(quiet()))
+		c := dialSeqd(ctx, t, s.addr)
 		cancel()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
 		srv, err := pdfront.New(pdfront.Config{ClusterID: 7, URL: urls[i], Peers: urls}, pdfront.NewClientSource(c))
 		if err != nil {
 			t.Fatal(err)
@@ -403,15 +404,10 @@ func (s *maxCountSource) Reserve(ctx context.Context, count int) (uint64, error)
 // and every answer's values share one millisecond: PD's
 // (physical, logical) split holds for each, logical in [0, 2^18).
 func TestLargeCounts(t *testing.T) {
-	s := startProc(t, "-init", "-data", t.TempDir())
-	waitRole(t, []*proc{s}, nil, "")
+	s := startSingle(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c, err := client.Dial(ctx, s.addr, client.WithLogger(quiet()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialSeqd(ctx, t, s.addr)
 	src := &maxCountSource{Source: pdfront.NewClientSource(c)}
 	srv, addr := startFront(t, src)
 	var v e2e.Verifier

@@ -56,21 +56,20 @@ func (c Config) validate() (Config, error) {
 
 // Server is a running RFP data path. It implements dataplane.Mode.
 type Server struct {
+	// The workers, which run while !stopped (no PD or address handles:
+	// each session has a PD of its own).
+	wk.Pool[*worker]
 	cfg   Config
 	log   *slog.Logger
 	start time.Time
 
 	stopped atomic.Bool
-	wg      sync.WaitGroup // the workers' loops
-	workers []*worker
 
 	mu       sync.Mutex
 	sessions map[uint64]*session
 	limbo    []*session // released, freed once no sweep can see them
 	nextID   uint64
 	rr       int
-	stopOnce sync.Once
-	closed   bool
 }
 
 var _ dataplane.Mode = (*Server)(nil)
@@ -87,8 +86,9 @@ type session struct {
 
 // Start is the mode's dataplane.Factory.
 func Start(ctx context.Context, c dataplane.Config) (dataplane.Mode, error) {
-	return New(Config{Config: wk.Config{Device: c.Device, Oracle: c.Oracle, Behind: c.Behind, Workers: c.Workers,
-		Cores: c.Cores, Epoch: c.Epoch, Logger: c.Logger}, MaxWindow: min(c.MaxWindow, spec.RFPMaxWindow), MaxQPs: c.MaxClients})
+	wc := wk.ConfigOf(c)
+	wc.RespQPs, wc.QKey = 0, 0 // unused: answers leave on the clients' own connections
+	return New(Config{Config: wc, MaxWindow: min(c.MaxWindow, spec.RFPMaxWindow), MaxQPs: c.MaxClients})
 }
 
 // New creates the workers and starts them.
@@ -98,15 +98,10 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, start: time.Now(), sessions: map[uint64]*session{}}
-	for i := range cfg.Workers {
-		w, err := newWorker(s, i)
-		if err != nil {
-			s.Close()
-			return nil, err
-		}
-		s.workers = append(s.workers, w)
+	if err := s.StartWorkers(cfg.Workers, func(i int) (*worker, error) { return newWorker(s, i) }); err != nil {
+		s.Close()
+		return nil, err
 	}
-	wk.Run(&s.wg, s.workers)
 	s.log.Info("rfp data path up", "device", cfg.Device.Name(), "workers", cfg.Workers,
 		"max_window", cfg.MaxWindow, "epoch", cfg.Epoch)
 	return s, nil
@@ -122,21 +117,13 @@ func New(cfg Config) (*Server, error) {
 // [n,2n) the response blocks); AnswerQKey, the session's answer tag
 // every record is checked with.
 func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces dataplane.SessionRef) (dataplane.Grant, error) {
-	if len(a.QPs) == 0 {
-		return dataplane.Grant{}, fmt.Errorf("%w: no queue pairs", dataplane.ErrInvalidArgument)
-	}
-	if len(a.ConnQPs) != 0 {
+	if len(a.QPs) != 0 && len(a.ConnQPs) != 0 {
 		return dataplane.Grant{}, fmt.Errorf("%w: rfp takes its RC QPs in qps, not conn_qps", dataplane.ErrFailedPrecondition)
 	}
-	for i, q := range a.QPs {
-		if q.QPN > verbs.MaxQPN {
-			return dataplane.Grant{}, fmt.Errorf("%w: qps[%d]: QPN above 24 bits", dataplane.ErrInvalidArgument, i)
-		}
+	if err := wk.CheckQPs(a.QPs); err != nil {
+		return dataplane.Grant{}, err
 	}
-	window := a.Window
-	if window <= 0 || window > s.cfg.MaxWindow {
-		window = min(max(window, DefaultWindow), s.cfg.MaxWindow)
-	}
+	window := wk.Window(a.Window, DefaultWindow, s.cfg.MaxWindow)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stopped.Load() {
@@ -148,9 +135,8 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 	s.reclaim()
 	// The session replaced, if this mode and epoch hold it: released once
 	// this one is admitted, its capacity counted as free meanwhile.
-	old, replacing := s.sessions[replaces.ID]
-	replacing = replacing && replaces.ID != 0 && replaces.Epoch == s.cfg.Epoch
-	spare := make([]int, len(s.workers))
+	old, replacing := wk.Replaced(s.sessions, replaces, s.cfg.Epoch)
+	spare := make([]int, len(s.Workers))
 	if replacing {
 		for _, c := range old.clients {
 			spare[c.worker]++
@@ -165,11 +151,11 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 	g := dataplane.Grant{Epoch: s.cfg.Epoch, Window: window, AnswerQKey: verbs.RandomQKey(),
 		ConnPSNs: make([]verbs.PSN, 2*n), RemoteAddr: make([]uint64, 2*n), RKey: make([]uint32, 2*n)}
 	for i, q := range a.QPs {
-		w := s.workers[(s.rr+i)%len(s.workers)]
+		w := s.Workers[(s.rr+i)%len(s.Workers)]
 		c, err := w.admit(pd, q, window, g.AnswerQKey, spare[w.ID])
 		if err != nil {
 			for _, c := range sess.clients {
-				s.workers[c.worker].remove(c)
+				s.Workers[c.worker].remove(c)
 				c.close()
 			}
 			pd.Close()
@@ -181,7 +167,7 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 		g.RemoteAddr[i], g.RKey[i] = c.req.Addr(), c.req.RKey()
 		g.RemoteAddr[n+i], g.RKey[n+i] = c.resp.Addr(), c.resp.RKey()
 	}
-	s.rr = (s.rr + n) % len(s.workers)
+	s.rr = (s.rr + n) % len(s.Workers)
 	if replacing {
 		s.release(old)
 	}
@@ -190,7 +176,7 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 	g.Session = sess.id
 	s.sessions[sess.id] = sess
 	for _, c := range sess.clients {
-		s.workers[c.worker].publish()
+		s.Workers[c.worker].publish()
 	}
 	s.log.Info("rfp client admitted", "session", sess.id, "name", a.Name, "qps", n, "window", window)
 	return g, nil
@@ -201,9 +187,9 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 func (s *Server) Release(ctx context.Context, ref dataplane.SessionRef) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	sess, ok := s.sessions[ref.ID]
-	if !ok || ref.Epoch != s.cfg.Epoch {
-		return fmt.Errorf("%w: rfp session %d of epoch %d", dataplane.ErrUnknownSession, ref.ID, ref.Epoch)
+	sess, err := wk.Lookup(s.sessions, ref, s.cfg.Epoch, "rfp session")
+	if err != nil {
+		return err
 	}
 	s.release(sess)
 	s.reclaim()
@@ -216,10 +202,10 @@ func (s *Server) release(sess *session) {
 	delete(s.sessions, sess.id)
 	for _, c := range sess.clients {
 		c.qp.Modify(&verbs.QPAttr{State: verbs.StateErr}, verbs.AttrState)
-		s.workers[c.worker].remove(c)
+		s.Workers[c.worker].remove(c)
 	}
-	sess.sweeps = make([]uint64, len(s.workers))
-	for i, w := range s.workers {
+	sess.sweeps = make([]uint64, len(s.Workers))
+	for i, w := range s.Workers {
 		sess.sweeps[i] = w.sweeps.Load()
 	}
 	s.limbo = append(s.limbo, sess)
@@ -234,7 +220,7 @@ func (s *Server) reclaim() {
 		done := s.stopped.Load()
 		if !done {
 			done = true
-			for i, w := range s.workers {
+			for i, w := range s.Workers {
 				if w.sweeps.Load() <= sess.sweeps[i]+1 {
 					done = false
 				}
@@ -265,11 +251,7 @@ func (sess *session) close() {
 // then every QP moves to ERR. It returns 0: every value the mode handed
 // out was claimed from the oracle. Stop is idempotent.
 func (s *Server) Stop() (uint64, error) {
-	s.stopOnce.Do(func() {
-		s.mu.Lock()
-		s.stopped.Store(true)
-		s.mu.Unlock()
-		s.wg.Wait()
+	if s.Pool.Stop(&s.mu, &s.stopped, nil, nil) {
 		s.mu.Lock()
 		e := &verbs.QPAttr{State: verbs.StateErr}
 		for _, sess := range s.sessions {
@@ -279,30 +261,23 @@ func (s *Server) Stop() (uint64, error) {
 		}
 		s.mu.Unlock()
 		s.log.Info("rfp data path stopped")
-	})
+	}
 	return 0, nil
 }
 
 // Close stops the server and releases every verbs resource.
 func (s *Server) Close() error {
 	s.Stop()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil
-	}
-	s.closed = true
-	for id, sess := range s.sessions {
-		sess.close()
-		delete(s.sessions, id)
-	}
-	for _, sess := range s.limbo {
-		sess.close()
-	}
-	s.limbo = nil
-	for _, w := range s.workers {
-		w.Close()
-	}
+	s.Pool.CloseOnce(&s.mu, func() {
+		for id, sess := range s.sessions {
+			sess.close()
+			delete(s.sessions, id)
+		}
+		for _, sess := range s.limbo {
+			sess.close()
+		}
+		s.limbo = nil
+	})
 	return nil
 }
 
@@ -315,10 +290,10 @@ func (s *Server) Sessions() int {
 
 // Stats sums the workers' counters.
 func (s *Server) Stats() dataplane.Stats {
-	st := wk.Sum(s.workers)
+	st := wk.Sum(s.Workers)
 	st.Sessions = s.Sessions()
 	var sends, resends, dups, malformed uint64
-	for _, w := range s.workers {
+	for _, w := range s.Workers {
 		sends += w.stats.sends.Load()
 		resends += w.stats.resends.Load()
 		dups += w.stats.duplicates.Load()

@@ -166,3 +166,16 @@ func Start(tb testing.TB, cfg admin.Config, backend admin.Backend) (*admin.Serve
 	})
 	return srv, lis.Addr().String()
 }
+
+// Client dials the admin API at addr (admin.Dial) and returns a client of
+// it; the connection is closed when the test ends. A failed dial fails
+// the test.
+func Client(ctx context.Context, tb testing.TB, addr string) adminpb.AdminClient {
+	tb.Helper()
+	cc, err := admin.Dial(ctx, addr)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { cc.Close() })
+	return adminpb.NewAdminClient(cc)
+}

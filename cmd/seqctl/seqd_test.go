@@ -2,16 +2,8 @@ package main
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
 	"log/slog"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -26,6 +18,7 @@ import (
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/client"
 	"github.com/seqd/seqd/ha/hatest"
+	"github.com/seqd/seqd/internal/testpki"
 	seqd "github.com/seqd/seqd/server"
 	_ "github.com/seqd/seqd/verbs/soft"
 )
@@ -229,11 +222,11 @@ func TestSeqdAuthorisation(t *testing.T) {
 // TestSeqdTLS: an admin plane on TLS answers seqctl with -tls-ca, and
 // mutating calls with a token over TLS.
 func TestSeqdTLS(t *testing.T) {
-	p := newPKI(t)
-	cert, key := p.issue(t, "seqd-server", true)
+	p := testpki.New(t)
+	cert, key := p.Issue(t, "seqd-server", true)
 	tokens := writeToken(t, "tls-operator-token-0123")
 	addr := runSeqd(t, seqd.Config{Security: seqd.SecurityConfig{TLSCert: cert, TLSKey: key, TokenFile: tokens}})
-	tlsFlags := []string{"-tls-ca", p.caFile()}
+	tlsFlags := []string{"-tls-ca", p.CAFile()}
 	if st := statusOf(t, addr, tlsFlags...); st.GetRole() != adminclient.RoleSingle {
 		t.Errorf("status over TLS: role %q", st.GetRole())
 	}
@@ -295,64 +288,4 @@ func TestSeqdHA(t *testing.T) {
 	if got := timestamp(t, newLead); got <= v+1<<30 {
 		t.Fatalf("after advance to %d the leader answered %d", v+1<<30, got)
 	}
-}
-
-// pki is a throwaway CA issuing server and client certificates.
-type pki struct {
-	dir    string
-	ca     *x509.Certificate
-	caKey  *ecdsa.PrivateKey
-	serial int64
-}
-
-func newPKI(t *testing.T) *pki {
-	t.Helper()
-	p := &pki{dir: t.TempDir(), serial: 1}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "seqctl test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.ca, _ = x509.ParseCertificate(der)
-	p.caKey = key
-	if err := os.WriteFile(p.caFile(), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-func (p *pki) caFile() string { return filepath.Join(p.dir, "ca.pem") }
-
-func (p *pki) issue(t *testing.T, cn string, server bool) (cert, key string) {
-	t.Helper()
-	p.serial++
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(p.serial), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
-	if server {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-		tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, &k.PublicKey, p.caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kd, err := x509.MarshalECPrivateKey(k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, key = filepath.Join(p.dir, cn+".pem"), filepath.Join(p.dir, cn+"-key.pem")
-	os.WriteFile(cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
-	os.WriteFile(key, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kd}), 0o600)
-	return cert, key
 }

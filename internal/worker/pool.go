@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/seqd/seqd/dataplane"
 	"github.com/seqd/seqd/internal/ahcache"
@@ -34,6 +35,15 @@ func (p *Pool[W]) Start(dev verbs.Device, n int, create func(id int) (W, error))
 		return fmt.Errorf("worker pool: protection domain: %w", err)
 	}
 	p.AHs = ahcache.New(p.PD, 0)
+	return p.StartWorkers(n, create)
+}
+
+// StartWorkers makes n workers with create (Create) and runs them (Run),
+// for a mode that keeps no protection domain or address handles of the
+// pool's (each session has its own). On an error the caller closes the
+// pool (Close).
+func (p *Pool[W]) StartWorkers(n int, create func(id int) (W, error)) error {
+	var err error
 	if p.Workers, p.AnswerQPs, err = Create(n, create); err != nil {
 		return err
 	}
@@ -45,8 +55,8 @@ func (p *Pool[W]) Start(dev verbs.Device, n int, create func(id int) (W, error))
 // lock admission checks stopped under, so nothing is admitted after),
 // calls wake (if any) so that a worker blocked waiting sees it, waits
 // until every worker's Run returned (each finishes the batch in hand),
-// then moves each worker's QPs to the error state (toErr), so that late
-// requests get no answer. Later calls do nothing; it reports whether this
+// then moves each worker's QPs to the error state (toErr, if any), so
+// that late requests get no answer. Later calls do nothing; it reports whether this
 // call stopped the pool.
 func (p *Pool[W]) Stop(mu *sync.Mutex, stopped *atomic.Bool, wake func(), toErr func(W)) (first bool) {
 	p.stopOnce.Do(func() {
@@ -58,6 +68,9 @@ func (p *Pool[W]) Stop(mu *sync.Mutex, stopped *atomic.Bool, wake func(), toErr 
 			wake()
 		}
 		p.Wait()
+		if toErr == nil {
+			return
+		}
 		for _, w := range p.Workers {
 			toErr(w)
 		}
@@ -97,4 +110,14 @@ func (p *Pool[W]) Close() {
 	if p.PD != nil {
 		p.PD.Close()
 	}
+}
+
+// AddressHandles is the number of open address handles, holding mu (the
+// mode's admission lock): those of the connected clients' addresses and
+// of addresses left within the grace period (ahcache.Grace).
+func (p *Pool[W]) AddressHandles(mu *sync.Mutex) int {
+	mu.Lock()
+	defer mu.Unlock()
+	p.AHs.Reap(time.Now())
+	return p.AHs.Len()
 }
