@@ -81,8 +81,10 @@ func FuzzValidateOthers(f *testing.F) {
 		if proto.Unmarshal(b, &d) == nil {
 			if err := validateDisconnect(&d); err != nil && !errors.Is(err, ErrInvalidArgument) {
 				t.Fatalf("disconnect: %v", err)
-			} else if err == nil && d.GetSessionId() == 0 {
-				t.Fatal("disconnect: accepted session 0")
+			} else if err == nil && len(d.GetSessionToken()) != TokenLen {
+				// Sessions are named by token (protocol version 2);
+				// session_id is ignored, so any value of it is fine.
+				t.Fatalf("disconnect: accepted a %d-byte token", len(d.GetSessionToken()))
 			}
 		}
 		var a adminpb.AdvanceRequest
