@@ -15,7 +15,7 @@ import (
 )
 
 const (
-	spinFor = 30 * time.Microsecond
+	spinFor = 200 * time.Microsecond
 	// reconnectAfter: with requests outstanding and no answer for this
 	// long, the client assumes the server restarted and re-runs Connect.
 	// It first asks for the server's epoch: only a new epoch (a restart
@@ -197,7 +197,7 @@ func (c *Client) engine() {
 			idleSince = now
 		}
 		if now-idleSince < spinFor {
-			runtime.Gosched()
+			yield()
 			continue
 		}
 		c.sleep(now)
@@ -256,7 +256,7 @@ func (c *Client) driveOwn(ctx context.Context, r *Request) (ts Timestamp, ok boo
 		case did:
 			spinFrom = now
 		case now-spinFrom < spinFor:
-			runtime.Gosched()
+			yield()
 		default:
 			c.sleepFor(ctx, now)
 			spinFrom = c.now()
@@ -264,6 +264,17 @@ func (c *Client) driveOwn(ctx context.Context, r *Request) (ts Timestamp, ok boo
 		now = c.now()
 		c.intake(now)
 		did = c.step(now)
+	}
+}
+
+// yield is a pause in a busy-poll. With one P it lets other goroutines
+// (an in-process server, say) run. With more it does nothing:
+// runtime.Gosched wakes an idle P's thread to look for work each time,
+// which on a machine whose cores all spin preempts a poller, and moves the
+// goroutine between threads.
+func yield() {
+	if runtime.GOMAXPROCS(0) == 1 {
+		runtime.Gosched()
 	}
 }
 

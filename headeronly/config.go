@@ -35,7 +35,7 @@ const (
 	// beyond its window (a retransmission can arrive while the request it
 	// repeats is still queued).
 	SessionSlack  = 4
-	DefaultSpin   = 50 * time.Microsecond
+	DefaultSpin   = 200 * time.Microsecond
 	DefaultWindow = 64
 )
 

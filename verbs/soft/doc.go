@@ -28,13 +28,15 @@
 //     empty CQ runs a non-blocking receive burst (recvmmsg with UDP_GRO,
 //     super-packets split into their segments) on the queues of the CQ's
 //     QPs, so a busy-polling worker moves its own packets with no thread
-//     hand-off; and one progress goroutine per queue waits in Go's netpoller
-//     for the socket to become readable, so that RC responders, ACKs and
-//     blocked CQ.Wait callers make progress when nobody polls. The socket
-//     is in the netpoller only through a duplicate the progress goroutine
-//     registers while it waits, and closes once pollers have been busy for
-//     a few ticks: the netpoller's edge-triggered registration would
-//     otherwise wake a parked thread on every datagram. A burst
+//     hand-off; and one progress goroutine per queue, while nobody polls,
+//     waits for the socket to become readable, so that RC responders, ACKs
+//     and blocked CQ.Wait callers make progress. The socket itself is never
+//     in Go's netpoller, whose edge-triggered registration (input and
+//     output) would wake a parked thread on every datagram received and
+//     every one sent while the pollers move the packets themselves: the
+//     goroutine waits on an epoll instance of the queue's own, in the
+//     netpoller, that holds the socket for input, one-shot, armed only
+//     while it waits. A burst
 //     holds the queue's receive lock; there are no per-packet goroutines.
 //     Receive completions carry the kernel's receive time of their
 //     datagram (SO_TIMESTAMPNS, moved onto the monotonic clock with one

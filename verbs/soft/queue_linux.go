@@ -32,6 +32,11 @@ const (
 	cmsgSpace   = 24       // CMSG_SPACE(sizeof(int)) on 64-bit Linux
 	rxCtrlLen   = 128      // UDP_GRO, IP_PKTINFO and SO_TIMESTAMPNS control messages
 	tickPeriod  = time.Millisecond
+	// idlePeriod: how often the progress goroutine of a queue with no
+	// timer work looks whether its CQ pollers stopped without a CQ.Wait
+	// (one that waits kicks it). Each look wakes a thread, and on a
+	// machine whose cores all spin, that thread preempts a poller.
+	idlePeriod = 20 * time.Millisecond
 )
 
 // peer is a destination as one queue sends to it: the socket address and
@@ -124,14 +129,20 @@ type queue struct {
 	// wildcard: the socket is bound to 0.0.0.0; each datagram's
 	// destination address comes from IP_PKTINFO.
 	wildcard bool
-	// fd is the socket, non-blocking, kept out of Go's netpoller: the
-	// netpoller registers descriptors edge-triggered, so every datagram
-	// would wake a thread parked in epoll_wait even while CQ pollers move
-	// the packets themselves (measured in a loaded seqd: ~26k context
-	// switches a second). The progress goroutine registers a duplicate
-	// (idle) only while it waits for the socket itself.
-	fd   int
-	idle atomic.Pointer[os.File]
+	// fd is the socket, non-blocking, and never in Go's netpoller: the
+	// netpoller registers descriptors edge-triggered for input and output,
+	// so every datagram received, and every one sent (the kernel signals
+	// write space as it frees the buffer), would wake a thread parked in
+	// epoll_wait, even while CQ pollers move the packets themselves. (A
+	// serial client measured a wake-up per round trip on each side, and a
+	// tail of 100 µs and more.) The progress goroutine waits instead on ep,
+	// an epoll instance of its own that holds the socket for input only,
+	// one-shot: armed only while the goroutine waits, and disarmed by the
+	// first datagram, so a wait costs at most one wake-up. ep, not the
+	// socket, is in the netpoller (epf).
+	fd  int
+	ep  int
+	epf *os.File
 	// nicwire: packets leave through raw, an IP_HDRINCL socket
 	// (nicwire.go).
 	nicwire bool
@@ -211,7 +222,7 @@ func newQueue(d *device, idx int, local netip.AddrPort) (*queue, error) {
 	// Keep a duplicate of the socket and close the net.UDPConn: closing
 	// it removes the socket from the netpoller, the duplicate keeps it
 	// open (non-blocking, as ListenUDP made it).
-	q := &queue{d: d, idx: idx, fd: -1, raw: -1, gso: d.cfg.gso, done: make(chan struct{}), kick: make(chan struct{}, 1),
+	q := &queue{d: d, idx: idx, fd: -1, ep: -1, raw: -1, gso: d.cfg.gso, done: make(chan struct{}), kick: make(chan struct{}, 1),
 		rng: rand.New(rand.NewPCG(d.cfg.seed, uint64(idx)))}
 	bound := conn.LocalAddr().(*net.UDPAddr).AddrPort()
 	rc, err := conn.SyscallConn()
@@ -264,9 +275,14 @@ func newQueue(d *device, idx int, local netip.AddrPort) (*queue, error) {
 		unix.Close(q.fd)
 		return nil, fmt.Errorf("soft: queue %d socket options: %w", idx, serr)
 	}
+	if err := q.openEpoll(); err != nil {
+		unix.Close(q.fd)
+		return nil, fmt.Errorf("soft: queue %d: %w", idx, err)
+	}
 	if d.cfg.nicwire {
 		if err := q.openRaw(); err != nil {
 			unix.Close(q.fd)
+			q.epf.Close()
 			return nil, fmt.Errorf("soft: queue %d: nicwire: %w", idx, err)
 		}
 	}
@@ -288,7 +304,6 @@ func newQueue(d *device, idx int, local netip.AddrPort) (*queue, error) {
 		h.Control = &q.rctrl[i][0]
 	}
 	q.rxDirty = rxMsgs // the first burst sets every header
-	q.readFn = q.readReady
 	q.rcPeers = map[*qp]struct{}{}
 	return q, nil
 }
@@ -319,6 +334,7 @@ func (q *queue) close() {
 	q.rxMu.Lock()
 	q.txMu.Lock()
 	unix.Close(q.fd)
+	q.epf.Close()
 	if q.nicwire {
 		unix.Close(q.raw)
 	}
@@ -665,20 +681,6 @@ func (q *queue) pollersActive() bool {
 	return q.waiters.Load() == 0 && q.polls.Load() != q.seen
 }
 
-// readReady is the progress goroutine's netpoller callback: drain, then
-// ask to be woken when the socket is readable again. While CQ pollers are
-// moving this queue's packets themselves it steps aside (returns true), so
-// that it never holds the receive lock a busy-polling worker wants.
-func (q *queue) readReady(uintptr) bool {
-	if q.pollersActive() {
-		return true
-	}
-	q.rxMu.Lock()
-	q.drain(1 << 30)
-	q.rxMu.Unlock()
-	return false
-}
-
 // poll is the inline progress a CQ poller runs.
 func (q *queue) poll() {
 	q.polls.Add(1)
@@ -698,23 +700,27 @@ func (q *queue) wake() {
 }
 
 // run is the queue's progress goroutine. While CQ pollers are active it
-// sleeps a tick at a time (running timers), and takes over receiving
-// within a tick of their stopping, or at once when a CQ.Wait caller kicks
-// it. Otherwise it waits in the netpoller for the socket, through a
-// duplicate registered for the purpose, which it closes (leaving the
-// netpoller) once pollers have been active for idleKeep.
+// sleeps (a tick at a time while timers need it), and takes over
+// receiving when a CQ.Wait caller kicks it, or when it finds that nobody
+// polled since it last looked. Then it arms the socket in ep and waits in
+// the netpoller (for a tick at most while timers need it), and drains the
+// socket unless pollers came back meanwhile.
 func (q *queue) run() {
 	defer close(q.done)
-	defer q.unregister()
 	sleep := time.NewTimer(tickPeriod)
-	active := 0 // consecutive ticks with pollers active
+	rc, err := q.epf.SyscallConn()
+	if err != nil {
+		q.d.log.Error("soft: progress: no receive progress", "queue", q.idx, "err", err)
+		return
+	}
 	for !q.closed.Load() {
 		if q.pollersActive() {
 			q.seen = q.polls.Load()
-			if active++; active == idleKeep {
-				q.unregister()
+			period := idlePeriod
+			if q.needTicks() || q.nrc.Load() > 0 {
+				period = tickPeriod
 			}
-			sleep.Reset(tickPeriod)
+			sleep.Reset(period)
 			select {
 			case <-sleep.C:
 			case <-q.kick:
@@ -723,21 +729,12 @@ func (q *queue) run() {
 			q.tick(time.Now())
 			continue
 		}
-		active = 0
-		f, err := q.register()
-		if err != nil {
-			q.d.log.Error("soft: progress: registering the socket", "queue", q.idx, "err", err)
-			time.Sleep(tickPeriod)
-			q.tick(time.Now())
-			continue
-		}
 		// Set the deadline on every pass: a kickRead may have left one in
-		// the past, and a past deadline makes Read return at once without
-		// reading.
+		// the past, and a past deadline makes Read return at once.
 		if q.needTicks() {
-			f.SetReadDeadline(time.Now().Add(tickPeriod))
+			q.epf.SetReadDeadline(time.Now().Add(tickPeriod))
 		} else {
-			f.SetReadDeadline(time.Time{})
+			q.epf.SetReadDeadline(time.Time{})
 			// Timer work that appeared before the deadline was cleared
 			// would otherwise wait for the next packet; kickRead covers
 			// what appears after.
@@ -746,56 +743,69 @@ func (q *queue) run() {
 			}
 		}
 		if q.closed.Load() {
-			return // a kick before the registration found nothing to wake
+			return // a kick before the deadline was cleared found nothing to end
 		}
-		rc, err := f.SyscallConn()
+		err := q.arm(unix.EPOLLIN | unix.EPOLLONESHOT)
 		if err == nil {
 			err = rc.Read(q.readFn)
 		}
+		q.arm(0) // a wait that ended on its deadline leaves it armed
 		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) && !q.closed.Load() {
 			q.d.log.Error("soft: progress: waiting for the socket", "queue", q.idx, "err", err)
 			time.Sleep(tickPeriod)
+		}
+		if !q.pollersActive() {
+			q.rxMu.Lock()
+			q.drain(1 << 30)
+			q.rxMu.Unlock()
 		}
 		q.tick(time.Now())
 	}
 }
 
-// idleKeep is how many consecutive ticks of active pollers it takes for
-// the progress goroutine to take the socket out of the netpoller.
-const idleKeep = 8
-
-// register returns the netpoller-registered duplicate of the socket,
-// making it if there is none. Only the progress goroutine calls it.
-func (q *queue) register() (*os.File, error) {
-	if f := q.idle.Load(); f != nil {
-		return f, nil
-	}
-	fd, err := unix.FcntlInt(uintptr(q.fd), unix.F_DUPFD_CLOEXEC, 0)
+// openEpoll makes ep, with the socket in it disarmed, and epf.
+func (q *queue) openEpoll() error {
+	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
-		return nil, err
+		return fmt.Errorf("epoll: %w", err)
 	}
-	f := os.NewFile(uintptr(fd), "soft-queue") // non-blocking: it joins the netpoller
-	q.idle.Store(f)
-	return f, nil
+	ev := unix.EpollEvent{Events: unix.EPOLLONESHOT, Fd: int32(q.fd)}
+	if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, q.fd, &ev); err != nil {
+		unix.Close(ep)
+		return fmt.Errorf("epoll: %w", err)
+	}
+	if err := unix.SetNonblock(ep, true); err != nil {
+		unix.Close(ep)
+		return fmt.Errorf("epoll: %w", err)
+	}
+	q.ep = ep
+	q.epf = os.NewFile(uintptr(ep), "soft-queue-progress") // non-blocking: it joins the netpoller
+	q.readFn = q.readReady
+	return nil
 }
 
-// unregister closes the duplicate, taking the socket out of the
-// netpoller. Only the progress goroutine calls it.
-func (q *queue) unregister() {
-	if f := q.idle.Swap(nil); f != nil {
-		f.Close()
-	}
+// arm sets the socket's events in ep: EPOLLIN|EPOLLONESHOT to wait for
+// one datagram, 0 to disarm.
+func (q *queue) arm(events uint32) error {
+	ev := unix.EpollEvent{Events: events, Fd: int32(q.fd)}
+	return unix.EpollCtl(q.ep, unix.EPOLL_CTL_MOD, q.fd, &ev)
+}
+
+// readReady is the progress goroutine's netpoller callback: it takes ep's
+// event, if there is one (which disarms the socket), and then returns.
+func (q *queue) readReady(uintptr) bool {
+	var evs [1]unix.EpollEvent
+	n, _ := unix.EpollWait(q.ep, evs[:], 0)
+	return n > 0
 }
 
 func (q *queue) needTicks() bool { return q.active.Load() > 0 || q.hasHeld() }
 
-// kickRead makes the progress goroutine leave the netpoller and look at
-// its timers: called when timer work appears (an RC QP gets work in
-// flight, reorder injection holds a packet).
+// kickRead makes the progress goroutine leave its wait and look at its
+// timers: called when timer work appears (an RC QP gets work in flight,
+// reorder injection holds a packet) and at close.
 func (q *queue) kickRead() {
-	if f := q.idle.Load(); f != nil {
-		f.SetReadDeadline(time.Now()) // an error means closed: nobody waits
-	}
+	q.epf.SetReadDeadline(time.Now()) // an error means closed: nobody waits
 	q.wake()
 }
 
