@@ -72,9 +72,6 @@ func TestDocSnippets(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: builds a program per snippet")
 	}
-	if !netnstest.Enter(t) {
-		return
-	}
 	root, err := filepath.Abs("..")
 	if err != nil {
 		t.Fatal(err)
@@ -85,6 +82,20 @@ func TestDocSnippets(t *testing.T) {
 	}
 	if len(snips) == 0 {
 		t.Fatal("no ```go blocks found")
+	}
+	if !netnstest.Inside(t) {
+		// The builds inside are offline: first fetch, with the network,
+		// the module graph each snippet's module loads (go.mod files that
+		// this repository's own builds prune away; a fresh machine's
+		// module cache lacks them).
+		for _, s := range snips {
+			if out, err := prefetchSnippet(t, root, s.src); err != nil {
+				t.Fatalf("%s:%d: fetching its modules: %v\n%s", s.file, s.line, err, out)
+			}
+		}
+	}
+	if !netnstest.Enter(t) {
+		return
 	}
 	quiet := slog.New(slog.DiscardHandler)
 	// make run: ./bin/seqd with its defaults.
@@ -168,10 +179,10 @@ func leader(ctx context.Context, addr string) bool {
 	return err == nil && st.GetRole() == admin.RoleLeader
 }
 
-// runSnippet builds src as the main package of a fresh module that
-// requires github.com/seqd/seqd (replaced by root) and runs it.
-func runSnippet(t *testing.T, root, src string) (string, error) {
-	t.Helper()
+// snippetModule writes src as the main package of a module of its own
+// (require github.com/seqd/seqd, replaced by root) and returns its
+// directory.
+func snippetModule(t *testing.T, root, src string) (string, error) {
 	dir := t.TempDir()
 	gomod := fmt.Sprintf("module snippet\n\ngo 1.26\n\nrequire github.com/seqd/seqd v0.0.0\n\nreplace github.com/seqd/seqd => %s\n", root)
 	sum, err := os.ReadFile(filepath.Join(root, "go.sum"))
@@ -182,6 +193,33 @@ func runSnippet(t *testing.T, root, src string) (string, error) {
 		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
 			return "", err
 		}
+	}
+	return dir, nil
+}
+
+// prefetchSnippet loads the module graph of src's module, and downloads
+// its packages' modules, through the module proxy.
+func prefetchSnippet(t *testing.T, root, src string) (string, error) {
+	dir, err := snippetModule(t, root, src)
+	if err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	list := exec.CommandContext(ctx, "go", "list", "-deps", ".")
+	list.Dir = dir
+	list.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off", "GOTOOLCHAIN=local", "CGO_ENABLED=0")
+	out, err := list.CombinedOutput()
+	return string(out), err
+}
+
+// runSnippet builds src as the main package of a fresh module that
+// requires github.com/seqd/seqd (replaced by root) and runs it.
+func runSnippet(t *testing.T, root, src string) (string, error) {
+	t.Helper()
+	dir, err := snippetModule(t, root, src)
+	if err != nil {
+		return "", err
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()

@@ -12,6 +12,11 @@ import (
 
 const envInside = "SEQD_NETNSTEST_INSIDE"
 
+// Inside reports whether t runs inside the namespace Enter made for it
+// (so that a test can do, outside it only, what needs the machine's own
+// network).
+func Inside(t *testing.T) bool { return os.Getenv(envInside) == t.Name() }
+
 // Enter reports whether the test runs inside the namespace. Outside, it
 // re-runs the test (only it) under `unshare --net`, fails t if that run
 // fails, and returns false: the caller returns. Inside, it brings lo up
@@ -19,7 +24,7 @@ const envInside = "SEQD_NETNSTEST_INSIDE"
 // skips t.
 func Enter(t *testing.T, addrs ...string) bool {
 	t.Helper()
-	if os.Getenv(envInside) == t.Name() {
+	if Inside(t) {
 		for _, args := range append([][]string{{"link", "set", "lo", "up"}}, addrsArgs(addrs)...) {
 			if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
 				t.Fatalf("ip %v: %v\n%s", args, err, out)
