@@ -35,7 +35,7 @@
 //     output) would wake a parked thread on every datagram received and
 //     every one sent while the pollers move the packets themselves: the
 //     goroutine waits on an epoll instance of the queue's own, in the
-//     netpoller, that holds the socket for input, one-shot, armed only
+//     netpoller, that holds the socket for input, one-shot, and only
 //     while it waits. A burst
 //     holds the queue's receive lock; there are no per-packet goroutines.
 //     Receive completions carry the kernel's receive time of their
