@@ -1,6 +1,9 @@
 package rocev2
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"math/bits"
+)
 
 // The ICRC covers the IPv4 Identification field (rxe_icrc.c masks only
 // TOS, TTL and the header checksum). A UDP socket never sees the ID of a
@@ -72,6 +75,7 @@ const idOffset = 8 + 4
 type IDTerms struct {
 	n     int // packet length (BTH through ICRC) it is for; 0: unset
 	basis [16]uint32
+	low   [17]uint32 // low[j]: basis[0] ^ ... ^ basis[j-1], for Next
 	rows  [16]idRow
 }
 
@@ -98,6 +102,7 @@ func (t *IDTerms) Set(n int) {
 			c = shiftBytes(crcTables[0][1<<(k-8)], after+1) // high byte
 		}
 		t.basis[k] = c
+		t.low[k+1] = t.low[k] ^ c
 	}
 	// Gaussian elimination: each row gets a pivot bit no other row has.
 	var rows [16]idRow
@@ -132,6 +137,14 @@ func (t *IDTerms) Term(id uint16) uint32 {
 		id >>= 1
 	}
 	return c
+}
+
+// Next returns L(id+1) given term = L(id), in constant time: a receiver
+// that predicts consecutive IDs (the segments of one GSO send carry them)
+// checks each packet with one XOR instead of Solve. id+1 differs from id
+// in its trailing ones and the zero above them.
+func (t *IDTerms) Next(id uint16, term uint32) uint32 {
+	return term ^ t.low[min(bits.TrailingZeros16(^id)+1, 16)] // 0xffff wraps to 0
 }
 
 // Solve returns the ID for which a packet whose ICRC for ID 0 is sum0

@@ -43,6 +43,37 @@ func TestIDTerms(t *testing.T) {
 	}
 }
 
+// TestIDTermsNext: Next steps Term from one ID to the next, for every ID
+// (the last wraps to 0), as the full ICRC does.
+func TestIDTermsNext(t *testing.T) {
+	for _, n := range []int{UDImmLen, 100} {
+		var terms IDTerms
+		terms.Set(n)
+		term := terms.Term(0)
+		for id := 0; id <= 0xffff; id++ {
+			next := terms.Next(uint16(id), term)
+			if want := terms.Term(uint16(id + 1)); next != want {
+				t.Fatalf("n=%d: Next(%#x) = %#x, Term(%#x) = %#x", n, id, next, uint16(id+1), want)
+			}
+			term = next
+		}
+	}
+	// Against the full ICRC, across a run of consecutive IDs.
+	f := Flow{Src: [4]byte{10, 0, 0, 1}, Dst: [4]byte{10, 0, 0, 2}, SrcPort: 50000, DstPort: 4791, FlagsFrag: 0x4000}
+	pkt := make([]byte, UDImmLen)
+	var terms IDTerms
+	terms.Set(len(pkt))
+	sum0 := ICRC(&f, pkt)
+	term := terms.Term(0xfff0)
+	for id := uint16(0xfff0); id != 0x10; id++ {
+		f.ID = id
+		if got := sum0 ^ term; got != ICRC(&f, pkt) {
+			t.Fatalf("id %#x: stepped term gives %#x, ICRC %#x", id, got, ICRC(&f, pkt))
+		}
+		term = terms.Next(id, term)
+	}
+}
+
 // TestScapyVectorIDs: the scapy packets carry IDs 0x1234, 1, 2 and 3. A
 // receiver that cannot see the ID computes the ICRC for ID 0; Solve finds
 // each vector's real ID from the difference.
