@@ -27,6 +27,8 @@ type recvQ struct {
 	qp     verbs.QP
 	qpn    verbs.QPN
 	mr     verbs.MR
+	base   uint64 // mr.Addr() and mr.LKey(), read once: set runs per request
+	lkey   uint32
 	serial uint64 // unique per server; WR IDs are serial<<32 | slot
 	sess   uint64 // the session whose requests it takes; 0: any (shared)
 	size   int    // receives kept posted (shared: updated from worker.want)
@@ -55,7 +57,7 @@ func newRecvQ(pd verbs.PD, qp verbs.QP, sess uint64, size, slots, wrs int) (*rec
 	if err != nil {
 		return nil, fmt.Errorf("receive buffers: %w", err)
 	}
-	q := &recvQ{qp: qp, qpn: qp.QPN(), mr: mr, serial: rqSerial.Add(1) & 0xffffffff, sess: sess, size: size,
+	q := &recvQ{qp: qp, qpn: qp.QPN(), mr: mr, base: mr.Addr(), lkey: mr.LKey(), serial: rqSerial.Add(1) & 0xffffffff, sess: sess, size: size,
 		free: make([]uint32, slots), wrs: make([]verbs.RecvWR, wrs), sges: make([]verbs.SGE, wrs)}
 	for i := range q.free {
 		q.free[i] = uint32(slots - 1 - i)
@@ -80,7 +82,7 @@ func (q *recvQ) fill() error {
 
 func (q *recvQ) set(i int, slot uint32) {
 	q.wrs[i].ID = q.serial<<32 | uint64(slot)
-	q.sges[i] = verbs.SGE{Addr: q.mr.Addr() + uint64(slot)*recvSlot, Length: recvSlot, LKey: q.mr.LKey()}
+	q.sges[i] = verbs.SGE{Addr: q.base + uint64(slot)*recvSlot, Length: recvSlot, LKey: q.lkey}
 }
 
 // post posts the first n prepared receives; those refused go back to the

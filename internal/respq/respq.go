@@ -56,12 +56,16 @@ type queue struct {
 
 // Set is the response QPs of one worker.
 type Set struct {
-	cfg   Config
-	qs    []queue
-	qpns  []verbs.QPN // of qs, for Complete
-	next  int
-	wcs   []verbs.WC
-	spill []verbs.WC // others' completions Reap polled from a shared CQ
+	cfg Config
+	// sigMask is SignalEvery-1 when SignalEvery is a power of two (the
+	// default), 0 otherwise: Prepare then masks instead of dividing (a
+	// 64-bit DIV per answer was a tenth of the answer loop's samples).
+	sigMask uint64
+	qs      []queue
+	qpns    []verbs.QPN // of qs, for Complete
+	next    int
+	wcs     []verbs.WC
+	spill   []verbs.WC // others' completions Reap polled from a shared CQ
 }
 
 // New creates the QPs, brings them to RTS and registers their payload
@@ -71,6 +75,9 @@ func New(c Config) (s *Set, err error) {
 		return nil, fmt.Errorf("respq: invalid config %+v", c)
 	}
 	s = &Set{cfg: c, wcs: make([]verbs.WC, max(c.Batch, 16))}
+	if k := c.SignalEvery; k > 1 && k&(k-1) == 0 {
+		s.sigMask = uint64(k - 1)
+	}
 	defer func() {
 		if err != nil {
 			s.Close()
@@ -133,10 +140,9 @@ func (s *Set) Next(n int) (Batch, bool) {
 // the batch, keeping the caller's other fields and flags.
 func (b Batch) Prepare(wr *verbs.SendWR, i int) {
 	seq := b.q.posted + uint64(i)
-	k := uint64(b.s.cfg.SignalEvery)
 	wr.ID = seq<<8 | uint64(b.qi)
 	wr.Flags &^= verbs.Signaled
-	if seq%k == k-1 {
+	if m := b.s.sigMask; m != 0 && seq&m == m || m == 0 && seq%uint64(b.s.cfg.SignalEvery) == uint64(b.s.cfg.SignalEvery)-1 {
 		wr.Flags |= verbs.Signaled
 	}
 }

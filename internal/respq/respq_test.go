@@ -1,6 +1,7 @@
 package respq_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -49,8 +50,16 @@ func newSet(t *testing.T, depth, every int) (*respq.Set, *verbstest.End, verbs.A
 // request of a QP is signaled; reaped completions free send queue room,
 // so a QP keeps taking batches forever; payload slots carry the bytes.
 func TestRotationAndSignaling(t *testing.T) {
-	const depth, every = 8, 4
-	s, peer, ah := newSet(t, depth, every)
+	const depth = 8
+	for _, every := range []uint64{4, 3} { // a power of two (masked) and not (divided)
+		t.Run(fmt.Sprintf("every=%d", every), func(t *testing.T) {
+			testRotationAndSignaling(t, depth, every)
+		})
+	}
+}
+
+func testRotationAndSignaling(t *testing.T, depth int, every uint64) {
+	s, peer, ah := newSet(t, depth, int(every))
 	wrs := make([]verbs.SendWR, 3)
 	sges := make([]verbs.SGE, 3)
 	for batch := 0; batch < 30; batch++ {
