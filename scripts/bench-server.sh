@@ -9,10 +9,16 @@
 # flow count:
 #   seqd_mops=<a> floor_mops=<b> ratio=<a/b> flows=<n>
 # where the floor is the provider's echo server at that flow count.
-# About a minute with the defaults.
+# ROUNDS (default 3) repeats the whole run: on a shared machine the speed
+# of both servers moves by tens of percent within seconds, so each round's
+# ratio is taken within the round, and the last lines give, per flow
+# count, the median over rounds of seqd's Mops, the floor's and the
+# ratio (rounds=<k> ratios=<r1,r2,...> says what they came from). About
+# 45 s a round.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FLOWS=${FLOWS:-1,64,1024}
+ROUNDS=${ROUNDS:-3}
 MODES=${MODES:-spec-s0,herd}
 DURATION=${DURATION:-2s}
 WARMUP=${WARMUP:-500ms}
@@ -34,8 +40,28 @@ fi
 if [ -n "$GEN_CORE" ]; then
   args+=(-cores "$GEN_CORE")
 fi
-echo "+ loadgen ${args[*]}" >&2
-# Progress (stderr) and the table (stdout) in one stream, in order: the
-# table, and with it the seqd_mops lines, come last.
-"$tmp/loadgen" "${args[@]}" 2>&1 | grep -v 'admin plane'
-cp "$tmp/bench-server.json" "${BENCH_SERVER_JSON:-/dev/null}" 2>/dev/null || true
+echo "+ loadgen ${args[*]} (ROUNDS=$ROUNDS)" >&2
+for r in $(seq "$ROUNDS"); do
+  echo "=== round $r of $ROUNDS"
+  # Progress (stderr) and the table (stdout) in one stream, in order: the
+  # table, and with it the seqd_mops lines, come last.
+  "$tmp/loadgen" "${args[@]}" 2>&1 | grep -v 'admin plane' | tee "$tmp/round$r"
+  cp "$tmp/bench-server.json" "${BENCH_SERVER_JSON:-/dev/null}" 2>/dev/null || true
+done
+if [ "$ROUNDS" -gt 1 ]; then
+  echo "=== median over $ROUNDS rounds"
+  # seqd_mops=a floor_mops=b ratio=c flows=n lines of every round.
+  cat "$tmp"/round* | grep '^seqd_mops=' | sed 's/[a-z_]*=//g' | awk '
+    { n = $4; s[n] = s[n] " " $1; f[n] = f[n] " " $2; r[n] = r[n] " " $3; if (!(n in seen)) { seen[n] = 1; order[++k] = n } }
+    function median(str,   a, m, i, j, t) {
+      m = split(str, a, " ")
+      for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
+      return (m % 2) ? a[(m + 1) / 2] : (a[m / 2] + a[m / 2 + 1]) / 2
+    }
+    END {
+      for (i = 1; i <= k; i++) {
+        n = order[i]; rs = r[n]; gsub(/^ /, "", rs); gsub(/ /, ",", rs)
+        printf "seqd_mops=%.3f floor_mops=%.3f ratio=%.2f flows=%s rounds=%d ratios=%s\n", median(s[n]), median(f[n]), median(r[n]), n, split(r[n], x, " "), rs
+      }
+    }'
+fi
