@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/HdrHistogram/hdrhistogram-go"
+
 	"github.com/seqd/seqd/client"
 )
 
@@ -42,20 +44,31 @@ func benchClient(b *testing.B, opts ...client.Option) *client.Client {
 	return c
 }
 
-// BenchmarkGetTimestamp is the serial round-trip latency of one client.
+// BenchmarkGetTimestamp is the serial round-trip latency of one client:
+// ns/op is the mean; p50_us, p99_us and p999_us are percentiles of the
+// calls (the mean on a shared machine is mostly its tail).
 func BenchmarkGetTimestamp(b *testing.B) {
 	c := benchClient(b)
 	ctx := context.Background()
+	h := hdrhistogram.New(1, int64(time.Second), 3)
 	b.ReportAllocs()
 	b.ResetTimer()
 	cpu := cpuTime()
 	for b.Loop() {
+		t := time.Now()
 		if _, err := c.GetTimestamp(ctx); err != nil {
 			b.Fatal(err)
 		}
+		h.RecordValue(min(time.Since(t).Nanoseconds(), int64(time.Second)))
 	}
 	reportCPU(b, cpu)
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds()/1e6, "Mops")
+	for _, q := range []struct {
+		p    float64
+		unit string
+	}{{50, "p50_us"}, {99, "p99_us"}, {99.9, "p999_us"}} {
+		b.ReportMetric(float64(h.ValueAtQuantile(q.p))/1e3, q.unit)
+	}
 }
 
 // BenchmarkPipelined keeps W requests outstanding with the asynchronous

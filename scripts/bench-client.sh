@@ -51,4 +51,7 @@ metric() { grep "^Benchmark$1-" "$tmp/out" | awk -v u="$2" '{for (i=1;i<NF;i++) 
 rtt=$(metric GetTimestamp ns/op | awk '{printf "%.2f", $1/1000}')
 raw=$(metric PingPongRaw rtt_us)
 ratio=$(awk -v a="$rtt" -v b="$raw" 'BEGIN {printf "%.2f", a/b}')
-echo "client_rtt_us=$rtt client_mops=$(metric Pipelined Mops) soft_mpps=$(metric EchoSoft Mops) raw_mpps=$(metric EchoRaw Mops) soft_rtt_us=$(metric PingPongSoft rtt_us) raw_rtt_us=$raw rtt_ratio=$ratio client_cpu_ns=$(metric Pipelined cpu_ns/op) serial_cpu_ns=$(metric GetTimestamp cpu_ns/op)"
+p50=$(metric GetTimestamp p50_us)
+rawp50=$(metric PingPongRaw p50_us)
+p50ratio=$(awk -v a="$p50" -v b="$rawp50" 'BEGIN {printf "%.2f", a/b}')
+echo "client_rtt_us=$rtt client_mops=$(metric Pipelined Mops) soft_mpps=$(metric EchoSoft Mops) raw_mpps=$(metric EchoRaw Mops) soft_rtt_us=$(metric PingPongSoft rtt_us) raw_rtt_us=$raw rtt_ratio=$ratio client_cpu_ns=$(metric Pipelined cpu_ns/op) serial_cpu_ns=$(metric GetTimestamp cpu_ns/op) client_p50_us=$p50 raw_p50_us=$rawp50 p50_ratio=$p50ratio"

@@ -129,8 +129,9 @@ func Drive(cli Side, rounds int, d time.Duration) (int, time.Duration, error) {
 }
 
 // PingPong measures n round trips with one request in flight and returns
-// the time they took.
-func PingPong(cli, srv Side, n int) (time.Duration, error) {
+// the time they took. each, when not nil, gets every round trip's own
+// time (two more clock reads per round trip).
+func PingPong(cli, srv Side, n int, each func(time.Duration)) (time.Duration, error) {
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	var srvErr error
@@ -155,11 +156,18 @@ func PingPong(cli, srv Side, n int) (time.Duration, error) {
 	var err error
 	start := time.Now()
 	for i := 0; i < n && err == nil; i++ {
+		var t time.Time
+		if each != nil {
+			t = time.Now()
+		}
 		if err = cli.Send(1); err != nil {
 			break
 		}
 		for k := 0; k == 0 && err == nil; {
 			k, err = cli.Poll()
+		}
+		if each != nil {
+			each(time.Since(t))
 		}
 	}
 	el := time.Since(start)

@@ -26,7 +26,7 @@ func TestEcho(t *testing.T) {
 			if err != nil || n != rounds || el <= 0 {
 				t.Fatalf("Run: %d of %d round trips in %v: %v", n, rounds, el, err)
 			}
-			if _, err := echo.PingPong(cli, srv, 100); err != nil {
+			if _, err := echo.PingPong(cli, srv, 100, nil); err != nil {
 				t.Fatalf("PingPong: %v", err)
 			}
 		})

@@ -2,6 +2,9 @@ package soft
 
 import (
 	"testing"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
 
 	"github.com/seqd/seqd/verbs/echo"
 )
@@ -13,7 +16,8 @@ import (
 // verbs/echo. Client and server busy-poll on their own threads (one per
 // core on a 2-core machine). b.N counts round trips; Mops is millions of
 // round trips per second. The ping-pong benchmarks keep one request in
-// flight; rtt_us is the round-trip time.
+// flight; rtt_us is the mean round-trip time, p50_us and p99_us
+// percentiles.
 
 type pair func() (cli, srv echo.Side, err error)
 
@@ -43,14 +47,17 @@ func benchPingPong(b *testing.B, open pair) {
 	}
 	defer cli.Close()
 	defer srv.Close()
+	h := hdrhistogram.New(1, int64(time.Second), 3)
 	b.ReportAllocs()
 	b.ResetTimer()
-	el, err := echo.PingPong(cli, srv, b.N)
+	el, err := echo.PingPong(cli, srv, b.N, func(d time.Duration) { h.RecordValue(min(d.Nanoseconds(), int64(time.Second))) })
 	b.StopTimer()
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.ReportMetric(float64(el.Microseconds())/float64(b.N), "rtt_us")
+	b.ReportMetric(float64(h.ValueAtQuantile(50))/1e3, "p50_us")
+	b.ReportMetric(float64(h.ValueAtQuantile(99))/1e3, "p99_us")
 }
 
 func BenchmarkEchoSoft(b *testing.B)     { benchEcho(b, softPair) }
