@@ -102,16 +102,8 @@ func TestGSOFallback(t *testing.T) {
 	// first), so their progress goroutines never see the swap.
 	t.Cleanup(func() { sendmmsg = real })
 
-	a := newUDEnd(t, nil, 16)
-	b := newUDEnd(t, nil, 16)
-	rwr := make([]verbs.RecvWR, 16)
-	sg := make([]verbs.SGE, 16)
-	b.postRecvs(t, rwr, sg, 0, 16)
-	ah, err := a.pd.CreateAH(verbs.AHAttr{Dest: b.qp.Address()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ah.Close()
+	p := newUDPair(t, 16)
+	a, b, ah, rwr, sg := p.a, p.b, p.ah, p.rwr, p.sg
 	for round := 0; round < 2; round++ {
 		wrs := make([]verbs.SendWR, 4)
 		for i := range wrs {

@@ -52,6 +52,29 @@ func newUDEnd(t testing.TB, opts verbs.Options, depth int) *udEnd {
 	return e
 }
 
+// udPair is a sender a and a receiver b with depth header-only RECVs
+// posted (rwr and sg, for re-posting), and an AH from a to b.
+type udPair struct {
+	a, b *udEnd
+	ah   verbs.AH
+	rwr  []verbs.RecvWR
+	sg   []verbs.SGE
+}
+
+func newUDPair(t testing.TB, depth int) *udPair {
+	t.Helper()
+	p := &udPair{a: newUDEnd(t, nil, depth), b: newUDEnd(t, nil, depth),
+		rwr: make([]verbs.RecvWR, depth), sg: make([]verbs.SGE, depth)}
+	p.b.postRecvs(t, p.rwr, p.sg, 0, depth)
+	ah, err := p.a.pd.CreateAH(verbs.AHAttr{Dest: p.b.qp.Address()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ah.Close() }) // before the ends' cleanups
+	p.ah = ah
+	return p
+}
+
 // postRecvs posts n header-only RECVs (GRH area only).
 func (e *udEnd) postRecvs(t testing.TB, wrs []verbs.RecvWR, sges []verbs.SGE, first, n int) {
 	for i := 0; i < n; i++ {
@@ -65,16 +88,8 @@ func (e *udEnd) postRecvs(t testing.TB, wrs []verbs.RecvWR, sges []verbs.SGE, fi
 }
 
 func TestUDHeaderOnlySmoke(t *testing.T) {
-	a := newUDEnd(t, nil, 64)
-	b := newUDEnd(t, nil, 64)
-	rwr := make([]verbs.RecvWR, 64)
-	sg := make([]verbs.SGE, 64)
-	b.postRecvs(t, rwr, sg, 0, 64)
-	ah, err := a.pd.CreateAH(verbs.AHAttr{Dest: b.qp.Address()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ah.Close()
+	p := newUDPair(t, 64)
+	a, b, ah := p.a, p.b, p.ah
 	wrs := make([]verbs.SendWR, 32)
 	for i := range wrs {
 		wrs[i] = verbs.SendWR{ID: uint64(i), Opcode: verbs.OpSendWithImm, Imm: uint32(1000 + i), AH: ah,
@@ -207,11 +222,8 @@ func TestReceiveAfterHeldPacket(t *testing.T) {
 // TestDoorbellBatcher: sends posted on two QPs while the doorbell is held
 // stay on the host, and leave together, in one syscall, when it rings.
 func TestDoorbellBatcher(t *testing.T) {
-	a := newUDEnd(t, nil, 16)
-	b := newUDEnd(t, nil, 16)
-	rwr := make([]verbs.RecvWR, 16)
-	sg := make([]verbs.SGE, 16)
-	b.postRecvs(t, rwr, sg, 0, 16)
+	p := newUDPair(t, 16)
+	a, b := p.a, p.b
 	qp2, err := a.pd.CreateQP(verbs.QPInitAttr{Type: verbs.UD, SendCQ: a.cq, RecvCQ: a.cq,
 		Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 1}})
 	if err != nil {

@@ -21,16 +21,9 @@ import (
 // since, about 250. The process's count must stay under 50 a round.
 func TestNoWakeupPerDatagram(t *testing.T) {
 	const rounds, perRound = 20, 400
-	a := newUDEnd(t, nil, 64)
-	b := newUDEnd(t, nil, 64)
-	rwr := make([]verbs.RecvWR, 64)
-	sg := make([]verbs.SGE, 64)
-	b.postRecvs(t, rwr, sg, 0, 64)
-	ah, err := a.pd.CreateAH(verbs.AHAttr{Dest: b.qp.Address()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ah.Close()
+	p := newUDPair(t, 64)
+	a, b, ah, rwr, sg := p.a, p.b, p.ah, p.rwr, p.sg
+	var err error
 	wr := []verbs.SendWR{{Opcode: verbs.OpSendWithImm, AH: ah, RemoteQPN: b.qp.QPN(), RemoteQKey: verbs.DefaultQKey}}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
