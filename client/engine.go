@@ -15,7 +15,16 @@ import (
 )
 
 const (
-	spinFor = 200 * time.Microsecond
+	// A caller or the engine busy-polls for answers before it blocks in
+	// the CQ's Wait: spinLong while recent round trips are short (below
+	// shortRTT: a close, idle server, where blocking would cost more than
+	// the answer's wait, and an answer delayed by a descheduled thread
+	// would make the caller block), spinShort otherwise (a loaded machine
+	// or a far server, where spinning only burns the CPU other clients
+	// need).
+	spinLong  = 200 * time.Microsecond
+	spinShort = 30 * time.Microsecond
+	shortRTT  = 50 * time.Microsecond
 	// reconnectAfter: with requests outstanding and no answer for this
 	// long, the client assumes the server restarted and re-runs Connect.
 	// It first asks for the server's epoch: only a new epoch (a restart
@@ -46,11 +55,12 @@ const (
 // the engine goroutine (and Dial before it starts) touches it.
 type engine struct {
 	tr            transport
-	flush         flusher    // tr, when it defers its posts to the end of a step
-	reqs          []*Request // by request ID; nil: the ID is free
-	free          []int      // the free IDs, a stack
-	ids           []int      // Send's argument
-	res           []result   // Poll's
+	flush         flusher       // tr, when it defers its posts to the end of a step
+	rtt           time.Duration // moving average of submit-to-answer times
+	reqs          []*Request    // by request ID; nil: the ID is free
+	free          []int         // the free IDs, a stack
+	ids           []int         // Send's argument
+	res           []result      // Poll's
 	backlog, tail *Request
 	timer         *time.Timer
 	lastAns       time.Duration
@@ -196,8 +206,8 @@ func (c *Client) engine() {
 		if idleSince < 0 {
 			idleSince = now
 		}
-		if now-idleSince < spinFor {
-			yield()
+		if now-idleSince < e.spinFor() {
+			runtime.Gosched()
 			continue
 		}
 		c.sleep(now)
@@ -255,8 +265,8 @@ func (c *Client) driveOwn(ctx context.Context, r *Request) (ts Timestamp, ok boo
 		switch {
 		case did:
 			spinFrom = now
-		case now-spinFrom < spinFor:
-			yield()
+		case now-spinFrom < e.spinFor():
+			runtime.Gosched()
 		default:
 			c.sleepFor(ctx, now)
 			spinFrom = c.now()
@@ -267,15 +277,12 @@ func (c *Client) driveOwn(ctx context.Context, r *Request) (ts Timestamp, ok boo
 	}
 }
 
-// yield is a pause in a busy-poll. With one P it lets other goroutines
-// (an in-process server, say) run. With more it does nothing:
-// runtime.Gosched wakes an idle P's thread to look for work each time,
-// which on a machine whose cores all spin preempts a poller, and moves the
-// goroutine between threads.
-func yield() {
-	if runtime.GOMAXPROCS(0) == 1 {
-		runtime.Gosched()
+// spinFor is how long to busy-poll before blocking (spinLong, spinShort).
+func (e *engine) spinFor() time.Duration {
+	if e.rtt < shortRTT {
+		return spinLong
 	}
+	return spinShort
 }
 
 // leave releases c.drive after a caller drove the engine, and wakes the
@@ -321,6 +328,7 @@ func (c *Client) step(now time.Duration) bool {
 			continue
 		}
 		e.lastAns = now
+		e.rtt += (now - r.born - e.rtt) / 8
 		c.accept(r, x.Value)
 	}
 	if k := tr.Expire(now); k > 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -260,17 +261,18 @@ func TestHERDWindowFlood(t *testing.T) {
 	fl := r.admit(t, "flooder", 1, fwin)
 	stop := make(chan struct{})
 	done := make(chan [2]uint64)
+	var beyond atomic.Uint64 // WRITEs beyond the flooder's window
 	go func() {
 		q := fl.qps[0]
 		buf := fl.reqMR.Bytes()[:spec.SlotLen]
 		sge := []verbs.SGE{{Addr: fl.reqMR.Addr(), Length: spec.SlotLen, LKey: fl.reqMR.LKey()}}
 		wcs := make([]verbs.WC, 64)
 		seq := spec.Seq(0)
-		var inWindow, beyond uint64
+		var inWindow uint64
 		for i := 0; ; i++ {
 			select {
 			case <-stop:
-				done <- [2]uint64{inWindow, beyond}
+				done <- [2]uint64{inWindow, beyond.Load()}
 				return
 			default:
 			}
@@ -286,7 +288,7 @@ func TestHERDWindowFlood(t *testing.T) {
 				if pos < fwin {
 					inWindow++
 				} else {
-					beyond++
+					beyond.Add(1)
 				}
 			}
 			fl.sendCQ.Poll(wcs)
@@ -295,6 +297,14 @@ func TestHERDWindowFlood(t *testing.T) {
 			}
 		}
 	}()
+	// The well-behaved client runs once the flood is on (the flooder's
+	// goroutine may start late on a loaded machine).
+	for deadline := time.Now().Add(10 * time.Second); beyond.Load() < 64; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			close(stop)
+			t.Fatalf("the flooder wrote %d beyond its window in 10 s", (<-done)[1])
+		}
+	}
 	vs := r.run(t, 500)
 	close(stop)
 	writes := <-done

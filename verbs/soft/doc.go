@@ -35,8 +35,10 @@
 //     output) would wake a parked thread on every datagram received and
 //     every one sent while the pollers move the packets themselves: the
 //     goroutine waits on an epoll instance of the queue's own, in the
-//     netpoller, that holds the socket for input, one-shot, and only
-//     while it waits. A burst
+//     netpoller, that holds the socket for input only, and only while the
+//     goroutine is the queue's receiver: when pollers come back, the
+//     first datagram they take wakes it once and it takes the socket out.
+//     A burst
 //     holds the queue's receive lock; there are no per-packet goroutines.
 //     Receive completions carry the kernel's receive time of their
 //     datagram (SO_TIMESTAMPNS, moved onto the monotonic clock with one

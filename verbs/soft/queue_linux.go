@@ -137,11 +137,13 @@ type queue struct {
 	// serial client measured a wake-up per round trip on each side, and a
 	// tail of 100 µs and more.) The progress goroutine waits instead on ep,
 	// an epoll instance of its own that holds the socket for input only,
-	// one-shot, and only while the goroutine waits (arm), so a wait costs
-	// at most one wake-up. ep, not the socket, is in the netpoller (epf).
-	fd  int
-	ep  int
-	epf *os.File
+	// and only while the goroutine is the queue's receiver (arm): when
+	// pollers come back, the first datagram they take wakes it once, and it
+	// takes the socket out. ep, not the socket, is in the netpoller (epf).
+	fd    int
+	ep    int
+	epf   *os.File
+	armed bool // the socket is in ep; progress goroutine only
 	// nicwire: packets leave through raw, an IP_HDRINCL socket
 	// (nicwire.go).
 	nicwire bool
@@ -714,6 +716,7 @@ func (q *queue) run() {
 	}
 	for !q.closed.Load() {
 		if q.pollersActive() {
+			q.disarm()
 			q.seen = q.polls.Load()
 			period := idlePeriod
 			if q.needTicks() || q.nrc.Load() > 0 {
@@ -747,7 +750,6 @@ func (q *queue) run() {
 		err := q.arm()
 		if err == nil {
 			err = rc.Read(q.readFn)
-			q.disarm()
 		}
 		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) && !q.closed.Load() {
 			q.d.log.Error("soft: progress: waiting for the socket", "queue", q.idx, "err", err)
@@ -778,23 +780,39 @@ func (q *queue) openEpoll() error {
 	return nil
 }
 
-// arm puts the socket in ep, for one datagram. The socket is in ep only
-// while the progress goroutine waits: an entry on the socket's wait queue,
-// even a disarmed one, costs every datagram the queue receives a locked
-// walk of that queue (measured: about 5 % of a serial server's time).
+// arm puts the socket in ep, for input, unless it is there: it stays
+// while the progress goroutine is the queue's receiver (a worker that
+// polls memory, as herd's does, leaves every datagram to it) and leaves
+// when pollers come back. The socket is in ep only then: an entry on the
+// socket's wait queue costs every datagram the queue receives a locked
+// walk of that queue (about 5 % of a serial server's samples).
 func (q *queue) arm() error {
-	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLONESHOT, Fd: int32(q.fd)}
-	return unix.EpollCtl(q.ep, unix.EPOLL_CTL_ADD, q.fd, &ev)
+	if q.armed {
+		return nil
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(q.fd)}
+	if err := unix.EpollCtl(q.ep, unix.EPOLL_CTL_ADD, q.fd, &ev); err != nil {
+		return err
+	}
+	q.armed = true
+	return nil
 }
 
 // disarm takes the socket out of ep.
 func (q *queue) disarm() {
-	unix.EpollCtl(q.ep, unix.EPOLL_CTL_DEL, q.fd, nil)
+	if q.armed {
+		unix.EpollCtl(q.ep, unix.EPOLL_CTL_DEL, q.fd, nil)
+		q.armed = false
+	}
 }
 
-// readReady is the progress goroutine's netpoller callback: it takes ep's
-// event, if there is one, and then returns.
+// readReady is the progress goroutine's netpoller callback: it returns
+// when ep has an event (which it takes), or at once while CQ pollers are
+// back (run then takes the socket out of ep).
 func (q *queue) readReady(uintptr) bool {
+	if q.pollersActive() {
+		return true
+	}
 	var evs [1]unix.EpollEvent
 	n, _ := unix.EpollWait(q.ep, evs[:], 0)
 	return n > 0
