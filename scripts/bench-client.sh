@@ -38,7 +38,7 @@ for i in $(seq "$ROUNDS"); do
     "$tmp/client.test" -test.run '^$' -test.bench "^Benchmark$b\$" -test.benchtime "$BENCHTIME" -test.benchmem 2>/dev/null \
       | grep '^Benchmark' | tee -a "$tmp/out"
   done
-  for b in EchoSoft EchoRaw PingPongSoft PingPongRaw; do
+  for b in EchoSoft EchoRaw PingPongSoft PingPongRaw PingPongRawProcs; do
     "$tmp/soft.test" -test.run '^$' -test.bench "^Benchmark$b\$" -test.benchtime "$BENCHTIME" -test.benchmem \
       | grep '^Benchmark' | tee -a "$tmp/out"
   done
@@ -54,4 +54,8 @@ ratio=$(awk -v a="$rtt" -v b="$raw" 'BEGIN {printf "%.2f", a/b}')
 p50=$(metric GetTimestamp p50_us)
 rawp50=$(metric PingPongRaw p50_us)
 p50ratio=$(awk -v a="$p50" -v b="$rawp50" 'BEGIN {printf "%.2f", a/b}')
-echo "client_rtt_us=$rtt client_mops=$(metric Pipelined Mops) soft_mpps=$(metric EchoSoft Mops) raw_mpps=$(metric EchoRaw Mops) soft_rtt_us=$(metric PingPongSoft rtt_us) raw_rtt_us=$raw rtt_ratio=$ratio client_cpu_ns=$(metric Pipelined cpu_ns/op) serial_cpu_ns=$(metric GetTimestamp cpu_ns/op) client_p50_us=$p50 raw_p50_us=$rawp50 p50_ratio=$p50ratio"
+procs=$(metric PingPongRawProcs rtt_us)
+procsp50=$(metric PingPongRawProcs p50_us)
+procsratio=$(awk -v a="$rtt" -v b="$procs" 'BEGIN {printf "%.2f", a/b}')
+procsp50ratio=$(awk -v a="$p50" -v b="$procsp50" 'BEGIN {printf "%.2f", a/b}')
+echo "client_rtt_us=$rtt client_mops=$(metric Pipelined Mops) soft_mpps=$(metric EchoSoft Mops) raw_mpps=$(metric EchoRaw Mops) soft_rtt_us=$(metric PingPongSoft rtt_us) raw_rtt_us=$raw rtt_ratio=$ratio client_cpu_ns=$(metric Pipelined cpu_ns/op) serial_cpu_ns=$(metric GetTimestamp cpu_ns/op) client_p50_us=$p50 raw_p50_us=$rawp50 p50_ratio=$p50ratio procs_rtt_us=$procs procs_ratio=$procsratio procs_p50_us=$procsp50 procs_p50_ratio=$procsp50ratio"

@@ -81,11 +81,30 @@ func RawPair() (cli, srv Side, err error) {
 	return a, b, nil
 }
 
-func (r *rawEnd) connect(o *rawEnd) {
-	a := o.conn.LocalAddr().(*net.UDPAddr)
-	port := uint16(a.Port)
+func (r *rawEnd) connect(o *rawEnd) { r.connectPort(o.port()) }
+
+func (r *rawEnd) port() uint16 { return uint16(r.conn.LocalAddr().(*net.UDPAddr).Port) }
+
+func (r *rawEnd) connectPort(port uint16) {
 	r.peer = unix.RawSockaddrInet4{Family: unix.AF_INET, Port: port<<8 | port>>8, Addr: [4]byte{127, 0, 0, 1}}
 }
+
+// RawEnd is one end of the raw UDP echo on its own, for a ping-pong
+// between two processes: each opens one, learns the other's port, and
+// connects to it.
+type RawEnd struct{ *rawEnd }
+
+// OpenRaw opens a RawEnd on 127.0.0.1.
+func OpenRaw() (RawEnd, error) {
+	r, err := newRawEnd()
+	return RawEnd{r}, err
+}
+
+// Port returns the end's UDP port.
+func (r RawEnd) Port() uint16 { return r.port() }
+
+// Connect makes the end send to the end at 127.0.0.1:port.
+func (r RawEnd) Connect(port uint16) { r.connectPort(port) }
 
 // Send implements Side: n datagrams as one GSO message.
 func (r *rawEnd) Send(n int) error {
