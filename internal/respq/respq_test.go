@@ -11,6 +11,25 @@ import (
 	"github.com/seqd/seqd/verbs/verbstest"
 )
 
+// newPeer opens a UD end on a device of its own, the answers'
+// destination, and an AH to it on pd.
+func newPeer(t *testing.T, pd verbs.PD) (*verbstest.End, verbs.AH) {
+	t.Helper()
+	peerDev, err := soft.Open("127.0.0.1:0", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { peerDev.Close() })
+	peer := verbstest.NewEnd(t, peerDev, verbs.UD)
+	verbstest.BringUp(t, peer)
+	ah, err := pd.CreateAH(verbs.AHAttr{Dest: peer.QP.Address()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ah.Close() })
+	return peer, ah
+}
+
 func newSet(t *testing.T, depth, every int) (*respq.Set, *verbstest.End, verbs.AH) {
 	t.Helper()
 	dev, err := soft.Open("127.0.0.1:0", nil)
@@ -31,18 +50,7 @@ func newSet(t *testing.T, depth, every int) (*respq.Set, *verbstest.End, verbs.A
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close(); cq.Close(); pd.Close(); dev.Close() })
-	peerDev, err := soft.Open("127.0.0.1:0", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { peerDev.Close() })
-	peer := verbstest.NewEnd(t, peerDev, verbs.UD)
-	verbstest.BringUp(t, peer)
-	ah, err := pd.CreateAH(verbs.AHAttr{Dest: peer.QP.Address()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ah.Close() })
+	peer, ah := newPeer(t, pd)
 	return s, peer, ah
 }
 
@@ -132,18 +140,7 @@ func TestSharedCQ(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Close)
-	peerDev, err := soft.Open("127.0.0.1:0", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { peerDev.Close() })
-	peer := verbstest.NewEnd(t, peerDev, verbs.UD)
-	verbstest.BringUp(t, peer)
-	ah, err := pd.CreateAH(verbs.AHAttr{Dest: peer.QP.Address()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ah.Close() })
+	peer, ah := newPeer(t, pd)
 
 	recvs := []verbs.RecvWR{{ID: 7, SG: []verbs.SGE{{Addr: rq.MR.Addr(), Length: 64, LKey: rq.MR.LKey()}}}}
 	wrs := make([]verbs.SendWR, 3)
