@@ -76,7 +76,7 @@ func TestNoAnswerAfterMaxResidence(t *testing.T) {
 	// until one is claimed.
 	for tag := spec.Tag(1); s.totals().Drops["late"] == 0; tag++ {
 		send(tag)
-		for dropped := func() uint64 { st := s.totals(); return st.Drops["late"] + st.Drops["expired"] }; dropped() < uint64(tag); {
+		for s.aged() < uint64(tag) {
 			if n, _ := cli.RecvCQ.Poll(wc); n > 0 {
 				t.Fatalf("answered although the claim took %v, longer than MaxResidence %v", 3*spec.MaxResidence, spec.MaxResidence)
 			}

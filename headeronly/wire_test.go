@@ -236,7 +236,7 @@ func testWireRules(t *testing.T, shared bool) {
 		imm, _ := spec.RequestImm(tag, spec.NoGuess)
 		var a answer
 		for try := 0; ; try++ {
-			expired := s.totals().Drops["expired"]
+			aged := s.aged()
 			cli.send(srv[assigned], srvQPN[assigned], imm, rocev2.DefaultPKey, 0)
 			var ok bool
 			if a, ok = cli.recv(5 * time.Second); ok {
@@ -245,7 +245,7 @@ func testWireRules(t *testing.T, shared bool) {
 			// Dropped for its age on a loaded machine (the worker was
 			// descheduled past MaxResidence): retransmitted, as a client
 			// would. Any other loss fails.
-			if s.totals().Drops["expired"] == expired || try == 3 {
+			if s.aged() == aged || try == 3 {
 				t.Fatalf("no answer to tag %d (server %+v)", tag, s.totals())
 			}
 		}
@@ -318,14 +318,14 @@ func testWireRules(t *testing.T, shared bool) {
 	// The P_Key rule is the IBTA one: the low 15 bits must be 0x7fff
 	// (limited membership, 0x7fff, is accepted too).
 	for try := 0; ; try++ {
-		expired := s.totals().Drops["expired"]
+		aged := s.aged()
 		cli.send(srv[assigned], srvQPN[assigned], imm, 0x7fff, 0)
 		a, ok := cli.recv(5 * time.Second)
 		if ok && spec.Imm(a.pk.Imm).Tag() == 100 {
 			break
 		}
 		// Retransmitted only when dropped for its age, as above.
-		if ok || s.totals().Drops["expired"] == expired || try == 3 {
+		if ok || s.aged() == aged || try == 3 {
 			t.Fatalf("request with P_Key 0x7fff: answered %v (server %+v)", ok, s.totals())
 		}
 	}
@@ -382,13 +382,13 @@ func TestNICStyleClient(t *testing.T) {
 		imm, _ := spec.RequestImm(tag, spec.NoGuess)
 		var ans answer
 		for try := 0; ; try++ {
-			expired := s.totals().Drops["expired"]
+			aged := s.aged()
 			cli.send(srv, srvQPN, imm, rocev2.DefaultPKey, 0)
 			var ok bool
 			if ans, ok = cli.recv(5 * time.Second); ok {
 				break
 			}
-			if s.totals().Drops["expired"] == expired || try == 3 {
+			if s.aged() == aged || try == 3 {
 				t.Fatalf("no answer at 4791 to tag %d (server %+v)", tag, s.totals())
 			}
 		}
