@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"runtime"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -165,7 +164,8 @@ func (c *Client) engine() {
 	defer close(c.doneCh)
 	e := &c.eng
 	defer e.timer.Stop()
-	idleSince := time.Duration(-1)
+	sp := newSpin()
+	defer sp.stop()
 	for c.ctx.Err() == nil {
 		now := c.now()
 		did := c.intake(now)
@@ -184,10 +184,11 @@ func (c *Client) engine() {
 			c.reconnect(now, false)
 		}
 		if did {
-			idleSince = -1
+			sp.stop()
 			continue
 		}
 		if e.inflight() == 0 && e.backlog == nil {
+			sp.stop()
 			// Submit wakes the engine only while idle is set; a
 			// request queued before it was set is seen here.
 			c.sub.idle.Store(true)
@@ -200,18 +201,14 @@ func (c *Client) engine() {
 				c.drive.Lock()
 			}
 			c.sub.idle.Store(false)
-			idleSince = -1
 			continue
 		}
-		if idleSince < 0 {
-			idleSince = now
-		}
-		if now-idleSince < e.spinFor() {
-			runtime.Gosched()
+		if sp.at(now) < e.spinFor() {
+			sp.pause()
 			continue
 		}
+		sp.stop()
 		c.sleep(now)
-		idleSince = -1
 	}
 	c.failAll(ErrNotConnected)
 }
@@ -241,7 +238,8 @@ func (c *Client) driveOwn(ctx context.Context, r *Request) (ts Timestamp, ok boo
 	c.st.driven.Add(1)
 	now := r.born // enqueue read the clock
 	c.intake(now)
-	spinFrom := now
+	sp := newSpin()
+	defer sp.stop()
 	did := c.dispatch(now) // nothing is in flight: send before the first poll
 	for {
 		select {
@@ -264,12 +262,12 @@ func (c *Client) driveOwn(ctx context.Context, r *Request) (ts Timestamp, ok boo
 		}
 		switch {
 		case did:
-			spinFrom = now
-		case now-spinFrom < e.spinFor():
-			runtime.Gosched()
+			sp.stop()
+		case sp.at(now) < e.spinFor():
+			sp.pause()
 		default:
+			sp.stop()
 			c.sleepFor(ctx, now)
-			spinFrom = c.now()
 		}
 		now = c.now()
 		c.intake(now)

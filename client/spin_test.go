@@ -1,0 +1,49 @@
+package client
+
+import (
+	"runtime"
+	"testing"
+)
+
+// At most GOMAXPROCS-1 goroutines spin without yielding; the others
+// yield, and a stopped spin gives its place back.
+func TestTightSpinnersBounded(t *testing.T) {
+	for _, procs := range []int{1, 2, 4} {
+		prev := runtime.GOMAXPROCS(procs)
+		spins := make([]spin, procs+2)
+		tight := 0
+		for i := range spins {
+			spins[i] = newSpin()
+			if d := spins[i].at(10); d != 0 {
+				t.Fatalf("GOMAXPROCS %d: a new spin is %v old, want 0", procs, d)
+			}
+			if spins[i].tight {
+				tight++
+			}
+		}
+		if want := procs - 1; tight != want || int(tightSpinners.Load()) != want {
+			t.Errorf("GOMAXPROCS %d: %d tight spinners (counted %d), want %d", procs, tight, tightSpinners.Load(), want)
+		}
+		if d := spins[0].at(25); d != 15 {
+			t.Errorf("GOMAXPROCS %d: spinning for %v at 25, want 15", procs, d)
+		}
+		if procs > 1 {
+			// A stopped tight spinner frees its place for the next spin.
+			spins[0].stop()
+			s := newSpin()
+			s.at(30)
+			if !s.tight {
+				t.Errorf("GOMAXPROCS %d: no tight place after a tight spinner stopped", procs)
+			}
+			s.stop()
+		}
+		for i := range spins {
+			spins[i].stop()
+			spins[i].stop() // idempotent
+		}
+		if n := tightSpinners.Load(); n != 0 {
+			t.Errorf("GOMAXPROCS %d: %d tight spinners after all stopped", procs, n)
+		}
+		runtime.GOMAXPROCS(prev)
+	}
+}
