@@ -268,7 +268,7 @@ func (w *worker) rqOf(wc *verbs.WC) *recvQ {
 func (w *worker) Run() {
 	defer w.Pin()()
 	start := w.s.start
-	w.guard = spec.NewGuard(time.Since(start))
+	w.guard = spec.NewGuard(time.Duration(verbs.Now())) // on the clock of batch's polled
 	idleSince := time.Duration(-1)
 	for !w.s.closed.Load() {
 		n, err := w.poll()
@@ -430,7 +430,9 @@ func (w *worker) batch(wcs []verbs.WC) {
 		w.PostWith(respq.Batch{}, nil, 0, w.chains)
 		return
 	}
-	confirm := w.guard.Observe(time.Since(w.s.start), first+uint64(valid)-1)
+	// The guard takes the poll's clock reading: an earlier now only holds
+	// confirmations longer.
+	confirm := w.guard.Observe(time.Duration(polled), first+uint64(valid)-1)
 	if !confirm {
 		st.guardHolds.Add(1)
 	}

