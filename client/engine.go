@@ -164,7 +164,7 @@ func (c *Client) engine() {
 	defer close(c.doneCh)
 	e := &c.eng
 	defer e.timer.Stop()
-	sp := newSpin()
+	sp := newSpin(false)
 	defer sp.stop()
 	for c.ctx.Err() == nil {
 		now := c.now()
@@ -238,7 +238,7 @@ func (c *Client) driveOwn(ctx context.Context, r *Request) (ts Timestamp, ok boo
 	c.st.driven.Add(1)
 	now := r.born // enqueue read the clock
 	c.intake(now)
-	sp := newSpin()
+	sp := newSpin(true)
 	defer sp.stop()
 	did := c.dispatch(now) // nothing is in flight: send before the first poll
 	for {

@@ -18,23 +18,33 @@ var tightSpinners atomic.Int32
 // queue and wakes an idle thread to look for work (wakep): on a
 // two-core machine that thread lands on the server's or another
 // client's core, and the goroutine migrates between threads, once per
-// pause. So a spinner polls without yielding while that leaves a
-// processor (a P) for the rest of the process: at most GOMAXPROCS-1
-// goroutines of the process spin tight at once. The others yield on
-// every pause, as hundreds of clients in one process must, or they
-// starve one another until the runtime preempts them (10 ms each).
+// pause. So a lone caller, which waits for its own answer, polls
+// without yielding while that leaves a processor (a P) for the rest of
+// the process: at most GOMAXPROCS-1 goroutines of the process spin
+// tight at once. The others yield on every pause, as hundreds of
+// clients in one process must, or they starve one another until the
+// runtime preempts them (10 ms each). The engine goroutine always
+// yields: the callers its answers wake then run on its P, where a tight
+// spin would make the runtime wake another thread to run them (the
+// pipelined benchmark lost 5 % of its throughput that way).
 type spin struct {
-	since time.Duration // when the spin began; -1: not spinning
-	tight bool          // counted in tightSpinners
+	since    time.Duration // when the spin began; -1: not spinning
+	mayTight bool          // the spinner may poll without yielding
+	tight    bool          // counted in tightSpinners
 }
 
-func newSpin() spin { return spin{since: -1} }
+// newSpin returns a spin that polls without yielding when mayTight and
+// the process has room for it.
+func newSpin(mayTight bool) spin { return spin{since: -1, mayTight: mayTight} }
 
 // at returns how long the goroutine has been spinning at now, starting
 // the spin if it is not spinning.
 func (s *spin) at(now time.Duration) time.Duration {
 	if s.since < 0 {
 		s.since = now
+		if !s.mayTight {
+			return 0
+		}
 		if n := tightSpinners.Add(1); int(n) < runtime.GOMAXPROCS(0) {
 			s.tight = true
 		} else {

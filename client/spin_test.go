@@ -13,7 +13,7 @@ func TestTightSpinnersBounded(t *testing.T) {
 		spins := make([]spin, procs+2)
 		tight := 0
 		for i := range spins {
-			spins[i] = newSpin()
+			spins[i] = newSpin(true)
 			if d := spins[i].at(10); d != 0 {
 				t.Fatalf("GOMAXPROCS %d: a new spin is %v old, want 0", procs, d)
 			}
@@ -30,13 +30,20 @@ func TestTightSpinnersBounded(t *testing.T) {
 		if procs > 1 {
 			// A stopped tight spinner frees its place for the next spin.
 			spins[0].stop()
-			s := newSpin()
+			s := newSpin(true)
 			s.at(30)
 			if !s.tight {
 				t.Errorf("GOMAXPROCS %d: no tight place after a tight spinner stopped", procs)
 			}
 			s.stop()
 		}
+		// A spinner that may not spin tight never takes a place.
+		y := newSpin(false)
+		y.at(40)
+		if y.tight {
+			t.Errorf("GOMAXPROCS %d: the engine's spin took a tight place", procs)
+		}
+		y.stop()
 		for i := range spins {
 			spins[i].stop()
 			spins[i].stop() // idempotent
