@@ -7,9 +7,12 @@
 # ping-pong. Interleaved ROUNDS times; medians reported. Then (unless
 # SPECMISS=0) the speculation miss rate per window, without and with the
 # rollover prediction (BenchmarkSpecMisses, misses/op). The last line is
-#   client_rtt_us=<a> client_mops=<b> soft_mpps=<c> raw_mpps=<d> soft_rtt_us=<e> raw_rtt_us=<f> rtt_ratio=<a/f> client_cpu_ns=<g> serial_cpu_ns=<h>
-# client_cpu_ns is the client process's CPU time (user+system) per
-# pipelined call, serial_cpu_ns per serial call.
+#   client_rtt_us=<a> client_mops=<b> soft_mpps=<c> raw_mpps=<d> soft_rtt_us=<e> raw_rtt_us=<f> rtt_ratio=<r> rtt_ratios=<r1,r2,...> client_cpu_ns=<g> serial_cpu_ns=<h> ...
+# where rtt_ratio is the median over rounds of the round's serial mean
+# over its raw ping-pong mean, measured back to back (rtt_ratios lists
+# them; p50_ratio likewise for the medians). client_cpu_ns is the client
+# process's CPU time (user+system) per pipelined call, serial_cpu_ns per
+# serial call.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
@@ -33,29 +36,41 @@ for _ in $(seq 100); do
   sleep 0.1
 done
 export SEQD_BENCH_ADMIN="127.0.0.1:$port"
+# field prints the value before unit on the line of benchmark b in file f.
+field() { grep "^Benchmark$1-" "$2" | awk -v u="$3" '{for (i=1;i<NF;i++) if ($(i+1)==u) print $i}'; }
+client() { "$tmp/client.test" -test.run '^$' -test.bench "^Benchmark$1\$" -test.benchtime "$BENCHTIME" -test.benchmem 2>/dev/null | grep '^Benchmark'; }
+soft() { "$tmp/soft.test" -test.run '^$' -test.bench "^Benchmark$1\$" -test.benchtime "$BENCHTIME" -test.benchmem | grep '^Benchmark'; }
 for i in $(seq "$ROUNDS"); do
-  for b in GetTimestamp Pipelined; do
-    "$tmp/client.test" -test.run '^$' -test.bench "^Benchmark$b\$" -test.benchtime "$BENCHTIME" -test.benchmem 2>/dev/null \
-      | grep '^Benchmark' | tee -a "$tmp/out"
+  # The serial call and the raw ping-pong back to back: on a shared
+  # machine the speed changes from minute to minute, so each round's
+  # ratio compares like with like, and the ratios' median is reported.
+  : >"$tmp/round"
+  client GetTimestamp | tee -a "$tmp/round"
+  soft PingPongRaw | tee -a "$tmp/round"
+  client Pipelined | tee -a "$tmp/round"
+  for b in EchoSoft EchoRaw PingPongSoft PingPongRawProcs; do
+    soft "$b" | tee -a "$tmp/round"
   done
-  for b in EchoSoft EchoRaw PingPongSoft PingPongRaw PingPongRawProcs; do
-    "$tmp/soft.test" -test.run '^$' -test.bench "^Benchmark$b\$" -test.benchtime "$BENCHTIME" -test.benchmem \
-      | grep '^Benchmark' | tee -a "$tmp/out"
-  done
+  cat "$tmp/round" >>"$tmp/out"
+  awk -v a="$(field GetTimestamp "$tmp/round" ns/op)" -v b="$(field PingPongRaw "$tmp/round" rtt_us)" \
+    'BEGIN {printf "%.3f\n", a/1000/b}' >>"$tmp/ratios"
+  awk -v a="$(field GetTimestamp "$tmp/round" p50_us)" -v b="$(field PingPongRaw "$tmp/round" p50_us)" \
+    'BEGIN {printf "%.3f\n", a/b}' >>"$tmp/p50ratios"
 done
 if [ "$SPECMISS" != 0 ]; then
   "$tmp/client.test" -test.run '^$' -test.bench '^BenchmarkSpecMisses$' -test.benchtime 20000x 2>/dev/null | grep '^Benchmark'
 fi
 median() { sort -g | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else printf "%.3f\n", (a[NR/2]+a[NR/2+1])/2}'; }
-metric() { grep "^Benchmark$1-" "$tmp/out" | awk -v u="$2" '{for (i=1;i<NF;i++) if ($(i+1)==u) print $i}' | median; }
+metric() { field "$1" "$tmp/out" "$2" | median; }
 rtt=$(metric GetTimestamp ns/op | awk '{printf "%.2f", $1/1000}')
 raw=$(metric PingPongRaw rtt_us)
-ratio=$(awk -v a="$rtt" -v b="$raw" 'BEGIN {printf "%.2f", a/b}')
+ratio=$(median <"$tmp/ratios" | awk '{printf "%.2f", $1}')
+ratios=$(paste -sd, "$tmp/ratios")
 p50=$(metric GetTimestamp p50_us)
 rawp50=$(metric PingPongRaw p50_us)
-p50ratio=$(awk -v a="$p50" -v b="$rawp50" 'BEGIN {printf "%.2f", a/b}')
+p50ratio=$(median <"$tmp/p50ratios" | awk '{printf "%.2f", $1}')
 procs=$(metric PingPongRawProcs rtt_us)
 procsp50=$(metric PingPongRawProcs p50_us)
 procsratio=$(awk -v a="$rtt" -v b="$procs" 'BEGIN {printf "%.2f", a/b}')
 procsp50ratio=$(awk -v a="$p50" -v b="$procsp50" 'BEGIN {printf "%.2f", a/b}')
-echo "client_rtt_us=$rtt client_mops=$(metric Pipelined Mops) soft_mpps=$(metric EchoSoft Mops) raw_mpps=$(metric EchoRaw Mops) soft_rtt_us=$(metric PingPongSoft rtt_us) raw_rtt_us=$raw rtt_ratio=$ratio client_cpu_ns=$(metric Pipelined cpu_ns/op) serial_cpu_ns=$(metric GetTimestamp cpu_ns/op) client_p50_us=$p50 raw_p50_us=$rawp50 p50_ratio=$p50ratio procs_rtt_us=$procs procs_ratio=$procsratio procs_p50_us=$procsp50 procs_p50_ratio=$procsp50ratio"
+echo "client_rtt_us=$rtt client_mops=$(metric Pipelined Mops) soft_mpps=$(metric EchoSoft Mops) raw_mpps=$(metric EchoRaw Mops) soft_rtt_us=$(metric PingPongSoft rtt_us) raw_rtt_us=$raw rtt_ratio=$ratio rtt_ratios=$ratios client_cpu_ns=$(metric Pipelined cpu_ns/op) serial_cpu_ns=$(metric GetTimestamp cpu_ns/op) client_p50_us=$p50 raw_p50_us=$rawp50 p50_ratio=$p50ratio procs_rtt_us=$procs procs_ratio=$procsratio procs_p50_us=$procsp50 procs_p50_ratio=$procsp50ratio"
