@@ -257,6 +257,7 @@ func (c *Client) driveOwn(ctx context.Context, r *Request) (ts Timestamp, ok boo
 		}
 		if c.ctx.Err() != nil || e.tr.Broken() || now-e.lastAns > reconnectAfter {
 			c.leave() // the engine goroutine reconnects, or fails r at Close
+			sp.stop() // no tight place held while blocked
 			ts, err := c.wait(ctx, r)
 			return ts, true, err
 		}

@@ -30,12 +30,15 @@ var tightSpinners atomic.Int32
 type spin struct {
 	since    time.Duration // when the spin began; -1: not spinning
 	mayTight bool          // the spinner may poll without yielding
-	tight    bool          // counted in tightSpinners
+	tight    bool          // counted in *count
+	count    *atomic.Int32 // tightSpinners (tests: their own)
 }
 
 // newSpin returns a spin that polls without yielding when mayTight and
 // the process has room for it.
-func newSpin(mayTight bool) spin { return spin{since: -1, mayTight: mayTight} }
+func newSpin(mayTight bool) spin {
+	return spin{since: -1, mayTight: mayTight, count: &tightSpinners}
+}
 
 // at returns how long the goroutine has been spinning at now, starting
 // the spin if it is not spinning.
@@ -45,10 +48,10 @@ func (s *spin) at(now time.Duration) time.Duration {
 		if !s.mayTight {
 			return 0
 		}
-		if n := tightSpinners.Add(1); int(n) < runtime.GOMAXPROCS(0) {
+		if n := s.count.Add(1); int(n) < runtime.GOMAXPROCS(0) {
 			s.tight = true
 		} else {
-			tightSpinners.Add(-1)
+			s.count.Add(-1)
 		}
 	}
 	return now - s.since
@@ -65,7 +68,7 @@ func (s *spin) pause() {
 // leaves).
 func (s *spin) stop() {
 	if s.tight {
-		tightSpinners.Add(-1)
+		s.count.Add(-1)
 		s.tight = false
 	}
 	s.since = -1

@@ -2,12 +2,21 @@ package client
 
 import (
 	"runtime"
+	"sync/atomic"
 	"testing"
 )
 
 // At most GOMAXPROCS-1 goroutines spin without yielding; the others
-// yield, and a stopped spin gives its place back.
+// yield, and a stopped spin gives its place back. The spins count in a
+// counter of the test's own, not in the process's (a client another test
+// left may be spinning).
 func TestTightSpinnersBounded(t *testing.T) {
+	var tightSpinners atomic.Int32
+	newSpin := func(mayTight bool) spin {
+		s := newSpin(mayTight)
+		s.count = &tightSpinners
+		return s
+	}
 	for _, procs := range []int{1, 2, 4} {
 		prev := runtime.GOMAXPROCS(procs)
 		spins := make([]spin, procs+2)
