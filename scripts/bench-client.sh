@@ -10,7 +10,8 @@
 #   client_rtt_us=<a> client_mops=<b> soft_mpps=<c> raw_mpps=<d> soft_rtt_us=<e> raw_rtt_us=<f> rtt_ratio=<r> rtt_ratios=<r1,r2,...> client_cpu_ns=<g> serial_cpu_ns=<h> ...
 # where rtt_ratio is the median over rounds of the round's serial mean
 # over its raw ping-pong mean, measured back to back (rtt_ratios lists
-# them; p50_ratio likewise for the medians). client_cpu_ns is the client
+# them; p50_ratio likewise for the medians, procs_ratio and
+# procs_p50_ratio against the two-process ping-pong). client_cpu_ns is the client
 # process's CPU time (user+system) per pipelined call, serial_cpu_ns per
 # serial call.
 set -euo pipefail
@@ -38,6 +39,12 @@ done
 export SEQD_BENCH_ADMIN="127.0.0.1:$port"
 # field prints the value before unit on the line of benchmark b in file f.
 field() { grep "^Benchmark$1-" "$2" | awk -v u="$3" '{for (i=1;i<NF;i++) if ($(i+1)==u) print $i}'; }
+# pair appends to $tmp/<file> this round's GetTimestamp <unit> (divided
+# by scale) over <bench>'s <bunit>.
+pair() {
+  awk -v a="$(field GetTimestamp "$tmp/round" "$2")" -v s="$3" -v b="$(field "$4" "$tmp/round" "$5")" \
+    'BEGIN {printf "%.3f\n", a/s/b}' >>"$tmp/$1"
+}
 client() { "$tmp/client.test" -test.run '^$' -test.bench "^Benchmark$1\$" -test.benchtime "$BENCHTIME" -test.benchmem 2>/dev/null | grep '^Benchmark'; }
 soft() { "$tmp/soft.test" -test.run '^$' -test.bench "^Benchmark$1\$" -test.benchtime "$BENCHTIME" -test.benchmem | grep '^Benchmark'; }
 for i in $(seq "$ROUNDS"); do
@@ -47,15 +54,17 @@ for i in $(seq "$ROUNDS"); do
   : >"$tmp/round"
   client GetTimestamp | tee -a "$tmp/round"
   soft PingPongRaw | tee -a "$tmp/round"
+  soft PingPongRawProcs | tee -a "$tmp/round"
   client Pipelined | tee -a "$tmp/round"
-  for b in EchoSoft EchoRaw PingPongSoft PingPongRawProcs; do
+  for b in EchoSoft EchoRaw PingPongSoft; do
     soft "$b" | tee -a "$tmp/round"
   done
   cat "$tmp/round" >>"$tmp/out"
-  awk -v a="$(field GetTimestamp "$tmp/round" ns/op)" -v b="$(field PingPongRaw "$tmp/round" rtt_us)" \
-    'BEGIN {printf "%.3f\n", a/1000/b}' >>"$tmp/ratios"
-  awk -v a="$(field GetTimestamp "$tmp/round" p50_us)" -v b="$(field PingPongRaw "$tmp/round" p50_us)" \
-    'BEGIN {printf "%.3f\n", a/b}' >>"$tmp/p50ratios"
+  # GetTimestamp's mean is its ns/op; the ping-pongs report µs.
+  pair ratios ns/op 1000 PingPongRaw rtt_us
+  pair p50ratios p50_us 1 PingPongRaw p50_us
+  pair procsratios ns/op 1000 PingPongRawProcs rtt_us
+  pair procsp50ratios p50_us 1 PingPongRawProcs p50_us
 done
 if [ "$SPECMISS" != 0 ]; then
   "$tmp/client.test" -test.run '^$' -test.bench '^BenchmarkSpecMisses$' -test.benchtime 20000x 2>/dev/null | grep '^Benchmark'
@@ -64,13 +73,14 @@ median() { sort -g | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else prin
 metric() { field "$1" "$tmp/out" "$2" | median; }
 rtt=$(metric GetTimestamp ns/op | awk '{printf "%.2f", $1/1000}')
 raw=$(metric PingPongRaw rtt_us)
-ratio=$(median <"$tmp/ratios" | awk '{printf "%.2f", $1}')
+paired() { median <"$tmp/$1" | awk '{printf "%.2f", $1}'; }
+ratio=$(paired ratios)
 ratios=$(paste -sd, "$tmp/ratios")
 p50=$(metric GetTimestamp p50_us)
 rawp50=$(metric PingPongRaw p50_us)
-p50ratio=$(median <"$tmp/p50ratios" | awk '{printf "%.2f", $1}')
+p50ratio=$(paired p50ratios)
 procs=$(metric PingPongRawProcs rtt_us)
 procsp50=$(metric PingPongRawProcs p50_us)
-procsratio=$(awk -v a="$rtt" -v b="$procs" 'BEGIN {printf "%.2f", a/b}')
-procsp50ratio=$(awk -v a="$p50" -v b="$procsp50" 'BEGIN {printf "%.2f", a/b}')
+procsratio=$(paired procsratios)
+procsp50ratio=$(paired procsp50ratios)
 echo "client_rtt_us=$rtt client_mops=$(metric Pipelined Mops) soft_mpps=$(metric EchoSoft Mops) raw_mpps=$(metric EchoRaw Mops) soft_rtt_us=$(metric PingPongSoft rtt_us) raw_rtt_us=$raw rtt_ratio=$ratio rtt_ratios=$ratios client_cpu_ns=$(metric Pipelined cpu_ns/op) serial_cpu_ns=$(metric GetTimestamp cpu_ns/op) client_p50_us=$p50 raw_p50_us=$rawp50 p50_ratio=$p50ratio procs_rtt_us=$procs procs_ratio=$procsratio procs_p50_us=$procsp50 procs_p50_ratio=$procsp50ratio"
