@@ -218,27 +218,27 @@ func TestParseCmsgs(t *testing.T) {
 // stamp d before the burst's wall reading is d before its monotonic one;
 // no stamp, or one ahead of the wall clock, is the burst's time.
 func TestArrival(t *testing.T) {
-	const mono, wall = verbs.Time(5e9), int64(1_700_000_000e9)
+	const mono, wall, empty = verbs.Time(5e9), int64(1_700_000_000e9), verbs.Time(4e9)
 	tests := []struct {
 		name  string
 		stamp int64
 		want  verbs.Time
 	}{
-		{"none", 0, mono},
 		{"3ms old", wall - 3e6, mono - 3e6},
 		{"same instant", wall, mono},
-		{"wall clock stepped back", wall + 1e9, mono},
+		{"wall clock stepped back", wall + 1e9, empty},
 	}
 	for _, tt := range tests {
-		if got := arrival(mono, wall, tt.stamp); got != tt.want {
+		if got := arrival(mono, wall, tt.stamp, empty); got != tt.want {
 			t.Errorf("%s: %d, want %d", tt.name, got, tt.want)
 		}
 	}
 }
 
-// TestReceiveStamped: a UD receive is stamped with when the kernel took
-// the datagram, so a request that waited in the socket buffer before a
-// poller read it shows its full age.
+// TestReceiveStamped: a datagram read long after the socket was last
+// seen empty (here: 20 ms, beyond staleEmpty) is stamped with when the
+// kernel took it, so a request that waited in the socket buffer before a
+// poller read it shows its full age, and no more.
 func TestReceiveStamped(t *testing.T) {
 	srv := newUDEnd(t, nil, 4)
 	cli := newUDEnd(t, nil, 1)
@@ -328,5 +328,150 @@ func TestBuildStampsIDs(t *testing.T) {
 		q.gso = false
 		q.build(0)
 		check("no GSO", []uint16{0, 0, 0, 0, 0})
+	}
+}
+
+// TestReceiveStampedByEmptyRead: while pollers keep reading the socket
+// (the last read that found it empty is recent: staleEmpty, here an
+// hour), the kernel's receive times are off and a datagram is stamped
+// with the start of the last read that found the socket empty, which it
+// arrived after: its age is over-estimated, never under-estimated. A
+// batch cut short counts as such a read once the next read shows that
+// the kernel did not cut it on an error. The first read that finds the
+// socket empty again turns the kernel's times off.
+func TestReceiveStampedByEmptyRead(t *testing.T) {
+	defer func(d time.Duration) { staleEmpty = d }(staleEmpty)
+	staleEmpty = time.Hour
+	srv := newUDEnd(t, nil, 8)
+	cli := newUDEnd(t, nil, 8)
+	rwr := make([]verbs.RecvWR, 8)
+	sg := make([]verbs.SGE, 8)
+	srv.postRecvs(t, rwr, sg, 0, 8)
+	h, err := cli.pd.CreateAH(verbs.AHAttr{Dest: srv.qp.Address()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	q := srv.qp.(*qp).q
+	send := func(n int) verbs.Time {
+		t.Helper()
+		wr := make([]verbs.SendWR, n)
+		for i := range wr {
+			wr[i] = verbs.SendWR{Opcode: verbs.OpSendWithImm, AH: h, RemoteQPN: srv.qp.QPN(), RemoteQKey: verbs.DefaultQKey, Imm: uint32(i)}
+		}
+		sent := verbs.Now()
+		if k, err := cli.qp.PostSend(wr); k != n {
+			t.Fatal(err)
+		}
+		// Wait until the socket is readable, without reading it.
+		fds := []unix.PollFd{{Fd: int32(q.fd), Events: unix.POLLIN}}
+		if k, err := unix.Poll(fds, 5000); k != 1 {
+			t.Fatalf("socket not readable: %v", err)
+		}
+		return sent
+	}
+	// Hold the receive lock: only this test's bursts read the socket.
+	q.rxMu.Lock()
+	defer q.rxMu.Unlock()
+	before := verbs.Now()
+	if q.burst() || q.rxErrno != unix.EAGAIN {
+		t.Fatalf("the socket is not empty (errno %v)", q.rxErrno)
+	}
+	empty := q.rxEmpty
+	if empty < before || q.stamps {
+		t.Fatalf("an empty read at %v (after %v), kernel stamps %v: want it recorded and the stamps off", empty, before, q.stamps)
+	}
+
+	// Three datagrams: a batch cut short. They are stamped with the
+	// empty read, which was before they were sent.
+	sent := send(3)
+	const hold = 20 * time.Millisecond
+	time.Sleep(hold)
+	q.burst()
+	q.flushPend()
+	short := q.rxShort
+	if short <= empty || q.rxEmpty != empty {
+		t.Fatalf("after a short batch: rxShort %v, rxEmpty %v (was %v)", short, q.rxEmpty, empty)
+	}
+	wc := make([]verbs.WC, 8)
+	n := srv.cq.(*cq).take(wc)
+	if n != 3 {
+		t.Fatalf("%d completions, want 3", n)
+	}
+	for _, w := range wc[:n] {
+		if w.Status != verbs.WCSuccess || w.Arrived != empty {
+			t.Fatalf("completion %+v: want stamped %v, the empty read", w, empty)
+		}
+		if w.Arrived > sent || verbs.Now().Sub(w.Arrived) < hold {
+			t.Fatalf("stamped %v after the send: the age is under-estimated", w.Arrived.Sub(sent))
+		}
+	}
+
+	// The next read succeeds, so the short batch ran the socket dry:
+	// its start stamps the next datagram.
+	send(1)
+	q.burst()
+	q.flushPend()
+	if q.rxEmpty != short {
+		t.Fatalf("rxEmpty %v, want the short batch's start %v", q.rxEmpty, short)
+	}
+	if n := srv.cq.(*cq).take(wc); n != 1 || wc[0].Arrived != short {
+		t.Fatalf("%d completions, stamped %v: want 1, stamped %v", n, wc[0].Arrived, short)
+	}
+}
+
+// TestStampsOnWhenStale: a burst that finds the last empty read older
+// than staleEmpty turns the kernel's receive times on before it reads,
+// and the next read that finds the socket empty turns them off again; a
+// datagram that arrived while they were off is read with its true
+// arrival time.
+func TestStampsOnWhenStale(t *testing.T) {
+	defer func(d time.Duration) { staleEmpty = d }(staleEmpty)
+	staleEmpty = time.Hour
+	srv := newUDEnd(t, nil, 1)
+	cli := newUDEnd(t, nil, 1)
+	rwr := make([]verbs.RecvWR, 1)
+	sg := make([]verbs.SGE, 1)
+	srv.postRecvs(t, rwr, sg, 0, 1)
+	h, err := cli.pd.CreateAH(verbs.AHAttr{Dest: srv.qp.Address()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	q := srv.qp.(*qp).q
+	q.rxMu.Lock()
+	defer q.rxMu.Unlock()
+	q.burst()
+	if q.rxErrno != unix.EAGAIN || q.stamps {
+		t.Fatalf("errno %v, stamps %v: want an empty socket and the stamps off", q.rxErrno, q.stamps)
+	}
+	sent := verbs.Now()
+	wr := []verbs.SendWR{{Opcode: verbs.OpSendWithImm, AH: h, RemoteQPN: srv.qp.QPN(), RemoteQKey: verbs.DefaultQKey, Imm: 1}}
+	if k, err := cli.qp.PostSend(wr); k != 1 {
+		t.Fatal(err)
+	}
+	fds := []unix.PollFd{{Fd: int32(q.fd), Events: unix.POLLIN}}
+	if k, err := unix.Poll(fds, 5000); k != 1 {
+		t.Fatalf("socket not readable: %v", err)
+	}
+	const hold = 20 * time.Millisecond
+	time.Sleep(hold)
+	staleEmpty = time.Millisecond // the empty read is now stale
+	empty := q.rxEmpty
+	q.burst()
+	q.flushPend()
+	if !q.stamps {
+		t.Fatal("stale: the kernel's receive times were not turned on")
+	}
+	wc := make([]verbs.WC, 1)
+	if n := srv.cq.(*cq).take(wc); n != 1 {
+		t.Fatalf("%d completions", n)
+	}
+	if wc[0].Arrived == empty || wc[0].Arrived < sent || verbs.Now().Sub(wc[0].Arrived) < hold {
+		t.Fatalf("stamped %v after the send (the empty read %v): want the kernel's time, at least %v old", wc[0].Arrived.Sub(sent), empty.Sub(sent), hold)
+	}
+	q.burst()
+	if q.rxErrno != unix.EAGAIN || q.stamps {
+		t.Fatalf("errno %v, stamps %v: want the empty read to turn them off", q.rxErrno, q.stamps)
 	}
 }

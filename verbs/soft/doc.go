@@ -40,10 +40,15 @@
 //     first datagram they take wakes it once and it takes the socket out.
 //     A burst
 //     holds the queue's receive lock; there are no per-packet goroutines.
-//     Receive completions carry the kernel's receive time of their
-//     datagram (SO_TIMESTAMPNS, moved onto the monotonic clock with one
-//     clock read per burst) as verbs.WC.Arrived, so time spent in the
-//     socket buffer counts in a request's age.
+//     Receive completions carry a lower bound on when their datagram
+//     arrived as verbs.WC.Arrived, so time spent in the socket buffer
+//     counts in a request's age: the start of the last read that found
+//     the socket empty, while pollers keep reading it (at most one poll
+//     early), and the kernel's receive time (SO_TIMESTAMPNS, moved onto
+//     the monotonic clock with one clock read per burst) once that read
+//     is older than 200 µs (a busy socket, an idle spell, a stall). The
+//     kernel's times are delivered only then: a control message per
+//     datagram costs about half a microsecond per serial round trip.
 //     Only CQs that arrivals can fill drive a socket: one that takes just
 //     the send completions of UD and UC QPs, or the receive completions of
 //     QPs created without RECVs, is polled without a system call.

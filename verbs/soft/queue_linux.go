@@ -39,6 +39,11 @@ const (
 	idlePeriod = 20 * time.Millisecond
 )
 
+// staleEmpty is how old the last read that found the socket empty may be
+// before a burst asks the kernel for receive times (setStamps); a
+// variable for tests.
+var staleEmpty = 200 * time.Microsecond
+
 // peer is a destination as one queue sends to it: the socket address and
 // the ICRC flow, with the ICRC prefix of the last packet size cached.
 // A peer is used only under its queue's transmit lock.
@@ -181,18 +186,32 @@ type queue struct {
 	rxDst   [4]byte // destination address of the datagram being processed
 	// rxArrived stamps the datagram being processed (verbs.WC.Arrived):
 	// the kernel's receive time (SO_TIMESTAMPNS), moved onto the
-	// monotonic clock, or the burst's own time where the kernel gave none.
+	// monotonic clock, where the datagram carries one, and rxEmpty
+	// otherwise.
 	rxArrived verbs.Time
-	rxPre     rxFlow
-	readFn    func(uintptr) bool
-	rqHeld    *qp // the QP whose receive queue the burst holds locked
-	pendCQ    *cq // receive completions batched for one CQ
-	pend      [64]verbs.WC
-	npend     int
-	acks      []*qp // RC QPs with an ACK to send after this burst
-	rcPeers   map[*qp]struct{}
-	nrc       atomic.Int32 // len(rcPeers), readable without rxMu
-	nheld     atomic.Int32 // len(heldPkt), readable without txMu
+	// rxEmpty is when the last recvmmsg known to have found the socket
+	// empty began: every datagram read after it arrived later, so it
+	// bounds their arrival from below (their age is over-, never
+	// under-estimated). It starts as the socket's creation. rxShort is
+	// the start of a recvmmsg that returned fewer messages than asked
+	// for: the socket ran dry then, unless the kernel cut the batch short
+	// on an error, which it reports on the next call; that call commits
+	// it to rxEmpty. 0: none pending.
+	rxEmpty verbs.Time
+	rxShort verbs.Time
+	// stamps: the socket delivers kernel receive times (SO_TIMESTAMPNS);
+	// see setStamps.
+	stamps  bool
+	rxPre   rxFlow
+	readFn  func(uintptr) bool
+	rqHeld  *qp // the QP whose receive queue the burst holds locked
+	pendCQ  *cq // receive completions batched for one CQ
+	pend    [64]verbs.WC
+	npend   int
+	acks    []*qp // RC QPs with an ACK to send after this burst
+	rcPeers map[*qp]struct{}
+	nrc     atomic.Int32 // len(rcPeers), readable without rxMu
+	nheld   atomic.Int32 // len(heldPkt), readable without txMu
 
 	io ioCounts // its share of the device's counters
 
@@ -257,9 +276,15 @@ func newQueue(d *device, idx int, local netip.AddrPort) (*queue, error) {
 	}
 	// Receive timestamps: a request's age (spec.MaxResidence) counts from
 	// when the kernel took the datagram, not from when a poller read it
-	// out of the socket buffer.
+	// out of the socket buffer. Turning them on here also makes the kernel
+	// stamp every datagram as it arrives, for as long as the socket
+	// lives; turning them off later (setStamps) only stops their delivery,
+	// which costs a control message per datagram received.
+	q.rxEmpty = verbs.Now()
 	if e := unix.SetsockoptInt(q.fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1); e != nil {
-		d.log.Warn("SO_TIMESTAMPNS refused; receive completions stamped when read, which understates their age", "queue", idx, "err", e)
+		d.log.Warn("SO_TIMESTAMPNS refused; after an idle spell, receive completions are stamped when read, which understates their age", "queue", idx, "err", e)
+	} else {
+		q.stamps = true
 	}
 	if d.cfg.gro && d.shared {
 		// GRO merges a flow's packets whatever their destination QP, and
@@ -609,18 +634,38 @@ func (q *queue) burst() bool {
 	if q.closed.Load() {
 		return false
 	}
+	start := verbs.Now()
+	if !q.stamps && start.Sub(q.rxEmpty) > staleEmpty {
+		q.setStamps(true)
+	}
 	n, _, errno := unix.RawSyscall6(unix.SYS_RECVMMSG, uintptr(q.fd), uintptr(unsafe.Pointer(&q.rhdrs[0])), rxMsgs, unix.MSG_DONTWAIT, 0, 0)
 	q.io.rxSyscalls.Add(1)
+	if errno == 0 || errno == unix.EAGAIN {
+		if q.rxShort != 0 {
+			q.rxEmpty = q.rxShort // the short batch before ran the socket dry
+		}
+	}
+	q.rxShort = 0
 	if errno != 0 {
+		if errno == unix.EAGAIN {
+			q.rxEmpty = start
+			if q.stamps {
+				q.setStamps(false)
+			}
+		}
 		q.rxErrno = errno
 		return errno == unix.EINTR
 	}
 	q.rxDirty = int(n)
 	q.io.rxDatagrams.Add(uint64(n))
-	// One clock read per burst: the kernel stamps are wall-clock times,
-	// moved onto the monotonic clock through this reading of both.
-	now := time.Now()
-	mono, wall := verbs.TimeOf(now), now.UnixNano()
+	empty := q.rxEmpty // these datagrams arrived after it
+	if n < rxMsgs {
+		q.rxShort = start
+	}
+	// Kernel stamps are wall-clock times, moved onto the monotonic clock
+	// through one reading of both, taken at the first stamp of the burst.
+	var mono verbs.Time
+	var wall int64
 	pkts := 0
 	for i := 0; i < int(n); i++ {
 		h := &q.rhdrs[i]
@@ -630,7 +675,14 @@ func (q *queue) burst() bool {
 		if gso > 0 {
 			seg = gso
 		}
-		q.rxArrived = arrival(mono, wall, stamp)
+		q.rxArrived = empty
+		if stamp != 0 {
+			if wall == 0 {
+				now := time.Now()
+				mono, wall = verbs.TimeOf(now), now.UnixNano()
+			}
+			q.rxArrived = arrival(mono, wall, stamp, empty)
+		}
 		q.rxDst = q.ip
 		if q.wildcard {
 			if !haveDst {
@@ -850,15 +902,45 @@ func (q *queue) tick(now time.Time) {
 	}
 }
 
-// arrival moves a kernel receive stamp (wall-clock nanoseconds, 0 for
-// none) onto the monotonic clock, given one reading of both clocks taken
-// after the datagram was read. A stamp in the future (the wall clock
-// stepped back since) counts as now.
-func arrival(mono verbs.Time, wall, stamp int64) verbs.Time {
-	if stamp == 0 || stamp >= wall {
-		return mono
+// arrival moves a kernel receive stamp (wall-clock nanoseconds) onto the
+// monotonic clock, given one reading of both clocks taken after the
+// datagram was read. A stamp in the future (the wall clock stepped back
+// since) is no measure: the datagram is stamped empty, the start of the
+// last read that found the socket empty, instead.
+func arrival(mono verbs.Time, wall, stamp int64, empty verbs.Time) verbs.Time {
+	if stamp > wall {
+		return empty
 	}
 	return mono - verbs.Time(wall-stamp)
+}
+
+// setStamps turns the delivery of kernel receive times on or off.
+// Callers hold rxMu.
+//
+// A datagram is stamped with the start of the last read that found the
+// socket empty (rxEmpty) unless it carries the kernel's receive time.
+// While pollers keep reading the socket, that read is at most one poll
+// old, and the kernel's times are off: each costs a control message per
+// datagram, about half a microsecond per round trip of the serial
+// ping-pong. A burst that finds rxEmpty older than staleEmpty (the socket
+// has not been seen empty since: a busy server's, or one read after an
+// idle spell or a stall) turns them on before it reads, so no datagram's
+// age is over-estimated by more than staleEmpty; the next read that finds
+// the socket empty turns them off. The kernel stamps every datagram as it
+// arrives whatever the setting (the socket asked for stamps once, at its
+// creation), so a datagram that arrived while they were off is read with
+// its true arrival time once they are on.
+func (q *queue) setStamps(on bool) {
+	if q.stamps == on {
+		return
+	}
+	v := 0
+	if on {
+		v = 1
+	}
+	if err := unix.SetsockoptInt(q.fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, v); err == nil {
+		q.stamps = on
+	}
 }
 
 // parseCmsgs reads the control messages of a received datagram: the UDP
