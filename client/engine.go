@@ -55,7 +55,7 @@ const (
 type engine struct {
 	tr            transport
 	flush         flusher       // tr, when it defers its posts to the end of a step
-	rtt           time.Duration // moving average of submit-to-answer times
+	rtt           time.Duration // moving average of submit-to-answer times (nextRTT)
 	reqs          []*Request    // by request ID; nil: the ID is free
 	free          []int         // the free IDs, a stack
 	ids           []int         // Send's argument
@@ -276,9 +276,24 @@ func (c *Client) driveOwn(ctx context.Context, r *Request) (ts Timestamp, ok boo
 	}
 }
 
+// nextRTT folds a submit-to-answer time into the moving average avg
+// (weight 1/8), each sample clamped to twice the average: one answer
+// delayed by a descheduled thread (hundreds of microseconds on a busy
+// machine) must not make the next calls spin short and block, which
+// costs each of them a wake-up or two, while a lasting change (a loaded
+// machine, a far server) still moves the average, by up to 1/8 a sample.
+func nextRTT(avg, sample time.Duration) time.Duration {
+	if avg > 0 && sample > 2*avg {
+		sample = 2 * avg
+	}
+	return avg + (sample-avg)/8
+}
+
 // spinFor is how long to busy-poll before blocking (spinLong, spinShort).
-func (e *engine) spinFor() time.Duration {
-	if e.rtt < shortRTT {
+func (e *engine) spinFor() time.Duration { return spinFor(e.rtt) }
+
+func spinFor(rtt time.Duration) time.Duration {
+	if rtt < shortRTT {
 		return spinLong
 	}
 	return spinShort
@@ -327,7 +342,7 @@ func (c *Client) step(now time.Duration) bool {
 			continue
 		}
 		e.lastAns = now
-		e.rtt += (now - r.born - e.rtt) / 8
+		e.rtt = nextRTT(e.rtt, now-r.born)
 		c.accept(r, x.Value)
 	}
 	if k := tr.Expire(now); k > 0 {

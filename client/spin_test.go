@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // At most GOMAXPROCS-1 goroutines spin without yielding; the others
@@ -61,5 +62,39 @@ func TestTightSpinnersBounded(t *testing.T) {
 			t.Errorf("GOMAXPROCS %d: %d tight spinners after all stopped", procs, n)
 		}
 		runtime.GOMAXPROCS(prev)
+	}
+}
+
+// TestNextRTT: one slow answer moves the moving average of round trips
+// by an eighth of the average at most, so the calls after it still spin
+// long; a lasting change moves it past shortRTT within a few dozen
+// answers; the first answer sets it.
+func TestNextRTT(t *testing.T) {
+	if got := nextRTT(0, 120*time.Microsecond); got != 15*time.Microsecond {
+		t.Fatalf("first answer: %v, want 15µs", got)
+	}
+	avg := 12 * time.Microsecond
+	for range 100 {
+		avg = nextRTT(avg, 12*time.Microsecond)
+	}
+	spiked := nextRTT(avg, 5*time.Millisecond)
+	if spiked > avg+avg/8 || spiked <= avg {
+		t.Fatalf("after one 5 ms answer: %v, from %v", spiked, avg)
+	}
+	if spinFor(spiked) != spinLong {
+		t.Fatalf("after one slow answer the calls spin %v, want %v", spinFor(spiked), spinLong)
+	}
+	n := 0
+	for avg = spiked; avg < shortRTT; n++ {
+		avg = nextRTT(avg, 500*time.Microsecond)
+	}
+	if n > 40 {
+		t.Fatalf("%d answers of 500µs to cross %v", n, shortRTT)
+	}
+	for range 200 {
+		avg = nextRTT(avg, 500*time.Microsecond)
+	}
+	if avg < 450*time.Microsecond {
+		t.Fatalf("after 200 answers of 500µs the average is %v", avg)
 	}
 }
