@@ -340,8 +340,6 @@ func TestBuildStampsIDs(t *testing.T) {
 // the kernel did not cut it on an error. The first read that finds the
 // socket empty again turns the kernel's times off.
 func TestReceiveStampedByEmptyRead(t *testing.T) {
-	defer func(d time.Duration) { staleEmpty = d }(staleEmpty)
-	staleEmpty = time.Hour
 	srv := newUDEnd(t, nil, 8)
 	cli := newUDEnd(t, nil, 8)
 	rwr := make([]verbs.RecvWR, 8)
@@ -353,6 +351,9 @@ func TestReceiveStampedByEmptyRead(t *testing.T) {
 	}
 	defer h.Close()
 	q := srv.qp.(*qp).q
+	q.rxMu.Lock()
+	q.stale = time.Hour
+	q.rxMu.Unlock()
 	send := func(n int) verbs.Time {
 		t.Helper()
 		wr := make([]verbs.SendWR, n)
@@ -426,8 +427,6 @@ func TestReceiveStampedByEmptyRead(t *testing.T) {
 // datagram that arrived while they were off is read with its true
 // arrival time.
 func TestStampsOnWhenStale(t *testing.T) {
-	defer func(d time.Duration) { staleEmpty = d }(staleEmpty)
-	staleEmpty = time.Hour
 	srv := newUDEnd(t, nil, 1)
 	cli := newUDEnd(t, nil, 1)
 	rwr := make([]verbs.RecvWR, 1)
@@ -441,6 +440,7 @@ func TestStampsOnWhenStale(t *testing.T) {
 	q := srv.qp.(*qp).q
 	q.rxMu.Lock()
 	defer q.rxMu.Unlock()
+	q.stale = time.Hour
 	q.burst()
 	if q.rxErrno != unix.EAGAIN || q.stamps {
 		t.Fatalf("errno %v, stamps %v: want an empty socket and the stamps off", q.rxErrno, q.stamps)
@@ -456,7 +456,7 @@ func TestStampsOnWhenStale(t *testing.T) {
 	}
 	const hold = 20 * time.Millisecond
 	time.Sleep(hold)
-	staleEmpty = time.Millisecond // the empty read is now stale
+	q.stale = time.Millisecond // the empty read is now stale
 	empty := q.rxEmpty
 	q.burst()
 	q.flushPend()

@@ -40,9 +40,8 @@ const (
 )
 
 // staleEmpty is how old the last read that found the socket empty may be
-// before a burst asks the kernel for receive times (setStamps); a
-// variable for tests.
-var staleEmpty = 200 * time.Microsecond
+// before a burst asks the kernel for receive times (setStamps).
+const staleEmpty = 200 * time.Microsecond
 
 // peer is a destination as one queue sends to it: the socket address and
 // the ICRC flow, with the ICRC prefix of the last packet size cached.
@@ -199,6 +198,7 @@ type queue struct {
 	// it to rxEmpty. 0: none pending.
 	rxEmpty verbs.Time
 	rxShort verbs.Time
+	stale   time.Duration // staleEmpty (tests change it under rxMu)
 	// stamps: the socket delivers kernel receive times (SO_TIMESTAMPNS);
 	// see setStamps.
 	stamps  bool
@@ -280,7 +280,7 @@ func newQueue(d *device, idx int, local netip.AddrPort) (*queue, error) {
 	// stamp every datagram as it arrives, for as long as the socket
 	// lives; turning them off later (setStamps) only stops their delivery,
 	// which costs a control message per datagram received.
-	q.rxEmpty = verbs.Now()
+	q.rxEmpty, q.stale = verbs.Now(), staleEmpty
 	if e := unix.SetsockoptInt(q.fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1); e != nil {
 		d.log.Warn("SO_TIMESTAMPNS refused; after an idle spell, receive completions are stamped when read, which understates their age", "queue", idx, "err", e)
 	} else {
@@ -635,7 +635,7 @@ func (q *queue) burst() bool {
 		return false
 	}
 	start := verbs.Now()
-	if !q.stamps && start.Sub(q.rxEmpty) > staleEmpty {
+	if !q.stamps && start.Sub(q.rxEmpty) > q.stale {
 		q.setStamps(true)
 	}
 	n, _, errno := unix.RawSyscall6(unix.SYS_RECVMMSG, uintptr(q.fd), uintptr(unsafe.Pointer(&q.rhdrs[0])), rxMsgs, unix.MSG_DONTWAIT, 0, 0)
