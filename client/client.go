@@ -134,8 +134,11 @@ type Client struct {
 // submissions is where callers queue requests for the engine, and how
 // they wake it.
 type submissions struct {
-	mu      sync.Mutex
-	queue   *Request // submitted, LIFO; the engine reverses it
+	mu    sync.Mutex
+	queue *Request // submitted, LIFO; the engine reverses it
+	// has is queue != nil, set under mu: the engine's intake, once per
+	// step of a spinning poll, takes no lock while nothing was submitted.
+	has     atomic.Bool
 	closed  bool
 	wakeCh  chan struct{}
 	waiting atomic.Bool // the engine sleeps in CQ.Wait
@@ -356,6 +359,7 @@ func (c *Client) enqueue(r *Request) error {
 	r.born = c.now()
 	r.next = s.queue
 	s.queue = r
+	s.has.Store(true)
 	s.mu.Unlock()
 	c.st.requests.Add(1)
 	return nil

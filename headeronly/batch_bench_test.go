@@ -4,7 +4,6 @@ package headeronly
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"net/netip"
 	"runtime"
@@ -31,10 +30,16 @@ import (
 // request completions and whose QPs take every post. b.N counts
 // requests; cpu_ns/op is the thread's CPU time per request (the machine
 // may be shared: wall time overstates it).
+//
+// serial is one request per poll, as a lone client's serial calls
+// arrive: the cost of a batch of one, what each of its round trips pays.
 func BenchmarkBatch(b *testing.B) {
-	for _, flows := range []int{1, 60} {
-		b.Run(fmt.Sprintf("flows=%d", flows), func(b *testing.B) {
-			w, d := newNullWorker(b, flows)
+	for _, c := range []struct {
+		name       string
+		flows, per int
+	}{{"flows=1", 1, 0}, {"flows=60", 60, 0}, {"serial", 1, 1}} {
+		b.Run(c.name, func(b *testing.B) {
+			w, d := newNullWorker(b, c.flows, c.per)
 			// CPU time, not wall time: the machine may be shared.
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
@@ -73,9 +78,9 @@ func BenchmarkBatch(b *testing.B) {
 
 // newNullWorker makes a server on nullDev without starting its worker
 // (the benchmark runs its loop), admits flows client QPs, each with its
-// own request QP, and loads the CQ with one batch: (Batch-4)/flows
-// requests of each.
-func newNullWorker(b *testing.B, flows int) (*worker, *nullDev) {
+// own request QP, and loads the CQ with one batch: per requests of each
+// ((Batch-4)/flows when per is 0).
+func newNullWorker(b *testing.B, flows, per int) (*worker, *nullDev) {
 	d := &nullDev{}
 	d.cq = &nullCQ{}
 	cfg, err := Config{Config: wk.Config{Device: d, Oracle: &claimtest.Oracle{}, Behind: claimtest.ErrBehind,
@@ -95,7 +100,9 @@ func newNullWorker(b *testing.B, flows int) (*worker, *nullDev) {
 	}
 	s.Workers = []*worker{w}
 	w.guard = spec.NewGuard(-spec.Holdoff) // confirmations from the start, as in steady state
-	per := (cfg.Batch - 4) / flows         // room for the send completions in a poll
+	if per == 0 {
+		per = (cfg.Batch - 4) / flows // room for the send completions in a poll
+	}
 	for f := range flows {
 		addr := verbs.Address{GID: verbs.GIDFromAddr(netip.MustParseAddr("10.0.0.1")), Port: uint16(10000 + f)}
 		qpn := verbs.QPN(0x1000 + f)

@@ -19,6 +19,9 @@ type cq struct {
 	ring    []verbs.WC
 	head, n int
 	overrun atomic.Bool // set under mu
+	// has is n > 0, set under mu: a poll of an empty CQ (a spinning
+	// poller's, between every two answers) takes no lock.
+	has atomic.Bool
 
 	queues  atomic.Pointer[[]*queue] // queues of the QPs that use this CQ
 	qMu     sync.Mutex
@@ -81,6 +84,7 @@ func (c *cq) push(wc *verbs.WC) {
 	}
 	c.ring[i] = *wc
 	c.n++
+	c.has.Store(true)
 	c.mu.Unlock()
 	if c.waiting.Load() != 0 {
 		select {
@@ -108,6 +112,7 @@ func (c *cq) pushN(wcs []verbs.WC) {
 		wcs = wcs[k:]
 		c.n += k
 	}
+	c.has.Store(c.n > 0)
 	c.mu.Unlock()
 	if c.waiting.Load() != 0 {
 		select {
@@ -119,6 +124,9 @@ func (c *cq) pushN(wcs []verbs.WC) {
 
 // take moves up to len(wc) completions out, in at most two runs.
 func (c *cq) take(wc []verbs.WC) int {
+	if !c.has.Load() {
+		return 0
+	}
 	c.mu.Lock()
 	k := 0
 	for k < len(wc) && c.n > 0 {
@@ -134,6 +142,7 @@ func (c *cq) take(wc []verbs.WC) int {
 		// An emptied ring starts again at its first entry: a CQ drained
 		// batch by batch then reuses the same few cache lines.
 		c.head = 0
+		c.has.Store(false)
 	}
 	c.mu.Unlock()
 	return k
