@@ -81,7 +81,7 @@ type Config struct {
 	// two.
 	SharedRecv bool
 	// Spin is how long an idle worker busy-polls before it blocks.
-	// Default 50µs.
+	// Default DefaultSpin.
 	Spin time.Duration
 }
 
