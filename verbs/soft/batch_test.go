@@ -240,16 +240,7 @@ func TestArrival(t *testing.T) {
 // kernel took it, so a request that waited in the socket buffer before a
 // poller read it shows its full age, and no more.
 func TestReceiveStamped(t *testing.T) {
-	srv := newUDEnd(t, nil, 4)
-	cli := newUDEnd(t, nil, 1)
-	rwr := make([]verbs.RecvWR, 4)
-	sg := make([]verbs.SGE, 4)
-	srv.postRecvs(t, rwr, sg, 0, 4)
-	h, err := cli.pd.CreateAH(verbs.AHAttr{Dest: srv.qp.Address()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	srv, cli, h := stampPair(t, 4)
 	// Hold the receive lock so that neither a poller nor the progress
 	// goroutine reads the datagram while it waits.
 	q := srv.qp.(*qp).q
@@ -340,16 +331,7 @@ func TestBuildStampsIDs(t *testing.T) {
 // the kernel did not cut it on an error. The first read that finds the
 // socket empty again turns the kernel's times off.
 func TestReceiveStampedByEmptyRead(t *testing.T) {
-	srv := newUDEnd(t, nil, 8)
-	cli := newUDEnd(t, nil, 8)
-	rwr := make([]verbs.RecvWR, 8)
-	sg := make([]verbs.SGE, 8)
-	srv.postRecvs(t, rwr, sg, 0, 8)
-	h, err := cli.pd.CreateAH(verbs.AHAttr{Dest: srv.qp.Address()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	srv, cli, h := stampPair(t, 8)
 	q := srv.qp.(*qp).q
 	q.rxMu.Lock()
 	q.stale = time.Hour
@@ -427,16 +409,7 @@ func TestReceiveStampedByEmptyRead(t *testing.T) {
 // datagram that arrived while they were off is read with its true
 // arrival time.
 func TestStampsOnWhenStale(t *testing.T) {
-	srv := newUDEnd(t, nil, 1)
-	cli := newUDEnd(t, nil, 1)
-	rwr := make([]verbs.RecvWR, 1)
-	sg := make([]verbs.SGE, 1)
-	srv.postRecvs(t, rwr, sg, 0, 1)
-	h, err := cli.pd.CreateAH(verbs.AHAttr{Dest: srv.qp.Address()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	srv, cli, h := stampPair(t, 1)
 	q := srv.qp.(*qp).q
 	q.rxMu.Lock()
 	defer q.rxMu.Unlock()
@@ -474,4 +447,19 @@ func TestStampsOnWhenStale(t *testing.T) {
 	if q.rxErrno != unix.EAGAIN || q.stamps {
 		t.Fatalf("errno %v, stamps %v: want the empty read to turn them off", q.rxErrno, q.stamps)
 	}
+}
+
+// stampPair opens a UD server end with n receives posted, a client end
+// that can send it n requests, and the client's AH for the server.
+func stampPair(t *testing.T, n int) (srv, cli *udEnd, h verbs.AH) {
+	t.Helper()
+	srv = newUDEnd(t, nil, n)
+	cli = newUDEnd(t, nil, n)
+	srv.postRecvs(t, make([]verbs.RecvWR, n), make([]verbs.SGE, n), 0, n)
+	h, err := cli.pd.CreateAH(verbs.AHAttr{Dest: srv.qp.Address()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	return srv, cli, h
 }
