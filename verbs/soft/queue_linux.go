@@ -282,7 +282,7 @@ func newQueue(d *device, idx int, local netip.AddrPort) (*queue, error) {
 	// which costs a control message per datagram received.
 	q.rxEmpty, q.stale = verbs.Now(), staleEmpty
 	if e := unix.SetsockoptInt(q.fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1); e != nil {
-		d.log.Warn("SO_TIMESTAMPNS refused; after an idle spell, receive completions are stamped when read, which understates their age", "queue", idx, "err", e)
+		d.log.Warn("SO_TIMESTAMPNS refused; a datagram read long after the socket was last found empty is stamped with that read, which overstates its age (a request may be dropped as expired)", "queue", idx, "err", e)
 	} else {
 		q.stamps = true
 	}
