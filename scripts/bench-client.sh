@@ -9,9 +9,10 @@
 # rollover prediction (BenchmarkSpecMisses, misses/op). The last line is
 #   client_rtt_us=<a> client_mops=<b> soft_mpps=<c> raw_mpps=<d> soft_rtt_us=<e> raw_rtt_us=<f> rtt_ratio=<r> rtt_ratios=<r1,r2,...> client_cpu_ns=<g> serial_cpu_ns=<h> ...
 # where rtt_ratio is the median over rounds of the round's serial mean
-# over its raw ping-pong mean, measured back to back (rtt_ratios lists
-# them; p50_ratio likewise for the medians, procs_ratio and
-# procs_p50_ratio against the two-process ping-pong). client_cpu_ns is the client
+# over the mean of its two raw ping-pongs, run just before and just after
+# it (A-B-A: a drift within the round cancels, and neither side always
+# runs first; rtt_ratios lists them; p50_ratio likewise for the medians,
+# procs_ratio and procs_p50_ratio against the two-process ping-pong). client_cpu_ns is the client
 # process's CPU time (user+system) per pipelined call, serial_cpu_ns per
 # serial call.
 set -euo pipefail
@@ -40,18 +41,22 @@ export SEQD_BENCH_ADMIN="127.0.0.1:$port"
 # field prints the value before unit on the line of benchmark b in file f.
 field() { grep "^Benchmark$1-" "$2" | awk -v u="$3" '{for (i=1;i<NF;i++) if ($(i+1)==u) print $i}'; }
 # pair appends to $tmp/<file> this round's GetTimestamp <unit> (divided
-# by scale) over <bench>'s <bunit>.
+# by scale) over the mean of <bench>'s <bunit> in the round (its runs
+# before and after GetTimestamp).
 pair() {
-  awk -v a="$(field GetTimestamp "$tmp/round" "$2")" -v s="$3" -v b="$(field "$4" "$tmp/round" "$5")" \
+  awk -v a="$(field GetTimestamp "$tmp/round" "$2")" -v s="$3" -v b="$(field "$4" "$tmp/round" "$5" | awk '{t += $1} END {print t / NR}')" \
     'BEGIN {printf "%.3f\n", a/s/b}' >>"$tmp/$1"
 }
 client() { "$tmp/client.test" -test.run '^$' -test.bench "^Benchmark$1\$" -test.benchtime "$BENCHTIME" -test.benchmem 2>/dev/null | grep '^Benchmark'; }
 soft() { "$tmp/soft.test" -test.run '^$' -test.bench "^Benchmark$1\$" -test.benchtime "$BENCHTIME" -test.benchmem | grep '^Benchmark'; }
 for i in $(seq "$ROUNDS"); do
-  # The serial call and the raw ping-pong back to back: on a shared
+  # The serial call between two runs of each raw ping-pong: on a shared
   # machine the speed changes from minute to minute, so each round's
-  # ratio compares like with like, and the ratios' median is reported.
+  # ratio compares like with like (A-B-A), and the ratios' median is
+  # reported.
   : >"$tmp/round"
+  soft PingPongRaw | tee -a "$tmp/round"
+  soft PingPongRawProcs | tee -a "$tmp/round"
   client GetTimestamp | tee -a "$tmp/round"
   soft PingPongRaw | tee -a "$tmp/round"
   soft PingPongRawProcs | tee -a "$tmp/round"
