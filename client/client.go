@@ -38,6 +38,10 @@ type Request struct {
 	abandoned atomic.Bool
 	pooled    bool
 	next      *Request
+	// own: its caller drives the engine for it (driveOwn), and finish
+	// sets ownDone instead of sending on Done (no channel hand-off on a
+	// lone caller's round trip). Both guarded by Client.drive.
+	own, ownDone bool
 }
 
 // Stats are the client's counters.

@@ -245,27 +245,29 @@ func (c *Client) driveOwn(ctx context.Context, r *Request) (ts Timestamp, ok boo
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	now := r.born // enqueue read the clock
+	r.own, r.ownDone = true, false
 	c.intake(now)
 	sp := newSpin(true)
 	defer sp.stop()
 	did := c.dispatch(now) // nothing is in flight: send before the first poll
 	for {
-		select {
-		case <-r.Done:
+		if r.ownDone { // finish ran on this goroutine, in step
+			r.own = false
 			c.leave()
 			ts, err := r.TS, r.Err
 			c.pool.Put(r)
 			return ts, true, err
-		default:
 		}
 		if ctx.Err() != nil {
+			r.own = false
 			r.abandoned.Store(true) // the engine recycles it
 			c.leave()
 			return 0, true, ctxError(ctx.Err())
 		}
 		if c.ctx.Err() != nil || e.tr.Broken() || now-e.lastAns > reconnectAfter {
-			c.leave() // the engine goroutine reconnects, or fails r at Close
-			sp.stop() // no tight place held while blocked
+			r.own = false // completed on Done from now on
+			c.leave()     // the engine goroutine reconnects, or fails r at Close
+			sp.stop()     // no tight place held while blocked
 			ts, err := c.wait(ctx, r)
 			return ts, true, err
 		}
@@ -352,6 +354,13 @@ func (c *Client) step(now time.Duration) bool {
 		e.lastAns = now
 		e.rtt = nextRTT(e.rtt, now-r.born)
 		c.accept(r, x.Value)
+		if r.ownDone && n == 1 {
+			// A lone caller's answer, alone in the poll: it returns now,
+			// and the expiry and dispatch it skips run on the next step
+			// (its own next call's, or the engine goroutine's, which
+			// leave wakes when work is left).
+			return true
+		}
 	}
 	if k := tr.Expire(now); k > 0 {
 		c.st.retransmits.Add(uint64(k))
@@ -533,6 +542,10 @@ func (c *Client) finish(r *Request, ts Timestamp, err error) {
 	}
 	if c.st.latency != nil {
 		c.st.latency.Observe(uint64(max(c.eng.clock-r.born, 0)))
+	}
+	if r.own {
+		r.ownDone = true // its caller, driving the engine, returns it (driveOwn)
+		return
 	}
 	if r.abandoned.Load() {
 		if r.pooled {

@@ -50,8 +50,12 @@ func BenchmarkBatch(b *testing.B) {
 			}
 			b.ReportAllocs()
 			b.ResetTimer()
+			o := w.s.cfg.Oracle.(*claimtest.Oracle)
 			for i := 0; i < b.N; i += len(d.cq.reqs) {
 				d.cq.stamp = verbs.Now()
+				// Guesses as clients make them: the high part of the
+				// next value (a batch that crosses a rollover misses).
+				d.cq.guess = spec.GuessOf((o.Current() + 1) >> spec.LowBits)
 				n, err := w.poll()
 				if err != nil || n < len(d.cq.reqs) {
 					b.Fatalf("poll: %d, %v", n, err)
@@ -106,21 +110,18 @@ func newNullWorker(b *testing.B, flows, per int) (*worker, *nullDev) {
 	for f := range flows {
 		addr := verbs.Address{GID: verbs.GIDFromAddr(netip.MustParseAddr("10.0.0.1")), Port: uint16(10000 + f)}
 		qpn := verbs.QPN(0x1000 + f)
-		g, rqs, err := s.admitLocked(context.Background(), dataplane.Admission{Window: per,
+		_, rqs, err := s.admitLocked(context.Background(), dataplane.Admission{Window: per,
 			QPs: []dataplane.Endpoint{{Addr: addr, QPN: qpn}}}, dataplane.SessionRef{})
 		if err != nil {
 			b.Fatal(err)
 		}
 		w.takeInbox(false)
 		q := rqs[0]
-		imm, _ := spec.RequestImm(0, spec.GuessOf(g.High>>spec.LowBits))
-		if g.High == 0 {
-			imm, _ = spec.RequestImm(0, spec.GuessOf(claimtest.First>>spec.LowBits))
-		}
-		// The receives it posted first, in the order fill took them.
+		// The receives it posted first, in the order fill took them
+		// (Poll gives them their immediates).
 		for i := range per {
 			d.cq.reqs = append(d.cq.reqs, verbs.WC{ID: q.wrs[i].ID, Status: verbs.WCSuccess, Opcode: verbs.WCRecv,
-				Flags: verbs.WCWithImm, ByteLen: verbs.GRHLen + spec.RequestLen, Imm: uint32(imm), QPN: q.qpn,
+				Flags: verbs.WCWithImm, ByteLen: verbs.GRHLen + spec.RequestLen, QPN: q.qpn,
 				SrcQP: qpn, Src: addr})
 		}
 	}
@@ -132,8 +133,9 @@ func newNullWorker(b *testing.B, flows, per int) (*worker, *nullDev) {
 }
 
 // nullDev is a verbs device that moves nothing: its one CQ hands out
-// reqs on every poll (stamped), after the completions of the signaled
-// sends posted since the last poll; its QPs take every post.
+// reqs on every poll (stamped, each with the next tag and the current
+// guess), after the completions of the signaled sends posted since the
+// last poll; its QPs take every post.
 type nullDev struct {
 	cq   *nullCQ
 	qpns atomic.Uint32
@@ -196,6 +198,8 @@ type nullCQ struct {
 	reqs  []verbs.WC
 	sends []verbs.WC
 	stamp verbs.Time
+	guess spec.Guess // every request's (the benchmark keeps it current)
+	tag   spec.Tag   // the next request's: consecutive, as a client's are
 }
 
 func (c *nullCQ) Poll(wc []verbs.WC) (int, error) {
@@ -204,6 +208,8 @@ func (c *nullCQ) Poll(wc []verbs.WC) (int, error) {
 	m := copy(wc[n:], c.reqs)
 	for i := range wc[n : n+m] {
 		wc[n+i].Arrived = c.stamp
+		wc[n+i].Imm = uint32(spec.MustRequestImm(c.tag, c.guess))
+		c.tag = (c.tag + 1) % spec.NumTags
 	}
 	return n + m, nil
 }

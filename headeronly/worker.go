@@ -333,6 +333,12 @@ func (w *worker) poll() (int, error) {
 // handle takes the completions of one poll: the answers' go to their
 // response QPs, the requests are answered as one batch.
 func (w *worker) handle(wcs []verbs.WC) {
+	// A poll returns the send completions posted since the last one
+	// first: skipped in place, so that the requests after them are not
+	// moved one by one.
+	for len(wcs) > 0 && w.SendDone(&wcs[0]) {
+		wcs = wcs[1:]
+	}
 	k := 0
 	for i := range wcs {
 		if w.SendDone(&wcs[i]) {
