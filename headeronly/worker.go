@@ -437,7 +437,7 @@ func (w *worker) batch(wcs []verbs.WC) {
 	if oldest == 0 { // a provider that does not stamp: from now on
 		oldest = verbs.Now()
 	}
-	first, ok := w.Claim(oldest, valid)
+	first, ok := w.ClaimPolled(polled, oldest, valid)
 	if !ok {
 		w.clearPend(valid)
 		w.PostWith(respq.Batch{}, nil, 0, w.chains)

@@ -329,7 +329,18 @@ func Expired(oldest verbs.Time) bool { return verbs.Now().Sub(oldest) > spec.Max
 // giving up (and counting the n requests) once the batch is older than
 // spec.MaxResidence, the mode stopped, or the oracle failed.
 func (b *Base) Claim(oldest verbs.Time, n int) (uint64, bool) {
-	if Expired(oldest) {
+	return b.ClaimPolled(verbs.Now(), oldest, n)
+}
+
+// ClaimPolled is Claim for a worker that read the clock when it polled
+// the batch (polled): the first age check takes that reading instead of
+// its own (one clock read fewer per batch, which a serial caller's round
+// trip pays in full). An earlier reading only understates the batch's
+// age, so a batch that aged past the bound since is caught where it
+// matters, by the check before the doorbell (PostWith), at the cost of
+// the values claimed for it.
+func (b *Base) ClaimPolled(polled, oldest verbs.Time, n int) (uint64, bool) {
+	if polled.Sub(oldest) > spec.MaxResidence {
 		b.Drops[DropExpired].Add(uint64(n))
 		return 0, false
 	}
