@@ -84,7 +84,7 @@ func BenchmarkBatch(b *testing.B) {
 // (the benchmark runs its loop), admits flows client QPs, each with its
 // own request QP, and loads the CQ with one batch: per requests of each
 // ((Batch-4)/flows when per is 0).
-func newNullWorker(b *testing.B, flows, per int) (*worker, *nullDev) {
+func newNullWorker(b testing.TB, flows, per int) (*worker, *nullDev) {
 	d := &nullDev{}
 	d.cq = &nullCQ{}
 	cfg, err := Config{Config: wk.Config{Device: d, Oracle: &claimtest.Oracle{}, Behind: claimtest.ErrBehind,
@@ -215,3 +215,31 @@ func (c *nullCQ) Poll(wc []verbs.WC) (int, error) {
 }
 func (c *nullCQ) Wait(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }
 func (c *nullCQ) Close() error                   { return nil }
+
+// TestWindowPerBatch: a QP's requests are counted against its window
+// per batch. Batches of exactly the window, one after another, are
+// answered whole; one request over it in a batch is dropped alone.
+func TestWindowPerBatch(t *testing.T) {
+	w, d := newNullWorker(t, 2, 8) // two QPs, window 8, 8 requests each per poll
+	o := w.s.cfg.Oracle.(*claimtest.Oracle)
+	run := func() {
+		d.cq.stamp = verbs.Now()
+		d.cq.guess = spec.GuessOf((o.Current() + 1) >> spec.LowBits)
+		n, err := w.poll()
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.handle(w.wcs[:n])
+	}
+	for range 3 {
+		run()
+	}
+	if tot := w.s.totals(); tot.Requests != 3*16 || sum(tot.Drops) != 0 {
+		t.Fatalf("three batches at the window: answered %d of 48, drops %v", tot.Requests, tot.Drops)
+	}
+	d.cq.reqs = append(d.cq.reqs, d.cq.reqs[0]) // a ninth request of the first QP
+	run()
+	if tot := w.s.totals(); tot.Requests != 3*16+16 || tot.Drops["window"] != 1 || sum(tot.Drops) != 1 {
+		t.Fatalf("a batch one over the window: answered %d of 64, drops %v", tot.Requests, tot.Drops)
+	}
+}

@@ -57,7 +57,8 @@ type peer struct {
 	qkey    uint32 // the session's answer Q_Key
 	window  int    // granted; more requests in one batch are dropped (0: not enforced)
 	lastTag uint32 // worker-owned; tag+1 of the previous request
-	inBatch int    // worker-owned; requests in the current batch
+	inBatch int    // worker-owned; requests in batch number gen
+	gen     uint64 // worker-owned; the batch inBatch counts in
 }
 
 // id is the client QP's identity on the wire: (IP, QPN), plus the UDP
@@ -67,12 +68,6 @@ func (k peerKey) id() verbs.Sender { return verbs.SenderFor(k.addr, k.qpn, !k.po
 
 // peerTable finds a client QP by its identity on the wire.
 type peerTable map[verbs.Sender]*peer
-
-// pending is a valid request of the current batch.
-type pending struct {
-	p   *peer
-	imm spec.Imm
-}
 
 type worker struct {
 	wk.Base
@@ -100,10 +95,14 @@ type worker struct {
 
 	kick atomic.Pointer[kicker]
 
-	wcs     []verbs.WC
+	wcs []verbs.WC
+	// The current batch's valid requests, in order: their answers'
+	// addresses are written into sendWRs as they are validated, their
+	// immediates into imms (no pointers: nothing to clear afterwards).
 	sendWRs []verbs.SendWR
 	sendSGE []verbs.SGE
-	pend    []pending
+	imms    []spec.Imm
+	gen     uint64 // batches taken; peer.inBatch counts within one
 
 	guard spec.Guard
 	stats workerStats
@@ -144,7 +143,7 @@ func newWorker(s *Server, id int) (w *worker, err error) {
 	w.wcs = make([]verbs.WC, c.Batch)
 	w.sendWRs = make([]verbs.SendWR, c.Batch)
 	w.sendSGE = make([]verbs.SGE, c.Batch)
-	w.pend = make([]pending, c.Batch)
+	w.imms = make([]spec.Imm, c.Batch)
 	empty := peerTable{}
 	w.peers.Store(&empty)
 	if c.SharedRecv {
@@ -362,6 +361,7 @@ func (w *worker) batch(wcs []verbs.WC) {
 	var q *recvQ            // the receive queue of the previous completion
 	oldest := verbs.Time(0) // arrival of the batch's oldest valid request
 	polled := verbs.Now()
+	w.gen++
 	for i := range wcs {
 		wc := &wcs[i]
 		if q == nil || q.qpn != wc.QPN || q.serial != wc.ID>>32 { // else the same queue as the previous completion
@@ -404,6 +404,9 @@ func (w *worker) batch(wcs []verbs.WC) {
 			w.Drops[wk.DropExpired].Add(1)
 			continue
 		}
+		if p.gen != w.gen {
+			p.gen, p.inBatch = w.gen, 0
+		}
 		if p.inBatch++; p.inBatch > p.window && p.window > 0 {
 			// More requests of this QP at the server than its window: the
 			// excess is not answered (the client broke the contract that
@@ -420,11 +423,12 @@ func (w *worker) batch(wcs []verbs.WC) {
 		if a := wc.Arrived; oldest == 0 || a != 0 && a < oldest {
 			oldest = a
 		}
-		w.pend[valid] = pending{p, imm}
+		wr := &w.sendWRs[valid]
+		wr.AH = p.ah
+		wr.RemoteQPN = p.key.qpn
+		wr.RemoteQKey = p.qkey // the session's own: only its QPs accept it
+		w.imms[valid] = imm
 		valid++
-	}
-	for i := range w.pend[:valid] {
-		w.pend[i].p.inBatch = 0
 	}
 	for _, q := range w.dirty {
 		w.chains = append(w.chains, verbs.RecvChain{QP: q.qp, WRs: q.wrs[:q.nre]})
@@ -439,7 +443,6 @@ func (w *worker) batch(wcs []verbs.WC) {
 	}
 	first, ok := w.ClaimPolled(polled, oldest, valid)
 	if !ok {
-		w.clearPend(valid)
 		w.PostWith(respq.Batch{}, nil, 0, w.chains)
 		return
 	}
@@ -449,7 +452,7 @@ func (w *worker) batch(wcs []verbs.WC) {
 	if !confirm {
 		st.guardHolds.Add(1)
 	}
-	if w.answer(w.pend[:valid], first, confirm, oldest) {
+	if w.answer(valid, first, confirm, oldest) {
 		w.Batches.Add(1)
 		w.Requests.Add(uint64(valid))
 	}
@@ -487,38 +490,30 @@ func (w *worker) lookup(tab *peerTable, q *recvQ, wc *verbs.WC) *peer {
 	return p
 }
 
-func (w *worker) clearPend(n int) {
-	for i := range w.pend[:n] {
-		w.pend[i] = pending{}
-	}
-}
-
-// answer builds one answer per request and posts them as one chain on the
-// next response QP, with the batch's receive re-posts (one provider
-// call), unless the batch, whose oldest request arrived at
+// answer completes the answers of the batch's n valid requests (their
+// addresses are in sendWRs, their immediates in imms) and posts them as
+// one chain on the next response QP, with the batch's receive re-posts
+// (one provider call), unless the batch, whose oldest request arrived at
 // oldest, is by then older than spec.MaxResidence: the age is checked
 // after every wait (a full send queue, a stall) and immediately before
 // the doorbell, so no answer leaves later than that after its request
 // arrived (what the client's tag quarantine counts on). It reports
 // whether the answers were posted.
-func (w *worker) answer(reqs []pending, first uint64, confirm bool, oldest verbs.Time) bool {
-	defer w.clearPend(len(reqs))
-	b, ok := w.Next(len(reqs))
+func (w *worker) answer(n int, first uint64, confirm bool, oldest verbs.Time) bool {
+	b, ok := w.Next(n)
 	if !ok {
 		w.PostWith(respq.Batch{}, nil, 0, w.chains)
 		return false
 	}
-	for i := range reqs {
+	wrs, imms := w.sendWRs[:n], w.imms[:n]
+	for i := range wrs {
 		v := first + uint64(i)
-		tag, guess := spec.DecodeRequest(reqs[i].imm)
-		wr := &w.sendWRs[i]
+		tag, guess := spec.DecodeRequest(imms[i])
+		wr := &wrs[i]
 		wr.Opcode = verbs.OpSendWithImm
 		wr.Flags = 0
 		b.Prepare(wr, i)
 		wr.Imm = uint32(spec.AnswerImm(tag, v))
-		wr.AH = reqs[i].p.ah
-		wr.RemoteQPN = reqs[i].p.key.qpn
-		wr.RemoteQKey = reqs[i].p.qkey // the session's own: only its QPs accept it
 		if confirm && spec.Confirms(guess, v) {
 			wr.SG = nil
 			continue
@@ -532,5 +527,5 @@ func (w *worker) answer(reqs []pending, first uint64, confirm bool, oldest verbs
 		w.sendSGE[i] = sge
 		wr.SG = w.sendSGE[i : i+1]
 	}
-	return w.PostWith(b, w.sendWRs[:len(reqs)], oldest, w.chains)
+	return w.PostWith(b, wrs, oldest, w.chains)
 }
