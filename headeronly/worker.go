@@ -84,7 +84,7 @@ type worker struct {
 	// rqHot caches rqs by the QPN's low bits (worker-owned): with many
 	// sessions, consecutive requests come from different queues, and the
 	// map lookup was a quarter of the worker's time per request.
-	rqHot [rqHotSize]*recvQ
+	rqHot  [rqHotSize]*recvQ
 	inbox  rqInbox
 	dying  []*recvQ          // retired queues whose receives have not all completed yet
 	rqLive atomic.Int64      // session receive queues adopted and not yet destroyed
