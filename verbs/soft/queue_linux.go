@@ -203,6 +203,7 @@ type queue struct {
 	// see setStamps.
 	stamps  bool
 	rxPre   rxFlow
+	rxTab   rocev2.PrefixTable // rxPre's prefixes for the sequencer's packets
 	readFn  func(uintptr) bool
 	rqHeld  *qp // the QP whose receive queue the burst holds locked
 	pendCQ  *cq // receive completions batched for one CQ

@@ -58,11 +58,29 @@ func (q *queue) icrcOK(c *rxFlow, sum0, got uint32) (ok, recovered bool) {
 	return true, true
 }
 
-func (c *rxFlow) set(src, dst [4]byte, sport, dport uint16, n int) {
+// set makes c the flow of n-byte packets from src:sport to dst:dport. Its
+// ICRC prefix comes from t when t is for that destination and length;
+// an unset t is built for the first flow of the sequencer's packets
+// (UDImmLen), whose senders change from packet to packet when many
+// clients each have one request in flight.
+//
+// Nothing here builds a struct field by field and then reads it whole:
+// with a new sender on every packet that stalled on store forwarding
+// once per packet (most of set's samples under 1,024 flows).
+func (c *rxFlow) set(t *rocev2.PrefixTable, src, dst [4]byte, sport, dport uint16, n int) {
 	c.src, c.dst, c.port, c.n = src, dst, sport, n
-	f := rocev2.Flow{Src: src, Dst: dst, SrcPort: sport, DstPort: dport, FlagsFrag: 0x4000}
-	c.pre = f.Prefix(n)
-	c.gid = verbs.GID{10: 0xff, 11: 0xff, 12: src[0], 13: src[1], 14: src[2], 15: src[3]}
+	if t.Len() == 0 && n == rocev2.UDImmLen {
+		t.Set(rocev2.Flow{Dst: dst, DstPort: dport, FlagsFrag: 0x4000}, n)
+	}
+	if t.For(dst, dport, n) {
+		c.pre = t.Prefix(src, sport)
+	} else {
+		f := rocev2.Flow{Src: src, Dst: dst, SrcPort: sport, DstPort: dport, FlagsFrag: 0x4000}
+		c.pre = f.Prefix(n)
+	}
+	// An IPv4-mapped GID: bytes 0-9 stay zero.
+	c.gid[10], c.gid[11] = 0xff, 0xff
+	c.gid[12], c.gid[13], c.gid[14], c.gid[15] = src[0], src[1], src[2], src[3]
 	grh(&c.grh, src, dst, n)
 }
 
@@ -89,7 +107,7 @@ func (q *queue) input(b []byte, src [4]byte, sport uint16) {
 	}
 	c := &q.rxPre
 	if c.n != len(b) || c.src != src || c.port != sport || c.dst != q.rxDst {
-		c.set(src, q.rxDst, sport, q.local.Port(), len(b))
+		c.set(&q.rxTab, src, q.rxDst, sport, q.local.Port(), len(b))
 	}
 	var sum uint32
 	if udImm {
@@ -145,7 +163,7 @@ func (q *queue) inputUDImmRun(buf []byte, src [4]byte, sport uint16) int {
 	d := q.d
 	c := &q.rxPre
 	if c.n != rocev2.UDImmLen || c.src != src || c.port != sport || c.dst != q.rxDst {
-		c.set(src, q.rxDst, sport, q.local.Port(), rocev2.UDImmLen)
+		c.set(&q.rxTab, src, q.rxDst, sport, q.local.Port(), rocev2.UDImmLen)
 	}
 	var x *qp
 	var pk rocev2.Packet
