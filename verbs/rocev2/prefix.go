@@ -1,5 +1,7 @@
 package rocev2
 
+import "math/bits"
+
 // A receiver that sees a new sender on every packet (many clients, one
 // packet each in flight) computes a Flow's Prefix per packet: CRC-32 over
 // the 36-byte masked pseudo-header, about 36 table lookups in 8 KiB of
@@ -41,20 +43,10 @@ func (t *PrefixTable) Set(f Flow, n int) {
 		for j := range bit {
 			bit[j] = shiftBytes(crcTables[0][1<<j], after)
 		}
-		for b := 1; b < 256; b++ {
-			low := b & -b // b's lowest set bit
-			t.terms[k][b] = t.terms[k][b^low] ^ bit[bitIndex(low)]
+		for b := 1; b < 256; b++ { // b's lowest set bit, then the rest
+			t.terms[k][b] = bit[bits.TrailingZeros(uint(b))] ^ t.terms[k][b&(b-1)]
 		}
 	}
-}
-
-func bitIndex(v int) int {
-	i := 0
-	for v > 1 {
-		v >>= 1
-		i++
-	}
-	return i
 }
 
 // Len returns the packet length t was set for, 0 if none.
