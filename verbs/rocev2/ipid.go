@@ -65,6 +65,11 @@ func shiftBytes(c uint32, n int) uint32 {
 	return multModP(p, c)
 }
 
+// bitTerm is what bit j of a byte of the ICRC's input XORs into the CRC
+// register when after more bytes follow it (CRC-32 is affine in its
+// input bits).
+func bitTerm(j, after int) uint32 { return shiftBytes(crcTables[0][1<<j], after) }
+
 // idOffset is where the IPv4 ID sits in the ICRC's input: after eight
 // bytes of ones and four bytes of the IPv4 header.
 const idOffset = 8 + 4
@@ -97,9 +102,9 @@ func (t *IDTerms) Set(n int) {
 	for k := 0; k < 16; k++ {
 		var c uint32
 		if k < 8 {
-			c = shiftBytes(crcTables[0][1<<k], after) // low byte, bit k
+			c = bitTerm(k, after) // low byte, bit k
 		} else {
-			c = shiftBytes(crcTables[0][1<<(k-8)], after+1) // high byte
+			c = bitTerm(k-8, after+1) // high byte
 		}
 		t.basis[k] = c
 		t.low[k+1] = t.low[k] ^ c

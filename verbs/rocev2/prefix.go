@@ -41,7 +41,7 @@ func (t *PrefixTable) Set(f Flow, n int) {
 		after := pseudoLen - 1 - pos // bytes of the prefix after this one
 		var bit [8]uint32
 		for j := range bit {
-			bit[j] = shiftBytes(crcTables[0][1<<j], after)
+			bit[j] = bitTerm(j, after)
 		}
 		for b := 1; b < 256; b++ { // b's lowest set bit, then the rest
 			t.terms[k][b] = bit[bits.TrailingZeros(uint(b))] ^ t.terms[k][b&(b-1)]
