@@ -159,10 +159,15 @@ func (c *cq) Poll(wc []verbs.WC) (int, error) {
 	}
 	n := c.take(wc)
 	if n == 0 {
+		// The queues' completions for c may come straight into wc, the
+		// oldest first; what they put in the ring (once wc filled up,
+		// or when another queue's completions were there) is newer.
 		for _, q := range *c.queues.Load() {
-			q.poll()
+			n += q.pollInto(c, wc[n:])
 		}
-		n = c.take(wc)
+		if n < len(wc) {
+			n += c.take(wc[n:])
+		}
 	}
 	if n == 0 {
 		if c.overrun.Load() {

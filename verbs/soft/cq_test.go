@@ -3,6 +3,7 @@ package soft
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/seqd/seqd/verbs"
 )
@@ -72,5 +73,44 @@ func TestCQRing(t *testing.T) {
 	}
 	if _, err := c.Poll(wcs); !errors.Is(err, verbs.ErrCQOverrun) {
 		t.Fatalf("Poll after an overrun: %v, want ErrCQOverrun", err)
+	}
+}
+
+// TestPollIntoOrder polls a UD QP's receives three at a time out of one
+// burst of forty: the first three of each inline burst go straight into
+// the poller's slice (queue.pollInto), the rest through the ring, and
+// they must still come out in the order they were sent.
+func TestPollIntoOrder(t *testing.T) {
+	const n = 40
+	p := newUDPair(t, 64)
+	wrs := make([]verbs.SendWR, n)
+	for i := range wrs {
+		wrs[i] = verbs.SendWR{ID: uint64(i), Opcode: verbs.OpSendWithImm, Imm: uint32(i), AH: p.ah,
+			RemoteQPN: p.b.qp.QPN(), RemoteQKey: verbs.DefaultQKey}
+	}
+	for round := 0; round < 20; round++ {
+		if k, err := p.a.qp.PostSend(wrs); k != n || err != nil {
+			t.Fatal(k, err)
+		}
+		wc := make([]verbs.WC, 3)
+		deadline := time.Now().Add(5 * time.Second)
+		for got := 0; got < n; {
+			k, err := p.b.cq.Poll(wc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range wc[:k] {
+				if c.Status != verbs.WCSuccess || c.Imm != uint32(got) {
+					t.Fatalf("round %d: completion %d has immediate %d (status %v), want %d", round, got, c.Imm, c.Status, got)
+				}
+				got++
+			}
+			if k == 0 && time.Now().After(deadline) {
+				t.Fatalf("round %d: %d of %d received", round, got, n)
+			}
+		}
+		p.b.postRecvs(t, p.rwr, p.sg, 0, n)
+		for k, _ := p.a.cq.Poll(wc); k > 0; k, _ = p.a.cq.Poll(wc) {
+		}
 	}
 }
