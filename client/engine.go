@@ -65,7 +65,10 @@ type engine struct {
 	timer         *time.Timer
 	lastAns       time.Duration
 	nextScan      time.Duration
-	reconnAt      time.Duration
+	// due is when a lone caller's wait must next run a full step even if
+	// nothing arrives (pollOwn): the next scan or retransmission.
+	due      time.Duration
+	reconnAt time.Duration
 	// retryAfter is the pause before the next reconnect after failed
 	// ones (nextBackoff: jittered, growing from retryConnectAfter up to
 	// maxRetryConnect).
@@ -231,11 +234,6 @@ func (c *Client) driveOwn(ctx context.Context, r *Request) (ts Timestamp, ok boo
 		c.leave()
 		return 0, false, nil
 	}
-	if err := c.enqueue(r); err != nil {
-		c.leave()
-		c.pool.Put(r)
-		return 0, true, err
-	}
 	c.st.driven.Add(1)
 	// The caller's goroutine stays on its thread while it drives: when
 	// the runtime preempts a goroutine that spins (every 10 ms), a thread
@@ -244,12 +242,13 @@ func (c *Client) driveOwn(ctx context.Context, r *Request) (ts Timestamp, ok boo
 	// median of 8 interleaved rounds: 1.242 with the lock, 1.276 without.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	now := r.born // enqueue read the clock
+	now := c.takeOwn(r)
 	r.own, r.ownDone = true, false
-	c.intake(now)
+	c.intake(now) // requests other callers submitted meanwhile
 	sp := newSpin(true)
 	defer sp.stop()
 	did := c.dispatch(now) // nothing is in flight: send before the first poll
+	c.setDue()
 	for {
 		if r.ownDone { // finish ran on this goroutine, in step
 			r.own = false
@@ -281,9 +280,59 @@ func (c *Client) driveOwn(ctx context.Context, r *Request) (ts Timestamp, ok boo
 			c.sleepFor(ctx, now)
 		}
 		now = c.now()
-		c.intake(now)
-		did = c.step(now)
+		did = c.pollOwn(now)
 	}
+}
+
+// pollOwn is one poll of a caller driving the engine (driveOwn). It runs
+// the full step (intake, answers, expiry, dispatch) only when the poll
+// found something, a request was submitted, or a scan or retransmission
+// is due (e.due); otherwise the poll is all it does, so that the wait
+// for the answer is a tight loop round the provider's poll.
+func (c *Client) pollOwn(now time.Duration) bool {
+	e := &c.eng
+	n := e.tr.Poll(now, e.res)
+	if n == 0 && now < e.due && !c.sub.has.Load() {
+		if e.afterStep != nil {
+			e.afterStep() // a step of one poll
+		}
+		return false
+	}
+	c.intake(now)
+	did := c.stepWith(now, n)
+	c.setDue()
+	return did
+}
+
+// setDue sets e.due after a full step.
+func (c *Client) setDue() {
+	e := &c.eng
+	e.due = e.nextScan
+	if d, ok := e.tr.NextDeadline(); ok && d < e.due {
+		e.due = d
+	}
+}
+
+// takeOwn takes r in for the caller driving the engine (driveOwn), as
+// enqueue and intake do, without the submission queue and its lock: the
+// engine is idle and c.drive is held. (A Close that has begun cancels
+// c.ctx, which driveOwn checks on every poll: r then completes with
+// ErrNotConnected, as a request in flight at Close does.) It returns the
+// clock reading r was born at.
+func (c *Client) takeOwn(r *Request) time.Duration {
+	e := &c.eng
+	r.TS, r.Err = 0, nil
+	r.floor = c.maxRet.Load()
+	now := c.now()
+	r.born = now
+	c.st.requests.Add(1)
+	e.lastAns = now // the wait for an answer starts now
+	r.deadline = now + c.opts.timeout
+	if !r.Deadline.IsZero() {
+		r.deadline = r.Deadline.Sub(c.start)
+	}
+	e.pushBack(r)
+	return now
 }
 
 // nextRTT folds a submit-to-answer time into the moving average avg
@@ -337,9 +386,15 @@ func (c *Client) sleepFor(ctx context.Context, now time.Duration) {
 func (c *Client) step(now time.Duration) bool {
 	e := &c.eng
 	e.clock = now
+	return c.stepWith(now, e.tr.Poll(now, e.res))
+}
+
+// stepWith is step once the poll returned n answers into e.res.
+func (c *Client) stepWith(now time.Duration, n int) bool {
+	e := &c.eng
+	e.clock = now
 	tr := e.tr
 	did := false
-	n := tr.Poll(now, e.res)
 	for _, x := range e.res[:n] {
 		r := e.take(x.ID)
 		if r == nil {

@@ -317,24 +317,36 @@ func (s *specS0) queue(now time.Duration, qi, id int) bool {
 	return true
 }
 
-// Flush posts, at the end of the engine's step, the receives to post
-// again (once there are requests to post with them, or half a QP's spare
-// receives wait) and the requests queued: every QP's receives and the first
-// chain of requests in one call into the provider (verbs.PostMany), the
-// other QPs' chains (several QPs sending in one step) after it, under one
-// doorbell where the device batches them. Requests not posted stay in
-// their window and are resent on expiry.
+// Flush posts, at the end of the engine's step, the requests queued and,
+// once half a QP's spare receives wait to be posted again, the receives:
+// every QP's receives and the first chain of requests in one call into
+// the provider (verbs.PostMany), the other QPs' chains (several QPs
+// sending in one step) after it, under one doorbell where the device
+// batches them. A lone chain of requests with no receives due goes out
+// on its own (one PostSend, which is its doorbell): a serial caller posts
+// its receives once every recvSpare/2 calls, not before every request.
+// Requests not posted stay in their window and are resent on expiry.
 func (s *specS0) Flush() {
 	var sq *s0QP
-	due := false
+	due, more := false, false
 	for _, q := range s.qps {
-		if sq == nil && q.nwr > 0 {
-			sq = q
+		if q.nwr > 0 {
+			more = more || sq != nil
+			if sq == nil {
+				sq = q
+			}
 		}
 		due = due || q.nrecv >= recvSpare/2
 	}
-	if sq == nil && !due {
-		return // the receives wait for the next requests
+	if !due {
+		if sq == nil {
+			return // the receives wait
+		}
+		if !more {
+			n, err := sq.qp.PostSend(sq.wrs[:sq.nwr])
+			s.posted(sq, n, err)
+			return
+		}
 	}
 	chains := s.chains[:0]
 	for _, q := range s.qps {
