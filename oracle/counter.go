@@ -59,7 +59,16 @@ func (c *Counter) Format() spec.Format { return c.format }
 //
 // The common case is one atomic read-modify-write on the shared word: a
 // CAS for hybrid, an add for counter.
-func (c *Counter) Claim(n int) (uint64, error) {
+func (c *Counter) Claim(n int) (uint64, error) { return c.claim(n, 0, false) }
+
+// ClaimAt is Claim for a caller that read the wall clock itself: now, in
+// Unix milliseconds, stands for the counter's clock (hybrid only; the
+// counter format ignores it). A reading the caller took before another
+// goroutine's is no step backward: ClaimAt never counts one (Claim and
+// Plan do).
+func (c *Counter) ClaimAt(n int, now int64) (uint64, error) { return c.claim(n, now, true) }
+
+func (c *Counter) claim(n int, now int64, at bool) (uint64, error) {
 	if n < 1 {
 		return 0, ErrBatchSize
 	}
@@ -81,7 +90,10 @@ func (c *Counter) Claim(n int) (uint64, error) {
 		}
 		return last - k, nil
 	}
-	floor := spec.HybridFloor(c.observe())
+	if !at {
+		now = c.observe()
+	}
+	floor := spec.HybridFloor(now)
 	for {
 		cur := c.last.Load()
 		m := c.mark.Load()

@@ -226,3 +226,35 @@ func TestCounterPlan(t *testing.T) {
 		})
 	}
 }
+
+// TestCounterClaimAt: a claim with the caller's clock reading takes its
+// floor from that reading, not from the counter's clock; stays above every
+// value before it whatever the reading; and counts no step backward for a
+// reading older than one seen before (another goroutine's may be newer).
+func TestCounterClaimAt(t *testing.T) {
+	clock := int64(1_000)
+	c := oracle.NewCounter(spec.FormatHybrid, 1<<40, func() int64 { return clock })
+	c.SetMark(ts(1_000_000, 0))
+	if got, err := c.ClaimAt(2, 5_000); err != nil || got != ts(5_000, 0) {
+		t.Fatalf("ClaimAt(2, 5000) = %d, %v; want %d (the floor of the reading, not of the clock at 1000)", got, err, ts(5_000, 0))
+	}
+	if got, err := c.ClaimAt(1, 4_000); err != nil || got != ts(5_000, 2) {
+		t.Fatalf("ClaimAt(1, 4000) = %d, %v; want %d (above the values before)", got, err, ts(5_000, 2))
+	}
+	if got := c.ClockStepsBack(); got != 0 {
+		t.Errorf("ClockStepsBack() = %d after an older reading passed in, want 0", got)
+	}
+	if got, err := c.Claim(1); err != nil || got != ts(5_000, 3) {
+		t.Fatalf("Claim(1) = %d, %v; want %d", got, err, ts(5_000, 3))
+	}
+	clock = 900
+	c.Claim(1)
+	if got := c.ClockStepsBack(); got != 1 {
+		t.Errorf("ClockStepsBack() = %d after the counter's clock stepped back, want 1", got)
+	}
+	f := oracle.NewCounter(spec.FormatCounter, 100, nil)
+	f.SetMark(100)
+	if got, err := f.ClaimAt(3, 5_000); err != nil || got != 1 {
+		t.Fatalf("counter format: ClaimAt(3, 5000) = %d, %v; want 1 (the reading ignored)", got, err)
+	}
+}

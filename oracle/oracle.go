@@ -151,7 +151,14 @@ func Open(ctx context.Context, cfg Config) (*Oracle, error) {
 // retry (idle paths: wait on MarkAdvanced, or use ClaimWait). If a
 // Config.Gate is set and refuses, Claim returns the gate's error and claims
 // nothing. n must be in [1, Config.MaxBatch].
-func (o *Oracle) Claim(n int) (first uint64, err error) {
+func (o *Oracle) Claim(n int) (first uint64, err error) { return o.claim(n, 0, false) }
+
+// ClaimAt is Claim for a caller that read the wall clock itself (now, in
+// Unix milliseconds; see Counter.ClaimAt): a worker that reads the clock
+// when it polls a batch claims with that reading instead of another.
+func (o *Oracle) ClaimAt(n int, now int64) (first uint64, err error) { return o.claim(n, now, true) }
+
+func (o *Oracle) claim(n int, now int64, at bool) (first uint64, err error) {
 	if o.closed.Load() {
 		return 0, ErrClosed
 	}
@@ -163,7 +170,7 @@ func (o *Oracle) Claim(n int) (first uint64, err error) {
 			return 0, err
 		}
 	}
-	first, err = o.c.Claim(n)
+	first, err = o.c.claim(n, now, at)
 	if err != nil {
 		if err == ErrBehind {
 			o.wake()

@@ -18,6 +18,23 @@ type Claimer interface {
 	Claim(n int) (first uint64, err error)
 }
 
+// AtClaimer is a Claimer that also takes the caller's reading of the
+// wall clock (Unix milliseconds) for the claim, instead of reading it
+// again (oracle.Oracle's ClaimAt).
+type AtClaimer interface {
+	ClaimAt(n int, now int64) (first uint64, err error)
+}
+
+// At claims from an AtClaimer with the reading Now: the Claimer a worker
+// hands Batch after it read the clock for the batch.
+type At struct {
+	O   AtClaimer
+	Now int64
+}
+
+// Claim implements Claimer.
+func (a *At) Claim(n int) (uint64, error) { return a.O.ClaimAt(n, a.Now) }
+
 // Outcome says how a batch claim ended.
 type Outcome uint8
 

@@ -212,6 +212,14 @@ type Base struct {
 	stopped     *atomic.Bool
 	sampled     uint64          // batches posted, for sampling
 	serviceTime *hist.Histogram // nanoseconds
+	// at claims with the worker's own clock reading when the oracle takes
+	// one (claim.AtClaimer): the wall clock, as wall, one reading of both
+	// clocks (syncMono, syncWall, Unix nanoseconds) at most a millisecond
+	// old carried forward on the monotonic clock the worker polls by.
+	at       claim.At
+	atOK     bool
+	syncMono verbs.Time
+	syncWall int64
 }
 
 // SampleEvery is how often a worker samples a batch's service time.
@@ -231,6 +239,7 @@ var ServiceTimeBounds = hist.Exponential(1000, 2, 15)
 func (b *Base) Init(cfg *Config, id int, pd verbs.PD, sendCQ verbs.CQ, slotLen int, stopped *atomic.Bool, drops ...string) error {
 	b.ID, b.Core, b.Log, b.cfg, b.stopped = id, cfg.Core(id), cfg.Logger.With("worker", id), cfg, stopped
 	b.serviceTime = hist.New(ServiceTimeBounds)
+	b.initClaim()
 	b.initCounts(drops)
 	if slotLen == NoResp || sendCQ == nil {
 		return nil
@@ -344,10 +353,17 @@ func (b *Base) ClaimPolled(polled, oldest verbs.Time, n int) (uint64, bool) {
 		b.Drops[DropExpired].Add(uint64(n))
 		return 0, false
 	}
-	first, stalls, out, err := claim.Batch(b.cfg.Oracle, b.cfg.Behind, n, func() bool {
+	o := b.cfg.Oracle
+	if b.atOK {
+		b.at.Now = b.wallMs(polled)
+		o = &b.at
+	}
+	first, stalls, out, err := claim.Batch(o, b.cfg.Behind, n, func() bool {
 		return Expired(oldest) || b.stopped.Load()
 	})
-	b.Stalls.Add(uint64(stalls))
+	if stalls > 0 {
+		b.Stalls.Add(uint64(stalls))
+	}
 	switch out {
 	case claim.Failed:
 		b.Drops[DropOracle].Add(uint64(n))
@@ -358,6 +374,23 @@ func (b *Base) ClaimPolled(polled, oldest verbs.Time, n int) (uint64, bool) {
 		return 0, false
 	}
 	return first, true
+}
+
+// initClaim notes whether the oracle takes the worker's clock reading.
+func (b *Base) initClaim() { b.at.O, b.atOK = b.cfg.Oracle.(claim.AtClaimer) }
+
+// wallMs is the wall clock, in Unix milliseconds, at the monotonic
+// reading t: from a reading of both clocks taken at most a millisecond
+// before t (one wall-clock read a millisecond, not one a batch, on the
+// path of every serial round trip). Between two readings it is off by
+// the clocks' relative drift (NTP slews by at most 500 ppm: half a
+// microsecond); a step of the wall clock shows within a millisecond.
+func (b *Base) wallMs(t verbs.Time) int64 {
+	if d := t.Sub(b.syncMono); b.syncWall == 0 || d < 0 || d >= time.Millisecond {
+		now := time.Now()
+		b.syncMono, b.syncWall = verbs.TimeOf(now), now.UnixNano()
+	}
+	return (b.syncWall + int64(t.Sub(b.syncMono))) / int64(time.Millisecond)
 }
 
 // Next runs the Stall hook, if any, and returns the response QP batch n

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seqd/seqd/internal/claim"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 	_ "github.com/seqd/seqd/verbs/soft"
@@ -74,9 +75,10 @@ func TestFill(t *testing.T) {
 	}
 }
 
-func base(o *oracle, stopped *atomic.Bool) *Base {
+func base(o claim.Claimer, stopped *atomic.Bool) *Base {
 	cfg := &Config{Oracle: o, Behind: errBehind, Logger: slog.New(slog.DiscardHandler)}
 	b := &Base{Log: cfg.Logger, cfg: cfg, stopped: stopped}
+	b.initClaim()
 	b.initCounts([]string{"mine"})
 	return b
 }
@@ -196,3 +198,35 @@ func (d queuesDev) Attr() verbs.DeviceAttr         { return verbs.DeviceAttr{Que
 func (d queuesDev) AllocPD() (verbs.PD, error)     { return nil, errConfig }
 func (d queuesDev) CreateCQ(int) (verbs.CQ, error) { return nil, errConfig }
 func (d queuesDev) Close() error                   { return nil }
+
+// atOracle is an oracle that takes the worker's clock reading
+// (claim.AtClaimer) and records it.
+type atOracle struct {
+	oracle
+	now []int64
+}
+
+func (o *atOracle) ClaimAt(n int, now int64) (uint64, error) {
+	o.now = append(o.now, now)
+	return o.Claim(n)
+}
+
+// TestClaimAtWallClock: a worker claims from an oracle that takes its
+// clock reading with the wall clock at the batch's poll, carried forward
+// on the monotonic clock from a reading at most a millisecond old.
+func TestClaimAtWallClock(t *testing.T) {
+	var stopped atomic.Bool
+	o := &atOracle{oracle: oracle{next: 100}}
+	b := base(o, &stopped)
+	for i, ahead := range []time.Duration{0, 0, 5 * time.Millisecond, 20 * time.Millisecond, 20 * time.Millisecond} {
+		before := time.Now().Add(ahead).UnixMilli()
+		polled := verbs.Now().Add(ahead)
+		if _, ok := b.ClaimPolled(polled, polled, 1); !ok {
+			t.Fatalf("claim %d refused", i)
+		}
+		after := time.Now().Add(ahead).UnixMilli()
+		if got := o.now[i]; got < before-1 || got > after {
+			t.Errorf("claim %d, polled %v ahead: the oracle got %d ms, want the wall clock then (%d to %d)", i, ahead, got, before, after)
+		}
+	}
+}
