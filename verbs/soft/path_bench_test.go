@@ -53,9 +53,15 @@ func BenchmarkRxUD(b *testing.B) {
 
 // BenchmarkTxUD measures PostSend of a 64-WR chain of header-only UD
 // SEND_WITH_IMMs (validation, encode, ICRC, GSO message build), per WR,
+// and of a chain of one (a serial caller's),
 // with the sendmmsg system call replaced by one that accepts everything:
 // the kernel's share is counted by the echo benchmarks.
 func BenchmarkTxUD(b *testing.B) {
+	b.Run("chain=64", func(b *testing.B) { benchTxUD(b, 64) })
+	b.Run("chain=1", func(b *testing.B) { benchTxUD(b, 1) })
+}
+
+func benchTxUD(b *testing.B, chain int) {
 	cli := newUDEnd(b, nil, 64)
 	srv := newUDEnd(b, nil, 1)
 	h, err := cli.pd.CreateAH(verbs.AHAttr{Dest: srv.qp.Address()})
@@ -66,7 +72,7 @@ func BenchmarkTxUD(b *testing.B) {
 	old := sendmmsg
 	sendmmsg = func(_ uintptr, hdrs []unix.Mmsghdr) (int, unix.Errno) { return len(hdrs), 0 }
 	b.Cleanup(func() { sendmmsg = old })
-	wrs := make([]verbs.SendWR, 64)
+	wrs := make([]verbs.SendWR, chain)
 	for i := range wrs {
 		wrs[i] = verbs.SendWR{Opcode: verbs.OpSendWithImm, AH: h, RemoteQPN: srv.qp.QPN(), RemoteQKey: verbs.DefaultQKey}
 	}
