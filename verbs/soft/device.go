@@ -264,7 +264,7 @@ func (d *device) RingDoorbell() {
 func (d *device) VisitCounters(f func(string, uint64)) {
 	var io ioTotals
 	for _, q := range d.queues {
-		io.add(&q.io)
+		io.add(q)
 	}
 	d.ctr.visit(&io, f)
 }
@@ -462,9 +462,13 @@ type counters struct {
 }
 
 // ioCounts are one queue's packets, datagrams and system calls, written
-// by whichever thread drives or sends through the queue.
+// by whichever thread drives or sends through the queue: the receive
+// counts under its rxMu, the transmit counts under its txMu, as plain
+// words (no locked instruction per system call on the data path);
+// VisitCounters reads them under the same locks.
 type ioCounts struct {
-	rxPackets, txPackets, rxSyscalls, txSyscalls, rxDatagrams, txDatagrams atomic.Uint64
+	rxPackets, rxSyscalls, rxDatagrams uint64 // under rxMu
+	txPackets, txSyscalls, txDatagrams uint64 // under txMu
 }
 
 // ioTotals adds up the queues' ioCounts.
@@ -472,13 +476,19 @@ type ioTotals struct {
 	rxPackets, txPackets, rxSyscalls, txSyscalls, rxDatagrams, txDatagrams uint64
 }
 
-func (t *ioTotals) add(c *ioCounts) {
-	t.rxPackets += c.rxPackets.Load()
-	t.txPackets += c.txPackets.Load()
-	t.rxSyscalls += c.rxSyscalls.Load()
-	t.txSyscalls += c.txSyscalls.Load()
-	t.rxDatagrams += c.rxDatagrams.Load()
-	t.txDatagrams += c.txDatagrams.Load()
+// add adds q's counts, under q's locks.
+func (t *ioTotals) add(q *queue) {
+	q.rxMu.Lock()
+	c := &q.io
+	t.rxPackets += c.rxPackets
+	t.rxSyscalls += c.rxSyscalls
+	t.rxDatagrams += c.rxDatagrams
+	q.rxMu.Unlock()
+	q.txMu.Lock()
+	t.txPackets += c.txPackets
+	t.txSyscalls += c.txSyscalls
+	t.txDatagrams += c.txDatagrams
+	q.txMu.Unlock()
 }
 
 func (c *counters) visit(io *ioTotals, f func(string, uint64)) {
