@@ -462,12 +462,14 @@ type counters struct {
 }
 
 // ioCounts are one queue's packets, datagrams and system calls, written
-// by whichever thread drives or sends through the queue: the receive
-// counts under its rxMu, the transmit counts under its txMu, as plain
-// words (no locked instruction per system call on the data path);
-// VisitCounters reads them under the same locks.
+// by whichever thread drives or sends through the queue. The transmit
+// counts are plain words under the queue's txMu, which every sender
+// holds for a bounded time (no locked instruction per send on the data
+// path), and VisitCounters reads them under it. The receive counts are
+// atomic: a receiver may hold rxMu for as long as a flood keeps its
+// bursts full (drain), and a metrics scrape must not wait for that.
 type ioCounts struct {
-	rxPackets, rxSyscalls, rxDatagrams uint64 // under rxMu
+	rxPackets, rxSyscalls, rxDatagrams atomic.Uint64
 	txPackets, txSyscalls, txDatagrams uint64 // under txMu
 }
 
@@ -476,14 +478,12 @@ type ioTotals struct {
 	rxPackets, txPackets, rxSyscalls, txSyscalls, rxDatagrams, txDatagrams uint64
 }
 
-// add adds q's counts, under q's locks.
+// add adds q's counts, the transmit ones under q's txMu.
 func (t *ioTotals) add(q *queue) {
-	q.rxMu.Lock()
 	c := &q.io
-	t.rxPackets += c.rxPackets
-	t.rxSyscalls += c.rxSyscalls
-	t.rxDatagrams += c.rxDatagrams
-	q.rxMu.Unlock()
+	t.rxPackets += c.rxPackets.Load()
+	t.rxSyscalls += c.rxSyscalls.Load()
+	t.rxDatagrams += c.rxDatagrams.Load()
 	q.txMu.Lock()
 	t.txPackets += c.txPackets
 	t.txSyscalls += c.txSyscalls

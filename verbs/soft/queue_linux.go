@@ -653,7 +653,7 @@ func (q *queue) burst() bool {
 		q.setStamps(true)
 	}
 	n, _, errno := unix.RawSyscall6(unix.SYS_RECVMMSG, uintptr(q.fd), uintptr(unsafe.Pointer(&q.rhdrs[0])), rxMsgs, unix.MSG_DONTWAIT, 0, 0)
-	q.io.rxSyscalls++
+	q.io.rxSyscalls.Add(1)
 	if errno == 0 || errno == unix.EAGAIN {
 		if q.rxShort != 0 {
 			q.rxEmpty = q.rxShort // the short batch before ran the socket dry
@@ -671,7 +671,7 @@ func (q *queue) burst() bool {
 		return errno == unix.EINTR
 	}
 	q.rxDirty = int(n)
-	q.io.rxDatagrams += uint64(n)
+	q.io.rxDatagrams.Add(uint64(n))
 	empty := q.rxEmpty // these datagrams arrived after it
 	if n < rxMsgs {
 		q.rxShort = start
@@ -713,7 +713,7 @@ func (q *queue) burst() bool {
 		sa := &q.rnames[i]
 		pkts += q.datagram(q.rbufs[i][:total], seg, sa.Addr, htons(sa.Port))
 	}
-	q.io.rxPackets += uint64(pkts)
+	q.io.rxPackets.Add(uint64(pkts))
 	q.afterBurst()
 	return int(n) == rxMsgs
 }
