@@ -23,6 +23,7 @@ type Oracle struct {
 	closed   atomic.Bool
 	maxBatch int
 	gate     func() error  // Config.Gate; nil when not set
+	ownClock bool          // Config.Clock was set: ClaimAt reads it too
 	kick     chan struct{} // wakes the persister; buffered, never blocks
 	_        [cacheLine]byte
 
@@ -71,6 +72,7 @@ type Stats struct {
 // mark, and starts the persister. Once Open returns, claims succeed; no
 // value is handed out before a mark above it is durable.
 func Open(ctx context.Context, cfg Config) (*Oracle, error) {
+	ownClock := cfg.Clock != nil
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -108,6 +110,7 @@ func Open(ctx context.Context, cfg Config) (*Oracle, error) {
 		c:         c,
 		maxBatch:  cfg.MaxBatch,
 		gate:      cfg.Gate,
+		ownClock:  ownClock,
 		kick:      make(chan struct{}, 1),
 		cfg:       cfg,
 		store:     store,
@@ -155,8 +158,13 @@ func (o *Oracle) Claim(n int) (first uint64, err error) { return o.claim(n, 0, f
 
 // ClaimAt is Claim for a caller that read the wall clock itself (now, in
 // Unix milliseconds; see Counter.ClaimAt): a worker that reads the clock
-// when it polls a batch claims with that reading instead of another.
-func (o *Oracle) ClaimAt(n int, now int64) (first uint64, err error) { return o.claim(n, now, true) }
+// when it polls a batch claims with that reading instead of another. An
+// oracle opened with its own Config.Clock ignores now and reads that
+// clock, as Claim does: the reading stands only for the default, the
+// wall clock.
+func (o *Oracle) ClaimAt(n int, now int64) (first uint64, err error) {
+	return o.claim(n, now, !o.ownClock)
+}
 
 func (o *Oracle) claim(n int, now int64, at bool) (first uint64, err error) {
 	if o.closed.Load() {

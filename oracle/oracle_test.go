@@ -424,3 +424,20 @@ func TestGate(t *testing.T) {
 		t.Fatalf("Claim after the gate opened = %d, %v; want above %d", b, err, a)
 	}
 }
+
+// TestClaimAt: with the default clock, ClaimAt takes its floor from the
+// caller's reading; an oracle opened with its own clock reads that clock
+// instead, whatever the caller passes.
+func TestClaimAt(t *testing.T) {
+	then := time.Now().Add(-5 * time.Second).UnixMilli()
+	o := open(t, oracle.Config{Store: oracletest.NewMemStore(0)})
+	v, err := o.ClaimAt(1, then)
+	if err != nil || v != ts(then, 0) {
+		t.Fatalf("default clock: ClaimAt(1, %d) = %v, %v; want %v", then, spec.Timestamp(v), err, spec.Timestamp(ts(then, 0)))
+	}
+	clk := oracletest.NewClock(T0)
+	own := open(t, oracle.Config{Store: oracletest.NewMemStore(0), Clock: clk.Now})
+	if v, err := own.ClaimAt(1, T0+60_000); err != nil || v != ts(T0, 0) {
+		t.Fatalf("own clock: ClaimAt(1, T0+60s) = %v, %v; want %v (the oracle's clock)", spec.Timestamp(v), err, spec.Timestamp(ts(T0, 0)))
+	}
+}
