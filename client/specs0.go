@@ -17,8 +17,10 @@ const (
 	recvSlot    = verbs.GRHLen + 64
 	signalEvery = 16
 	// recvSpare is how many receives a QP has beyond its window. Flush
-	// holds back up to half of them to post with the next requests, so a
-	// serial caller posts once per call.
+	// holds back up to half of them, and posts them together with the
+	// requests of the step in which half have gathered: a serial caller
+	// posts its receives once every recvSpare/2 calls, its requests alone
+	// in between.
 	recvSpare = 16
 )
 
