@@ -350,22 +350,30 @@ func (c *Client) Submit(r *Request) error {
 	return nil
 }
 
+// begin starts r: no result yet, the floor its value must exceed (every
+// value returned before the call), and its birth on the client's clock,
+// which it returns. The request counts from here.
+func (c *Client) begin(r *Request) time.Duration {
+	r.TS, r.Err = 0, nil
+	r.floor = c.maxRet.Load()
+	r.born = c.now()
+	c.st.requests.Add(1)
+	return r.born
+}
+
 // enqueue queues r for the engine, without waking it.
 func (c *Client) enqueue(r *Request) error {
-	r.TS, r.Err = 0, nil
 	s := &c.sub
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		return fmt.Errorf("%w: the client is closed", ErrNotConnected)
 	}
-	r.floor = c.maxRet.Load()
-	r.born = c.now()
+	c.begin(r)
 	r.next = s.queue
 	s.queue = r
 	s.has.Store(true)
 	s.mu.Unlock()
-	c.st.requests.Add(1)
 	return nil
 }
 

@@ -321,16 +321,9 @@ func (c *Client) setDue() {
 // clock reading r was born at.
 func (c *Client) takeOwn(r *Request) time.Duration {
 	e := &c.eng
-	r.TS, r.Err = 0, nil
-	r.floor = c.maxRet.Load()
-	now := c.now()
-	r.born = now
-	c.st.requests.Add(1)
+	now := c.begin(r)
 	e.lastAns = now // the wait for an answer starts now
-	r.deadline = now + c.opts.timeout
-	if !r.Deadline.IsZero() {
-		r.deadline = r.Deadline.Sub(c.start)
-	}
+	c.setDeadline(r, now)
 	e.pushBack(r)
 	return now
 }
@@ -385,7 +378,6 @@ func (c *Client) sleepFor(ctx context.Context, now time.Duration) {
 // on requests whose callers did, send the backlog.
 func (c *Client) step(now time.Duration) bool {
 	e := &c.eng
-	e.clock = now
 	return c.stepWith(now, e.tr.Poll(now, e.res))
 }
 
@@ -564,14 +556,20 @@ func (c *Client) intake(now time.Duration) bool {
 	}
 	for r := rev; r != nil; {
 		n := r.next
-		r.deadline = r.Deadline.Sub(c.start)
-		if r.Deadline.IsZero() {
-			r.deadline = now + c.opts.timeout
-		}
+		c.setDeadline(r, now)
 		e.pushBack(r)
 		r = n
 	}
 	return true
+}
+
+// setDeadline sets r's deadline on the client's clock: its caller's, or
+// the default timeout from now, when the engine takes it in.
+func (c *Client) setDeadline(r *Request, now time.Duration) {
+	r.deadline = now + c.opts.timeout
+	if !r.Deadline.IsZero() {
+		r.deadline = r.Deadline.Sub(c.start)
+	}
 }
 
 // requeue takes every request in flight back to the front of the
