@@ -68,6 +68,9 @@ func (s *Speculator) SetPeriod(p time.Duration) {
 	}
 }
 
+// Period is what SetPeriod set.
+func (s *Speculator) Period() time.Duration { return s.period }
+
 // Observe records that a request sent at sent (the client's clock) was
 // served with v, and narrows the phase of the high part's advance. An
 // observation that contradicts the phase (the server's clock stepped or

@@ -116,6 +116,9 @@ func grant(resp *adminpb.ConnectResponse, t *Target, lo, hi int) error {
 	if h := resp.GetHigh(); h > t.High {
 		t.High = h
 	}
+	if f, err := spec.ParseFormat(resp.GetFormat()); err == nil {
+		t.HighPeriod = spec.HighPeriod(f)
+	}
 	srv := resp.GetServerQps()
 	for i := lo; i < hi; i++ {
 		k := int(resp.GetAssignment()[i-lo])

@@ -148,6 +148,11 @@ type Target struct {
 	AnswerQPNs []uint32
 	// High is a recent value (Connect's), known as of the run's start.
 	High uint64
+	// HighPeriod is how often the server's high part advances with its
+	// clock (spec.HighPeriod of its format; 0: not at all). Set, the
+	// generator predicts the rollover from its answers, as the client
+	// does (spec.Speculator).
+	HighPeriod time.Duration
 }
 
 // Gen is the generator: one socket and F flows. It is driven by Run on
@@ -409,6 +414,7 @@ func (g *Gen) SetTarget(t Target) error {
 		*(*uint16)(unsafe.Pointer(&g.ctrl[i*(pktinfoLen+segLen)+pktinfoLen+unix.CmsgLen(0)])) = seg
 	}
 	g.spec.Forget()
+	g.spec.SetPeriod(t.HighPeriod)
 	if t.High != 0 {
 		g.spec.Learn(0, t.High)
 	}
@@ -832,6 +838,7 @@ func (g *Gen) match(now int64, fi int, a *answer, measure bool) uint64 {
 			return 0
 		}
 		f.Accept(v)
+		g.spec.Observe(time.Duration(s.At), v)
 	}
 	g.st.Answers++
 	if measure {

@@ -69,6 +69,12 @@ func TestGenSeqd(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer ss.Close(ctx)
+			// The server's format (hybrid, the default) advances its high
+			// part with the clock: the generator predicts the rollover,
+			// as the client does.
+			if want := spec.HighPeriod(spec.FormatHybrid); g.tgt.HighPeriod != want || g.spec.Period() != want {
+				t.Fatalf("high period %v, speculator's %v; want %v", g.tgt.HighPeriod, g.spec.Period(), want)
+			}
 			res := runUntilMeasured(t, g, func(t *testing.T, res *Result) {
 				if res.Forged != 0 || res.BadICRC != 0 || res.Malformed != 0 {
 					t.Fatalf("answers not all verified: %+v", res.Stats)
