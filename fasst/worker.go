@@ -299,7 +299,6 @@ func (w *worker) answer(reqs []pending, oldest verbs.Time) bool {
 		wr := &w.sendWRs[i]
 		wr.Opcode = verbs.OpSend
 		wr.Flags = 0
-		b.Prepare(wr, i)
 		slot, sge := b.Slot(i)
 		spec.PutFaSSTAnswer(slot, r.k, r.id, r.first) // k was validated by the decoder
 		w.sendSGE[i] = sge
@@ -308,5 +307,6 @@ func (w *worker) answer(reqs []pending, oldest verbs.Time) bool {
 		wr.RemoteQPN = r.p.key.qpn
 		wr.RemoteQKey = r.p.qkey // the session's own: only its QPs accept it
 	}
+	b.Prepare(w.sendWRs[:len(reqs)])
 	return w.Post(b, w.sendWRs[:len(reqs)], oldest)
 }

@@ -331,7 +331,7 @@ func (w *worker) answer(first uint64) bool {
 		wr := &w.wrs[i]
 		*wr = verbs.SendWR{Opcode: verbs.OpSendWithImm, Flags: verbs.Inline,
 			SG: w.sges[i : i+1], Imm: uint32(imm), AH: p.c.ah, RemoteQPN: p.c.qpn, RemoteQKey: p.c.qkey}
-		b.Prepare(wr, i)
 	}
+	b.Prepare(w.wrs[:n])
 	return w.Post(b, w.wrs[:n], w.sweep.Oldest)
 }

@@ -136,14 +136,20 @@ func (s *Set) Next(n int) (Batch, bool) {
 	return Batch{s: s, qi: qi, q: q}, true
 }
 
-// Prepare sets the work request ID and signaling of the i-th request of
-// the batch, keeping the caller's other fields and flags.
-func (b Batch) Prepare(wr *verbs.SendWR, i int) {
-	seq := b.q.posted + uint64(i)
-	wr.ID = seq<<8 | uint64(b.qi)
-	wr.Flags &^= verbs.Signaled
-	if m := b.s.sigMask; m != 0 && seq&m == m || m == 0 && seq%uint64(b.s.cfg.SignalEvery) == uint64(b.s.cfg.SignalEvery)-1 {
-		wr.Flags |= verbs.Signaled
+// Prepare sets the work request IDs and signaling of the batch's chain
+// wrs (wrs[i] is its i-th request), keeping the caller's other fields
+// and flags.
+func (b Batch) Prepare(wrs []verbs.SendWR) {
+	seq, qi := b.q.posted, uint64(b.qi)
+	m, every := b.s.sigMask, uint64(b.s.cfg.SignalEvery)
+	for i := range wrs {
+		wr := &wrs[i]
+		wr.ID = seq<<8 | qi
+		wr.Flags &^= verbs.Signaled
+		if m != 0 && seq&m == m || m == 0 && seq%every == every-1 {
+			wr.Flags |= verbs.Signaled
+		}
+		seq++
 	}
 }
 

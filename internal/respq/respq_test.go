@@ -81,7 +81,9 @@ func testRotationAndSignaling(t *testing.T, depth int, every uint64) {
 			sges[i] = sge
 			wrs[i] = verbs.SendWR{Opcode: verbs.OpSend, SG: sges[i : i+1], AH: ah, RemoteQPN: peer.QP.QPN(),
 				RemoteQKey: verbs.DefaultQKey, Flags: verbs.Inline}
-			b.Prepare(&wrs[i], i)
+		}
+		b.Prepare(wrs)
+		for i := range wrs {
 			seq, qi := wrs[i].ID>>8, int(wrs[i].ID&0xff)
 			if qi != batch%3 {
 				t.Fatalf("batch %d went to QP %d", batch, qi)
@@ -147,8 +149,8 @@ func TestSharedCQ(t *testing.T) {
 	prep := func(b respq.Batch) {
 		for i := range wrs {
 			wrs[i] = verbs.SendWR{Opcode: verbs.OpSendWithImm, AH: ah, RemoteQPN: peer.QP.QPN(), RemoteQKey: verbs.DefaultQKey}
-			b.Prepare(&wrs[i], i)
 		}
+		b.Prepare(wrs)
 	}
 	b, ok := s.Next(len(wrs))
 	if !ok {
