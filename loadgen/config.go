@@ -79,7 +79,11 @@ type Config struct {
 	FlowTimeout time.Duration
 	ServerCore  int
 	NoFloors    bool
-	NoRedis     bool
+	// Slices: with -engine wire, each server at a flow count is measured
+	// in this many slices of Duration/Slices (after Warmup/Slices each),
+	// taken in turn with the others' (default 1).
+	Slices  int
+	NoRedis bool
 	// ServerPID is the pid of a seqd not spawned by loadgen, for its CPU
 	// time (0: not measured).
 	ServerPID int
@@ -192,6 +196,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: -window %d (1..%d per QP)", ErrConfig, c.Window, spec.MaxWindow)
 	case c.Duration < 0 || c.Warmup < 0:
 		return fmt.Errorf("%w: negative -duration or -warmup", ErrConfig)
+	case c.Slices < 0 || c.Slices > 0 && c.Duration/time.Duration(c.Slices) < time.Millisecond:
+		return fmt.Errorf("%w: -slices %d: at least 1 ms of -duration a slice", ErrConfig, c.Slices)
 	case c.VerifyMax < 0:
 		return fmt.Errorf("%w: negative verify bound", ErrConfig)
 	}

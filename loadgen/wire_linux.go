@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/HdrHistogram/hdrhistogram-go"
 	"golang.org/x/sys/unix"
 
 	"github.com/seqd/seqd/admin/adminpb"
@@ -118,64 +119,102 @@ func (c cpuOf) String() string {
 
 var errNoCPU = errors.New("loadgen: server CPU not measured (no -server-pid)")
 
-// measureWire runs g against its target and fills a WireResult, with the
-// server's CPU time read (on the generator's thread) when the
-// measurement starts and ends.
-func measureWire(ctx context.Context, c *Config, g *wire.Gen, server string, cpu cpuOf) (WireResult, error) {
-	wr := WireResult{Server: server, Flows: g.Flows(), Window: g.Window()}
+// tally folds the measured slices of one server at one flow count.
+type tally struct {
+	server        string
+	flows, window int
+	cpu           cpuOf
+	st            wire.Stats
+	hist          *hdrhistogram.Histogram
+	ex            []string
+	kept          int
+	srv, gen      wire.CPU // sums over the slices
+	cerr, gerr    error
+}
+
+func newTally(server string, g *wire.Gen, cpu cpuOf) *tally {
+	return &tally{server: server, flows: g.Flows(), window: g.Window(), cpu: cpu,
+		hist: hdrhistogram.New(1, int64(60*time.Second), 3)}
+}
+
+// measure runs g against its target for one slice (warm-up, then d
+// measured) and adds it to t, with the server's CPU time and the
+// generator thread's read (on the generator's thread) when the
+// measurement starts and ends. It returns the run's error: violations
+// among them.
+func (t *tally) measure(ctx context.Context, g *wire.Gen, warmup, d time.Duration) error {
 	var before, after, gbefore, gafter wire.CPU
 	var cerr, gerr error
-	res, err := g.Run(ctx, c.Warmup, c.Duration, func(start bool) {
+	res, err := g.Run(ctx, warmup, d, func(start bool) {
 		tid := unix.Gettid() // Run's thread: the generator's
-		cpu.genTID = tid
+		t.cpu.genTID = tid
 		var e, ge error
 		if start {
-			before, e = cpu.read()
+			before, e = t.cpu.read()
 			gbefore, ge = wire.ReadCPU(0, tid)
 		} else {
-			after, e = cpu.read()
+			after, e = t.cpu.read()
 			gafter, ge = wire.ReadCPU(0, tid)
 		}
 		cerr, gerr = errors.Join(cerr, e), errors.Join(gerr, ge)
 	})
 	if res == nil {
-		return wr, err
+		return err
 	}
-	wr.Mops = res.OpsPerSec() / 1e6
-	if res.Measured > 0 && cerr == nil {
-		d := after.Sub(before)
-		wr.UserNsPerReq = float64(d.User.Nanoseconds()) / float64(res.Measured)
-		wr.SysNsPerReq = float64(d.Sys.Nanoseconds()) / float64(res.Measured)
-		wr.CPUFrom = cpu.String()
+	t.st.Add(res.Stats)
+	t.hist.Merge(res.Hist)
+	for _, ex := range res.Examples {
+		if len(t.ex) < 8 {
+			t.ex = append(t.ex, ex)
+		}
 	}
-	if res.Measured > 0 && gerr == nil {
-		d := gafter.Sub(gbefore)
-		wr.GenUserNsPerReq = float64(d.User.Nanoseconds()) / float64(res.Measured)
-		wr.GenSysNsPerReq = float64(d.Sys.Nanoseconds()) / float64(res.Measured)
+	t.kept += res.Kept
+	t.cerr, t.gerr = errors.Join(t.cerr, cerr), errors.Join(t.gerr, gerr)
+	t.srv, t.gen = t.srv.Add(after.Sub(before)), t.gen.Add(gafter.Sub(gbefore))
+	return err
+}
+
+// result is the WireResult of the slices measured, reported on
+// c.Progress; err (a slice's) is returned wrapped, with the violations'
+// examples logged.
+func (t *tally) result(c *Config, err error) (WireResult, error) {
+	wr := WireResult{Server: t.server, Flows: t.flows, Window: t.window}
+	st := &t.st
+	if st.MeasuredSeconds > 0 {
+		wr.Mops = float64(st.Measured) / st.MeasuredSeconds / 1e6
+		wr.GenBusy = st.BusySeconds / st.MeasuredSeconds
 	}
-	if res.MeasuredSeconds > 0 {
-		wr.GenBusy = res.BusySeconds / res.MeasuredSeconds
+	if st.Measured > 0 && t.cerr == nil {
+		wr.UserNsPerReq = float64(t.srv.User.Nanoseconds()) / float64(st.Measured)
+		wr.SysNsPerReq = float64(t.srv.Sys.Nanoseconds()) / float64(st.Measured)
+		wr.CPUFrom = t.cpu.String()
 	}
-	us := func(q float64) float64 { return float64(res.Hist.ValueAtQuantile(q)) / 1e3 }
+	if st.Measured > 0 && t.gerr == nil {
+		wr.GenUserNsPerReq = float64(t.gen.User.Nanoseconds()) / float64(st.Measured)
+		wr.GenSysNsPerReq = float64(t.gen.Sys.Nanoseconds()) / float64(st.Measured)
+	}
+	us := func(q float64) float64 { return float64(t.hist.ValueAtQuantile(q)) / 1e3 }
 	wr.P50us, wr.P99us, wr.P999us = us(50), us(99), us(99.9)
-	wr.Lost, wr.Stale, wr.SpecMisses, wr.Violations, wr.Checked = res.Lost, res.Stale, res.SpecMisses, res.Violations(), res.Kept
+	wr.Lost, wr.Stale, wr.SpecMisses, wr.Violations, wr.Checked = st.Lost, st.Stale, st.SpecMisses, st.Violations(), t.kept
 	if c.Progress != nil {
 		fmt.Fprintf(c.Progress, "loadgen: wire %-13s flows=%-5d window=%-3d %7.3f Mops/s  server %5.0f ns/req user, %5.0f sys  generator %4.0f+%4.0f busy %3.0f%%  p50 %.0f µs  lost %d  stale %d  checked %d  send waits %d errors %d\n",
-			server, wr.Flows, wr.Window, wr.Mops, wr.UserNsPerReq, wr.SysNsPerReq, wr.GenUserNsPerReq, wr.GenSysNsPerReq, 100*wr.GenBusy,
-			wr.P50us, wr.Lost, wr.Stale, wr.Checked, res.SendWaits, res.SendErrors)
+			t.server, wr.Flows, wr.Window, wr.Mops, wr.UserNsPerReq, wr.SysNsPerReq, wr.GenUserNsPerReq, wr.GenSysNsPerReq, 100*wr.GenBusy,
+			wr.P50us, wr.Lost, wr.Stale, wr.Checked, st.SendWaits, st.SendErrors)
 	}
 	if err != nil {
-		for _, ex := range res.Examples {
-			c.Logger.Error("violation", "server", server, "flows", wr.Flows, "example", ex)
+		for _, ex := range t.ex {
+			c.Logger.Error("violation", "server", t.server, "flows", wr.Flows, "example", ex)
 		}
-		return wr, fmt.Errorf("loadgen: wire %s flows=%d: %w", server, wr.Flows, err)
+		return wr, fmt.Errorf("loadgen: wire %s flows=%d: %w", t.server, wr.Flows, err)
 	}
 	return wr, nil
 }
 
 // runWire is Run for -engine wire: for each flow count the floors (the
-// provider's echo server and the raw UDP echo, on the server core), then
-// seqd in Spec-S0; then Redis INCR. Violations fail the run.
+// provider's echo server and the raw UDP echo, on the server core) and
+// seqd in Spec-S0, in turn, each measured in c.Slices slices taken
+// round robin (so that a slow phase of a shared machine weighs on all of
+// them alike); then Redis INCR. Violations fail the run.
 func runWire(ctx context.Context, c *Config, rep *Report) error {
 	log := c.Logger
 	if err := pinProcess(c.Cores); err != nil {
@@ -183,7 +222,7 @@ func runWire(ctx context.Context, c *Config, rep *Report) error {
 	}
 	r := &runner{c: c, log: log, rep: rep}
 	defer r.closeServer()
-	floors := map[int][2]float64{} // by flow count: provider echo, raw echo
+	floors := map[int]*[2]float64{} // by flow count: provider echo, raw echo
 	for mi, mode := range c.Modes {
 		if err := r.useMode(ctx, mode); err != nil {
 			return err
@@ -210,30 +249,12 @@ func runWire(ctx context.Context, c *Config, rep *Report) error {
 			if mode == spec.ModeHERD {
 				w = min(w, spec.HERDMaxWindow)
 			}
-			g, err := wire.New(wire.Config{Flows: f, Window: w, InFlight: c.InFlight, Timeout: c.FlowTimeout})
-			if err != nil {
-				return err
-			}
-			if mi == 0 && !c.NoFloors {
-				fl, err := measureFloors(ctx, c, rep, g, f, w)
-				if err != nil {
-					g.Close()
-					return err
-				}
+			fl := floors[f]
+			if fl == nil {
+				fl = new([2]float64)
 				floors[f] = fl
 			}
-			wr, err := measureSeqd(ctx, c, r, g, mode, cpu)
-			g.Close()
-			fl := floors[f]
-			if fl[0] > 0 {
-				wr.OfProviderEcho = wr.Mops / fl[0]
-			}
-			if fl[1] > 0 {
-				wr.OfRawEcho = wr.Mops / fl[1]
-			}
-			rep.Wire = append(rep.Wire, wr)
-			if err != nil {
-				rep.Violations += int(wr.Violations)
+			if err := measureFlows(ctx, c, r, rep, mode, cpu, f, w, fl, mi == 0 && !c.NoFloors); err != nil {
 				return err
 			}
 		}
@@ -244,45 +265,88 @@ func runWire(ctx context.Context, c *Config, rep *Report) error {
 	return r.closeServer()
 }
 
-// measureFloors measures the provider's echo server and the raw UDP echo
-// with g's flows, each in a process of its own on the server core.
-func measureFloors(ctx context.Context, c *Config, rep *Report, g *wire.Gen, f, w int) ([2]float64, error) {
-	var fl [2]float64
-	for k, kind := range []wire.Kind{wire.ProviderEcho, wire.RawEcho} {
-		fp, err := startFloor(ctx, c, kind, f*w+1024)
-		if err == nil {
-			err = g.SetTarget(fp.target(f, w))
-		}
-		var wr WireResult
-		if err == nil {
-			wr, err = measureWire(ctx, c, g, kind.String(), cpuOf{pid: fp.pid()})
-		}
-		if fp != nil {
-			err = errors.Join(err, fp.stop())
-		}
-		if err != nil {
-			return fl, err
-		}
-		fl[k] = wr.Mops
-		rep.Wire = append(rep.Wire, wr)
-	}
-	return fl, nil
+// wireTarget is one server measured at a flow count: its generator, its
+// tally, and what ends it.
+type wireTarget struct {
+	g     *wire.Gen
+	t     *tally
+	close func() error
 }
 
-// measureSeqd admits g's flows to seqd in mode and measures it, with its
-// drops and mean batch from Status around the run.
-func measureSeqd(ctx context.Context, c *Config, r *runner, g *wire.Gen, mode string, cpu cpuOf) (WireResult, error) {
+// measureFlows measures, at f flows of window w, the floors (when
+// floors: their Mops go to fl) and seqd in mode, slice by slice in turn,
+// and adds their results to rep: the floors', then seqd's with its
+// ratios to fl.
+func measureFlows(ctx context.Context, c *Config, r *runner, rep *Report, mode string, cpu cpuOf, f, w int, fl *[2]float64, floors bool) (err error) {
+	var ts []*wireTarget
+	defer func() {
+		for _, t := range ts {
+			err = errors.Join(err, t.close())
+		}
+	}()
+	newGen := func() (*wire.Gen, error) {
+		return wire.New(wire.Config{Flows: f, Window: w, InFlight: c.InFlight, Timeout: c.FlowTimeout})
+	}
+	if floors {
+		for _, kind := range []wire.Kind{wire.ProviderEcho, wire.RawEcho} {
+			g, err := newGen()
+			if err != nil {
+				return err
+			}
+			fp, err := startFloor(ctx, c, kind, f*w+1024)
+			if err != nil {
+				g.Close()
+				return err
+			}
+			ts = append(ts, &wireTarget{g: g, t: newTally(kind.String(), g, cpuOf{pid: fp.pid()}),
+				close: func() error { g.Close(); return fp.stop() }})
+			if err := g.SetTarget(fp.target(f, w)); err != nil {
+				return err
+			}
+		}
+	}
+	g, err := newGen()
+	if err != nil {
+		return err
+	}
 	ss, err := wire.Admit(ctx, r.adm, g, mode, 0, "loadgen-wire")
 	if err != nil {
-		return WireResult{Server: "seqd", Mode: mode, Flows: g.Flows()}, err
+		g.Close()
+		rep.Wire = append(rep.Wire, WireResult{Server: "seqd", Mode: mode, Flows: f})
+		return err
 	}
-	defer func() {
+	seqd := &wireTarget{g: g, t: newTally("seqd", g, cpu), close: func() error {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
 		ss.Close(cctx)
-		cancel()
-	}()
+		g.Close()
+		return nil
+	}}
+	ts = append(ts, seqd)
+	// seqd's drops and mean batch, from Status around the slices.
 	st0, serr := r.adm.Status(ctx, &adminpb.StatusRequest{})
-	wr, err := measureWire(ctx, c, g, "seqd", cpu)
+	n := max(c.Slices, 1)
+	warmup, d := c.Warmup/time.Duration(n), c.Duration/time.Duration(n)
+	errs := make([]error, len(ts))
+	for range n {
+		for i, t := range ts {
+			if errs[i] = t.t.measure(ctx, t.g, warmup, d); errs[i] != nil {
+				break
+			}
+		}
+		if errors.Join(errs...) != nil {
+			break
+		}
+	}
+	for i, t := range ts[:len(ts)-1] {
+		wr, err := t.t.result(c, errs[i])
+		rep.Wire = append(rep.Wire, wr)
+		if err != nil {
+			return err
+		}
+		fl[i] = wr.Mops
+	}
+	wr, err := seqd.t.result(c, errs[len(ts)-1])
 	wr.Mode = mode
 	if st1, serr1 := r.adm.Status(ctx, &adminpb.StatusRequest{}); serr == nil && serr1 == nil {
 		wr.ServerDrops = st1.GetDrops() - st0.GetDrops()
@@ -299,7 +363,17 @@ func measureSeqd(ctx context.Context, c *Config, r *runner, g *wire.Gen, mode st
 			wr.AvgBatch = float64(q) / float64(b)
 		}
 	}
-	return wr, err
+	if fl[0] > 0 {
+		wr.OfProviderEcho = wr.Mops / fl[0]
+	}
+	if fl[1] > 0 {
+		wr.OfRawEcho = wr.Mops / fl[1]
+	}
+	rep.Wire = append(rep.Wire, wr)
+	if err != nil {
+		rep.Violations += int(wr.Violations)
+	}
+	return err
 }
 
 // measureRedis measures the Redis INCR reference, or says why not.

@@ -3,7 +3,9 @@
 # generator (loadgen -engine wire) drives, for 1, 64 and 1024 flows, the
 # provider's header-only echo server, a raw UDP GSO/GRO echo and seqd
 # (Spec-S0, then herd; one worker: seqd's default), each pinned to SERVER_CORE while the generator
-# runs on GEN_CORE, interleaved per flow count; then Redis INCR (-c 50
+# runs on GEN_CORE, interleaved per flow count in SLICES slices each
+# (default 4: the servers take turns, DURATION/SLICES at a time, so that
+# a slow phase of the machine weighs on each alike); then Redis INCR (-c 50
 # -P 64) when redis-server is installed. It prints loadgen's table (with
 # the server's user and kernel ns per request) and ends with one line per
 # flow count:
@@ -21,6 +23,7 @@ FLOWS=${FLOWS:-1,64,1024}
 ROUNDS=${ROUNDS:-3}
 MODES=${MODES:-spec-s0,herd}
 DURATION=${DURATION:-2s}
+SLICES=${SLICES:-4}
 WARMUP=${WARMUP:-500ms}
 SERVER_CORE=${SERVER_CORE:-1}
 GEN_CORE=${GEN_CORE:-0}
@@ -33,7 +36,7 @@ trap 'rm -rf "$tmp"' EXIT
 go build -o "$tmp/seqd" ./cmd/seqd
 go build -o "$tmp/loadgen" ./cmd/loadgen
 args=(-engine wire -spawn -seqd "$tmp/seqd" -server-core "$SERVER_CORE" -flows "$FLOWS" -modes "$MODES"
-  -duration "$DURATION" -warmup "$WARMUP" -json "$tmp/bench-server.json")
+  -duration "$DURATION" -warmup "$WARMUP" -slices "$SLICES" -json "$tmp/bench-server.json")
 if [ "$SERVER_CORE" -ge 0 ]; then
   args+=(-seqd-cores "$SERVER_CORE")
 fi

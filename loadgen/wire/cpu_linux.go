@@ -18,6 +18,9 @@ type CPU struct{ User, Sys time.Duration }
 // Sub returns c - o.
 func (c CPU) Sub(o CPU) CPU { return CPU{c.User - o.User, c.Sys - o.Sys} }
 
+// Add returns c + o.
+func (c CPU) Add(o CPU) CPU { return CPU{c.User + o.User, c.Sys + o.Sys} }
+
 // ReadCPU reads utime and stime from /proc/<pid>/stat, or with tid > 0
 // from /proc/<pid>/task/<tid>/stat (pid 0: this process). Resolution:
 // one clock tick (10 ms).

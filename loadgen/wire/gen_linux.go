@@ -196,7 +196,13 @@ type Gen struct {
 	ex   []string
 
 	stop atomic.Bool
+	// epoch is the zero of the generator's clock (now), kept across
+	// Runs: the flows' send times and quarantines stay on one clock.
+	epoch time.Time
 }
+
+// now reads the generator's clock: ns since its epoch.
+func (g *Gen) now() int64 { return int64(time.Since(g.epoch)) }
 
 // Stats are a run's counts.
 type Stats struct {
@@ -225,6 +231,30 @@ type Stats struct {
 	BusySeconds float64
 }
 
+// Add adds o's counts and seconds to s.
+func (s *Stats) Add(o Stats) {
+	s.Sent += o.Sent
+	s.Answers += o.Answers
+	s.Measured += o.Measured
+	s.Lost += o.Lost
+	s.Stale += o.Stale
+	s.Forged += o.Forged
+	s.BadICRC += o.BadICRC
+	s.Malformed += o.Malformed
+	s.SpecMisses += o.SpecMisses
+	s.RealTime += o.RealTime
+	s.Regressions += o.Regressions
+	s.Duplicates += o.Duplicates
+	s.SendErrors += o.SendErrors
+	s.SendWaits += o.SendWaits
+	s.Syscalls += o.Syscalls
+	s.Iterations += o.Iterations
+	s.RxDatagrams += o.RxDatagrams
+	s.TxMessages += o.TxMessages
+	s.MeasuredSeconds += o.MeasuredSeconds
+	s.BusySeconds += o.BusySeconds
+}
+
 // Violations is the number of answers that broke a promise.
 func (s *Stats) Violations() uint64 { return s.RealTime + s.Regressions + s.Duplicates }
 
@@ -234,7 +264,7 @@ func New(cfg Config) (*Gen, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	g := &Gen{cfg: cfg, fd: -1}
+	g := &Gen{cfg: cfg, fd: -1, epoch: time.Now()}
 	if err := g.open(); err != nil {
 		return nil, err
 	}
@@ -416,7 +446,7 @@ func (g *Gen) SetTarget(t Target) error {
 	g.spec.Forget()
 	g.spec.SetPeriod(t.HighPeriod)
 	if t.High != 0 {
-		g.spec.Learn(0, t.High)
+		g.spec.Learn(time.Duration(g.now()), t.High)
 	}
 	g.rhead, g.rn, g.out = 0, 0, 0
 	clear(g.inReady)
@@ -517,8 +547,8 @@ func (g *Gen) Run(ctx context.Context, warmup, d time.Duration, phase Phase) (*R
 	g.hist.Reset()
 	g.chk.Reset()
 	done := ctx.Done()
-	base := time.Now()
-	from, until := int64(warmup), int64(warmup+d)
+	from := g.now() + int64(warmup)
+	until := from + int64(d)
 	var measStart, measEnd int64
 	stage := 0 // 0 warm-up, 1 measuring, 2 draining
 	drainEnd := int64(0)
@@ -527,7 +557,7 @@ func (g *Gen) Run(ctx context.Context, warmup, d time.Duration, phase Phase) (*R
 	var prev int64
 	worked := false
 	for {
-		now := int64(time.Since(base)) // the one clock read of this batch
+		now := g.now() // the one clock read of this batch
 		if worked && stage == 1 {
 			g.st.BusySeconds += float64(now-prev) / 1e9
 		}
