@@ -116,10 +116,6 @@ func TestGenHERD(t *testing.T) {
 	}
 }
 
-// runUntilMeasured runs g (warm-up 100 ms, 300 ms measured) until a run
-// measures answers, at most 20 times: a loaded machine may starve an
-// in-process server for a whole run. Every run must be free of
-// violations and pass check; the phases are called once each, in order.
 // runAgain runs g again on the same flows, as loadgen -slices does:
 // their send times and quarantines carry over on the generator's one
 // clock, so the run is measured, and its values exceed the last run's.
@@ -136,6 +132,10 @@ func runAgain(t *testing.T, g *Gen) {
 	}
 }
 
+// runUntilMeasured runs g (warm-up 100 ms, 300 ms measured) until a run
+// measures answers, at most 20 times: a loaded machine may starve an
+// in-process server for a whole run. Every run must be free of
+// violations and pass check; the phases are called once each, in order.
 func runUntilMeasured(t *testing.T, g *Gen, check func(*testing.T, *Result)) *Result {
 	t.Helper()
 	for range 20 {
