@@ -350,12 +350,12 @@ func (w *worker) handle(wcs []verbs.WC) {
 	// A poll returns the send completions posted since the last one
 	// first: skipped in place, so that the requests after them are not
 	// moved one by one.
-	for len(wcs) > 0 && !isRecv(&wcs[0]) && w.SendDone(&wcs[0]) {
+	for len(wcs) > 0 && w.SendDone(&wcs[0]) {
 		wcs = wcs[1:]
 	}
 	k := 0
 	for i := range wcs {
-		if !isRecv(&wcs[i]) && w.SendDone(&wcs[i]) {
+		if w.SendDone(&wcs[i]) {
 			continue
 		}
 		if k != i {
@@ -366,12 +366,6 @@ func (w *worker) handle(wcs []verbs.WC) {
 	if k > 0 {
 		w.batch(wcs[:k])
 	}
-}
-
-// isRecv reports whether wc is a successful receive completion: never an
-// answer's (a failed one's opcode is undefined; SendDone tells by its ID).
-func isRecv(wc *verbs.WC) bool {
-	return wc.Status == verbs.WCSuccess && wc.Opcode == verbs.WCRecv
 }
 
 // batch answers one polled batch of requests.

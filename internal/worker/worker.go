@@ -269,8 +269,18 @@ func (b *Base) InitShared(cfg *Config, id int, pd verbs.PD, cq verbs.CQ, slotLen
 }
 
 // SendDone takes a completion polled from the shared CQ (InitShared): it
-// reports whether it was an answer's, counting a failed one.
+// reports whether it was an answer's, counting a failed one. A successful
+// receive (a request's) is never one, and is told apart without asking
+// the response QPs (a failed completion's opcode is undefined: its ID
+// tells).
 func (b *Base) SendDone(wc *verbs.WC) bool {
+	if wc.Status == verbs.WCSuccess && wc.Opcode == verbs.WCRecv {
+		return false
+	}
+	return b.sendDone(wc)
+}
+
+func (b *Base) sendDone(wc *verbs.WC) bool {
 	mine, failed := b.Resp.Complete(wc)
 	if failed {
 		b.Drops[DropSend].Add(1)

@@ -230,3 +230,21 @@ func TestClaimAtWallClock(t *testing.T) {
 		}
 	}
 }
+
+// TestSendDoneRequest: a successful receive completion (a request's) is
+// never an answer's, and SendDone tells without the response QPs (this
+// Base has none: asking them would panic); a failed one it cannot tell by
+// its opcode, which is undefined.
+func TestSendDoneRequest(t *testing.T) {
+	var stopped atomic.Bool
+	b := base(&oracle{}, &stopped)
+	if b.SendDone(&verbs.WC{Status: verbs.WCSuccess, Opcode: verbs.WCRecv, QPN: 7, ID: 3 << 8}) {
+		t.Fatal("a request's completion taken for an answer's")
+	}
+	defer func() {
+		if recover() == nil {
+			t.Fatal("a failed completion was not handed to the response QPs")
+		}
+	}()
+	b.SendDone(&verbs.WC{Status: verbs.WCGeneralErr, Opcode: verbs.WCRecv})
+}
