@@ -119,8 +119,11 @@ func (c cpuOf) String() string {
 
 var errNoCPU = errors.New("loadgen: server CPU not measured (no -server-pid)")
 
-// tally folds the measured slices of one server at one flow count.
-type tally struct {
+// wireTarget is one server measured at a flow count: its generator,
+// what ends it, and the measured slices folded together.
+type wireTarget struct {
+	g             *wire.Gen
+	close         func() error
 	server        string
 	flows, window int
 	cpu           cpuOf
@@ -132,20 +135,20 @@ type tally struct {
 	cerr, gerr    error
 }
 
-func newTally(server string, g *wire.Gen, cpu cpuOf) *tally {
-	return &tally{server: server, flows: g.Flows(), window: g.Window(), cpu: cpu,
+func newWireTarget(server string, g *wire.Gen, cpu cpuOf, close func() error) *wireTarget {
+	return &wireTarget{g: g, close: close, server: server, flows: g.Flows(), window: g.Window(), cpu: cpu,
 		hist: hdrhistogram.New(1, int64(60*time.Second), 3)}
 }
 
-// measure runs g against its target for one slice (warm-up, then d
+// measure runs t.g against its target for one slice (warm-up, then d
 // measured) and adds it to t, with the server's CPU time and the
 // generator thread's read (on the generator's thread) when the
 // measurement starts and ends. It returns the run's error: violations
 // among them.
-func (t *tally) measure(ctx context.Context, g *wire.Gen, warmup, d time.Duration) error {
+func (t *wireTarget) measure(ctx context.Context, warmup, d time.Duration) error {
 	var before, after, gbefore, gafter wire.CPU
 	var cerr, gerr error
-	res, err := g.Run(ctx, warmup, d, func(start bool) {
+	res, err := t.g.Run(ctx, warmup, d, func(start bool) {
 		tid := unix.Gettid() // Run's thread: the generator's
 		t.cpu.genTID = tid
 		var e, ge error
@@ -177,7 +180,7 @@ func (t *tally) measure(ctx context.Context, g *wire.Gen, warmup, d time.Duratio
 // result is the WireResult of the slices measured, reported on
 // c.Progress; err (a slice's) is returned wrapped, with the violations'
 // examples logged.
-func (t *tally) result(c *Config, err error) (WireResult, error) {
+func (t *wireTarget) result(c *Config, err error) (WireResult, error) {
 	wr := WireResult{Server: t.server, Flows: t.flows, Window: t.window}
 	st := &t.st
 	if st.MeasuredSeconds > 0 {
@@ -265,14 +268,6 @@ func runWire(ctx context.Context, c *Config, rep *Report) error {
 	return r.closeServer()
 }
 
-// wireTarget is one server measured at a flow count: its generator, its
-// tally, and what ends it.
-type wireTarget struct {
-	g     *wire.Gen
-	t     *tally
-	close func() error
-}
-
 // measureFlows measures, at f flows of window w, the floors (when
 // floors: their Mops go to fl) and seqd in mode, slice by slice in turn,
 // and adds their results to rep: the floors', then seqd's with its
@@ -298,8 +293,7 @@ func measureFlows(ctx context.Context, c *Config, r *runner, rep *Report, mode s
 				g.Close()
 				return err
 			}
-			ts = append(ts, &wireTarget{g: g, t: newTally(kind.String(), g, cpuOf{pid: fp.pid()}),
-				close: func() error { g.Close(); return fp.stop() }})
+			ts = append(ts, newWireTarget(kind.String(), g, cpuOf{pid: fp.pid()}, func() error { g.Close(); return fp.stop() }))
 			if err := g.SetTarget(fp.target(f, w)); err != nil {
 				return err
 			}
@@ -315,13 +309,13 @@ func measureFlows(ctx context.Context, c *Config, r *runner, rep *Report, mode s
 		rep.Wire = append(rep.Wire, WireResult{Server: "seqd", Mode: mode, Flows: f})
 		return err
 	}
-	seqd := &wireTarget{g: g, t: newTally("seqd", g, cpu), close: func() error {
+	seqd := newWireTarget("seqd", g, cpu, func() error {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		ss.Close(cctx)
 		g.Close()
 		return nil
-	}}
+	})
 	ts = append(ts, seqd)
 	// seqd's drops and mean batch, from Status around the slices.
 	st0, serr := r.adm.Status(ctx, &adminpb.StatusRequest{})
@@ -330,7 +324,7 @@ func measureFlows(ctx context.Context, c *Config, r *runner, rep *Report, mode s
 	errs := make([]error, len(ts))
 	for range n {
 		for i, t := range ts {
-			if errs[i] = t.t.measure(ctx, t.g, warmup, d); errs[i] != nil {
+			if errs[i] = t.measure(ctx, warmup, d); errs[i] != nil {
 				break
 			}
 		}
@@ -339,14 +333,14 @@ func measureFlows(ctx context.Context, c *Config, r *runner, rep *Report, mode s
 		}
 	}
 	for i, t := range ts[:len(ts)-1] {
-		wr, err := t.t.result(c, errs[i])
+		wr, err := t.result(c, errs[i])
 		rep.Wire = append(rep.Wire, wr)
 		if err != nil {
 			return err
 		}
 		fl[i] = wr.Mops
 	}
-	wr, err := seqd.t.result(c, errs[len(ts)-1])
+	wr, err := seqd.result(c, errs[len(ts)-1])
 	wr.Mode = mode
 	if st1, serr1 := r.adm.Status(ctx, &adminpb.StatusRequest{}); serr == nil && serr1 == nil {
 		wr.ServerDrops = st1.GetDrops() - st0.GetDrops()

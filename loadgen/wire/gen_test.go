@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"reflect"
 	"runtime"
 	"strconv"
 	"testing"
@@ -301,5 +302,33 @@ func BenchmarkRunRawEcho(b *testing.B) {
 	if answers > 0 {
 		b.ReportMetric(float64(mallocs)/float64(answers), "allocs/req")
 		b.ReportMetric(float64(answers)/secs/1e6, "Mops")
+	}
+}
+
+// TestStatsAdd: Add sums every field of Stats (loadgen -slices folds a
+// server's slices with it), so a field added to Stats and not to Add
+// fails here.
+func TestStatsAdd(t *testing.T) {
+	var one Stats
+	v := reflect.ValueOf(&one).Elem()
+	for i := range v.NumField() {
+		switch f := v.Field(i); f.Kind() {
+		case reflect.Uint64:
+			f.SetUint(uint64(i + 1))
+		case reflect.Float64:
+			f.SetFloat(float64(i + 1))
+		default:
+			t.Fatalf("Stats.%s: kind %v not covered by this test", v.Type().Field(i).Name, f.Kind())
+		}
+	}
+	var sum Stats
+	sum.Add(one)
+	sum.Add(one)
+	s := reflect.ValueOf(sum)
+	for i := range s.NumField() {
+		f, o := s.Field(i), v.Field(i)
+		if f.Kind() == reflect.Uint64 && f.Uint() != 2*o.Uint() || f.Kind() == reflect.Float64 && f.Float() != 2*o.Float() {
+			t.Errorf("Stats.%s: %v after adding %v twice", s.Type().Field(i).Name, f, o)
+		}
 	}
 }
