@@ -233,9 +233,12 @@ type AtomicPolicy struct {
 	// not be 0. Any other add, and every COMPARE_AND_SWAP, is refused.
 	FetchAdd uint64
 	// Limit is the highest value a FETCH_AND_ADD may return (the word's
-	// value before the add, as the responder's arithmetic reads it): one
-	// that finds the word above Limit, or would wrap it, is refused and
-	// leaves the word as it was.
+	// value before the add, as the responder's arithmetic reads it). One
+	// that finds the word above Limit is held back, not refused: the
+	// responder answers receiver-not-ready (RNR NAK) and the requester
+	// sends it again after its RNR timer (for ever with RNRRetry 7), so
+	// it runs once the owner raises the limit, or fails when the QP is
+	// torn down. One that would wrap the word is refused.
 	Limit uint64
 }
 

@@ -11,8 +11,8 @@ import (
 )
 
 // The RC responder enforces an AtomicPolicy where a NIC cannot: the
-// region's remote atomics are FETCH_AND_ADDs of one fixed add, each
-// refused once the word is above a ceiling its owner moves.
+// region's remote atomics are FETCH_AND_ADDs of one fixed add, each held
+// back while the word is above a ceiling its owner moves.
 
 var (
 	_ verbs.AtomicPolicer = (*pd)(nil)
@@ -56,22 +56,44 @@ func (m *mr) AtomicRefused() uint64 {
 	return m.policy.refused.Load()
 }
 
-// fetchAdd runs the atomic pk asks for on w under the policy: it returns
-// the word's value before it, or false (changing nothing) when the policy
-// refuses the request.
-func (ap *atomicPolicy) fetchAdd(w *uint64, pk *rocev2.Packet) (orig uint64, ok bool) {
+// policyVerdict is what a policy makes of one remote atomic.
+type policyVerdict uint8
+
+const (
+	policyRan     policyVerdict = iota // executed
+	policyHeld                         // the word is above the limit: not now
+	policyRefused                      // never: not the fetch-and-add allowed
+)
+
+// fetchAdd runs the atomic pk asks for on w under the policy and returns
+// the word's value before it; a request held or refused changes nothing.
+func (ap *atomicPolicy) fetchAdd(w *uint64, pk *rocev2.Packet) (orig uint64, v policyVerdict) {
 	if pk.Opcode.Op() != rocev2.OpFetchAdd || pk.SwapAdd != ap.add {
-		return 0, false
+		return 0, policyRefused
 	}
 	for {
 		orig = atomic.LoadUint64(w)
-		if orig > ap.limit.Load() || orig+ap.add < orig {
-			return 0, false
+		if orig+ap.add < orig {
+			return 0, policyRefused // the word would wrap
+		}
+		if orig > ap.limit.Load() {
+			return 0, policyHeld
 		}
 		if atomic.CompareAndSwapUint64(w, orig, orig+ap.add) {
-			return orig, true
+			return orig, policyRan
 		}
 	}
+}
+
+// holdAtomic answers an atomic the policy's limit holds back: receiver
+// not ready (RNR NAK), so that the requester sends it again after its RNR
+// timer, by when the owner may have raised the limit. The requests that
+// follow it are dropped without a sequence NAK, which would have the
+// requester resend at once. Callers hold rqMu.
+func (x *qp) holdAtomic() {
+	x.d.ctr.rcNaks.Add(1)
+	x.resp.nakSent = true
+	x.sendAck(rocev2.AETHRNRNak|1, x.resp.epsn)
 }
 
 // refuseAtomic answers an atomic the region's policy refused as a NIC

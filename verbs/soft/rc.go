@@ -607,8 +607,12 @@ func (x *qp) rcAtomic(pk *rocev2.Packet) {
 	w := (*uint64)(unsafe.Pointer(&mem[0]))
 	var orig uint64
 	if m.policy != nil {
-		var ok bool
-		if orig, ok = m.policy.fetchAdd(w, pk); !ok {
+		var v policyVerdict
+		switch orig, v = m.policy.fetchAdd(w, pk); v {
+		case policyHeld:
+			x.holdAtomic()
+			return
+		case policyRefused:
 			x.refuseAtomic(m)
 			return
 		}

@@ -16,6 +16,7 @@ func atomicPolicyTests() []test {
 		add, swap    uint64
 		word         uint64 // the word before the step
 		setLimit     uint64 // SetAtomicLimit before the step (0: no call)
+		raiseTo      uint64 // held back until SetAtomicLimit(raiseTo) (0: runs at once)
 		refused      bool
 		wantOrig     uint64 // when not refused
 		wantWordNext uint64 // the word after the step
@@ -28,7 +29,10 @@ func atomicPolicyTests() []test {
 			{op: verbs.OpAtomicFetchAdd, add: 1, word: limit - 1, wantOrig: limit - 1, wantWordNext: limit},
 			{op: verbs.OpAtomicFetchAdd, add: 1, word: limit, wantOrig: limit, wantWordNext: limit + 1},
 		}},
-		{"AboveLimit", []step{{op: verbs.OpAtomicFetchAdd, add: 1, word: limit + 1, refused: true, wantWordNext: limit + 1}}},
+		{"HeldAboveLimit", []step{
+			{op: verbs.OpAtomicFetchAdd, add: 1, word: limit + 1, raiseTo: limit + 1, wantOrig: limit + 1, wantWordNext: limit + 2},
+			{op: verbs.OpAtomicFetchAdd, add: 1, word: limit + 2, raiseTo: limit + 2, wantOrig: limit + 2, wantWordNext: limit + 3},
+		}},
 		{"RaisedLimit", []step{{op: verbs.OpAtomicFetchAdd, add: 1, word: limit + 1, setLimit: limit + 1, wantOrig: limit + 1, wantWordNext: limit + 2}}},
 		{"OtherAdd", []step{{op: verbs.OpAtomicFetchAdd, add: 2, word: 5, refused: true, wantWordNext: 5}}},
 		{"Rewind", []step{{op: verbs.OpAtomicFetchAdd, add: 1<<64 - 1000, word: 5000, refused: true, wantWordNext: 5000}}},
@@ -59,8 +63,18 @@ func atomicPolicyTests() []test {
 				}
 				o.PutUint64(mr.Bytes()[8:], s.word)
 				Fill(x.MR.Bytes()[:8], 0xee)
+				naks, _ := Counter(b, verbs.CounterRCNaks)
 				PostSend(t, x.QP, verbs.SendWR{ID: uint64(i), Opcode: s.op, Flags: verbs.Signaled, SG: SG(x.MR, 0, 8),
 					RemoteAddr: mr.Addr() + 8, RKey: mr.RKey(), CompareAdd: s.add, Swap: s.swap})
+				if s.raiseTo != 0 {
+					// Held: answered not-ready, the word untouched, until
+					// the limit rises.
+					WaitCounter(t, b, verbs.CounterRCNaks, naks+1, DefaultTimeout)
+					if got := o.Uint64(mr.Bytes()[8:]); got != s.word {
+						t.Errorf("step %d: a held FETCH_AND_ADD changed the word to %#x", i, got)
+					}
+					mr.SetAtomicLimit(s.raiseTo)
+				}
 				wc := PollOne(t, x.SendCQ, DefaultTimeout)
 				if s.refused {
 					refused++
