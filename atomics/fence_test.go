@@ -63,11 +63,24 @@ func admitPeer(t testing.TB, srv *Server, a dataplane.Admission) (*peer, error) 
 // fetched, or the completion's error.
 func (p *peer) do(op verbs.Opcode, add, swap uint64) (uint64, error) {
 	p.t.Helper()
-	wr := verbs.SendWR{ID: 1, Opcode: op, Flags: verbs.Signaled, SG: []verbs.SGE{{Addr: p.res.Addr(), Length: 8, LKey: p.res.LKey()}},
-		RemoteAddr: p.g.RemoteAddr[0], RKey: p.g.RKey[0], CompareAdd: add, Swap: swap}
-	if _, err := p.qp.PostSend([]verbs.SendWR{wr}); err != nil {
+	if err := p.post(op, add, swap); err != nil {
 		return 0, err
 	}
+	return p.wait()
+}
+
+// post posts one atomic on the server's counter.
+func (p *peer) post(op verbs.Opcode, add, swap uint64) error {
+	wr := verbs.SendWR{ID: 1, Opcode: op, Flags: verbs.Signaled, SG: []verbs.SGE{{Addr: p.res.Addr(), Length: 8, LKey: p.res.LKey()}},
+		RemoteAddr: p.g.RemoteAddr[0], RKey: p.g.RKey[0], CompareAdd: add, Swap: swap}
+	_, err := p.qp.PostSend([]verbs.SendWR{wr})
+	return err
+}
+
+// wait waits for the atomic posted last and returns the value it
+// fetched, or the completion's error.
+func (p *peer) wait() (uint64, error) {
+	p.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for {
@@ -79,7 +92,7 @@ func (p *peer) do(op verbs.Opcode, add, swap uint64) (uint64, error) {
 			break
 		}
 		if err := p.cq.Wait(ctx); err != nil {
-			p.t.Fatalf("no completion for %v: %v", op, err)
+			p.t.Fatalf("no completion: %v", err)
 		}
 	}
 	if err := p.wcs[0].Err(); err != nil {
@@ -315,4 +328,50 @@ func TestMonitorFencesSlippedAdd(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestNoValueBeyondLease (issue 26): where the provider enforces the
+// policy, no value beyond the lease is handed out even if the monitor
+// never runs (no rate assumption): the fetch-and-add that would return
+// the lease's end + 1 is held until the lease is renewed, and then runs.
+func TestNoValueBeyondLease(t *testing.T) {
+	dev := open(t, "")
+	srv, err := New(context.Background(), Config{Device: dev, Oracle: &fakeOracle{}, Epoch: 1, Block: 64, FenceMargin: 16, Interval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	a, err := admitPeer(t, srv, dataplane.Admission{Name: "A"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hi := srv.Lease().LeaseHi
+	if vs := a.take(64); slices.Max(vs) != hi {
+		t.Fatalf("64 values of a 64-value lease end at %d, the lease at %d", slices.Max(vs), hi)
+	}
+	if err := a.post(verbs.OpAtomicFetchAdd, spec.FetchAddDelta, 0); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "held or answered", func() bool { return counter(dev, verbs.CounterRCNaks) > 0 || srv.Next() > hi+1 })
+	if next := srv.Next(); next != hi+1 {
+		v, err := a.wait()
+		t.Fatalf("the fetch-and-add beyond the lease's end %d returned %d (%v); the counter is at %d", hi, v, err, next)
+	}
+	srv.setLease(hi + 64) // what the monitor does when it renews
+	if v, err := a.wait(); err != nil || v != hi+1 {
+		t.Fatalf("after the renewal the held fetch-and-add returned %d (%v), want %d", v, err, hi+1)
+	}
+}
+
+// counter reads a device counter (0 when it has none).
+func counter(dev verbs.Device, name string) uint64 {
+	var v uint64
+	if c, ok := dev.(verbs.Counters); ok {
+		c.VisitCounters(func(n string, x uint64) {
+			if n == name {
+				v = x
+			}
+		})
+	}
+	return v
 }
