@@ -570,7 +570,7 @@ func (s *Server) Stats() dataplane.Stats {
 		{Name: "fences_total", Help: "Times every QP was moved to ERR because the counter neared the lease's end or moved as no fetch-and-add of one can.", Value: l.Fences},
 		{Name: "breaches_total", Help: breachHelp, Reason: "overrun", Value: l.Overruns},
 		{Name: "breaches_total", Help: breachHelp, Reason: "rewind", Value: l.Rewinds},
-		{Name: "refused_atomics_total", Help: "Atomics the provider refused because they were not a fetch-and-add of one within the lease (the client's QP went to ERR).", Value: l.Refused},
+		{Name: "refused_atomics_total", Help: "Atomics the provider refused because they were not a fetch-and-add of one: another add, a compare-and-swap, or an add that would wrap (the client's QP went to ERR).", Value: l.Refused},
 		{Name: "untrusted_total", Help: "Admissions refused because the provider cannot refuse other atomics and the client's identity is not trusted.", Value: l.Untrusted},
 	}}
 }
