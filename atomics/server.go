@@ -31,6 +31,11 @@ var (
 	ErrArgument  = fmt.Errorf("atomics: %w", dataplane.ErrInvalidArgument)
 	ErrNoSession = fmt.Errorf("atomics: %w", dataplane.ErrUnknownSession)
 	ErrFenced    = fmt.Errorf("atomics: fenced until the lease is renewed: %w", dataplane.ErrUnavailable)
+	// ErrUntrusted refuses a client on a provider that cannot hold it to
+	// fetch-and-add of one (verbs.AtomicPolicer) when its identity is
+	// not in Config.Trusted.
+	ErrUntrusted = fmt.Errorf("atomics: this provider lets a client move the counter anywhere, and only trusted identities are admitted: %w",
+		dataplane.ErrFailedPrecondition)
 )
 
 // Defaults.
@@ -53,8 +58,14 @@ type Config struct {
 	Interval time.Duration
 	// MaxQPs is the most client QPs admitted at once. Default 1024.
 	MaxQPs int
-	Epoch  uint64
-	Logger *slog.Logger
+	// Trusted are the client identities (dataplane.Admission.Identities)
+	// admitted when the provider cannot refuse an atomic other than the
+	// fetch-and-add of one (it offers no verbs.AtomicPolicer: a NIC).
+	// With such a provider and no identity listed, nobody is admitted.
+	// A provider that enforces the policy admits every client.
+	Trusted []string
+	Epoch   uint64
+	Logger  *slog.Logger
 }
 
 func (c Config) validate() (Config, error) {
@@ -94,8 +105,17 @@ type Server struct {
 	mr   verbs.MR
 	word *uint64
 	be   bool // the responder's atomic byte order is big endian
+	// policed is the counter's region when the provider enforces the
+	// atomic policy (fetch-and-add of one, up to the lease's end); nil
+	// when it cannot, and only trusted identities are admitted.
+	policed verbs.AtomicMR
+	trusted map[string]bool
 
 	leaseHi atomic.Uint64 // last value of the lease: every value <= it is below the mark
+	// top is the highest value the word was seen able to hand out (the
+	// monitor's readings, and what a breach found): Stop reports at least
+	// it, whatever the word holds then.
+	top     atomic.Uint64
 	fenced  atomic.Bool
 	stopped atomic.Bool
 	high    uint64 // set by Stop
@@ -110,7 +130,13 @@ type Server struct {
 	stopOnce sync.Once
 	closed   bool
 
-	renewals, fences atomic.Uint64
+	renewals, fences, untrusted atomic.Uint64
+	overruns, rewinds           atomic.Uint64
+
+	// The monitor's own state (its goroutine only).
+	seen   uint64 // the last reading of the word
+	broken bool   // fenced after a breach: the word restarts above floor
+	floor  uint64
 }
 
 var _ dataplane.Mode = (*Server)(nil)
@@ -123,7 +149,7 @@ func Start(ctx context.Context, c dataplane.Config) (dataplane.Mode, error) {
 		return nil, fmt.Errorf("%w: the oracle %T cannot wait for a lease", ErrConfig, c.Oracle)
 	}
 	return New(ctx, Config{Device: c.Device, Oracle: l, Block: c.AtomicsBlock, MaxQPs: c.MaxClients * 16,
-		Epoch: c.Epoch, Logger: c.Logger})
+		Trusted: c.AtomicsTrusted, Epoch: c.Epoch, Logger: c.Logger})
 }
 
 // New takes the counter over from the oracle (a first lease) and starts
@@ -132,7 +158,11 @@ func New(ctx context.Context, cfg Config) (s *Server, err error) {
 	if cfg, err = cfg.validate(); err != nil {
 		return nil, err
 	}
-	s = &Server{cfg: cfg, log: cfg.Logger, sessions: map[uint64][]verbs.QP{}, stop: make(chan struct{}), done: make(chan struct{})}
+	s = &Server{cfg: cfg, log: cfg.Logger, sessions: map[uint64][]verbs.QP{}, stop: make(chan struct{}), done: make(chan struct{}),
+		trusted: map[string]bool{}}
+	for _, id := range cfg.Trusted {
+		s.trusted[id] = true
+	}
 	defer func() {
 		if err != nil {
 			close(s.done)
@@ -145,7 +175,14 @@ func New(ctx context.Context, cfg Config) (s *Server, err error) {
 	if s.cq, err = cfg.Device.CreateCQ(64); err != nil {
 		return nil, fmt.Errorf("atomics: CQ: %w", err)
 	}
-	if s.mr, err = s.pd.RegMR(spec.CounterLen, verbs.AccessLocalWrite|verbs.AccessRemoteAtomic); err != nil {
+	// The policy's limit starts at 0: no atomic runs before the first
+	// lease is taken (no QP exists yet either).
+	if p, ok := s.pd.(verbs.AtomicPolicer); ok {
+		if s.policed, err = p.RegAtomicMR(spec.CounterLen, verbs.AtomicPolicy{FetchAdd: spec.FetchAddDelta}); err != nil {
+			return nil, fmt.Errorf("atomics: counter region with an atomic policy: %w", err)
+		}
+		s.mr = s.policed
+	} else if s.mr, err = s.pd.RegMR(spec.CounterLen, verbs.AccessLocalWrite|verbs.AccessRemoteAtomic); err != nil {
 		return nil, fmt.Errorf("atomics: counter region: %w", err)
 	}
 	b := s.mr.Bytes()
@@ -161,9 +198,16 @@ func New(ctx context.Context, cfg Config) (s *Server, err error) {
 	// The CPU writes the word once, before any QP exists: the NIC owns it
 	// from here on.
 	atomic.StoreUint64(s.word, s.order(first))
-	s.leaseHi.Store(first + uint64(cfg.Block) - 1)
+	s.seen = first
+	s.top.Store(first - 1)
+	s.setLease(first + uint64(cfg.Block) - 1)
 	go s.monitor()
-	s.log.Info("atomics data path up", "first", first, "lease_hi", s.leaseHi.Load(), "epoch", cfg.Epoch)
+	if s.policed == nil {
+		s.log.Warn("atomics: the provider cannot refuse an atomic other than fetch-and-add of one: only trusted identities are admitted",
+			"trusted", cfg.Trusted)
+	}
+	s.log.Info("atomics data path up", "first", first, "lease_hi", s.leaseHi.Load(), "epoch", cfg.Epoch,
+		"policed", s.policed != nil)
 	return s, nil
 }
 
@@ -194,6 +238,10 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 	}
 	if s.fenced.Load() {
 		return no, ErrFenced
+	}
+	if s.policed == nil && !s.trusts(a.Identities) {
+		s.untrusted.Add(1)
+		return no, fmt.Errorf("%w: client %q, identities %q", ErrUntrusted, a.Name, a.Identities)
 	}
 	if s.nqps+len(a.QPs) > s.cfg.MaxQPs {
 		return no, fmt.Errorf("%w: %d QPs admitted, the maximum is %d", ErrArgument, s.nqps, s.cfg.MaxQPs)
@@ -264,8 +312,59 @@ func (s *Server) allToErr() {
 	}
 }
 
-// monitor renews the lease ahead of the counter and fences before the
-// counter can pass it.
+// trusts reports whether one of ids is a trusted identity.
+func (s *Server) trusts(ids []string) bool {
+	for _, id := range ids {
+		if s.trusted[id] {
+			return true
+		}
+	}
+	return false
+}
+
+// setLease makes hi the lease's last value: the last value the policy
+// lets a FETCH_AND_ADD return, and the monitor's bound.
+func (s *Server) setLease(hi uint64) {
+	if s.policed != nil {
+		s.policed.SetAtomicLimit(hi)
+	}
+	s.leaseHi.Store(hi)
+}
+
+// reading is what the monitor makes of one reading of the counter word.
+type reading int
+
+const (
+	readFine    reading = iota // inside the lease, with room
+	readRenew                  // less than half a block left: renew
+	readLow                    // within the fence margin: renew, or fence
+	readOverrun                // values beyond the lease may be out: fence
+	readRewound                // below an earlier reading: fence
+)
+
+// assess judges next, the word (the value the next FETCH_AND_ADD
+// returns), against seen, the monitor's previous reading, and hi, the
+// lease's last value. Fetch-and-adds of one only move the word up, to
+// hi+1 at most before the monitor renews; anything else is a client that
+// broke protocol on a provider that could not refuse it, or a rate
+// beyond the one the fence margin assumes.
+func assess(next, seen, hi, block, margin uint64) reading {
+	switch {
+	case next < seen:
+		return readRewound
+	case next-1 > hi:
+		return readOverrun
+	case next+margin > hi:
+		return readLow
+	case hi-next < block/2:
+		return readRenew
+	}
+	return readFine
+}
+
+// monitor renews the lease ahead of the counter, fences before the
+// counter can pass it, and fences at once when it finds the counter
+// moved backward or beyond the lease.
 func (s *Server) monitor() {
 	defer close(s.done)
 	t := time.NewTicker(s.cfg.Interval)
@@ -277,44 +376,118 @@ func (s *Server) monitor() {
 			return
 		case <-t.C:
 		}
+		if s.broken {
+			s.recoverBreach()
+			continue
+		}
 		next := s.load() // values below next may be out
 		hi := s.leaseHi.Load()
-		if next > hi || hi-next < block/2 {
+		r := assess(next, s.seen, hi, block, uint64(s.cfg.FenceMargin))
+		if next > s.seen {
+			s.seen = next
+			s.raiseTop(next - 1)
+		}
+		switch r {
+		case readRewound, readOverrun:
+			s.breach(r, next, hi)
+		case readRenew, readLow:
 			if first, err := s.cfg.Oracle.Claim(s.cfg.Block); err == nil {
 				// first > every value the oracle saw; the gap up to it
 				// is below the mark too and never handed out by the
 				// oracle, so the NIC may run straight through it.
-				s.leaseHi.Store(first + block - 1)
+				s.setLease(first + block - 1)
 				s.renewals.Add(1)
 				if s.fenced.Load() {
 					s.fenced.Store(false)
 					s.log.Info("atomics: lease renewed, admitting again", "lease_hi", first+block-1)
 				}
-				continue
+			} else if r == readLow && !s.fenced.Load() {
+				s.fence()
+				s.log.Warn("atomics: fenced: the counter came within the margin of the lease; clients re-admit once it is renewed",
+					"next", next, "lease_hi", hi)
 			}
 		}
-		if next+uint64(s.cfg.FenceMargin) > hi && !s.fenced.Load() {
-			s.mu.Lock()
-			s.fenced.Store(true)
-			s.allToErr()
-			for id, qps := range s.sessions {
-				for _, qp := range qps {
-					qp.Close()
-				}
-				delete(s.sessions, id)
-			}
-			s.nqps = 0
-			s.mu.Unlock()
-			s.fences.Add(1)
-			s.log.Warn("atomics: fenced: the counter came within the margin of the lease; clients re-admit once it is renewed",
-				"next", next, "lease_hi", hi)
+	}
+}
+
+// fence moves every QP to ERR and drops every session: once it returns
+// no atomic runs on the counter, and none will until a session is
+// admitted again, which waits for the fence to lift.
+func (s *Server) fence() {
+	s.mu.Lock()
+	s.fenced.Store(true)
+	s.allToErr()
+	for id, qps := range s.sessions {
+		for _, qp := range qps {
+			qp.Close()
+		}
+		delete(s.sessions, id)
+	}
+	s.nqps = 0
+	s.mu.Unlock()
+	s.fences.Add(1)
+}
+
+// breach fences after a reading no fetch-and-add of one could produce.
+// Values up to the highest the word reached may be out, some of them
+// beyond the lease, so the counter restarts only above all of them: the
+// oracle is floored there (when it can be), and recoverBreach moves the
+// word to a lease above it before admitting again.
+func (s *Server) breach(r reading, next, hi uint64) {
+	s.fence()
+	// Adds that ran between the reading and the fence count too: the
+	// word is still now.
+	now := s.load()
+	s.floor = max(s.seen, next, now, hi+1) - 1
+	s.raiseTop(s.floor)
+	s.broken = true
+	reason := "overrun"
+	if r == readRewound {
+		reason = "rewind"
+		s.rewinds.Add(1)
+	} else {
+		s.overruns.Add(1)
+	}
+	if f, ok := s.cfg.Oracle.(interface{ Floor(uint64) error }); ok {
+		if err := f.Floor(s.floor); err != nil {
+			s.log.Error("atomics: cannot floor the oracle above the counter", "floor", s.floor, "err", err)
+		}
+	}
+	s.log.Error("atomics: fenced: the counter moved as no fetch-and-add of one can; a client broke protocol on a provider that could not refuse it, or the fence margin's rate was exceeded",
+		"reason", reason, "next", next, "now", now, "seen", s.seen, "lease_hi", hi, "restart_above", s.floor)
+}
+
+// recoverBreach takes a lease above the breach's floor and restarts the
+// word at its first value. No QP exists while it runs, so the CPU owns
+// the word.
+func (s *Server) recoverBreach() {
+	first, err := s.cfg.Oracle.Claim(s.cfg.Block)
+	if err != nil || first <= s.floor {
+		return // persistence behind, or an oracle that cannot be floored: wait
+	}
+	atomic.StoreUint64(s.word, s.order(first))
+	s.seen = first
+	s.setLease(first + uint64(s.cfg.Block) - 1)
+	s.renewals.Add(1)
+	s.broken = false
+	s.fenced.Store(false)
+	s.log.Info("atomics: counter restarted above the breach, admitting again", "first", first, "lease_hi", s.leaseHi.Load())
+}
+
+// raiseTop raises top to v.
+func (s *Server) raiseTop(v uint64) {
+	for {
+		t := s.top.Load()
+		if v <= t || s.top.CompareAndSwap(t, v) {
+			return
 		}
 	}
 }
 
 // Stop moves every QP to ERR (late requests get no answer, and no atomic
 // runs after it returns), stops the monitor, and returns the highest value
-// the mode could have handed out. Stop is idempotent.
+// the mode could have handed out: the word's, or the highest the monitor
+// saw if the word went back. Stop is idempotent.
 func (s *Server) Stop() (high uint64, err error) {
 	s.stopOnce.Do(func() {
 		s.mu.Lock()
@@ -324,7 +497,10 @@ func (s *Server) Stop() (high uint64, err error) {
 		close(s.stop)
 		<-s.done
 		if s.word != nil {
-			s.high = s.load() - 1
+			s.high = s.top.Load()
+			if w := s.load(); w > 0 {
+				s.high = max(s.high, w-1)
+			}
 		}
 		s.log.Info("atomics data path stopped", "high", s.high, "lease_hi", s.leaseHi.Load())
 	})
@@ -356,13 +532,26 @@ func (s *Server) Close() error {
 type LeaseStats struct {
 	Next, LeaseHi    uint64
 	Renewals, Fences uint64
-	Sessions         int
-	Fenced           bool
+	// Top is the highest value the monitor saw the word able to hand out.
+	Top uint64
+	// Overruns and Rewinds count breaches: fences after the word was
+	// found beyond the lease or below an earlier reading.
+	Overruns, Rewinds uint64
+	// Refused counts atomics the provider refused under the policy
+	// (Policed); Untrusted, admissions refused without it.
+	Refused, Untrusted uint64
+	Sessions           int
+	Fenced, Policed    bool
 }
 
 // Lease returns a snapshot of the lease.
 func (s *Server) Lease() LeaseStats {
-	st := LeaseStats{Next: s.load(), LeaseHi: s.leaseHi.Load(), Renewals: s.renewals.Load(), Fences: s.fences.Load()}
+	st := LeaseStats{Next: s.load(), LeaseHi: s.leaseHi.Load(), Renewals: s.renewals.Load(), Fences: s.fences.Load(),
+		Top: s.top.Load(), Overruns: s.overruns.Load(), Rewinds: s.rewinds.Load(), Untrusted: s.untrusted.Load(),
+		Policed: s.policed != nil}
+	if s.policed != nil {
+		st.Refused = s.policed.AtomicRefused()
+	}
 	st.Sessions, st.Fenced = s.Sessions(), s.fenced.Load()
 	return st
 }
@@ -371,9 +560,18 @@ func (s *Server) Lease() LeaseStats {
 // are the metrics seqd_atomics_*.
 func (s *Server) Stats() dataplane.Stats {
 	l := s.Lease()
-	return dataplane.Stats{Sessions: l.Sessions, Current: l.Next - 1, Counters: []dataplane.Counter{
+	cur := l.Top
+	if l.Next > 0 {
+		cur = max(cur, l.Next-1)
+	}
+	const breachHelp = "Fences after the counter was found beyond the lease (overrun) or below an earlier reading (rewind): a client broke protocol on a provider that could not refuse it."
+	return dataplane.Stats{Sessions: l.Sessions, Current: cur, Counters: []dataplane.Counter{
 		{Name: "lease_renewals_total", Help: "Leases claimed from the oracle ahead of the NIC counter.", Value: l.Renewals},
-		{Name: "fences_total", Help: "Times every QP was moved to ERR because the counter neared the lease's end.", Value: l.Fences},
+		{Name: "fences_total", Help: "Times every QP was moved to ERR because the counter neared the lease's end or moved as no fetch-and-add of one can.", Value: l.Fences},
+		{Name: "breaches_total", Help: breachHelp, Reason: "overrun", Value: l.Overruns},
+		{Name: "breaches_total", Help: breachHelp, Reason: "rewind", Value: l.Rewinds},
+		{Name: "refused_atomics_total", Help: "Atomics the provider refused because they were not a fetch-and-add of one: another add, a compare-and-swap, or an add that would wrap (the client's QP went to ERR).", Value: l.Refused},
+		{Name: "untrusted_total", Help: "Admissions refused because the provider cannot refuse other atomics and the client's identity is not trusted.", Value: l.Untrusted},
 	}}
 }
 

@@ -43,10 +43,15 @@ type atomicsQP struct {
 	nwr  int
 }
 
-// RC timing: a dead server is detected in about RetryCnt × 4 ms.
+// RC timing: a dead server is detected in about RetryCnt × 4 ms. A
+// fetch-and-add the server's provider holds back because the lease is
+// used up (an RNR NAK: spec/PROTOCOL.md, "Atomics: what a client may do
+// to the counter") is resent until the lease is renewed or a fence tears
+// the connection down: RNR retry 7 is unlimited.
 const (
 	rcTimeout  = 10 // 4.096 µs × 2^10 ≈ 4 ms
 	rcRetryCnt = 7
+	rcRNRRetry = 7
 )
 
 // dialAtomics admits the client in atomics mode with fresh QPs.
@@ -106,7 +111,7 @@ func (c *atomicsConn) attach(g dataplane.Grant) error {
 	}
 	for i, q := range c.qps {
 		if err := verbs.Connect(q.qp, verbs.ConnectAttr{Remote: g.ServerConnQPs[i].Addr, RemoteQPN: g.ServerConnQPs[i].QPN,
-			SQPSN: g.ConnPSNs[i] & verbs.PSNMask, Timeout: rcTimeout, RetryCnt: rcRetryCnt}); err != nil {
+			SQPSN: g.ConnPSNs[i] & verbs.PSNMask, Timeout: rcTimeout, RetryCnt: rcRetryCnt, RNRRetry: rcRNRRetry}); err != nil {
 			return fmt.Errorf("atomics: client QP %d connect: %w", i, err)
 		}
 	}

@@ -55,6 +55,11 @@ type Admission struct {
 	// connects to (RC, UC). ConnQPs is a second set for modes that need
 	// two kinds (herd: the UC QPs that WRITE requests).
 	QPs, ConnQPs []Endpoint
+	// Identities are the caller's verified identities (its admin-plane
+	// client certificate's); empty for an anonymous caller. A mode that
+	// cannot hold every client to its protocol admits only trusted ones
+	// (atomics on a NIC).
+	Identities []string
 }
 
 // SessionRef names one session of one epoch (DisconnectRequest, and the
@@ -169,6 +174,9 @@ type Config struct {
 	QKey uint32
 	// AtomicsBlock is the atomics lease size (0: the mode's default).
 	AtomicsBlock int
+	// AtomicsTrusted are the identities atomics admits when its provider
+	// cannot refuse a client's other atomics (see atomics.Config.Trusted).
+	AtomicsTrusted []string
 }
 
 // Factory starts a mode.

@@ -36,6 +36,21 @@ type SecurityConfig struct {
 	TokenFile         string // bearer tokens authorising mutating RPCs
 	AllowIdentities   string // comma-separated client-certificate identities allowed
 	ProtectConnect    bool   // Connect needs the same authorisation
+	// AtomicsTrusted: comma-separated client-certificate identities the
+	// atomics mode admits on a provider that cannot refuse a client's
+	// other atomics (ibv); the soft provider admits every client.
+	AtomicsTrusted string
+}
+
+// atomicsTrusted lists AtomicsTrusted.
+func (s SecurityConfig) atomicsTrusted() []string {
+	var ids []string
+	for _, id := range strings.Split(s.AtomicsTrusted, ",") {
+		if id = strings.TrimSpace(id); id != "" {
+			ids = append(ids, id)
+		}
+	}
+	return ids
 }
 
 // adminSecurity builds the admin plane's credentials and authorizer.
@@ -48,6 +63,9 @@ func (c *Config) adminSecurity(log *slog.Logger) (credentials.TransportCredentia
 		if err != nil {
 			return nil, nil, fmt.Errorf("%w: %v", ErrConfig, err)
 		}
+	}
+	if len(s.atomicsTrusted()) > 0 && s.ClientCA == "" {
+		return nil, nil, fmt.Errorf("%w: -atomics-trusted needs -admin-client-ca to verify client certificates", ErrConfig)
 	}
 	var ids []string
 	for _, id := range strings.Split(s.AllowIdentities, ",") {
@@ -106,7 +124,7 @@ func runHA(ctx context.Context, c Config, log *slog.Logger, ready func(Addrs), c
 	srv, err := haserve.New(haserve.Config{Node: node, Mode: c.Mode, Logger: log,
 		Oracle: oracle.Config{Format: c.format},
 		Modes: modes.Config{Device: dev, Workers: c.Workers, RespQPs: c.RespQPs, Cores: c.cores,
-			MaxWindow: c.MaxWindow, MaxClients: c.MaxClients, Version: c.Version}})
+			MaxWindow: c.MaxWindow, MaxClients: c.MaxClients, Version: c.Version, AtomicsTrusted: c.Security.atomicsTrusted()}})
 	if err != nil {
 		lis.Close()
 		return fmt.Errorf("%w: %v", ErrConfig, err)

@@ -184,7 +184,7 @@ func Run(ctx context.Context, c Config, log *slog.Logger, ready func(Addrs)) err
 	defer dev.Close()
 	dp, err := modes.New(ctx, modes.Config{Device: dev, Oracle: orc, Workers: c.Workers, RespQPs: c.RespQPs,
 		Cores: c.cores, MaxWindow: c.MaxWindow, MaxClients: c.MaxClients, Version: c.Version, Logger: log,
-		QKey: modes.RandomQKey()}, c.Mode)
+		QKey: modes.RandomQKey(), AtomicsTrusted: c.Security.atomicsTrusted()}, c.Mode)
 	if err != nil {
 		return fmt.Errorf("seqd: start %s: %w", c.Mode, err)
 	}

@@ -23,6 +23,7 @@ const (
 	CounterInjectedLoss    = "fault_dropped"       // packets dropped by fault injection
 	CounterInjectedDup     = "fault_duplicated"    // packets duplicated by fault injection
 	CounterInjectedReorder = "fault_reordered"     // packets delayed by fault injection
+	CounterAtomicRefused   = "rc_atomic_refused"   // remote atomics an AtomicPolicy refused
 	// CounterProviderCrossings counts data-path calls into the driver
 	// (posts and polls): cgo calls on the ibv provider.
 	CounterProviderCrossings = "provider_crossings"

@@ -224,3 +224,46 @@ type DoorbellBatcher interface {
 type Counters interface {
 	VisitCounters(f func(name string, value uint64))
 }
+
+// AtomicPolicy restricts the remote atomics a region accepts
+// (AtomicPolicer): a counter that peers may only take values from, one
+// step at a time, up to a ceiling its owner raises.
+type AtomicPolicy struct {
+	// FetchAdd is the one add a remote FETCH_AND_ADD may carry; it must
+	// not be 0. Any other add, and every COMPARE_AND_SWAP, is refused.
+	FetchAdd uint64
+	// Limit is the highest value a FETCH_AND_ADD may return (the word's
+	// value before the add, as the responder's arithmetic reads it). One
+	// that finds the word above Limit is held back, not refused: the
+	// responder answers receiver-not-ready (RNR NAK) and the requester
+	// sends it again after its RNR timer (for ever with RNRRetry 7), so
+	// it runs once the owner raises the limit, or fails when the QP is
+	// torn down. One that would wrap the word is refused.
+	Limit uint64
+}
+
+// AtomicPolicer is implemented by PDs whose responder can enforce an
+// AtomicPolicy on a region. The responder refuses a request that breaks
+// the policy as a NIC refuses an access its R_Key does not allow: a
+// remote access error NAK, after which the responding QP is in ERR and
+// executes nothing more; the requester's work request completes with
+// WCRemAccessErr and its QP moves to ERR. A NIC cannot do this (an MR with
+// remote atomic access lets a peer add anything and compare-and-swap),
+// so hardware providers do not implement it: callers that must keep
+// untrusted peers from moving a counter backward or far ahead check for
+// it and, without it, admit only peers they trust.
+type AtomicPolicer interface {
+	// RegAtomicMR registers length bytes with local write and remote
+	// atomic access, every remote atomic on them checked against p.
+	RegAtomicMR(length int, p AtomicPolicy) (AtomicMR, error)
+}
+
+// AtomicMR is a region registered with an AtomicPolicy.
+type AtomicMR interface {
+	MR
+	// SetAtomicLimit replaces the policy's Limit for atomics executed
+	// after it returns.
+	SetAtomicLimit(limit uint64)
+	// AtomicRefused is how many remote atomics the policy refused.
+	AtomicRefused() uint64
+}

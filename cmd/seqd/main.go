@@ -84,6 +84,7 @@ func realMainEnv(args []string, stderr io.Writer, lookupEnv func(string) (string
 	fs.StringVar(&c.Security.TokenFile, "admin-token-file", "", "file of bearer tokens (one a line, mode 0600) that authorise mutating admin RPCs")
 	fs.StringVar(&c.Security.AllowIdentities, "admin-allow", "", "client-certificate identities (CN or SAN), comma-separated, that authorise mutating admin RPCs")
 	fs.BoolVar(&c.Security.ProtectConnect, "admin-protect-connect", false, "Connect, KeepAlive and Disconnect (data-plane admission, session leases) need the same authorisation")
+	fs.StringVar(&c.Security.AtomicsTrusted, "atomics-trusted", "", "client-certificate identities (CN or SAN), comma-separated, that the atomics mode admits on a provider that cannot refuse other atomics than fetch-and-add of one (ibv: a NIC lets any client move the counter); the soft provider enforces that and admits everyone")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}

@@ -53,6 +53,7 @@ func (b *Backend) Replace(ctx context.Context, old *adminpb.DisconnectRequest, r
 	if err != nil {
 		return nil, err
 	}
+	a.Identities = admin.CallerIdentities(ctx)
 	var ref dataplane.SessionRef // none, or not of this epoch: nothing to release
 	if old != nil && admin.CheckEpoch(old, b.Epoch) == nil {
 		ref = SessionRef(old)

@@ -327,11 +327,21 @@ type mr struct {
 	access verbs.Access
 	idx    int
 	closed atomic.Bool
+	// policy, when set, restricts remote atomics (RegAtomicMR).
+	policy *atomicPolicy
 }
 
 var _ verbs.MR = (*mr)(nil)
 
 func (p *pd) RegMR(length int, access verbs.Access) (verbs.MR, error) {
+	m, err := p.regMR(length, access, nil)
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func (p *pd) regMR(length int, access verbs.Access, pol *atomicPolicy) (*mr, error) {
 	if p.closed.Load() {
 		return nil, verbs.ErrClosed
 	}
@@ -364,7 +374,7 @@ func (p *pd) RegMR(length int, access verbs.Access) (verbs.MR, error) {
 		return nil, fmt.Errorf("%w: out of memory region slots", verbs.ErrQueueFull)
 	}
 	d.nextMR = idx + 1
-	m := &mr{pd: p, buf: buf, addr: uint64(uintptr(unsafe.Pointer(&buf[0]))), access: access, idx: idx}
+	m := &mr{pd: p, buf: buf, addr: uint64(uintptr(unsafe.Pointer(&buf[0]))), access: access, idx: idx, policy: pol}
 	m.lkey = uint32(idx)<<8 | uint32(rand.IntN(256))
 	m.rkey = uint32(idx)<<8 | uint32(rand.IntN(256))
 	d.mrs[idx].Store(m)
@@ -458,7 +468,7 @@ type counters struct {
 	dropOpcode, dropRKey, dropPSN, dropLength                        atomic.Uint64
 	rcRetransmits, rcDuplicates, rcNaks                              atomic.Uint64
 	faultLoss, faultDup, faultReorder, cqOverrun, gsoFallback        atomic.Uint64
-	rxIPID                                                           atomic.Uint64
+	rxIPID, atomicRefused                                            atomic.Uint64
 }
 
 // ioCounts are one queue's packets, datagrams and system calls, written
@@ -512,6 +522,7 @@ func (c *counters) visit(io *ioTotals, f func(string, uint64)) {
 	f(verbs.CounterInjectedLoss, c.faultLoss.Load())
 	f(verbs.CounterInjectedDup, c.faultDup.Load())
 	f(verbs.CounterInjectedReorder, c.faultReorder.Load())
+	f(verbs.CounterAtomicRefused, c.atomicRefused.Load())
 	f("cq_overrun", c.cqOverrun.Load())
 	f("gso_fallback", c.gsoFallback.Load())
 	f("rx_datagrams", io.rxDatagrams)

@@ -594,7 +594,7 @@ func (x *qp) rcRead(pk *rocev2.Packet, fresh bool) {
 
 func (x *qp) rcAtomic(pk *rocev2.Packet) {
 	r := &x.resp
-	_, mem := x.checkRKey(pk.RKey, pk.VA, 8, verbs.AccessRemoteAtomic)
+	m, mem := x.checkRKey(pk.RKey, pk.VA, 8, verbs.AccessRemoteAtomic)
 	if mem == nil {
 		x.d.ctr.dropRKey.Add(1)
 		x.nak(rocev2.AETHNakRemAcc)
@@ -606,7 +606,17 @@ func (x *qp) rcAtomic(pk *rocev2.Packet) {
 	}
 	w := (*uint64)(unsafe.Pointer(&mem[0]))
 	var orig uint64
-	if pk.Opcode.Op() == rocev2.OpFetchAdd {
+	if m.policy != nil {
+		var v policyVerdict
+		switch orig, v = m.policy.fetchAdd(w, pk); v {
+		case policyHeld:
+			x.holdAtomic()
+			return
+		case policyRefused:
+			x.refuseAtomic(m)
+			return
+		}
+	} else if pk.Opcode.Op() == rocev2.OpFetchAdd {
 		orig = atomic.AddUint64(w, pk.SwapAdd) - pk.SwapAdd
 	} else {
 		for {

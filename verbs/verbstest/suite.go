@@ -26,6 +26,7 @@ func Run(t *testing.T, open Opener) {
 	all = append(all, udTests()...)
 	all = append(all, ucTests()...)
 	all = append(all, rcTests()...)
+	all = append(all, atomicPolicyTests()...)
 	all = append(all, qpTests()...)
 	all = append(all, cqTests()...)
 	all = append(all, badInputTests()...)
