@@ -242,6 +242,7 @@ func (s *Server) admitLocked(ctx context.Context, a dataplane.Admission, old dat
 		// that could hold a completion of it.
 		serverQPs = make([]dataplane.Endpoint, len(sess.rqs))
 		for i, q := range sess.rqs {
+			q.peer = sess.peers[i] // its client QP's requests only
 			serverQPs[i] = dataplane.Endpoint{Addr: q.qp.Address(), QPN: q.qpn}
 			assign[i] = uint32(i)
 			s.Workers[sess.worker[i]].inbox.add([]*recvQ{q}, nil)
@@ -266,7 +267,7 @@ func (s *Server) sessionRQs(sess *session, assign []uint32, qkey uint32) error {
 	size := sess.perQP
 	for _, wi := range assign {
 		w := s.Workers[wi]
-		q, err := s.newSessionRQ(w, sess.id, size, qkey)
+		q, err := s.newSessionRQ(w, size, qkey)
 		if err != nil {
 			for _, q := range sess.rqs {
 				q.close()
@@ -279,7 +280,7 @@ func (s *Server) sessionRQs(sess *session, assign []uint32, qkey uint32) error {
 	return nil
 }
 
-func (s *Server) newSessionRQ(w *worker, sess uint64, size int, qkey uint32) (*recvQ, error) {
+func (s *Server) newSessionRQ(w *worker, size int, qkey uint32) (*recvQ, error) {
 	qp, err := s.PD.CreateQP(verbs.QPInitAttr{Type: verbs.UD, SendCQ: w.sendCQ, RecvCQ: w.reqCQ, Queue: w.NextQueue(),
 		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: size, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
@@ -289,7 +290,7 @@ func (s *Server) newSessionRQ(w *worker, sess uint64, size int, qkey uint32) (*r
 		qp.Close()
 		return nil, err
 	}
-	q, err := newRecvQ(s.PD, qp, sess, size, size, size)
+	q, err := newRecvQ(s.PD, qp, size, size, size)
 	if err != nil {
 		qp.Close()
 		return nil, err

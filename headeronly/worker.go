@@ -135,7 +135,7 @@ func newWorker(s *Server, id int) (w *worker, err error) {
 	if c.SharedRecv {
 		slots = c.MaxRecv
 	}
-	if w.shared, err = newRecvQ(s.PD, w.reqQP, 0, 0, slots, max(c.Batch, slots)); err != nil {
+	if w.shared, err = newRecvQ(s.PD, w.reqQP, 0, slots, max(c.Batch, slots)); err != nil {
 		return nil, fmt.Errorf("headeronly: worker %d: %w", id, err)
 	}
 	w.rqs = map[verbs.QPN]*recvQ{w.shared.qpn: w.shared}
@@ -416,7 +416,11 @@ func (w *worker) batch(wcs []verbs.WC) {
 		if k := &q.lookFrom; q.lookTab != tab || k.QPN != wc.SrcQP || k.Port != wc.Src.Port || k.GID != wc.Src.GID {
 			p = lookup(tab, q, wc)
 		}
-		if p == nil || q.sess != 0 && q.sess != p.session {
+		if p == nil || q.peer != nil && q.peer != p {
+			// Not a connected client QP of this worker, or one that
+			// sent to another client QP's request QP (of its own
+			// session, whose Q_Key it holds): each request QP takes
+			// the client QP assigned to it only.
 			w.Drops[dropUnknownSource].Add(1)
 			continue
 		}
