@@ -94,7 +94,6 @@ type worker struct {
 	filled atomic.Int64      // receives posted on reqQP, published after each fill
 	peers  atomic.Pointer[peerTable]
 	budget int // sum of granted windows; guarded by Server.mu
-	slack  int // sum of the slack receives of its session QPs; guarded by Server.mu
 	cqSize int // reqCQ's entries: 2*MaxRecv
 
 	kick atomic.Pointer[kicker]
@@ -434,9 +433,12 @@ func (w *worker) batch(wcs []verbs.WC) {
 			p.gen, p.inBatch = w.gen, 0
 		}
 		if p.inBatch++; p.inBatch > p.window && p.window > 0 {
-			// More requests of this QP at the server than its window: the
+			// More requests of this QP in one batch than its window: the
 			// excess is not answered (the client broke the contract that
-			// sized the receive queue for everyone).
+			// sized the receive queue for everyone). Only a shared
+			// receive queue lets that happen: a QP's own holds exactly
+			// its window of receives, re-posted with the answers, so
+			// no more of its requests are ever at the server at once.
 			w.Drops[dropWindow].Add(1)
 			continue
 		}
