@@ -55,7 +55,7 @@ type peer struct {
 	ah      verbs.AH
 	session uint64
 	qkey    uint32 // the session's answer Q_Key
-	window  int    // granted; more requests in one batch are dropped (0: not enforced)
+	window  int    // granted; more requests in one batch are dropped (0: not enforced; only a shared queue lets more arrive)
 	lastTag uint32 // worker-owned; tag+1 of the previous request
 	inBatch int    // worker-owned; requests in batch number gen
 	gen     uint64 // worker-owned; the batch inBatch counts in
