@@ -85,10 +85,16 @@ func BenchmarkBatch(b *testing.B) {
 // own request QP, and loads the CQ with one batch: per requests of each
 // ((Batch-4)/flows when per is 0).
 func newNullWorker(b testing.TB, flows, per int) (*worker, *nullDev) {
+	return newNullWorkerRecv(b, flows, per, false)
+}
+
+// newNullWorkerRecv is newNullWorker, with the worker's one shared
+// request QP (Config.SharedRecv) instead when shared.
+func newNullWorkerRecv(b testing.TB, flows, per int, shared bool) (*worker, *nullDev) {
 	d := &nullDev{}
 	d.cq = &nullCQ{}
 	cfg, err := Config{Config: wk.Config{Device: d, Oracle: &claimtest.Oracle{}, Behind: claimtest.ErrBehind,
-		Logger: slog.New(slog.DiscardHandler)}, MaxWindow: 256}.validate()
+		Logger: slog.New(slog.DiscardHandler)}, MaxWindow: 256, SharedRecv: shared}.validate()
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -107,6 +113,11 @@ func newNullWorker(b testing.TB, flows, per int) (*worker, *nullDev) {
 	if per == 0 {
 		per = (cfg.Batch - 4) / flows // room for the send completions in a poll
 	}
+	if shared {
+		// Admission waits for the worker to post the shared queue's
+		// receives; it is not running, and its first poll posts them.
+		w.filled.Store(1 << 30)
+	}
 	for f := range flows {
 		addr := verbs.Address{GID: verbs.GIDFromAddr(netip.MustParseAddr("10.0.0.1")), Port: uint16(10000 + f)}
 		qpn := verbs.QPN(0x1000 + f)
@@ -116,6 +127,15 @@ func newNullWorker(b testing.TB, flows, per int) (*worker, *nullDev) {
 			b.Fatal(err)
 		}
 		w.takeInbox(false)
+		if shared {
+			// Receives of the shared queue, one slot per request.
+			for i := range per {
+				d.cq.reqs = append(d.cq.reqs, verbs.WC{ID: w.shared.serial<<32 | uint64(f*per+i), Status: verbs.WCSuccess, Opcode: verbs.WCRecv,
+					Flags: verbs.WCWithImm, ByteLen: verbs.GRHLen + spec.RequestLen, QPN: w.shared.qpn,
+					SrcQP: qpn, Src: addr})
+			}
+			continue
+		}
 		q := rqs[0]
 		// The receives it posted first, in the order fill took them
 		// (Poll gives them their immediates).
@@ -216,11 +236,14 @@ func (c *nullCQ) Poll(wc []verbs.WC) (int, error) {
 func (c *nullCQ) Wait(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }
 func (c *nullCQ) Close() error                   { return nil }
 
-// TestWindowPerBatch: a QP's requests are counted against its window
-// per batch. Batches of exactly the window, one after another, are
-// answered whole; one request over it in a batch is dropped alone.
+// TestWindowPerBatch: with a shared request QP (Config.SharedRecv),
+// whose receives do not bound one client QP's requests, a QP's requests
+// are counted against its window per batch. Batches of exactly the
+// window, one after another, are answered whole; one request over it in
+// a batch is dropped alone. (A QP's own request QP holds just its
+// window of receives: TestWindowAtAllTimes.)
 func TestWindowPerBatch(t *testing.T) {
-	w, d := newNullWorker(t, 2, 8) // two QPs, window 8, 8 requests each per poll
+	w, d := newNullWorkerRecv(t, 2, 8, true) // two QPs, window 8, 8 requests each per poll
 	o := w.s.cfg.Oracle.(*claimtest.Oracle)
 	run := func() {
 		d.cq.stamp = verbs.Now()

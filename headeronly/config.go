@@ -31,12 +31,8 @@ const (
 	// client QPs at window 64, 4096 at window 8.
 	DefaultMaxRecv   = 32768
 	DefaultRecvSlack = 1024
-	// SessionSlack is how many receives a session's request QP has
-	// beyond its window (a retransmission can arrive while the request it
-	// repeats is still queued).
-	SessionSlack  = 4
-	DefaultSpin   = 200 * time.Microsecond
-	DefaultWindow = 64
+	DefaultSpin      = 200 * time.Microsecond
+	DefaultWindow    = 64
 )
 
 // ErrConfig reports an invalid Config.
@@ -57,10 +53,8 @@ type Config struct {
 	MaxClients int
 	// MaxRecv is the largest receive budget of one worker: the sum of the
 	// windows of its client QPs may not exceed it. Default
-	// DefaultMaxRecv. Request QPs of their own hold up to SessionSlack
-	// more receives each; the worker's receive CQ has room for 2*MaxRecv,
-	// and a Connect whose windows and slack together would exceed that is
-	// refused too.
+	// DefaultMaxRecv. The worker's receive CQ has room for 2*MaxRecv
+	// (receives and answers' completions).
 	MaxRecv int
 	// RecvSlack is how many receive buffers a worker keeps posted beyond
 	// the sum of its clients' windows (up to MaxRecv), so that a client
@@ -75,10 +69,10 @@ type Config struct {
 	// windows plus RecvSlack (one QP per worker, as in FaSST). A client
 	// that sends beyond its window can then use up receives that other
 	// clients' requests need. By default (false) each admitted client QP
-	// gets a request QP of its own, with its window plus SessionSlack
-	// receives, on its worker's receive CQ: a client can use up only its
-	// own receives. spec/PROTOCOL.md ("Residence and windows") weighs the
-	// two.
+	// gets a request QP of its own, with exactly its window of receives,
+	// on its worker's receive CQ: a client can use up only its own
+	// receives, and never has more than its window of requests at the
+	// server. spec/PROTOCOL.md ("Residence and windows") weighs the two.
 	SharedRecv bool
 	// Spin is how long an idle worker busy-polls before it blocks.
 	// Default DefaultSpin.

@@ -4,9 +4,10 @@
 // A Server runs N workers. Each owns a receive CQ, and Q response UD QPs
 // that it rotates over per batch (the thesis's multi-queue guideline).
 // Each admitted client QP gets a request UD QP of its own on its worker's
-// receive CQ, with its window plus a small slack of receives and the
-// session's own request Q_Key, so that a client sending beyond its window
-// uses up only its own receives (Config.SharedRecv instead shares one
+// receive CQ, with exactly its window of receives and the session's own
+// request Q_Key, so that a client sending beyond its window uses up only
+// its own receives, and no more than its window of a client QP's requests
+// are ever at the server at once (Config.SharedRecv instead shares one
 // request QP per worker among its clients). A worker polls a batch of
 // requests, re-posts their RECVs to the QPs they came from (one chain per
 // QP), validates each (its source must be the connected session's QP
@@ -22,8 +23,9 @@
 // Arrived) longer than spec.MaxResidence ago is dropped rather than
 // answered late: before the claim and while the oracle is behind (reason
 // "expired"), and immediately before the doorbell, after every wait
-// (reason "late"). Requests of one client QP beyond its granted window in
-// one batch are dropped (reason "window").
+// (reason "late"). With SharedRecv, requests of one client QP beyond its
+// granted window in one batch are dropped (reason "window"); by default
+// its own request QP's receives bound them at all times.
 //
 // Server implements dataplane.Mode (package modes serves it through the
 // admin protocol); its workers are internal/worker's. An Admit whose
@@ -40,7 +42,7 @@
 // copy-on-write peer table and a reference to a cached address handle,
 // about 2.3 KB of heap per one-QP client (600-700 bytes with SharedRecv; e2e
 // TestManyClientsMemory, 10,000 clients), including its request QP and
-// window + slack receive buffers of 64 bytes (SharedRecv: MaxRecv of them
+// window of receive buffers of 64 bytes (SharedRecv: MaxRecv of them
 // per worker are registered at start). An
 // address handle is closed a second after its last client QP left, so
 // memory is bounded by the clients connected, not by every address ever

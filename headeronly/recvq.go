@@ -30,8 +30,11 @@ type recvQ struct {
 	base   uint64 // mr.Addr() and mr.LKey(), read once: set runs per request
 	lkey   uint32
 	serial uint64 // unique per server; WR IDs are serial<<32 | slot
-	sess   uint64 // the session whose requests it takes; 0: any (shared)
-	size   int    // receives kept posted (shared: updated from worker.want)
+	// peer is the one client QP whose requests it takes (a session's
+	// own queue); nil: any client QP of its worker's (the shared one).
+	// Set before the worker adopts it.
+	peer   *peer
+	size   int // receives kept posted (shared: updated from worker.want)
 	free   []uint32
 	posted int
 	wrs    []verbs.RecvWR
@@ -52,12 +55,12 @@ var rqSerial atomic.Uint64
 
 // newRecvQ registers slots receive buffers and makes room for WRs work
 // requests of them at once.
-func newRecvQ(pd verbs.PD, qp verbs.QP, sess uint64, size, slots, wrs int) (*recvQ, error) {
+func newRecvQ(pd verbs.PD, qp verbs.QP, size, slots, wrs int) (*recvQ, error) {
 	mr, err := pd.RegMR(slots*recvSlot, verbs.AccessLocalWrite)
 	if err != nil {
 		return nil, fmt.Errorf("receive buffers: %w", err)
 	}
-	q := &recvQ{qp: qp, qpn: qp.QPN(), mr: mr, base: mr.Addr(), lkey: mr.LKey(), serial: rqSerial.Add(1) & 0xffffffff, sess: sess, size: size,
+	q := &recvQ{qp: qp, qpn: qp.QPN(), mr: mr, base: mr.Addr(), lkey: mr.LKey(), serial: rqSerial.Add(1) & 0xffffffff, size: size,
 		free: make([]uint32, slots), wrs: make([]verbs.RecvWR, wrs), sges: make([]verbs.SGE, wrs)}
 	for i := range q.free {
 		q.free[i] = uint32(slots - 1 - i)

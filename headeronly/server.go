@@ -34,8 +34,7 @@ type Server struct {
 type session struct {
 	id     uint64
 	name   string
-	window int
-	perQP  int    // receives posted per client QP: the window, plus the slack on its own QP
+	window int    // per client QP; also the receives of each of its own request QPs
 	qkey   uint32 // the Q_Key its answers carry (ConnectResponse.answer_qkey)
 	peers  []*peer
 	worker []int
@@ -139,8 +138,7 @@ func (s *Server) admitLocked(ctx context.Context, a dataplane.Admission, old dat
 	// The session being replaced, whose QPs and budget the new one may
 	// take (nil: none, or not of this epoch, or gone already).
 	var prev *session
-	freed := make([]int, len(s.Workers))      // windows the replaced session frees
-	freedSlack := make([]int, len(s.Workers)) // and the slack of its own request QPs
+	freed := make([]int, len(s.Workers)) // windows the replaced session frees
 	if old.ID != 0 {
 		prev = s.sessions[old.ID]
 	}
@@ -149,7 +147,6 @@ func (s *Server) admitLocked(ctx context.Context, a dataplane.Admission, old dat
 		n--
 		for i := range prev.peers {
 			freed[prev.worker[i]] += prev.window
-			freedSlack[prev.worker[i]] += prev.perQP - prev.window
 		}
 	}
 	if n >= s.cfg.MaxClients {
@@ -163,10 +160,6 @@ func (s *Server) admitLocked(ctx context.Context, a dataplane.Admission, old dat
 		}
 	}
 	// Assign round-robin, checking every worker's receive budget first.
-	perQP := window
-	if !s.cfg.SharedRecv {
-		perQP += min(SessionSlack, s.cfg.RecvSlack, window)
-	}
 	assign := make([]uint32, len(keys))
 	extra := make([]int, len(s.Workers))
 	for i := range keys {
@@ -179,14 +172,11 @@ func (s *Server) admitLocked(ctx context.Context, a dataplane.Admission, old dat
 		if b := w.budget + e - freed[wi]; b > s.cfg.MaxRecv {
 			return no, nil, fmt.Errorf("%w: worker %d would need %d receive buffers, the maximum is %d", dataplane.ErrNoCapacity, wi, b, s.cfg.MaxRecv)
 		}
-		if b := w.budget + w.slack + e/window*perQP - freed[wi] - freedSlack[wi]; b > w.cqSize {
-			return no, nil, fmt.Errorf("%w: worker %d would have %d receives posted, its CQ holds %d", dataplane.ErrNoCapacity, wi, b, w.cqSize)
-		}
 	}
 	s.nextID++
 	// The session's own Q_Key: its answers carry it, so no other client
 	// (which knows only the request Q_Key and its own) can address them.
-	sess := &session{id: s.nextID, name: a.Name, window: window, perQP: perQP, qkey: verbs.RandomQKey(s.cfg.QKey)}
+	sess := &session{id: s.nextID, name: a.Name, window: window, qkey: verbs.RandomQKey(s.cfg.QKey)}
 	reqQKey := s.cfg.QKey
 	if !s.cfg.SharedRecv {
 		// Its own request QPs, with a Q_Key of their own: no other
@@ -217,7 +207,6 @@ func (s *Server) admitLocked(ctx context.Context, a dataplane.Admission, old dat
 	for i, p := range sess.peers {
 		w := s.Workers[sess.worker[i]]
 		w.budget += window
-		w.slack += perQP - window
 		w.setPeers(func(t peerTable) { t[p.key.id()] = p })
 	}
 	serverQPs := s.Endpoints()
@@ -242,6 +231,7 @@ func (s *Server) admitLocked(ctx context.Context, a dataplane.Admission, old dat
 		// that could hold a completion of it.
 		serverQPs = make([]dataplane.Endpoint, len(sess.rqs))
 		for i, q := range sess.rqs {
+			q.peer = sess.peers[i] // its client QP's requests only
 			serverQPs[i] = dataplane.Endpoint{Addr: q.qp.Address(), QPN: q.qpn}
 			assign[i] = uint32(i)
 			s.Workers[sess.worker[i]].inbox.add([]*recvQ{q}, nil)
@@ -260,13 +250,16 @@ func (s *Server) admitLocked(ctx context.Context, a dataplane.Admission, old dat
 }
 
 // sessionRQs creates sess's request QPs, one per client QP on the
-// worker assign names, each with its window plus SessionSlack receives
-// posted. Called with s.mu held, before the session's peers exist.
+// worker assign names, each with exactly its window of receives posted:
+// a request that arrives while the window's requests of its client QP
+// are all at the server (arrived, not yet answered or dropped) finds
+// none and is dropped by the provider. Called with s.mu held, before
+// the session's peers exist.
 func (s *Server) sessionRQs(sess *session, assign []uint32, qkey uint32) error {
-	size := sess.perQP
+	size := sess.window
 	for _, wi := range assign {
 		w := s.Workers[wi]
-		q, err := s.newSessionRQ(w, sess.id, size, qkey)
+		q, err := s.newSessionRQ(w, size, qkey)
 		if err != nil {
 			for _, q := range sess.rqs {
 				q.close()
@@ -279,7 +272,7 @@ func (s *Server) sessionRQs(sess *session, assign []uint32, qkey uint32) error {
 	return nil
 }
 
-func (s *Server) newSessionRQ(w *worker, sess uint64, size int, qkey uint32) (*recvQ, error) {
+func (s *Server) newSessionRQ(w *worker, size int, qkey uint32) (*recvQ, error) {
 	qp, err := s.PD.CreateQP(verbs.QPInitAttr{Type: verbs.UD, SendCQ: w.sendCQ, RecvCQ: w.reqCQ, Queue: w.NextQueue(),
 		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: size, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
@@ -289,7 +282,7 @@ func (s *Server) newSessionRQ(w *worker, sess uint64, size int, qkey uint32) (*r
 		qp.Close()
 		return nil, err
 	}
-	q, err := newRecvQ(s.PD, qp, sess, size, size, size)
+	q, err := newRecvQ(s.PD, qp, size, size, size)
 	if err != nil {
 		qp.Close()
 		return nil, err
@@ -403,7 +396,6 @@ func (s *Server) release(sess *session) {
 		s.AHs.Put(p.key.addr, now) // closed ahcache.Grace later: a worker may hold it in a batch
 		w := s.Workers[sess.worker[i]]
 		w.budget -= sess.window
-		w.slack -= sess.perQP - sess.window
 		if s.cfg.SharedRecv {
 			w.want.Store(s.recvTarget(w.budget))
 		}

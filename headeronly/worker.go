@@ -55,7 +55,7 @@ type peer struct {
 	ah      verbs.AH
 	session uint64
 	qkey    uint32 // the session's answer Q_Key
-	window  int    // granted; more requests in one batch are dropped (0: not enforced)
+	window  int    // granted; more requests in one batch are dropped (0: not enforced; only a shared queue lets more arrive)
 	lastTag uint32 // worker-owned; tag+1 of the previous request
 	inBatch int    // worker-owned; requests in batch number gen
 	gen     uint64 // worker-owned; the batch inBatch counts in
@@ -94,7 +94,6 @@ type worker struct {
 	filled atomic.Int64      // receives posted on reqQP, published after each fill
 	peers  atomic.Pointer[peerTable]
 	budget int // sum of granted windows; guarded by Server.mu
-	slack  int // sum of the slack receives of its session QPs; guarded by Server.mu
 	cqSize int // reqCQ's entries: 2*MaxRecv
 
 	kick atomic.Pointer[kicker]
@@ -135,7 +134,7 @@ func newWorker(s *Server, id int) (w *worker, err error) {
 	if c.SharedRecv {
 		slots = c.MaxRecv
 	}
-	if w.shared, err = newRecvQ(s.PD, w.reqQP, 0, 0, slots, max(c.Batch, slots)); err != nil {
+	if w.shared, err = newRecvQ(s.PD, w.reqQP, 0, slots, max(c.Batch, slots)); err != nil {
 		return nil, fmt.Errorf("headeronly: worker %d: %w", id, err)
 	}
 	w.rqs = map[verbs.QPN]*recvQ{w.shared.qpn: w.shared}
@@ -416,7 +415,11 @@ func (w *worker) batch(wcs []verbs.WC) {
 		if k := &q.lookFrom; q.lookTab != tab || k.QPN != wc.SrcQP || k.Port != wc.Src.Port || k.GID != wc.Src.GID {
 			p = lookup(tab, q, wc)
 		}
-		if p == nil || q.sess != 0 && q.sess != p.session {
+		if p == nil || q.peer != nil && q.peer != p {
+			// Not a connected client QP of this worker, or one that
+			// sent to another client QP's request QP (of its own
+			// session, whose Q_Key it holds): each request QP takes
+			// the client QP assigned to it only.
 			w.Drops[dropUnknownSource].Add(1)
 			continue
 		}
@@ -430,9 +433,12 @@ func (w *worker) batch(wcs []verbs.WC) {
 			p.gen, p.inBatch = w.gen, 0
 		}
 		if p.inBatch++; p.inBatch > p.window && p.window > 0 {
-			// More requests of this QP at the server than its window: the
+			// More requests of this QP in one batch than its window: the
 			// excess is not answered (the client broke the contract that
-			// sized the receive queue for everyone).
+			// sized the receive queue for everyone). Only a shared
+			// receive queue lets that happen: a QP's own holds exactly
+			// its window of receives, re-posted with the answers, so
+			// no more of its requests are ever at the server at once.
 			w.Drops[dropWindow].Add(1)
 			continue
 		}
