@@ -167,3 +167,58 @@ func TestHERDStraySeqOwnQP(t *testing.T) {
 	t.Logf("after %d stray WRITEs of seq %d: %d served, ahead_total %d, retransmits %d",
 		window, hostileSeq, len(vs), counter(r.srv.Stats(), "ahead_total", ""), r.st.retransmits.Load())
 }
+
+// TestHERDResyncAfterAnsweredStray: the client's own UC QP writes, into
+// each of its slots, a seq 600 past the position's own (within
+// spec.HERDMaxStep, so the server takes and answers it). The client
+// takes the answer as a stale one, moves its position past that seq, and
+// its next WRITE is served: fewer retransmissions than the 600 per slot
+// it would take to write its way past the stray seq one bump at a time.
+func TestHERDResyncAfterAnsweredStray(t *testing.T) {
+	const window, lead = 4, 600
+	r := newHERDRig(t, "", "", 1, window)
+	checkUnique(t, r.run(t, 40))
+	q := r.conn.qps[0]
+	w := newStrayWriter(t, r.pd, q.uc, r.conn.sendCQ)
+	before := r.srv.Stats().Served
+	for pos := range window {
+		w.write(t, q.addr+uint64(pos*spec.SlotLen), q.rkey, spec.Seq(uint32(q.seq[pos])+lead))
+	}
+	for deadline := time.Now().Add(10 * time.Second); r.srv.Stats().Served < before+window; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("stray WRITEs never answered: %+v", r.srv.Stats())
+		}
+	}
+	re0 := r.st.retransmits.Load()
+	vs := r.run(t, 500)
+	checkUnique(t, vs)
+	re := r.st.retransmits.Load() - re0
+	t.Logf("after %d stray WRITEs %d ahead: %d served, %d retransmits", window, lead, len(vs), re)
+	if re >= lead {
+		t.Fatalf("%d retransmits to get past stray seqs %d ahead: the client did not resync", re, lead)
+	}
+}
+
+// TestHERDBreaksBeyondStep: a position whose WRITEs all go unanswered
+// writes spec.HERDMaxStep seqs after its last answer and no more (the
+// server would drop the next as too far ahead); the connection then
+// reports Broken, and the engine reconnects to a fresh session.
+func TestHERDBreaksBeyondStep(t *testing.T) {
+	r := newHERDRig(t, "", "", 1, 1)
+	c := r.conn
+	now := time.Duration(0)
+	if n, err := c.Send(now, []int{0}); n != 1 || err != nil {
+		t.Fatal(n, err)
+	}
+	// No Poll: no answer reaches the position.
+	for i := 0; !c.Broken(); i++ {
+		if i > 2*spec.HERDMaxStep {
+			t.Fatalf("not broken after %d rewrites of one position; seq %v", i, c.qps[0].seq[0])
+		}
+		now += time.Hour
+		c.Expire(now)
+	}
+	if got := c.qps[0].seq[0]; got != spec.HERDMaxStep {
+		t.Fatalf("broken at seq %v, want %d: the last WRITE the server takes", got, spec.HERDMaxStep)
+	}
+}
