@@ -163,7 +163,7 @@ func TestHERDClassify(t *testing.T) {
 	for _, c := range []struct {
 		s, t Seq
 		want bool
-	}{{1, 2, true}, {2, 1, false}, {3, 3, false}, {SeqMask, 1, true}, {1, 1 + 1<<23, false}, {1, 1<<23, true}} {
+	}{{1, 2, true}, {2, 1, false}, {3, 3, false}, {SeqMask, 1, true}, {1, 1 + 1<<23, false}, {1, 1 << 23, true}} {
 		if got := c.s.Before(c.t); got != c.want {
 			t.Errorf("%v.Before(%v) = %v, want %v", c.s, c.t, got, c.want)
 		}
