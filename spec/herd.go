@@ -147,8 +147,9 @@ func PutSlot(b []byte, s Seq) error {
 // operations.
 func SlotWord(b []byte) uint64 { return binary.LittleEndian.Uint64(b) }
 
-// DecodeSlot decodes the bytes of one slot (untrusted: any remote peer with
-// the region's R_Key can write them). An all-zero slot is ErrEmptySlot.
+// DecodeSlot decodes the bytes of one slot (untrusted: the client QP that
+// owns the block writes them, buggy or not, and so can a forger on its
+// connection). An all-zero slot is ErrEmptySlot.
 func DecodeSlot(b []byte) (Slot, error) {
 	if len(b) != SlotLen {
 		return Slot{}, fmt.Errorf("%w: slot of %d bytes, want %d", ErrBadLength, len(b), SlotLen)
