@@ -21,6 +21,17 @@ func init() { transports[spec.ModeHERD] = dialHERD }
 //
 // RECVs are posted before any request is written, and re-posted as
 // answers are taken.
+//
+// The server takes a position's seq only within spec.HERDMaxStep after
+// the last one it answered there. Each position keeps acked, the newest
+// seq the server answered (from any answer that passed the source and
+// Q_Key checks, stale ones included): the server's last is at least
+// that, so a seq within the step of acked is never refused as too far
+// ahead. A position that would have to write beyond it (more than
+// HERDMaxStep WRITEs unanswered) breaks the connection instead, and the
+// client reconnects to a fresh session. An answer to a seq after the
+// position's own (a stray WRITE of the position, answered) moves the
+// position past it: its next WRITE is then one the server takes.
 type herdConn struct {
 	st     *stats
 	recvCQ verbs.CQ
@@ -30,7 +41,8 @@ type herdConn struct {
 	qps    []*herdQP
 	window int
 	free   int
-	recvN  int // RECVs per UD QP
+	recvN  int  // RECVs per UD QP
+	broken bool // a position ran more than spec.HERDMaxStep WRITEs ahead of its last answer
 
 	wcs     []verbs.WC
 	swcs    []verbs.WC
@@ -46,6 +58,7 @@ type herdQP struct {
 	addr   uint64
 	rkey   uint32
 	seq    []spec.Seq // per position: the sequence number of its request
+	acked  []spec.Seq // per position: the newest seq the server answered, 0 for none
 	due    []timer    // per position: its request's timeout
 	sendChain
 }
@@ -94,7 +107,7 @@ func newHERD(pd verbs.PD, dev verbs.Device, st *stats, nqps, window int, timeout
 		return nil, fmt.Errorf("herd: client receive buffers: %w", err)
 	}
 	for i := range nqps {
-		q := &herdQP{seq: make([]spec.Seq, window), due: make([]timer, window), sendChain: newSendChain(window)}
+		q := &herdQP{seq: make([]spec.Seq, window), acked: make([]spec.Seq, window), due: make([]timer, window), sendChain: newSendChain(window)}
 		c.qps = append(c.qps, q)
 		if q.uc, err = pd.CreateQP(verbs.QPInitAttr{Type: verbs.UC, SendCQ: c.sendCQ, RecvCQ: c.sendCQ,
 			Cap: verbs.QPCap{MaxSendWR: 2*window + 2*herdSignalEvery, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: spec.SlotLen}}); err != nil {
@@ -154,7 +167,7 @@ func (c *herdConn) attach(g dataplane.Grant) error {
 			return fmt.Errorf("herd: client UC QP %d connect: %w", i, err)
 		}
 		q.addr, q.rkey = g.RemoteAddr[i], g.RKey[i]
-		q.seq, q.due = q.seq[:c.window], q.due[:c.window]
+		q.seq, q.acked, q.due = q.seq[:c.window], q.acked[:c.window], q.due[:c.window]
 	}
 	c.free = len(c.qps) * c.window
 	return nil
@@ -172,7 +185,7 @@ func (c *herdConn) Outstanding() int { return len(c.qps)*c.window - c.free }
 
 func (c *herdConn) CQ() verbs.CQ { return c.recvCQ }
 
-func (c *herdConn) Broken() bool { return false }
+func (c *herdConn) Broken() bool { return c.broken }
 
 // Send writes the requests ids, one chain per QP.
 func (c *herdConn) Send(now time.Duration, ids []int) (int, error) {
@@ -198,11 +211,19 @@ func (c *herdConn) Send(now time.Duration, ids []int) (int, error) {
 }
 
 // queueWrite adds the WRITE of position pos under a fresh sequence number
-// to its QP's chain.
+// to its QP's chain, unless that seq is more than spec.HERDMaxStep after
+// the position's last answer: the server would drop it, so the
+// connection breaks instead (the engine reconnects and sends the request
+// again).
 func (c *herdConn) queueWrite(now time.Duration, qi, pos int) {
 	q := c.qps[qi]
-	q.seq[pos] = q.seq[pos].Next()
 	q.due[pos].deadline = now + c.timeout
+	next := q.seq[pos].Next()
+	if spec.HERDClassify(q.acked[pos], next) != spec.StepNew {
+		c.broken = true
+		return
+	}
+	q.seq[pos] = next
 	idx := qi*cap(q.seq) + pos
 	buf := c.reqMR.Bytes()[idx*spec.SlotLen : (idx+1)*spec.SlotLen]
 	spec.PutSlot(buf, q.seq[pos]) // seq from Next is valid
@@ -253,7 +274,22 @@ func (c *herdConn) Poll(now time.Duration, res []result) int {
 				c.st.malformed.Add(1)
 				continue
 			}
+			if q.acked[pos].Before(seq) {
+				q.acked[pos] = seq // the server's last seq of pos is at least seq
+			}
 			p := &q.due[pos]
+			if q.seq[pos].Before(seq) && spec.SeqDistance(q.seq[pos], seq) <= spec.HERDMaxStep {
+				// An answer to a seq this client never wrote: a stray WRITE
+				// of pos, which the server took. Move past it (and past
+				// seq itself, whose answer may come again) and rewrite the
+				// request now: the server takes seq+2.
+				c.st.stale.Add(1)
+				q.seq[pos] = seq.Next()
+				if p.busy {
+					p.deadline = now
+				}
+				continue
+			}
 			if !p.busy || q.seq[pos] != seq {
 				c.st.stale.Add(1) // an answer to an earlier WRITE, or a duplicate
 				continue

@@ -21,6 +21,7 @@ const herdMaxWindow = 32
 
 type herdRig struct {
 	srv  *herd.Server
+	sdev verbs.Device // the server's device
 	cli  verbs.Device // the client's device
 	pd   verbs.PD
 	conn *herdConn
@@ -33,7 +34,8 @@ func newHERDRig(t testing.TB, srvOpts, cliOpts string, qps, window int) *herdRig
 	t.Helper()
 	r := &herdRig{orc: &fakeOracle{BehindEvery: 7}, st: &stats{}, t0: time.Now()}
 	var err error
-	r.srv, err = herd.New(herd.Config{Config: wk.Config{Device: openSoft(t, srvOpts), Oracle: r.orc, Behind: errBehind, Workers: 2}, MaxWindow: herdMaxWindow, MaxQPs: 8})
+	r.sdev = openSoft(t, srvOpts)
+	r.srv, err = herd.New(herd.Config{Config: wk.Config{Device: r.sdev, Oracle: r.orc, Behind: errBehind, Workers: 2}, MaxWindow: herdMaxWindow, MaxQPs: 8})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -78,10 +78,12 @@ func New(cfg Config) (*Server, error) {
 func (s *Server) Epoch() uint64 { return s.cfg.Epoch }
 
 // Admit admits a client's QPs: a.QPs are its UD answer QPs, a.ConnQPs
-// its UC write QPs, one per answer QP. Each gets a block of window slots
-// on a worker (round-robin) and a server UC QP connected to its write
-// QP. A session replaces names is released first (herd's sessions never
-// share QPs, so its resources need not pass to the new one).
+// its UC write QPs, one per answer QP. Each gets, on a worker
+// (round-robin), a protection domain of its own holding a block of window
+// slots and a server UC QP connected to its write QP: only that QP can
+// write the block. A session replaces names is released first (herd's
+// sessions never share QPs, so its resources need not pass to the new
+// one).
 func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces dataplane.SessionRef) (dataplane.Grant, error) {
 	var no dataplane.Grant
 	if len(a.QPs) == 0 {
@@ -135,8 +137,8 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 		c.qkey = g.AnswerQKey // before publish: the worker sees c only then
 		sess.clients = append(sess.clients, c)
 		g.ServerConnQPs = append(g.ServerConnQPs, dataplane.Endpoint{Addr: c.uc.Address(), QPN: c.uc.QPN()})
-		g.RemoteAddr = append(g.RemoteAddr, w.region.Addr()+uint64(c.base)*slotLen)
-		g.RKey = append(g.RKey, w.region.RKey())
+		g.RemoteAddr = append(g.RemoteAddr, c.mr.Addr())
+		g.RKey = append(g.RKey, c.mr.RKey())
 		g.Assignment = append(g.Assignment, uint32(i))
 	}
 	s.rr = (s.rr + len(a.QPs)) % len(s.Workers)
@@ -208,12 +210,14 @@ func (s *Server) Close() error {
 type totals struct {
 	wk.Totals
 	Duplicates uint64
+	Ahead      uint64
 }
 
 func (s *Server) totals() totals {
 	t := totals{Totals: wk.Total(s.Workers)}
 	for _, w := range s.Workers {
 		t.Duplicates += w.stats.duplicates.Load()
+		t.Ahead += w.stats.ahead.Load()
 	}
 	return t
 }
@@ -223,14 +227,16 @@ func (s *Server) totals() totals {
 func (s *Server) Stats() dataplane.Stats {
 	st := wk.Sum(s.Workers)
 	st.Sessions = s.sessionCount()
-	var malformed uint64
+	var malformed, ahead uint64
 	for i, w := range s.Workers {
 		st.Workers[i].Retransmits = w.stats.duplicates.Load()
 		st.Retransmits += st.Workers[i].Retransmits
 		malformed += w.stats.malformed.Load()
+		ahead += w.stats.ahead.Load()
 	}
 	st.Counters = append(st.Counters,
 		dataplane.Counter{Name: "duplicates_total", Help: "WRITEs of a (slot, seq) already answered, or older.", Value: st.Retransmits},
-		dataplane.Counter{Name: "malformed_total", Help: "Slots that did not decode.", Value: malformed})
+		dataplane.Counter{Name: "malformed_total", Help: "Slots that did not decode.", Value: malformed},
+		dataplane.Counter{Name: "ahead_total", Help: "WRITEs of a seq too far past the slot's last answered (spec.HERDMaxStep), dropped.", Value: ahead})
 	return st
 }

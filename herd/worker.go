@@ -20,22 +20,27 @@ const slotLen = spec.SlotLen
 // at any time.
 type workerStats struct {
 	duplicates atomic.Uint64 // WRITEs of a (slot, seq) already answered, or older
+	ahead      atomic.Uint64 // WRITEs of a seq more than spec.HERDMaxStep past the last answered
 	malformed  atomic.Uint64 // slots that did not decode
 	lost       atomic.Uint64 // CAS on zeroing lost to a newer WRITE
 	_          [64]byte
 }
 
-// hclient is one admitted client QP: a block of slots on a worker.
+// hclient is one admitted client QP: its block of window slots on a
+// worker, in an MR of a protection domain of its own with the server UC
+// QP connected to the client's, so no other QP can write the block (a
+// NIC refuses an R_Key of another PD).
 type hclient struct {
 	worker int
-	block  int
-	base   int // first slot
 	window int
+	pd     verbs.PD
+	mr     verbs.MR // the block: window slots, remote write only
+	words  []uint64 // the block as 8-byte slots
 	uc     verbs.QP
 	ah     verbs.AH
 	qpn    verbs.QPN
-	qkey   uint32   // the session's answer Q_Key
-	last   []uint32 // per position: last seq answered, 0 for none; worker-owned
+	qkey   uint32     // the session's answer Q_Key
+	last   []spec.Seq // per position: last seq answered, 0 for none; worker-owned
 	// seen is when the last sweep that read every slot of this client
 	// started (worker-owned; set at admission before publish): a WRITE
 	// found later landed after it, so it bounds the request's arrival
@@ -58,8 +63,6 @@ type worker struct {
 	wk.Base
 	s *Server
 
-	region verbs.MR
-	words  []uint64 // the region as 8-byte slots
 	ucCQ   verbs.CQ
 	sendCQ verbs.CQ
 
@@ -68,7 +71,6 @@ type worker struct {
 
 	// guarded by Server.mu
 	all    []*hclient
-	free   []int // free blocks
 	limbo  []limbo
 	nclose []verbs.QP
 
@@ -90,15 +92,6 @@ func newWorker(s *Server, id int) (w *worker, err error) {
 		}
 	}()
 	dev := c.Device
-	nslots := c.MaxQPs * c.MaxWindow
-	if w.region, err = s.PD.RegMR(nslots*slotLen, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
-		return nil, fmt.Errorf("herd: worker %d: request region: %w", id, err)
-	}
-	b := w.region.Bytes()
-	if len(b) < nslots*slotLen || uintptr(unsafe.Pointer(&b[0]))%8 != 0 {
-		return nil, fmt.Errorf("herd: worker %d: request region is not 8-byte aligned", id)
-	}
-	w.words = unsafe.Slice((*uint64)(unsafe.Pointer(&b[0])), nslots)
 	// One CQ for the UC QPs (whose plain WRITEs complete nothing) and the
 	// response QPs: a batch is one poll and one post.
 	if w.ucCQ, err = dev.CreateCQ(64 + c.RespQPs*c.SendDepth); err != nil {
@@ -107,9 +100,6 @@ func newWorker(s *Server, id int) (w *worker, err error) {
 	w.sendCQ = w.ucCQ
 	if err = w.InitShared(&c.Config, id, s.PD, w.sendCQ, spec.HERDAnswerLen, &s.stopped); err != nil {
 		return nil, fmt.Errorf("herd: %w", err)
-	}
-	for i := c.MaxQPs - 1; i >= 0; i-- {
-		w.free = append(w.free, i)
 	}
 	w.wcs = make([]verbs.WC, 16)
 	w.wrs = make([]verbs.SendWR, c.Batch)
@@ -120,36 +110,59 @@ func newWorker(s *Server, id int) (w *worker, err error) {
 	return w, nil
 }
 
-// admit gives client QP q a block and a connected server UC QP. Called
-// with Server.mu held; publish makes it visible to the worker.
-func (w *worker) admit(write, recv dataplane.Endpoint, ah verbs.AH, window int) (*hclient, error) {
+// admit gives client QP q a protection domain of its own holding a
+// block of window slots and a server UC QP connected to the client's.
+// Released clients count against MaxQPs until reclaimed. Called with
+// Server.mu held; publish makes it visible to the worker.
+func (w *worker) admit(write, recv dataplane.Endpoint, ah verbs.AH, window int) (c *hclient, err error) {
 	w.reclaim()
-	if len(w.free) == 0 {
+	if len(w.all)+len(w.limbo) >= w.s.cfg.MaxQPs {
 		return nil, fmt.Errorf("%w: worker %d serves %d client QPs", ErrNoRoom, w.ID, w.s.cfg.MaxQPs)
 	}
-	uc, err := w.s.PD.CreateQP(verbs.QPInitAttr{Type: verbs.UC, SendCQ: w.ucCQ, RecvCQ: w.ucCQ,
-		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
-	if err != nil {
+	c = &hclient{worker: w.ID, window: window, ah: ah, qpn: recv.QPN, last: make([]spec.Seq, window), seen: verbs.Now()}
+	defer func() {
+		if err != nil {
+			c.close()
+		}
+	}()
+	if c.pd, err = w.s.cfg.Device.AllocPD(); err != nil {
+		return nil, fmt.Errorf("%w: herd worker %d: protection domain: %v", dataplane.ErrUnavailable, w.ID, err)
+	}
+	if c.mr, err = c.pd.RegMR(window*slotLen, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
+		return nil, fmt.Errorf("%w: herd worker %d: request block: %v", dataplane.ErrUnavailable, w.ID, err)
+	}
+	b := c.mr.Bytes()
+	if len(b) < window*slotLen || uintptr(unsafe.Pointer(&b[0]))%8 != 0 {
+		return nil, fmt.Errorf("%w: herd worker %d: request block is not 8-byte aligned", dataplane.ErrUnavailable, w.ID)
+	}
+	c.words = unsafe.Slice((*uint64)(unsafe.Pointer(&b[0])), window)
+	for i := range c.words {
+		atomic.StoreUint64(&c.words[i], 0)
+	}
+	if c.uc, err = c.pd.CreateQP(verbs.QPInitAttr{Type: verbs.UC, SendCQ: w.ucCQ, RecvCQ: w.ucCQ,
+		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
 		return nil, fmt.Errorf("herd: worker %d: UC QP: %w", w.ID, err)
 	}
-	if err := verbs.Connect(uc, verbs.ConnectAttr{Remote: write.Addr, RemoteQPN: write.QPN, Access: verbs.AccessRemoteWrite}); err != nil {
-		uc.Close()
+	if err = verbs.Connect(c.uc, verbs.ConnectAttr{Remote: write.Addr, RemoteQPN: write.QPN, Access: verbs.AccessRemoteWrite}); err != nil {
 		return nil, fmt.Errorf("%w: connect UC QP to %v %v: %v", ErrArgument, write.Addr, write.QPN, err)
-	}
-	blk := w.free[len(w.free)-1]
-	w.free = w.free[:len(w.free)-1]
-	c := &hclient{worker: w.ID, block: blk, base: blk * w.s.cfg.MaxWindow, window: window, uc: uc, ah: ah,
-		qpn: recv.QPN, last: make([]uint32, window), seen: verbs.Now()}
-	for i := range w.s.cfg.MaxWindow {
-		atomic.StoreUint64(&w.words[c.base+i], 0)
 	}
 	w.all = append(w.all, c)
 	return c, nil
 }
 
+// close releases c's QP, block and PD, in that order (a PD is closed
+// last). The worker must no longer see c.
+func (c *hclient) close() {
+	wk.CloseAll(c.uc, c.mr, c.pd)
+	c.uc, c.mr, c.pd, c.words = nil, nil, nil, nil
+}
+
+// slot is position pos of c's block.
+func (w *worker) slot(c *hclient, pos int) *uint64 { return &c.words[pos] }
+
 // release stops serving c: its UC QP moves to ERR at once (no more WRITEs
-// land) and its block is reused once the worker has finished every sweep
-// that could still see it. Called with Server.mu held.
+// land) and its resources are freed once the worker has finished every
+// sweep that could still see it. Called with Server.mu held.
 func (w *worker) release(c *hclient) {
 	c.uc.Modify(&verbs.QPAttr{State: verbs.StateErr}, verbs.AttrState)
 	for i, x := range w.all {
@@ -162,18 +175,18 @@ func (w *worker) release(c *hclient) {
 	w.limbo = append(w.limbo, limbo{c, w.sweeps.Load()})
 }
 
-// reclaim frees the blocks of released clients no sweep can still see.
+// reclaim frees the released clients no sweep can still see.
 func (w *worker) reclaim() {
 	now := w.sweeps.Load()
 	keep := w.limbo[:0]
 	for _, l := range w.limbo {
 		if now > l.sweep+1 || w.s.stopped.Load() {
-			l.c.uc.Close()
-			w.free = append(w.free, l.c.block)
+			l.c.close()
 			continue
 		}
 		keep = append(keep, l)
 	}
+	clear(w.limbo[len(keep):])
 	w.limbo = keep
 }
 
@@ -199,14 +212,14 @@ func (w *worker) toErr() {
 
 func (w *worker) Close() {
 	for _, c := range w.all {
-		c.uc.Close()
+		c.close()
 	}
 	for _, l := range w.limbo {
-		l.c.uc.Close()
+		l.c.close()
 	}
 	w.all, w.limbo = nil, nil
 	w.Base.Close()
-	wk.CloseAll(w.region, w.ucCQ)
+	wk.CloseAll(w.ucCQ)
 }
 
 // Run is the worker's loop. It returns when the server stops.
@@ -247,14 +260,15 @@ func (w *worker) reap() {
 
 // collect sweeps the published clients' slots, from where the last sweep
 // stopped, until the batch is full. Each request found is validated,
-// de-duplicated and its slot zeroed. It returns the batch size.
+// checked against its slot's last answered seq (spec.HERDClassify) and
+// its slot zeroed. It returns the batch size.
 func (w *worker) collect() int {
 	w.sweeps.Add(1)
 	clients := *w.clients.Load()
 	w.pend = w.pend[:0]
 	st := &w.stats
 	for c, pos := range wk.Slots(&w.sweep, clients) {
-		p := &w.words[c.base+pos]
+		p := w.slot(c, pos)
 		word := atomic.LoadUint64(p)
 		if word == 0 {
 			continue
@@ -267,15 +281,20 @@ func (w *worker) collect() int {
 			atomic.CompareAndSwapUint64(p, word, 0)
 			continue
 		}
-		seq := uint32(sl.Seq)
-		if last := c.last[pos]; last != 0 {
-			if d := (seq - last) & spec.SeqMask; d == 0 || d >= 1<<(spec.SeqBits-1) {
-				st.duplicates.Add(1) // answered already, or older than what was
-				atomic.CompareAndSwapUint64(p, word, 0)
-				continue
-			}
+		switch spec.HERDClassify(c.last[pos], sl.Seq) {
+		case spec.StepOld:
+			st.duplicates.Add(1) // answered already, or older than what was
+			atomic.CompareAndSwapUint64(p, word, 0)
+			continue
+		case spec.StepAhead:
+			// Not the owner's next WRITE (it stays within the step): a
+			// stray one, dropped so it cannot push the slot's last seq
+			// past the owner's.
+			st.ahead.Add(1)
+			atomic.CompareAndSwapUint64(p, word, 0)
+			continue
 		}
-		c.last[pos] = seq
+		c.last[pos] = sl.Seq
 		// Zero the slot BEFORE the reply is posted; a newer WRITE that
 		// landed meanwhile is kept for the next sweep.
 		if !atomic.CompareAndSwapUint64(p, word, 0) {

@@ -71,6 +71,55 @@ func (s Seq) Next() Seq {
 
 func (s Seq) String() string { return fmt.Sprintf("seq:%d", uint32(s)) }
 
+// HERDMaxStep is the most a request's sequence number may run ahead of
+// the last one the server answered on its slot: the server takes seq only
+// when 1 <= seq-last <= HERDMaxStep (24-bit serial arithmetic, last 0
+// before the slot's first answer). A stray or hostile WRITE of a seq far
+// ahead (2^23, say) is dropped and leaves the slot as it was; one within
+// the step moves last by at most HERDMaxStep, and the owner's own WRITEs
+// pass it again after at most HERDMaxStep bumps. The client keeps its
+// seq within HERDMaxStep of the last answer it saw on the position
+// (answers from the server only) and reconnects when it cannot: more
+// than HERDMaxStep WRITEs of one position went unanswered.
+const HERDMaxStep = 1 << 10
+
+// HERDStep classifies a request seq found in a slot whose last answered
+// seq is last (0: none yet).
+type HERDStep uint8
+
+const (
+	// StepNew: within HERDMaxStep after last; the server takes it.
+	StepNew HERDStep = iota
+	// StepOld: last itself or before it (a duplicate or a late WRITE).
+	StepOld
+	// StepAhead: more than HERDMaxStep after last (a stray or hostile
+	// WRITE, or a client that lost count).
+	StepAhead
+)
+
+// SeqDistance is how far b is after a in 24-bit serial arithmetic:
+// (b-a) mod 2^24, in 0..SeqMask.
+func SeqDistance(a, b Seq) uint32 { return uint32(b-a) & SeqMask }
+
+// Before reports whether s comes before t in serial arithmetic: t is
+// less than half the sequence space ahead of s.
+func (s Seq) Before(t Seq) bool {
+	d := SeqDistance(s, t)
+	return d != 0 && d < 1<<(SeqBits-1)
+}
+
+// HERDClassify is the server's check of a request seq against the last
+// seq it answered on the slot.
+func HERDClassify(last, seq Seq) HERDStep {
+	switch d := SeqDistance(last, seq); {
+	case d == 0 || d >= 1<<(SeqBits-1):
+		return StepOld
+	case d > HERDMaxStep:
+		return StepAhead
+	}
+	return StepNew
+}
+
 // Slot is a decoded request slot.
 type Slot struct {
 	Version uint8
@@ -98,8 +147,9 @@ func PutSlot(b []byte, s Seq) error {
 // operations.
 func SlotWord(b []byte) uint64 { return binary.LittleEndian.Uint64(b) }
 
-// DecodeSlot decodes the bytes of one slot (untrusted: any remote peer with
-// the region's R_Key can write them). An all-zero slot is ErrEmptySlot.
+// DecodeSlot decodes the bytes of one slot (untrusted: the client QP that
+// owns the block writes them, buggy or not, and so can a forger on its
+// connection). An all-zero slot is ErrEmptySlot.
 func DecodeSlot(b []byte) (Slot, error) {
 	if len(b) != SlotLen {
 		return Slot{}, fmt.Errorf("%w: slot of %d bytes, want %d", ErrBadLength, len(b), SlotLen)

@@ -134,3 +134,38 @@ func FuzzDecodeSlot(f *testing.F) {
 		}
 	})
 }
+
+func TestHERDClassify(t *testing.T) {
+	for _, c := range []struct {
+		last, seq Seq
+		want      HERDStep
+	}{
+		{0, 1, StepNew},
+		{0, HERDMaxStep, StepNew},
+		{0, HERDMaxStep + 1, StepAhead},
+		{0, 1 << 23, StepOld}, // half the space: never newer
+		{5, 5, StepOld},
+		{5, 4, StepOld},
+		{5, 6, StepNew},
+		{5, 5 + HERDMaxStep, StepNew},
+		{5, 6 + HERDMaxStep, StepAhead},
+		{5, 5 + 1<<23, StepOld},
+		{5, 4 + 1<<23, StepAhead},
+		{SeqMask, 1, StepNew}, // the wrap skips 0
+		{SeqMask - 1, SeqMask, StepNew},
+		{1, SeqMask, StepOld},
+		{SeqMask - 10, 10, StepNew}, // 21 apart, counting the 0 the wrap skips
+	} {
+		if got := HERDClassify(c.last, c.seq); got != c.want {
+			t.Errorf("HERDClassify(last %d, seq %d) = %d, want %d", c.last, c.seq, got, c.want)
+		}
+	}
+	for _, c := range []struct {
+		s, t Seq
+		want bool
+	}{{1, 2, true}, {2, 1, false}, {3, 3, false}, {SeqMask, 1, true}, {1, 1 + 1<<23, false}, {1, 1 << 23, true}} {
+		if got := c.s.Before(c.t); got != c.want {
+			t.Errorf("%v.Before(%v) = %v, want %v", c.s, c.t, got, c.want)
+		}
+	}
+}
