@@ -169,6 +169,9 @@ type Config struct {
 	QKey uint32
 	// AtomicsBlock is the atomics lease size (0: the mode's default).
 	AtomicsBlock int
+	// MaxSessionRecv caps one session's QPs × window (0: a quarter of a
+	// worker's receive budget; negative: no cap); see worker.SessionCap.
+	MaxSessionRecv int
 }
 
 // Factory starts a mode.

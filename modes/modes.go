@@ -79,6 +79,8 @@ type Config struct {
 	Logger                *slog.Logger
 	// AtomicsBlock is the atomics lease size (default: the mode's).
 	AtomicsBlock int
+	// MaxSessionRecv caps one session's QPs × window (dataplane.Config).
+	MaxSessionRecv int
 	// QKey is the Q_Key of every data-path packet, handed out at Connect.
 	// Pick it at random per server start (RandomQKey) so that only
 	// clients admitted through Connect can address the data path; zero
@@ -134,7 +136,7 @@ func (s *Switch) start(ctx context.Context, mode string) (*adminmode.Backend, er
 	f := s.cfg.Oracle.Format()
 	m, err := start(ctx, dataplane.Config{Device: c.Device, Oracle: c.Oracle, Behind: oracle.ErrBehind, Format: f,
 		Workers: c.Workers, RespQPs: c.RespQPs, Cores: c.Cores, MaxWindow: c.MaxWindow, MaxClients: c.MaxClients,
-		Logger: c.Logger, Epoch: epoch, QKey: c.QKey, AtomicsBlock: c.AtomicsBlock})
+		Logger: c.Logger, Epoch: epoch, QKey: c.QKey, AtomicsBlock: c.AtomicsBlock, MaxSessionRecv: c.MaxSessionRecv})
 	if err != nil {
 		return nil, err
 	}
