@@ -29,7 +29,8 @@ type Quota struct {
 	MaxSessions int
 	// ConnectRate is how many Connects a second the caller may make in
 	// the long run, ConnectBurst how many at once (a token bucket; burst
-	// at least 1, default max(1, rate)). Refused Connects take no token.
+	// at least 1, default max(1, rate)). A Connect refused for its rate
+	// takes no token.
 	ConnectRate  float64
 	ConnectBurst int
 }
