@@ -169,6 +169,21 @@ func (qs *quotas) take(c caller) (wait time.Duration, ok bool) {
 	return 0, true
 }
 
+// refund gives back the token a Connect of c took, when the backend
+// turned it away as Unavailable (a standby redirecting, a data path
+// stopping): cheap refusals that a storm of reconnects during a failover
+// must not pay for with the Connects the new leader needs.
+func (qs *quotas) refund(c caller) {
+	if c.q.ConnectRate <= 0 {
+		return
+	}
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	if b := qs.buckets[c.key]; b != nil {
+		b.tokens = min(float64(c.q.ConnectBurst), b.tokens+1)
+	}
+}
+
 // sweep forgets the buckets that have refilled: they are as good as new.
 // Called with qs.mu held.
 func (qs *quotas) sweep(now time.Time) {

@@ -2,6 +2,7 @@ package admin_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -104,6 +105,15 @@ func TestConnectRateQuota(t *testing.T) {
 	ctx := testCtx(t)
 	flood := clientFrom(ctx, t, addr, "127.0.0.1", "")
 	honest := clientFrom(ctx, t, addr, "127.0.0.2", "")
+	// Connects the backend turns away as Unavailable (a standby's
+	// redirects during a failover) cost no tokens.
+	be.Fail(fmt.Errorf("%w: not the leader", admin.ErrUnavailable))
+	for i := range 5 {
+		if _, err := flood.Connect(ctx, admin.ValidConnect()); status.Code(err) != codes.Unavailable {
+			t.Fatalf("connect %d to a failing backend: %v, want Unavailable", i, err)
+		}
+	}
+	be.Fail(nil)
 	for i := range 3 {
 		if _, err := flood.Connect(ctx, admin.ValidConnect()); err != nil {
 			t.Fatalf("connect %d of a burst of 3: %v", i, err)

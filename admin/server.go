@@ -295,6 +295,9 @@ func (v *service) Connect(ctx context.Context, req *adminpb.ConnectRequest) (*ad
 	resp, err := v.s.connect(ctx, req, release)
 	if err != nil {
 		err = statusError(err)
+		if status.Code(err) == codes.Unavailable {
+			v.s.quotas.refund(c)
+		}
 		v.s.log.Warn("connect failed", "client", req.GetClientName(), "qps", len(req.GetQps()), "code", status.Code(err).String(), "err", err)
 		return nil, err
 	}
