@@ -40,7 +40,7 @@ type token [TokenLen]byte
 // shows that the backend runs a newer epoch (whose data path no longer
 // holds the older sessions). Epochs are ordered: a Connect answered in an
 // older epoch than the table's, but recorded after it, is refused and
-// erases nothing (addResult).
+// erases nothing (add).
 type sessions struct {
 	ttl     time.Duration // 0: no leases; sessions last until Disconnect
 	mu      sync.Mutex
