@@ -59,6 +59,14 @@ type Config struct {
 	// is disconnected unless renewed (KeepAlive) or ended (Disconnect)
 	// within it, so that dead clients are reclaimed. Zero: no leases.
 	SessionLease time.Duration
+	// PeerQuota bounds the sessions and the Connect rate of one peer
+	// (source IP; IPv6 by /64) that did not authenticate; IdentityQuota
+	// those of one authenticated identity (an allowed client-certificate
+	// identity or a bearer token of Auth), which counts against its
+	// identity instead of its peer. A Connect beyond them is refused with
+	// ResourceExhausted, saying which quota. Zero: no limit (seqd sets
+	// its own defaults: -peer-max-sessions and the flags beside it).
+	PeerQuota, IdentityQuota Quota
 	// Modes are the mode names a ConnectRequest may name. An empty mode in a
 	// request is always accepted. Default ModeSpecS0, ModeHERD, ModeAtomics.
 	Modes []string
@@ -102,6 +110,13 @@ func (cfg Config) validate() (Config, error) {
 	}
 	if cfg.MaxAdvance == 0 {
 		cfg.MaxAdvance = DefaultMaxAdvance
+	}
+	var err error
+	if cfg.PeerQuota, err = cfg.PeerQuota.validate("PeerQuota"); err != nil {
+		return cfg, err
+	}
+	if cfg.IdentityQuota, err = cfg.IdentityQuota.validate("IdentityQuota"); err != nil {
+		return cfg, err
 	}
 	if len(cfg.Modes) == 0 {
 		cfg.Modes = []string{ModeSpecS0, ModeHERD, ModeAtomics}

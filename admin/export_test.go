@@ -1,6 +1,10 @@
 package admin
 
-import "github.com/seqd/seqd/admin/adminpb"
+import (
+	"time"
+
+	"github.com/seqd/seqd/admin/adminpb"
+)
 
 // ConnectCase is one validation case, exported for server_test.go.
 type ConnectCase struct {
@@ -23,3 +27,6 @@ func ConnectCases() []ConnectCase {
 
 // ValidConnect returns a ConnectRequest that passes validation.
 func ValidConnect() *adminpb.ConnectRequest { return validConnect() }
+
+// SetQuotaClock makes s's Connect-rate buckets read now for the time.
+func SetQuotaClock(s *Server, now func() time.Time) { s.quotas.now = now }

@@ -30,12 +30,16 @@ type Metrics struct {
 	// requests holds every {method, code} child, resolved once so that
 	// counting never calls WithLabelValues.
 	requests [len(adminMethods)][numCodes]prometheus.Counter
+	// refused counts Connects refused by an admission quota, by reason
+	// (refusalReasons).
+	refused [len(refusalReasons)]prometheus.Counter
 }
 
 // NewMetrics registers the admin plane's metrics on reg:
 //
 //	seqd_admin_requests_total{method,code}  Admin requests answered
 //	seqd_admin_sessions                     live data-path sessions
+//	seqd_admin_admission_refused_total{reason}  Connects refused by a quota
 //
 // The sessions gauge is read from sessions at scrape time (see
 // BackendSessions); it is not registered when sessions is nil. Requests that
@@ -59,6 +63,18 @@ func NewMetrics(reg prometheus.Registerer, sessions func() float64) (*Metrics, e
 		for c := range numCodes {
 			m.requests[i][c] = vec.WithLabelValues(meth.label, codes.Code(c).String())
 		}
+	}
+	refused := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "seqd",
+		Subsystem: "admin",
+		Name:      "admission_refused_total",
+		Help:      "Connects refused by an admission quota (peer_sessions, peer_rate, identity_sessions, identity_rate) or answered in a stale epoch (stale_epoch).",
+	}, []string{"reason"})
+	if err := reg.Register(refused); err != nil {
+		return nil, fmt.Errorf("admin: metrics: register admission_refused_total: %w", err)
+	}
+	for i, r := range refusalReasons {
+		m.refused[i] = refused.WithLabelValues(r)
 	}
 	if sessions != nil {
 		g := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -88,6 +104,14 @@ func (m *Metrics) observe(method string, code codes.Code) {
 			m.requests[i][code].Inc()
 			return
 		}
+	}
+}
+
+// refuse counts one admission refusal of reason refusalReasons[i]. A nil
+// m counts nothing.
+func (m *Metrics) refuse(i int) {
+	if m != nil {
+		m.refused[i].Inc()
 	}
 }
 

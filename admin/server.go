@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -95,6 +96,7 @@ type Server struct {
 	addr net.Addr // set once a listener is known
 
 	sessions *sessions // every session granted: its token, ID, epoch, lease
+	quotas   *quotas   // PeerQuota and IdentityQuota: Connect rates, refusals
 	stopReap chan struct{}
 	stopOnce sync.Once
 }
@@ -127,6 +129,7 @@ func New(cfg Config, backend Backend) (*Server, error) {
 		opts = append(opts, grpc.Creds(cfg.Creds))
 	}
 	s.sessions = newSessions(cfg.SessionLease)
+	s.quotas = newQuotas(cfg.PeerQuota, cfg.IdentityQuota)
 	if cfg.SessionLease > 0 {
 		s.stopReap = make(chan struct{})
 		go s.reap(s.stopReap)
@@ -253,8 +256,16 @@ func (v *service) Connect(ctx context.Context, req *adminpb.ConnectRequest) (*ad
 		v.s.log.Info("connect refused", "client", req.GetClientName(), "err", err)
 		return nil, statusError(err)
 	}
+	// Admission quotas first: a caller beyond its Connect rate or its
+	// sessions reaches neither the session table nor the backend.
+	c := v.s.quotas.callerOf(ctx, v.s.cfg.Auth)
+	if wait, ok := v.s.quotas.take(c); !ok {
+		reason, err := c.rateError(wait)
+		return nil, v.s.refuse(reason, req, err)
+	}
 	var old *token
 	var release *adminpb.DisconnectRequest
+	replacesOwn := false
 	if r := req.GetReplaces(); len(r) != 0 {
 		g, t, found, err := v.s.sessions.claim(r)
 		if err != nil {
@@ -263,8 +274,19 @@ func (v *service) Connect(ctx context.Context, req *adminpb.ConnectRequest) (*ad
 		defer v.s.sessions.unclaim(r)
 		if found {
 			old, release = &t, &adminpb.DisconnectRequest{SessionId: g.id, Epoch: g.epoch}
+			replacesOwn = g.owner == c.key
 		}
 	}
+	if held, ok := v.s.sessions.reserve(c.key, c.q.MaxSessions, replacesOwn); !ok {
+		reason, err := c.sessionsError(held)
+		return nil, v.s.refuse(reason, req, err)
+	}
+	recorded := false
+	defer func() {
+		if !recorded {
+			v.s.sessions.unreserve(c.key)
+		}
+	}()
 	// A caller that gave up must not replace a session after a newer
 	// Connect of its own did (claim serialises those naming one value).
 	if err := ctx.Err(); err != nil {
@@ -273,10 +295,17 @@ func (v *service) Connect(ctx context.Context, req *adminpb.ConnectRequest) (*ad
 	resp, err := v.s.connect(ctx, req, release)
 	if err != nil {
 		err = statusError(err)
+		if status.Code(err) == codes.Unavailable {
+			v.s.quotas.refund(c)
+		}
 		v.s.log.Warn("connect failed", "client", req.GetClientName(), "qps", len(req.GetQps()), "code", status.Code(err).String(), "err", err)
 		return nil, err
 	}
-	tok := v.s.sessions.add(resp.GetSessionId(), resp.GetEpoch(), time.Now(), req.GetReplaces(), old)
+	tok, err := v.s.record(ctx, resp, req.GetReplaces(), old, c.key)
+	if err != nil {
+		return nil, v.s.refuse(ReasonStaleEpoch, req, fmt.Errorf("%w: %w; retry", ErrUnavailable, err))
+	}
+	recorded = true
 	resp.SessionToken = tok[:]
 	if ttl := v.s.sessions.ttl; ttl > 0 {
 		resp.LeaseMs = uint32(ttl / time.Millisecond)
@@ -284,6 +313,43 @@ func (v *service) Connect(ctx context.Context, req *adminpb.ConnectRequest) (*ad
 	v.s.log.Info("client connected", "client", req.GetClientName(), "session", resp.GetSessionId(),
 		"qps", len(req.GetQps()), "window", resp.GetWindow(), "mode", resp.GetMode())
 	return resp, nil
+}
+
+// record enters the session the backend granted in resp into the
+// session table, in epoch order (sessions.add): when the table holds a
+// newer epoch, the session, of a data path that is gone, is released
+// and the error says so. The backend's Status names the epoch it runs
+// when the Connect's differs from the table's.
+func (s *Server) record(ctx context.Context, resp *adminpb.ConnectResponse, replaces []byte, old *token, owner string) (token, error) {
+	epoch := resp.GetEpoch()
+	for try := 0; ; try++ {
+		var v epochView
+		gen, settled := s.sessions.view(epoch)
+		if !settled && try < 3 {
+			if st, err := s.backend.Status(ctx); err == nil && st.GetEpoch() != 0 {
+				v = epochView{gen: gen, current: st.GetEpoch(), known: true}
+			}
+		}
+		tok, err := s.sessions.add(resp.GetSessionId(), epoch, time.Now(), replaces, old, owner, v)
+		if errors.Is(err, errEpochMoved) {
+			continue
+		}
+		if err != nil {
+			rel := &adminpb.DisconnectRequest{SessionId: resp.GetSessionId(), Epoch: epoch}
+			if derr := s.backend.Disconnect(ctx, rel); derr != nil && status.Code(statusError(derr)) != codes.NotFound {
+				s.log.Warn("releasing a stale-epoch session failed", "session", resp.GetSessionId(), "epoch", epoch, "err", derr)
+			}
+		}
+		return tok, err
+	}
+}
+
+// refuse counts and logs a Connect refused for reason, and returns err
+// as the caller sees it.
+func (s *Server) refuse(reason string, req *adminpb.ConnectRequest, err error) error {
+	err = statusError(s.quotas.refuse(s.cfg.Metrics, reason, err))
+	s.log.Debug("connect refused", "client", req.GetClientName(), "reason", reason, "err", err) // the metric counts them
+	return err
 }
 
 // connect admits req, releasing the session old names first when it is

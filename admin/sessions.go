@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -37,12 +38,15 @@ type token [TokenLen]byte
 // when the server grants leases. It is bounded by the backend's sessions:
 // a record goes at Disconnect, at lease expiry, and as soon as a Connect
 // shows that the backend runs a newer epoch (whose data path no longer
-// holds the older sessions).
+// holds the older sessions). Epochs are ordered: a Connect answered in an
+// older epoch than the table's, but recorded after it, is refused and
+// erases nothing (add).
 type sessions struct {
 	ttl     time.Duration // 0: no leases; sessions last until Disconnect
 	mu      sync.Mutex
 	m       map[token]grant
-	epoch   uint64        // the epoch of the latest grant
+	epoch   uint64        // the epoch of the records (0: none yet)
+	gen     uint64        // bumped whenever epoch changes
 	expired atomic.Uint64 // sessions disconnected because their lease ran out
 	// Connects that named a session to replace (ConnectRequest.replaces):
 	// byPrev maps the value they named to the session the last of them
@@ -50,6 +54,9 @@ type sessions struct {
 	// those in progress.
 	byPrev map[token]token
 	busy   map[token]bool
+	// owners counts, per quota key (quotas.key), the records and the
+	// Connects in progress (reserve) that key holds.
+	owners map[string]int
 }
 
 type grant struct {
@@ -57,24 +64,73 @@ type grant struct {
 	deadline  time.Time // zero without leases
 	prev      token     // the replaces value of the Connect that created it
 	hasPrev   bool
+	owner     string // the quota key it counts against ("": none)
 }
 
 func newSessions(ttl time.Duration) *sessions {
-	return &sessions{ttl: ttl, m: map[token]grant{}, byPrev: map[token]token{}, busy: map[token]bool{}}
+	return &sessions{ttl: ttl, m: map[token]grant{}, byPrev: map[token]token{}, busy: map[token]bool{}, owners: map[string]int{}}
 }
 
-// add records a session the backend granted to a Connect that named
-// replaces (nil: none) and released old (nil: none), and returns its
-// token.
-func (s *sessions) add(id, epoch uint64, now time.Time, replaces []byte, old *token) token {
+// epochView is what add needs to know about the epoch a Connect was
+// answered in: the table's generation when the caller looked (view), and
+// the epoch the backend runs now (current, when known).
+type epochView struct {
+	gen     uint64
+	current uint64
+	known   bool
+}
+
+// view returns the table's generation and whether epoch is the table's
+// own (or the table has none yet), in which case add needs no more.
+func (s *sessions) view(epoch uint64) (gen uint64, settled bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.gen, s.epoch == 0 || s.epoch == epoch
+}
+
+// errStaleEpoch: a Connect was answered in an epoch older than the one
+// the table holds; its session belongs to a data path that is gone.
+var errStaleEpoch = errors.New("stale epoch")
+
+// errEpochMoved: the table's epoch changed since the caller's view; look
+// again.
+var errEpochMoved = errors.New("epoch moved")
+
+// add records a session the backend granted, in epoch, to a Connect of
+// owner (whose reserve it turns into a record) that named replaces (nil:
+// none) and released old (nil: none), and returns its token.
+//
+// A Connect answered in the table's epoch is recorded. One of another
+// epoch is first placed in order: the newest epoch is the one the backend
+// runs (v.current, asked after the table's generation v.gen was read), or
+// without that answer the larger number. A session of the newest epoch
+// replaces the table's records of every other epoch; one of an older
+// epoch is refused (errStaleEpoch) and erases nothing: the caller releases
+// it. errEpochMoved: the table's epoch changed after v was taken.
+func (s *sessions) add(id, epoch uint64, now time.Time, replaces []byte, old *token, owner string, v epochView) (token, error) {
 	var t token
 	rand.Read(t[:]) // never fails (crypto/rand aborts the program instead)
-	g := grant{id: id, epoch: epoch}
+	g := grant{id: id, epoch: epoch, owner: owner}
 	if s.ttl > 0 {
 		g.deadline = now.Add(s.ttl)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if old != nil {
+		s.drop(*old) // the backend released it, whatever happens here
+	}
+	if s.epoch != 0 && epoch != s.epoch {
+		newest := max(epoch, s.epoch)
+		if v.known {
+			if v.gen != s.gen {
+				return token{}, errEpochMoved
+			}
+			newest = v.current
+		}
+		if epoch != newest {
+			return token{}, fmt.Errorf("%w: connect answered in epoch %d, but this data path runs epoch %d", errStaleEpoch, epoch, newest)
+		}
+	}
 	if epoch != s.epoch {
 		// A new data path: the records of the old one name sessions
 		// that no longer exist.
@@ -84,16 +140,53 @@ func (s *sessions) add(id, epoch uint64, now time.Time, replaces []byte, old *to
 			}
 		}
 		s.epoch = epoch
-	}
-	if old != nil {
-		s.drop(*old)
+		s.gen++
 	}
 	if len(replaces) == TokenLen {
 		g.prev, g.hasPrev = token(replaces), true
 		s.byPrev[g.prev] = t
 	}
 	s.m[t] = g
-	return t
+	return t, nil
+}
+
+// reserve counts one Connect in progress against owner, unless owner
+// already holds most (negative: no limit) and the Connect does not
+// replace one of owner's own sessions; held is what owner holds. A
+// successful reserve ends in add (its record then counts) or in
+// unreserve.
+func (s *sessions) reserve(owner string, most int, replacesOwn bool) (held int, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	held = s.owners[owner]
+	if most >= 0 && held >= most && !replacesOwn {
+		return held, false
+	}
+	s.owners[owner] = held + 1
+	return held, true
+}
+
+// unreserve ends a reserve whose Connect made no record.
+func (s *sessions) unreserve(owner string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.release(owner)
+}
+
+// release takes one count off owner. Called with s.mu held.
+func (s *sessions) release(owner string) {
+	if n := s.owners[owner] - 1; n > 0 {
+		s.owners[owner] = n
+	} else {
+		delete(s.owners, owner)
+	}
+}
+
+// held is how many sessions (and Connects in progress) owner holds.
+func (s *sessions) held(owner string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.owners[owner]
 }
 
 // drop forgets the session of k. Called with s.mu held.
@@ -103,6 +196,9 @@ func (s *sessions) drop(k token) {
 		return
 	}
 	delete(s.m, k)
+	if g.owner != "" {
+		s.release(g.owner)
+	}
 	if g.hasPrev && s.byPrev[g.prev] == k {
 		delete(s.byPrev, g.prev)
 	}

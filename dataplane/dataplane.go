@@ -177,6 +177,9 @@ type Config struct {
 	// AtomicsTrusted are the identities atomics admits when its provider
 	// cannot refuse a client's other atomics (see atomics.Config.Trusted).
 	AtomicsTrusted []string
+	// MaxSessionRecv caps one session's QPs × window (0: a quarter of a
+	// worker's receive budget; negative: no cap); see worker.SessionCap.
+	MaxSessionRecv int
 }
 
 // Factory starts a mode.

@@ -194,7 +194,8 @@ func TestManyClientsMemory(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	addr := startConfig(t, server.Config{Workers: 2, MaxWindow: 64, MaxClients: n + 16})
+	// One peer (loopback) stands for n client hosts: no admission quotas.
+	addr := startConfig(t, server.Config{Workers: 2, MaxWindow: 64, MaxClients: n + 16, PeerMaxSessions: -1, PeerConnectRate: -1})
 	adm := admintest.Client(ctx, t, addr)
 	cs := dialN(t, ctx, addr, "", 1)
 	var v Verifier

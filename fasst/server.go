@@ -81,7 +81,10 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 	if a.Window < 0 {
 		return dataplane.Grant{}, fmt.Errorf("%w: fasst: window %d", dataplane.ErrInvalidArgument, a.Window)
 	}
-	window := wk.Window(a.Window, DefaultWindow, s.cfg.MaxWindow)
+	window, err := wk.SessionWindow(a.Window, DefaultWindow, s.cfg.MaxWindow, len(a.QPs), s.cfg.SessionCap(s.cfg.budget()))
+	if err != nil {
+		return dataplane.Grant{}, err
+	}
 	keys := make([]peerKey, len(a.QPs))
 	for i, q := range a.QPs {
 		if q.QPN > verbs.MaxQPN {

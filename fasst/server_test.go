@@ -23,7 +23,7 @@ func open(t testing.TB) verbs.Device { return claimtest.OpenSoft(t, "") }
 func newServer(t testing.TB, orc *claimtest.Oracle, workers, maxClients int) *Server {
 	t.Helper()
 	s, err := New(Config{Config: wk.Config{Device: open(t), Oracle: orc, Behind: claimtest.ErrBehind, Workers: workers,
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})), Epoch: 7}, MaxClients: maxClients})
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})), Epoch: 7, MaxSessionRecv: -1}, MaxClients: maxClients}) // no session cap: the tests fill workers with single sessions
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -119,7 +119,10 @@ func (s *Server) admitLocked(ctx context.Context, a dataplane.Admission, old dat
 	if len(a.QPs) == 0 {
 		return no, nil, fmt.Errorf("%w: no queue pairs", dataplane.ErrInvalidArgument)
 	}
-	window := wk.Window(a.Window, DefaultWindow, s.cfg.MaxWindow)
+	window, err := wk.SessionWindow(a.Window, DefaultWindow, s.cfg.MaxWindow, len(a.QPs), s.cfg.SessionCap(s.cfg.MaxRecv))
+	if err != nil {
+		return no, nil, err
+	}
 	keys := make([]peerKey, len(a.QPs))
 	for i, ep := range a.QPs {
 		if ep.QPN > verbs.MaxQPN {

@@ -37,7 +37,7 @@ func pb(s *Server) *adminmode.Backend {
 
 func newServer(t *testing.T, o Claimer) *Server {
 	t.Helper()
-	s, err := New(Config{Config: wk.Config{Device: open(t), Oracle: o, Behind: errBehind, Workers: 2}, MaxWindow: 64, MaxRecv: 128})
+	s, err := New(Config{Config: wk.Config{Device: open(t), Oracle: o, Behind: errBehind, Workers: 2, MaxSessionRecv: -1}, MaxWindow: 64, MaxRecv: 128}) // no session cap: the tests fill workers with single sessions
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -95,8 +95,9 @@ func (c *Config) adminSecurity(log *slog.Logger) (credentials.TransportCredentia
 // adminConfig is the admin server's configuration, the same for a
 // single seqd and an HA instance but for the modes it offers.
 func (c *Config) adminConfig(log *slog.Logger, creds credentials.TransportCredentials, auth *admin.Authorizer, modes []string) admin.Config {
+	peer, ident := c.quotas()
 	return admin.Config{Addr: c.Admin, Logger: log, Modes: modes, MaxWindow: max(c.MaxWindow, headeronly.DefaultMaxWindow),
-		Creds: creds, Auth: auth, SessionLease: max(c.SessionLease, 0)}
+		Creds: creds, Auth: auth, SessionLease: max(c.SessionLease, 0), PeerQuota: peer, IdentityQuota: ident}
 }
 
 func runHA(ctx context.Context, c Config, log *slog.Logger, ready func(Addrs), creds credentials.TransportCredentials, auth *admin.Authorizer) error {
@@ -124,7 +125,8 @@ func runHA(ctx context.Context, c Config, log *slog.Logger, ready func(Addrs), c
 	srv, err := haserve.New(haserve.Config{Node: node, Mode: c.Mode, Logger: log,
 		Oracle: oracle.Config{Format: c.format},
 		Modes: modes.Config{Device: dev, Workers: c.Workers, RespQPs: c.RespQPs, Cores: c.cores,
-			MaxWindow: c.MaxWindow, MaxClients: c.MaxClients, Version: c.Version, AtomicsTrusted: c.Security.atomicsTrusted()}})
+			MaxWindow: c.MaxWindow, MaxClients: c.MaxClients, Version: c.Version, AtomicsTrusted: c.Security.atomicsTrusted(),
+			MaxSessionRecv: c.MaxSessionRecv}})
 	if err != nil {
 		lis.Close()
 		return fmt.Errorf("%w: %v", ErrConfig, err)

@@ -31,6 +31,17 @@ import (
 // client sessions (see headeronly.DefaultMaxClients for the memory).
 const DefaultMaxClients = headeronly.DefaultMaxClients
 
+// The default admission quotas (-peer-max-sessions, -peer-connect-rate,
+// -peer-connect-burst and the -identity-* flags). A host runs many
+// clients and a token may stand for a fleet, so they are generous; they
+// bound one caller's share, and with MaxSessionRecv its receives, so that
+// it cannot lock every other client out. docs/operations.md ("Admission
+// quotas") says how to size them.
+var (
+	DefaultPeerQuota     = admin.Quota{MaxSessions: 1024, ConnectRate: 100, ConnectBurst: 1000}
+	DefaultIdentityQuota = admin.Quota{MaxSessions: 4096, ConnectRate: 1000, ConnectBurst: 4000}
+)
+
 // ErrConfig reports an invalid Config.
 var ErrConfig = errors.New("seqd: invalid config")
 
@@ -53,9 +64,21 @@ type Config struct {
 	// SessionLease: a client session not renewed (KeepAlive) within it
 	// is disconnected. Default admin.DefaultSessionLease; negative: none.
 	SessionLease time.Duration
-	Version      string
-	HA           HAConfig       // -etcd-endpoints etc.: run as one instance of an HA group
-	Security     SecurityConfig // admin plane TLS and authorisation
+	// Admission quotas (admin.Quota), see DefaultPeerQuota and
+	// DefaultIdentityQuota: the most sessions and the Connect rate (a
+	// second, and at once) of one peer that did not authenticate (its
+	// source IP; IPv6 by /64) and of one authenticated identity. Zero:
+	// the default; negative: no limit.
+	PeerMaxSessions, IdentityMaxSessions   int
+	PeerConnectRate, IdentityConnectRate   float64
+	PeerConnectBurst, IdentityConnectBurst int
+	// MaxSessionRecv caps one session's QPs × window: a session asking
+	// for more gets a smaller window. Zero: a quarter of a worker's
+	// receive budget (8192 in spec-s0); negative: no cap.
+	MaxSessionRecv int
+	Version        string
+	HA             HAConfig       // -etcd-endpoints etc.: run as one instance of an HA group
+	Security       SecurityConfig // admin plane TLS and authorisation
 	// Init marks a new deployment (-init): a missing Data directory is
 	// created and a missing mark file taken as a fresh start. The zero
 	// value refuses both, with an error naming the path and the recovery:
@@ -110,6 +133,9 @@ func (c *Config) Validate() error {
 	if c.Workers == 0 {
 		c.Workers = 1
 	}
+	if err := c.fillQuotas(); err != nil {
+		return err
+	}
 	if c.MaxClients == 0 {
 		c.MaxClients = DefaultMaxClients
 	}
@@ -149,6 +175,46 @@ func (c *Config) Validate() error {
 	return nil
 }
 
+// fillQuotas fills the admission quotas' defaults and checks them.
+func (c *Config) fillQuotas() error {
+	for _, f := range []struct {
+		name string
+		p    *int
+		d    int
+	}{
+		{"peer-max-sessions", &c.PeerMaxSessions, DefaultPeerQuota.MaxSessions},
+		{"peer-connect-burst", &c.PeerConnectBurst, DefaultPeerQuota.ConnectBurst},
+		{"identity-max-sessions", &c.IdentityMaxSessions, DefaultIdentityQuota.MaxSessions},
+		{"identity-connect-burst", &c.IdentityConnectBurst, DefaultIdentityQuota.ConnectBurst},
+	} {
+		if *f.p == 0 {
+			*f.p = f.d
+		}
+	}
+	for _, f := range []struct {
+		name string
+		p    *float64
+		d    float64
+	}{
+		{"peer-connect-rate", &c.PeerConnectRate, DefaultPeerQuota.ConnectRate},
+		{"identity-connect-rate", &c.IdentityConnectRate, DefaultIdentityQuota.ConnectRate},
+	} {
+		if *f.p != *f.p || *f.p > 1e9 {
+			return fmt.Errorf("%w: -%s %v: want a rate a second (negative: no limit)", ErrConfig, f.name, *f.p)
+		}
+		if *f.p == 0 {
+			*f.p = f.d
+		}
+	}
+	return nil
+}
+
+// quotas are the admin server's admission quotas.
+func (c *Config) quotas() (peer, ident admin.Quota) {
+	return admin.Quota{MaxSessions: c.PeerMaxSessions, ConnectRate: c.PeerConnectRate, ConnectBurst: c.PeerConnectBurst},
+		admin.Quota{MaxSessions: c.IdentityMaxSessions, ConnectRate: c.IdentityConnectRate, ConnectBurst: c.IdentityConnectBurst}
+}
+
 // Addrs are where a running seqd listens.
 type Addrs struct {
 	Data    string // the device
@@ -184,7 +250,7 @@ func Run(ctx context.Context, c Config, log *slog.Logger, ready func(Addrs)) err
 	defer dev.Close()
 	dp, err := modes.New(ctx, modes.Config{Device: dev, Oracle: orc, Workers: c.Workers, RespQPs: c.RespQPs,
 		Cores: c.cores, MaxWindow: c.MaxWindow, MaxClients: c.MaxClients, Version: c.Version, Logger: log,
-		QKey: modes.RandomQKey(), AtomicsTrusted: c.Security.atomicsTrusted()}, c.Mode)
+		QKey: modes.RandomQKey(), AtomicsTrusted: c.Security.atomicsTrusted(), MaxSessionRecv: c.MaxSessionRecv}, c.Mode)
 	if err != nil {
 		return fmt.Errorf("seqd: start %s: %w", c.Mode, err)
 	}

@@ -11,7 +11,7 @@ import (
 // that the worker pool reads.
 func ConfigOf(c dataplane.Config) Config {
 	return Config{Device: c.Device, Oracle: c.Oracle, Behind: c.Behind, Workers: c.Workers, RespQPs: c.RespQPs,
-		Cores: c.Cores, QKey: c.QKey, Epoch: c.Epoch, Logger: c.Logger}
+		Cores: c.Cores, QKey: c.QKey, Epoch: c.Epoch, Logger: c.Logger, MaxSessionRecv: c.MaxSessionRecv}
 }
 
 // Window is the window granted to a client that asked for asked: def
@@ -21,6 +21,42 @@ func Window(asked, def, most int) int {
 		asked = def
 	}
 	return min(asked, most)
+}
+
+// SessionShare: by default one session may hold at most 1/SessionShare
+// of a worker's receive budget (its QPs × window), so that no one
+// session, and only several together, can fill a worker.
+const SessionShare = 4
+
+// SessionCap is the most receives (QPs × window) one session may hold on
+// a mode whose workers each have budget receives: c.MaxSessionRecv when
+// set, else budget/SessionShare (at least 1); 0: no cap (MaxSessionRecv
+// negative).
+func (c *Config) SessionCap(budget int) int {
+	switch {
+	case c.MaxSessionRecv > 0:
+		return c.MaxSessionRecv
+	case c.MaxSessionRecv < 0:
+		return 0
+	}
+	return max(1, budget/SessionShare)
+}
+
+// SessionWindow is the window granted per QP to a session of qps QPs
+// that asked for asked: Window(asked, def, most), lowered so that the
+// session holds at most limit receives over all its QPs (qps × window
+// <= limit; limit 0: no cap). A session of more QPs than limit gets an
+// error wrapping dataplane.ErrNoCapacity that names the flag raising it.
+func SessionWindow(asked, def, most, qps, limit int) (int, error) {
+	w := Window(asked, def, most)
+	if limit <= 0 || qps <= 0 || qps*w <= limit {
+		return w, nil
+	}
+	if qps > limit {
+		return 0, fmt.Errorf("%w: %d QPs exceed the per-session cap of %d receives (QPs × window; seqd -max-session-recv)",
+			dataplane.ErrNoCapacity, qps, limit)
+	}
+	return limit / qps, nil
 }
 
 // CheckQPs checks the client QPs of an admission: at least one, each

@@ -74,6 +74,11 @@ type Config struct {
 	QKey uint32
 	// Epoch identifies this run of the mode. Default: the start time in ns.
 	Epoch uint64
+	// MaxSessionRecv is the most receives (QPs × window) one session may
+	// hold; a session asking for more gets a smaller window (SessionCap,
+	// SessionWindow). Default: a quarter of a worker's receive budget;
+	// negative: no cap.
+	MaxSessionRecv int
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
 }
