@@ -24,6 +24,7 @@ import (
 type advancer struct {
 	*admintest.Backend
 	mu          sync.Mutex
+	role        string // Status's role; a standby reports no current value
 	cur         uint64
 	to, maxStep uint64
 	calls       int
@@ -36,7 +37,10 @@ func (a *advancer) Status(ctx context.Context) (*adminpb.StatusResponse, error) 
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	st.Current = a.cur
+	st.Role = a.role
+	if a.role != admin.RoleStandby {
+		st.Current = a.cur
+	}
 	return st, nil
 }
 
@@ -73,7 +77,7 @@ func TestAdvanceAndTransfer(t *testing.T) {
 	}
 
 	a := &advancer{Backend: admintest.NewBackend(nil), cur: 10}
-	c = advanceClient(t, admin.Config{Logger: quietLogger(), MaxAdvance: 1000}, a)
+	c = advanceClient(t, admin.Config{Logger: quietLogger(), MaxAdvance: 1000, Format: spec.FormatCounter}, a)
 	// min 0 is what an unset field reads as: refused before the backend.
 	if _, err := c.Advance(ctx, &adminpb.AdvanceRequest{}); status.Code(err) != codes.InvalidArgument || a.calls != 0 {
 		t.Errorf("Advance(0) = %v (backend called %d times), want InvalidArgument before the backend", err, a.calls)
@@ -83,9 +87,11 @@ func TestAdvanceAndTransfer(t *testing.T) {
 	if err != nil || resp.GetCurrent() != 78 || a.to != 77 || a.maxStep != 67 {
 		t.Errorf("Advance(77) = %v, %v; backend saw to=%d maxStep=%d, want maxStep 67", resp, err, a.to, a.maxStep)
 	}
-	// Over MaxAdvance: the backend refuses it with the bound.
-	if _, err := c.Advance(ctx, &adminpb.AdvanceRequest{Min: 78 + 1001}); status.Code(err) != codes.InvalidArgument || a.maxStep != 1000 {
-		t.Errorf("Advance over MaxAdvance = %v (maxStep %d), want InvalidArgument with bound 1000", err, a.maxStep)
+	// Over MaxAdvance: refused before the backend, naming the bound.
+	calls := a.calls
+	if _, err := c.Advance(ctx, &adminpb.AdvanceRequest{Min: 78 + 1001}); status.Code(err) != codes.InvalidArgument ||
+		a.calls != calls || !strings.Contains(err.Error(), "more than one Advance may move it (1000 values)") {
+		t.Errorf("Advance over MaxAdvance = %v (backend called: %v), want InvalidArgument naming the bound", err, a.calls != calls)
 	}
 }
 
@@ -194,6 +200,24 @@ func TestAdvanceBudget(t *testing.T) {
 				t.Errorf("refused{type=budget} = %v, want 2", got)
 			}
 		})
+	}
+}
+
+// TestAdvanceStandby: a standby reports no current value, so the step
+// cannot be measured before the call: the backend is held to what the
+// budget has left, and what it did not use is given back.
+func TestAdvanceStandby(t *testing.T) {
+	ctx := testCtx(t)
+	a := &advancer{Backend: admintest.NewBackend(nil), role: admin.RoleStandby, cur: 1 << 40}
+	c := advanceClient(t, admin.Config{Logger: quietLogger(), Format: spec.FormatCounter, MaxAdvance: 1 << 62, AdvanceBudget: 1000}, a)
+	if _, err := c.Advance(ctx, &adminpb.AdvanceRequest{Min: 1<<40 + 5000}); status.Code(err) != codes.InvalidArgument || a.maxStep != 1000 {
+		t.Fatalf("Advance by 5000 on a standby = %v, backend bound %d; want the backend held to the budget, 1000", err, a.maxStep)
+	}
+	if _, err := c.Advance(ctx, &adminpb.AdvanceRequest{Min: a.cur + 600}); err != nil || a.maxStep != 1000 {
+		t.Fatalf("Advance by 600 = %v, backend bound %d; want success within the whole budget (the refused call spent nothing)", err, a.maxStep)
+	}
+	if _, err := c.Advance(ctx, &adminpb.AdvanceRequest{Min: a.cur + 100}); err != nil || a.maxStep != 400 {
+		t.Fatalf("next Advance = %v, backend bound %d; want 400 left", err, a.maxStep)
 	}
 }
 

@@ -49,7 +49,8 @@ type reservation struct {
 	gen, step uint64
 }
 
-// call takes one call from the rate bucket at now, or returns the refusal.
+// call takes one call from the rate bucket at now, or returns the refusal
+// (an error for ResourceExhausted).
 func (b *advanceBudget) call(now time.Time) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -62,8 +63,8 @@ func (b *advanceBudget) call(now time.Time) error {
 	}
 	if b.tokens < 1 {
 		wait := time.Duration((1 - b.tokens) / float64(b.rate) * float64(time.Minute)).Round(time.Millisecond)
-		return fmt.Errorf("%w: advance refused: over the rate limit of %d calls a minute; the next call is allowed in %v (seqd -advance-rate)",
-			ErrNoCapacity, b.rate, max(wait, time.Millisecond))
+		return fmt.Errorf("advance refused: over the rate limit of %d calls a minute; the next call is allowed in %v (seqd -advance-rate)",
+			b.rate, max(wait, time.Millisecond))
 	}
 	b.tokens--
 	return nil
@@ -78,8 +79,8 @@ func (b *advanceBudget) reserve(now time.Time, step uint64) (reservation, error)
 	left := b.budget - b.spent
 	if step > left {
 		renew := b.start.Add(b.window).Sub(now).Round(time.Second)
-		return reservation{}, fmt.Errorf("%w: advance of %s exceeds the remaining budget of %s (%s per %v; whole again in %v; seqd -advance-budget, -advance-budget-window)",
-			ErrNoCapacity, b.human(step), b.human(left), b.human(b.budget), b.window, renew)
+		return reservation{}, fmt.Errorf("advance of %s exceeds the remaining budget of %s (%s per %v; whole again in %v; seqd -advance-budget, -advance-budget-window)",
+			b.human(step), b.human(left), b.human(b.budget), b.window, renew)
 	}
 	b.spent += step
 	return reservation{gen: b.gen, step: step}, nil

@@ -391,20 +391,23 @@ func (v *service) Advance(ctx context.Context, req *adminpb.AdvanceRequest) (*ad
 // reserves the step from the budget, and returns the reservation and the
 // step bound the backend must enforce, so that the step it takes never
 // exceeds the one reserved. The step is measured from the current value
-// the backend reports; without one, the whole bound is reserved.
+// the backend reports; without one (an HA standby holds no counter: it
+// redirects), what the bound and the budget allow is reserved, and the
+// unused part given back afterwards.
 func (s *Server) reserveAdvance(ctx context.Context, to uint64) (reservation, uint64, error) {
 	now := s.cfg.now()
 	if err := s.advance.call(now); err != nil {
 		s.cfg.Metrics.refusedAdvance(refusedRate)
-		return reservation{}, 0, err
+		return reservation{}, 0, status.Error(codes.ResourceExhausted, err.Error())
 	}
 	step := min(s.cfg.MaxAdvance, s.advance.remaining(now))
-	if st, err := s.backend.Status(ctx); err == nil {
+	if st, err := s.backend.Status(ctx); err == nil && st.GetRole() != RoleStandby {
 		switch cur := st.GetCurrent(); {
 		case to <= cur:
 			return reservation{}, 0, nil // the backend refuses: never backward
 		case to-cur > s.cfg.MaxAdvance:
-			step = s.cfg.MaxAdvance // the backend refuses: over the bound of one Advance
+			return reservation{}, 0, fmt.Errorf("%w: advance: %d is %s above the current value %d, more than one Advance may move it (%s)",
+				ErrInvalidArgument, to, humanStep(s.cfg.Format, to-cur), cur, humanStep(s.cfg.Format, s.cfg.MaxAdvance))
 		default:
 			step = to - cur
 		}
@@ -412,7 +415,7 @@ func (s *Server) reserveAdvance(ctx context.Context, to uint64) (reservation, ui
 	res, err := s.advance.reserve(now, step)
 	if err != nil {
 		s.cfg.Metrics.refusedAdvance(refusedBudget)
-		return reservation{}, 0, err
+		return reservation{}, 0, status.Error(codes.ResourceExhausted, err.Error())
 	}
 	return res, step, nil
 }
