@@ -1,6 +1,7 @@
 package deploy_test
 
 import (
+	"bufio"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -62,8 +63,25 @@ func TestImagesShipWithAuth(t *testing.T) {
 		t.Skipf("%s exists on this machine", tokens)
 	}
 	args := append(slices.Clone(argv[1:]), "-data", t.TempDir(), "-init", "-device", "127.0.0.1:0", "-admin", "0.0.0.0:0", "-metrics", "127.0.0.1:0")
-	out, err := exec.Command(filepath.Join(binaries(t), "seqd"), args...).CombinedOutput()
-	if err == nil || !strings.Contains(string(out), tokens) {
-		t.Fatalf("seqd %v without %s: %v, want a refusal naming it:\n%s", args, tokens, err, out)
+	cmd := exec.Command(filepath.Join(binaries(t), "seqd"), args...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() {
+		out.WriteString(sc.Text() + "\n")
+		if strings.Contains(sc.Text(), "seqd serving") {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("seqd %v started without %s:\n%s", args, tokens, out.String())
+		}
+	}
+	if err := cmd.Wait(); err == nil || !strings.Contains(out.String(), tokens) {
+		t.Fatalf("seqd %v without %s: %v, want a refusal naming it:\n%s", args, tokens, err, out.String())
 	}
 }
