@@ -5,6 +5,7 @@ package oracle
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,6 +25,9 @@ type dirLock struct{ f *os.File }
 func lockDir(dir string) (*dirLock, error) {
 	path := filepath.Join(dir, LockFileName)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, markFilePerm)
+	if errors.Is(err, fs.ErrPermission) {
+		return nil, fmt.Errorf("%w: %s is not writable: opening the lock file: %w", ErrDataDir, dir, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: opening the lock file: %w", ErrDataDir, dir, err)
 	}
