@@ -8,11 +8,21 @@
 # builds this file with docker, or with podman where no docker engine
 # answers. Nothing is pulled: the image builds with no registry access.
 #
-# Run it (see docs/operations.md, "Container"):
+# Run it (see docs/operations.md, "Container"), with an admin token file:
 #
+#   umask 077; head -c 32 /dev/urandom | base64 > admin-tokens
+#   sudo chown 10001 admin-tokens      # the image's seqd user reads it (0600)
 #   docker run -d --name seqd -v seqd-data:/var/lib/seqd \
+#     -v "$PWD/admin-tokens:/run/secrets/seqd-admin-tokens:ro" \
 #     -p 7070:7070 -p 9464:9464 -p 4791:4791/udp \
 #     seqd:latest -init -device <container or host IPv4>:4791
+#
+# The admin plane listens on 0.0.0.0 with authorisation ON: mutating calls
+# (seqctl advance, set-mode, transfer-leader) need a bearer token of
+# /run/secrets/seqd-admin-tokens (seqctl -token-file), and seqd does not
+# start without that file (a Docker or Compose secret of that name works
+# too). To run without a credential, which lets anyone who reaches port 7070
+# move the counter, append -admin-insecure-no-auth.
 #
 # -init is for a new volume only: without it seqd refuses a data directory
 # with no mark file (a lost or unmounted volume is not a fresh start). Once
@@ -53,5 +63,5 @@ HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \
 
 # Flags after the image name on `docker run` are appended to ENTRYPOINT and
 # replace CMD; a flag given twice takes its last value.
-ENTRYPOINT ["/usr/local/bin/seqd", "-data", "/var/lib/seqd", "-admin", "0.0.0.0:7070", "-metrics", "0.0.0.0:9464"]
+ENTRYPOINT ["/usr/local/bin/seqd", "-data", "/var/lib/seqd", "-admin", "0.0.0.0:7070", "-metrics", "0.0.0.0:9464", "-admin-token-file", "/run/secrets/seqd-admin-tokens"]
 CMD ["-device", "127.0.0.1:4791"]

@@ -1,8 +1,10 @@
 package admin
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"time"
 
 	"google.golang.org/grpc/credentials"
@@ -19,6 +21,15 @@ const (
 	// DefaultMaxAdvance bounds one Advance: a day of hybrid time
 	// (milliseconds << 18), in counter format that many values.
 	DefaultMaxAdvance = uint64(24*time.Hour/time.Millisecond) << 18
+	// DefaultAdvanceBudget bounds all Advances together within one
+	// AdvanceWindow: a day of hybrid time, like one Advance.
+	DefaultAdvanceBudget = DefaultMaxAdvance
+	// DefaultAdvanceWindow is the period after which the Advance budget
+	// is whole again.
+	DefaultAdvanceWindow = 24 * time.Hour
+	// DefaultAdvanceRate is how many Advance calls a minute the server
+	// takes (a bucket of that many, refilled evenly over the minute).
+	DefaultAdvanceRate = 10
 )
 
 // MaxClientNameLen is the longest client_name a ConnectRequest may carry, in
@@ -55,6 +66,27 @@ type Config struct {
 	// above its current value (like PD's reset-ts bound). Default
 	// DefaultMaxAdvance.
 	MaxAdvance uint64
+	// AdvanceBudget bounds the sum of the steps of every Advance within
+	// one AdvanceWindow, in values (hybrid: milliseconds << 18). An
+	// Advance that would go over it is refused with ResourceExhausted,
+	// in human units (see Format). Default DefaultAdvanceBudget.
+	AdvanceBudget uint64
+	// AdvanceWindow is the budget's period: the budget is whole again
+	// AdvanceWindow after the window's first Advance. Default
+	// DefaultAdvanceWindow.
+	AdvanceWindow time.Duration
+	// AdvanceRate is how many Advance calls a minute the server takes,
+	// refused or not (a bucket of AdvanceRate, refilled evenly); more are
+	// refused with ResourceExhausted. Default DefaultAdvanceRate.
+	AdvanceRate int
+	// Format is the oracle's value format, for refusals in human units:
+	// durations for hybrid, counts for counter. Zero means hybrid.
+	Format spec.Format
+	// InsecureNoAuth lets the server listen off loopback without Auth, so
+	// that anyone who reaches it may call the mutating RPCs (Advance,
+	// SetMode, TransferLeader). Without it, New and Serve refuse a
+	// non-loopback address when Auth is nil.
+	InsecureNoAuth bool
 	// SessionLease, when positive, is the lease every session gets: it
 	// is disconnected unless renewed (KeepAlive) or ended (Disconnect)
 	// within it, so that dead clients are reclaimed. Zero: no leases.
@@ -82,6 +114,8 @@ type Config struct {
 	Metrics *Metrics
 	// Logger receives structured logs. Default slog.Default().
 	Logger *slog.Logger
+
+	now func() time.Time // the clock of the Advance budget; tests set it
 }
 
 // validate checks cfg and returns a copy with every default filled in. It is
@@ -118,6 +152,33 @@ func (cfg Config) validate() (Config, error) {
 	if cfg.IdentityQuota, err = cfg.IdentityQuota.validate("IdentityQuota"); err != nil {
 		return cfg, err
 	}
+	if cfg.AdvanceBudget == 0 {
+		cfg.AdvanceBudget = DefaultAdvanceBudget
+	}
+	if cfg.AdvanceWindow == 0 {
+		cfg.AdvanceWindow = DefaultAdvanceWindow
+	}
+	if cfg.AdvanceWindow < 0 {
+		return cfg, fmt.Errorf("admin: config: AdvanceWindow %v is negative", cfg.AdvanceWindow)
+	}
+	if cfg.AdvanceRate == 0 {
+		cfg.AdvanceRate = DefaultAdvanceRate
+	}
+	if cfg.AdvanceRate < 0 {
+		return cfg, fmt.Errorf("admin: config: AdvanceRate %d is negative", cfg.AdvanceRate)
+	}
+	if cfg.Format == 0 {
+		cfg.Format = spec.FormatHybrid
+	}
+	if !cfg.Format.Valid() {
+		return cfg, fmt.Errorf("admin: config: Format %d", cfg.Format)
+	}
+	if cfg.now == nil {
+		cfg.now = time.Now
+	}
+	if cfg.Auth == nil && !cfg.InsecureNoAuth && !IsLoopbackAddr(cfg.Addr) {
+		return cfg, fmt.Errorf("%w: %s", ErrNoAuth, noAuthAdvice(cfg.Addr))
+	}
 	if len(cfg.Modes) == 0 {
 		cfg.Modes = []string{ModeSpecS0, ModeHERD, ModeAtomics}
 	} else {
@@ -137,4 +198,28 @@ func (cfg Config) validate() (Config, error) {
 		cfg.Logger = slog.Default()
 	}
 	return cfg, nil
+}
+
+// ErrNoAuth reports an admin plane that would listen off loopback with no
+// credential: anyone who reached it could move the counter.
+var ErrNoAuth = errors.New("admin: a non-loopback admin address needs authorisation")
+
+func noAuthAdvice(addr string) string {
+	return fmt.Sprintf("%s is not a loopback address and no Auth is set, so anyone who reaches it could call Advance, SetMode and TransferLeader; "+
+		"set Auth (bearer tokens or client-certificate identities), listen on loopback, or set InsecureNoAuth to accept that", addr)
+}
+
+// IsLoopbackAddr reports whether the host of addr ("host:port") is a
+// loopback address or "localhost". An empty host, a wildcard (0.0.0.0,
+// ::) or any other name is not: it may be reached from elsewhere.
+func IsLoopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

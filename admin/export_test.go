@@ -6,6 +6,12 @@ import (
 	"github.com/seqd/seqd/admin/adminpb"
 )
 
+// WithClock returns cfg with the clock of the Advance limits set to now.
+func WithClock(cfg Config, now func() time.Time) Config {
+	cfg.now = now
+	return cfg
+}
+
 // ConnectCase is one validation case, exported for server_test.go.
 type ConnectCase struct {
 	Name  string

@@ -33,6 +33,9 @@ type Metrics struct {
 	// refused counts Connects refused by an admission quota, by reason
 	// (refusalReasons).
 	refused [len(refusalReasons)]prometheus.Counter
+	// advanceRefused counts Advances refused by the budget, by kind
+	// (refusedRate, refusedBudget).
+	advanceRefused [len(refusedLabels)]prometheus.Counter
 }
 
 // NewMetrics registers the admin plane's metrics on reg:
@@ -40,6 +43,7 @@ type Metrics struct {
 //	seqd_admin_requests_total{method,code}  Admin requests answered
 //	seqd_admin_sessions                     live data-path sessions
 //	seqd_admin_admission_refused_total{reason}  Connects refused by a quota
+//	seqd_admin_advance_refused_total{type}  Advances refused: rate, budget
 //
 // The sessions gauge is read from sessions at scrape time (see
 // BackendSessions); it is not registered when sessions is nil. Requests that
@@ -58,7 +62,19 @@ func NewMetrics(reg prometheus.Registerer, sessions func() float64) (*Metrics, e
 	if err := reg.Register(vec); err != nil {
 		return nil, fmt.Errorf("admin: metrics: register requests_total: %w", err)
 	}
+	advRefused := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "seqd",
+		Subsystem: "admin",
+		Name:      "advance_refused_total",
+		Help:      "Advance calls refused by the Advance limits, by type: rate (over -advance-rate) or budget (over -advance-budget within -advance-budget-window).",
+	}, []string{"type"})
+	if err := reg.Register(advRefused); err != nil {
+		return nil, fmt.Errorf("admin: metrics: register advance_refused_total: %w", err)
+	}
 	m := &Metrics{}
+	for i, l := range refusedLabels {
+		m.advanceRefused[i] = advRefused.WithLabelValues(l)
+	}
 	for i, meth := range adminMethods {
 		for c := range numCodes {
 			m.requests[i][c] = vec.WithLabelValues(meth.label, codes.Code(c).String())
@@ -112,6 +128,14 @@ func (m *Metrics) observe(method string, code codes.Code) {
 func (m *Metrics) refuse(i int) {
 	if m != nil {
 		m.refused[i].Inc()
+	}
+}
+
+// refusedAdvance counts an Advance refused for kind (refusedRate,
+// refusedBudget). A nil m counts nothing.
+func (m *Metrics) refusedAdvance(kind int) {
+	if m != nil {
+		m.advanceRefused[kind].Inc()
 	}
 }
 

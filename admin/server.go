@@ -97,6 +97,7 @@ type Server struct {
 
 	sessions *sessions // every session granted: its token, ID, epoch, lease
 	quotas   *quotas   // PeerQuota and IdentityQuota: Connect rates, refusals
+	advance  *advanceBudget
 	stopReap chan struct{}
 	stopOnce sync.Once
 }
@@ -116,6 +117,7 @@ func New(cfg Config, backend Backend) (*Server, error) {
 		log:     cfg.Logger.With("component", "admin"),
 		health:  health.NewServer(),
 		backend: backend,
+		advance: newAdvanceBudget(cfg.AdvanceBudget, cfg.AdvanceWindow, cfg.AdvanceRate, cfg.Format),
 	}
 	chain := []grpc.UnaryServerInterceptor{s.observe}
 	if cfg.Auth != nil {
@@ -158,9 +160,16 @@ func (s *Server) SetServing(serving bool) {
 // Serve serves on lis until the server is stopped, and closes lis. It
 // returns nil after GracefulStop, Shutdown or Stop.
 func (s *Server) Serve(lis net.Listener) error {
+	if s.cfg.Auth == nil && !s.cfg.InsecureNoAuth && !isLoopback(lis.Addr()) {
+		lis.Close()
+		return fmt.Errorf("%w: %s", ErrNoAuth, noAuthAdvice(lis.Addr().String()))
+	}
 	s.mu.Lock()
 	s.addr = lis.Addr()
 	s.mu.Unlock()
+	if s.cfg.Auth == nil && !isLoopback(lis.Addr()) {
+		s.log.Warn("admin plane off loopback without authorisation (InsecureNoAuth): anyone who reaches it may call Advance, SetMode and TransferLeader", "addr", lis.Addr().String())
+	}
 	if s.cfg.Creds == nil && !isLoopback(lis.Addr()) {
 		s.log.Warn("admin plane serving plaintext on a non-loopback address", "addr", lis.Addr().String())
 	}
@@ -420,14 +429,61 @@ func (v *service) Advance(ctx context.Context, req *adminpb.AdvanceRequest) (*ad
 	if !ok {
 		return nil, status.Error(codes.Unimplemented, "this server cannot advance its counter")
 	}
-	resp, err := a.Advance(ctx, req.GetMin(), v.s.cfg.MaxAdvance)
+	to := req.GetMin()
+	res, maxStep, err := v.s.reserveAdvance(ctx, to)
 	if err != nil {
 		err = statusError(err)
-		v.s.log.Warn("advance failed", "min", req.GetMin(), "code", status.Code(err).String(), "err", err)
+		v.s.log.Warn("advance refused", "min", to, "code", status.Code(err).String(), "err", err)
 		return nil, err
 	}
-	v.s.log.Info("counter advanced by operator", "min", req.GetMin(), "previous", resp.GetPrevious(), "current", resp.GetCurrent())
+	resp, err := a.Advance(ctx, to, maxStep)
+	var used uint64
+	if err == nil && to > resp.GetPrevious() {
+		used = to - resp.GetPrevious()
+	}
+	v.s.advance.settle(res, used)
+	if err != nil {
+		err = statusError(err)
+		v.s.log.Warn("advance failed", "min", to, "code", status.Code(err).String(), "err", err)
+		return nil, err
+	}
+	v.s.log.Info("counter advanced by operator", "min", to, "previous", resp.GetPrevious(), "current", resp.GetCurrent(),
+		"step", humanStep(v.s.cfg.Format, used), "budget_left", humanStep(v.s.cfg.Format, v.s.advance.remaining(v.s.cfg.now())))
 	return resp, nil
+}
+
+// reserveAdvance applies the Advance limits (Config.AdvanceRate,
+// AdvanceBudget) to an Advance to to: it takes a call from the rate and
+// reserves the step from the budget, and returns the reservation and the
+// step bound the backend must enforce, so that the step it takes never
+// exceeds the one reserved. The step is measured from the current value
+// the backend reports; without one (an HA standby holds no counter: it
+// redirects), what the bound and the budget allow is reserved, and the
+// unused part given back afterwards.
+func (s *Server) reserveAdvance(ctx context.Context, to uint64) (reservation, uint64, error) {
+	now := s.cfg.now()
+	if err := s.advance.call(now); err != nil {
+		s.cfg.Metrics.refusedAdvance(refusedRate)
+		return reservation{}, 0, status.Error(codes.ResourceExhausted, err.Error())
+	}
+	step := min(s.cfg.MaxAdvance, s.advance.remaining(now))
+	if st, err := s.backend.Status(ctx); err == nil && st.GetRole() != RoleStandby {
+		switch cur := st.GetCurrent(); {
+		case to <= cur:
+			return reservation{}, 0, nil // the backend refuses: never backward
+		case to-cur > s.cfg.MaxAdvance:
+			return reservation{}, 0, fmt.Errorf("%w: advance: %d is %s above the current value %d, more than one Advance may move it (%s)",
+				ErrInvalidArgument, to, humanStep(s.cfg.Format, to-cur), cur, humanStep(s.cfg.Format, s.cfg.MaxAdvance))
+		default:
+			step = to - cur
+		}
+	}
+	res, err := s.advance.reserve(now, step)
+	if err != nil {
+		s.cfg.Metrics.refusedAdvance(refusedBudget)
+		return reservation{}, 0, status.Error(codes.ResourceExhausted, err.Error())
+	}
+	return res, step, nil
 }
 
 func (v *service) TransferLeader(ctx context.Context, _ *adminpb.TransferLeaderRequest) (*adminpb.TransferLeaderResponse, error) {

@@ -38,7 +38,9 @@ func TestWithInsecureOffLoopback(t *testing.T) {
 	if !netnstest.Enter(t, "198.51.100.7/32") {
 		return
 	}
-	a := startServer(t, server.Config{Device: "198.51.100.7:0", Admin: "198.51.100.7:0"})
+	// No admin credential (this test is about the plaintext dial): seqd
+	// starts off loopback only when told to accept that.
+	a := startServer(t, server.Config{Device: "198.51.100.7:0", Admin: "198.51.100.7:0", Security: server.SecurityConfig{InsecureNoAuth: true}})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := Dial(ctx, a.Admin); !errors.Is(err, adminclient.ErrPlaintextRefused) {
@@ -60,7 +62,8 @@ func TestListenAllInterfaces(t *testing.T) {
 	if !netnstest.Enter(t, "198.51.100.7/32") {
 		return
 	}
-	a := startServer(t, server.Config{Device: "0.0.0.0:0", ProviderOpts: "advertise=198.51.100.7", Admin: "0.0.0.0:0"})
+	a := startServer(t, server.Config{Device: "0.0.0.0:0", ProviderOpts: "advertise=198.51.100.7", Admin: "0.0.0.0:0",
+		Security: server.SecurityConfig{InsecureNoAuth: true}})
 	_, port, err := net.SplitHostPort(a.Admin)
 	if err != nil {
 		t.Fatal(err)

@@ -125,6 +125,23 @@ func TestKubernetesManifests(t *testing.T) {
 		t.Error("-init in an HA group's manifest: the mark lives in etcd")
 	}
 
+	// Authorisation is on (issue 26): the admin plane listens off
+	// loopback, so mutating calls need a token of a file mounted from a
+	// Secret, that seqd's user can read and nobody else; never the
+	// insecure flag.
+	if v := set["admin-insecure-no-auth"]; v != "" && v != "false" {
+		t.Errorf("SEQD_ADMIN_INSECURE_NO_AUTH=%s: the manifest must ship with admin authorisation on", v)
+	}
+	if set["pprof"] != "" && set["pprof"] != "false" && set["admin-token-file"] == "" {
+		t.Error("-pprof off loopback without -admin-token-file")
+	}
+	tokens := set["admin-token-file"]
+	if tokens == "" && set["admin-allow"] == "" {
+		t.Errorf("-admin %s is off loopback and no SEQD_ADMIN_TOKEN_FILE or SEQD_ADMIN_ALLOW sets a credential", set["admin"])
+	} else if tokens != "" {
+		checkTokenSecret(t, ss, c, tokens)
+	}
+
 	// Ports: the flags' listeners, the container's ports, the probes'
 	// and the Service's agree.
 	ports := map[string]corev1.ContainerPort{}
@@ -175,6 +192,44 @@ func TestKubernetesManifests(t *testing.T) {
 	}
 	if !mounted {
 		t.Errorf("volume %q is not mounted at -data %q: %+v", claim, set["data"], c.VolumeMounts)
+	}
+}
+
+// checkTokenSecret checks that the token file is in a Secret volume
+// mounted read-only into the container, in a mode ReadTokens accepts
+// (owner-only, or group-readable at most: root-owned with fsGroup), and
+// that the pod runs as a non-root user in the fsGroup that reads it.
+func checkTokenSecret(t *testing.T, ss appsv1.StatefulSet, c corev1.Container, tokens string) {
+	t.Helper()
+	var mount *corev1.VolumeMount
+	for i, m := range c.VolumeMounts {
+		if m.MountPath == filepath.Dir(tokens) {
+			mount = &c.VolumeMounts[i]
+		}
+	}
+	if mount == nil || !mount.ReadOnly {
+		t.Errorf("-admin-token-file %s: its directory is not a read-only volume mount: %+v", tokens, c.VolumeMounts)
+		return
+	}
+	var vol *corev1.Volume
+	for i, v := range ss.Spec.Template.Spec.Volumes {
+		if v.Name == mount.Name {
+			vol = &ss.Spec.Template.Spec.Volumes[i]
+		}
+	}
+	if vol == nil || vol.Secret == nil || vol.Secret.SecretName == "" {
+		t.Errorf("-admin-token-file %s: volume %q is not a Secret: %+v", tokens, mount.Name, vol)
+		return
+	}
+	if vol.Secret.Optional != nil && *vol.Secret.Optional {
+		t.Errorf("token Secret %s is optional: seqd would start without it", vol.Secret.SecretName)
+	}
+	if m := vol.Secret.DefaultMode; m == nil || *m&0o037 != 0 {
+		t.Errorf("token Secret defaultMode %v: want 0400 or 0440 (seqd refuses a token file others can read)", m)
+	}
+	sc := ss.Spec.Template.Spec.SecurityContext
+	if sc == nil || sc.FSGroup == nil || sc.RunAsUser == nil || *sc.RunAsUser == 0 {
+		t.Errorf("pod securityContext %+v: want a non-root runAsUser and an fsGroup that reads the token Secret", sc)
 	}
 }
 

@@ -60,5 +60,8 @@
 // table-tested deterministically. Oracle is the thin wrapper that owns the
 // persister goroutine, the Store, stats and metrics. FileStore is the
 // default Store: one small checksummed file in a data directory, replaced
-// atomically (write temp, fsync, rename, fsync directory).
+// atomically (write a temp file of its own, fsync, rename, fsync
+// directory), never with a mark below the one it holds. A FileStore locks
+// its directory (flock on oracle.lock) while open, so that two oracles,
+// in one process or two, never serve from one directory.
 package oracle

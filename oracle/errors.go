@@ -29,6 +29,10 @@ var (
 	// oracle refuses to take it as a fresh start unless told to
 	// (Config.Init, or a Config.Floor above every value ever served).
 	ErrNoMark = errors.New("oracle: no mark file")
+	// ErrLocked means another FileStore, in this process or another, holds
+	// the data directory's lock: two oracles on one directory would hand
+	// out the same values. The error names the holder.
+	ErrLocked = errors.New("oracle: data directory locked by another process")
 	// ErrMarkBackward means a store was asked to save a smaller mark than
 	// one it saved before.
 	ErrMarkBackward = errors.New("oracle: mark would move backward")

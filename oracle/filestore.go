@@ -9,14 +9,21 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 )
 
 // MarkFileName is the name of the mark file inside a FileStore's directory.
 const MarkFileName = "oracle.mark"
 
+// LockFileName is the name of the lock file inside a FileStore's
+// directory. The FileStore holds an exclusive flock on it for as long as it
+// is open, and writes its holder (pid, host, start time) into it so that a
+// second opener can name the first.
+const LockFileName = "oracle.lock"
+
 const (
-	markTempName    = MarkFileName + ".tmp"
+	markTempName    = MarkFileName + ".tmp" // prefix of every temp file; alone, the name seqd used before the lock
 	markProbeName   = MarkFileName + ".probe"
 	markMagic       = "SEQDMARK"
 	markVersion     = 1
@@ -72,23 +79,33 @@ func decodeMarkFile(b []byte) (uint64, error) {
 }
 
 // FileStore keeps the mark in one file in a data directory. Save writes a
-// temp file, fsyncs it, renames it over the mark file and fsyncs the
-// directory, so the file is always either the old mark or the new one.
+// temp file of its own, fsyncs it, renames it over the mark file and fsyncs
+// the directory, so the file is always either the old mark or the new one.
+//
+// One FileStore owns a directory: OpenFileStore takes an exclusive lock on
+// LockFileName and holds it until Close (or the process exits), so a second
+// seqd on the same directory refuses to start (ErrLocked) instead of
+// serving the same values as the first.
 type FileStore struct {
 	dir  string
 	path string
+	lock *dirLock
 
-	mu    sync.Mutex
-	saved uint64
+	mu     sync.Mutex
+	saved  uint64
+	closed bool
 }
 
 var _ Store = (*FileStore)(nil)
 
 // OpenFileStore opens a FileStore in dir, which must exist: a missing data
 // directory is more likely an unmounted volume than a fresh start (InitDir
-// creates it for a new deployment). It checks
-// that the directory is writable (and fsyncable) by writing a probe file,
-// and removes a temp file left by a crash.
+// creates it for a new deployment). It locks the directory (ErrLocked,
+// naming the holder, when another FileStore, in this process or another,
+// has it), checks that the directory is writable (and fsyncable) by
+// writing a probe file, removes temp files left by a crash, and reads the
+// stored mark, if any, so that no Save goes below it. Close releases the
+// lock.
 func OpenFileStore(dir string) (*FileStore, error) {
 	fi, err := os.Stat(dir)
 	if err != nil {
@@ -97,21 +114,78 @@ func OpenFileStore(dir string) (*FileStore, error) {
 	if !fi.IsDir() {
 		return nil, fmt.Errorf("%w: %s is not a directory", ErrDataDir, dir)
 	}
-	s := &FileStore{dir: dir, path: filepath.Join(dir, MarkFileName)}
-	if err := os.Remove(filepath.Join(dir, markTempName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("%w: %s: removing stale temp file: %w", ErrDataDir, dir, err)
+	lock, err := lockDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	s := &FileStore{dir: dir, path: filepath.Join(dir, MarkFileName), lock: lock}
+	if err := s.prepare(); err != nil {
+		lock.release()
+		return nil, err
+	}
+	return s, nil
+}
+
+// prepare runs OpenFileStore's checks once the directory is locked: only
+// then are temp files in it certainly nobody's.
+func (s *FileStore) prepare() error {
+	dir := s.dir
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrDataDir, dir, err)
+	}
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), markTempName) {
+			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("%w: %s: removing stale temp file: %w", ErrDataDir, dir, err)
+			}
+		}
 	}
 	probe := filepath.Join(dir, markProbeName)
 	if err := writeSync(probe, []byte("probe\n")); err != nil {
-		return nil, fmt.Errorf("%w: %s is not writable: %w", ErrDataDir, dir, err)
+		return fmt.Errorf("%w: %s is not writable: %w", ErrDataDir, dir, err)
 	}
 	if err := os.Remove(probe); err != nil {
-		return nil, fmt.Errorf("%w: %s: removing probe file: %w", ErrDataDir, dir, err)
+		return fmt.Errorf("%w: %s: removing probe file: %w", ErrDataDir, dir, err)
 	}
 	if err := syncDir(dir); err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrDataDir, dir, err)
+		return fmt.Errorf("%w: %s: %w", ErrDataDir, dir, err)
 	}
-	return s, nil
+	// A mark that reads back is a floor for every Save, Load or not. A
+	// missing or damaged one is Load's to report.
+	if m, err := s.stored(); err == nil {
+		s.saved = m
+	}
+	return nil
+}
+
+// Close releases the directory's lock. Later Saves fail. Close is
+// idempotent.
+func (s *FileStore) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	return s.lock.release()
+}
+
+// stored reads the mark file: its mark, 0 and nil when there is none, or
+// an error wrapping ErrCorrupt.
+func (s *FileStore) stored() (uint64, error) {
+	b, err := os.ReadFile(s.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("oracle: reading mark file %s: %w", s.path, err)
+	}
+	m, err := decodeMarkFile(b)
+	if err != nil {
+		return 0, fmt.Errorf("oracle: mark file %s: %w", s.path, err)
+	}
+	return m, nil
 }
 
 // InitDir prepares dir for a new deployment: it creates dir, and its
@@ -153,21 +227,36 @@ func (s *FileStore) Load(ctx context.Context) (uint64, error) {
 	return m, nil
 }
 
-// Save makes mark durable. It refuses a mark below one it saved or loaded
-// before, with ErrMarkBackward. The fsyncs are not interruptible, so ctx is
-// checked only before starting.
+// Save makes mark durable. It refuses, with ErrMarkBackward, a mark below
+// one it saved or loaded before or below the one the file holds now (read
+// back before every save: nothing, not even a writer that bypassed the
+// lock, moves the stored mark backward through this store); and, with
+// ErrCorrupt, to overwrite a mark file it cannot read. Each save writes a
+// temp file of its own (os.CreateTemp), so no two writers ever share one.
+// The fsyncs are not interruptible, so ctx is checked only before
+// starting.
 func (s *FileStore) Save(ctx context.Context, mark uint64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if s.closed {
+		return fmt.Errorf("oracle: saving mark %d: %w", mark, ErrClosed)
+	}
 	if mark < s.saved {
 		return fmt.Errorf("%w: %d below saved %d", ErrMarkBackward, mark, s.saved)
 	}
-	tmp := filepath.Join(s.dir, markTempName)
-	if err := writeSync(tmp, encodeMarkFile(mark)); err != nil {
-		os.Remove(tmp)
+	cur, err := s.stored()
+	if err != nil {
+		return fmt.Errorf("oracle: saving mark %d: refusing to overwrite a mark that does not read back: %w", mark, err)
+	}
+	if mark < cur {
+		s.saved = cur
+		return fmt.Errorf("%w: %d below the stored %d in %s (written by another process?)", ErrMarkBackward, mark, cur, s.path)
+	}
+	tmp, err := writeTemp(s.dir, encodeMarkFile(mark))
+	if err != nil {
 		return fmt.Errorf("oracle: saving mark: %w", err)
 	}
 	if err := os.Rename(tmp, s.path); err != nil {
@@ -179,6 +268,31 @@ func (s *FileStore) Save(ctx context.Context, mark uint64) error {
 	}
 	s.saved = mark
 	return nil
+}
+
+// writeTemp writes b to a new, uniquely named temp file in dir, fsyncs it
+// and returns its path. It removes the file when it fails.
+func writeTemp(dir string, b []byte) (string, error) {
+	f, err := os.CreateTemp(dir, markTempName+"-*")
+	if err != nil {
+		return "", err
+	}
+	name := f.Name()
+	err = f.Chmod(markFilePerm)
+	if err == nil {
+		_, err = f.Write(b)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(name)
+		return "", err
+	}
+	return name, nil
 }
 
 // writeSync writes b to a new file at path and fsyncs it.

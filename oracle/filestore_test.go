@@ -94,10 +94,17 @@ func TestFileStoreRoundTrip(t *testing.T) {
 	if err := s.Save(ctx, 4); !errors.Is(err, ErrMarkBackward) {
 		t.Fatalf("Save(4) after 1<<40 = %v, want ErrMarkBackward", err)
 	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Save(ctx, 1<<41); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Save after Close = %v, want ErrClosed", err)
+	}
 	s2, err := OpenFileStore(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer s2.Close()
 	if m, err := s2.Load(ctx); m != 1<<40 || err != nil {
 		t.Fatalf("reopened Load = %d, %v; want %d", m, err, uint64(1<<40))
 	}
@@ -105,8 +112,8 @@ func TestFileStoreRoundTrip(t *testing.T) {
 		t.Fatalf("Save below the loaded mark = %v, want ErrMarkBackward", err)
 	}
 	ents, _ := os.ReadDir(dir)
-	if len(ents) != 1 || ents[0].Name() != MarkFileName {
-		t.Errorf("directory holds %v, want only %s", ents, MarkFileName)
+	if len(ents) != 2 || ents[0].Name() != LockFileName || ents[1].Name() != MarkFileName {
+		t.Errorf("directory holds %v, want only %s and %s", ents, MarkFileName, LockFileName)
 	}
 	ctx2, cancel := context.WithCancel(ctx)
 	cancel()
@@ -130,6 +137,7 @@ func TestFileStoreCorruptOrTruncated(t *testing.T) {
 				t.Fatal(err)
 			}
 			m, err := s.Load(context.Background())
+			s.Close()
 			if !errors.Is(err, ErrCorrupt) || m != 0 {
 				t.Fatalf("Load = %d, %v; want ErrCorrupt", m, err)
 			}
@@ -181,15 +189,22 @@ func TestOpenFileStoreUnusableDir(t *testing.T) {
 
 func TestOpenFileStoreRemovesStaleTemp(t *testing.T) {
 	dir := t.TempDir()
-	tmp := filepath.Join(dir, markTempName)
-	if err := os.WriteFile(tmp, []byte("half"), 0o644); err != nil {
+	// The fixed name seqd used before, and a CreateTemp name of today's.
+	stale := []string{filepath.Join(dir, markTempName), filepath.Join(dir, markTempName+"-123456")}
+	for _, tmp := range stale {
+		if err := os.WriteFile(tmp, []byte("half"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := OpenFileStore(dir)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := OpenFileStore(dir); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(tmp); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("stale temp file still there: %v", err)
+	defer s.Close()
+	for _, tmp := range stale {
+		if _, err := os.Stat(tmp); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("stale temp file %s still there: %v", tmp, err)
+		}
 	}
 }
 

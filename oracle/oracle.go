@@ -31,6 +31,7 @@ type Oracle struct {
 
 	cfg    Config
 	store  Store
+	owned  *FileStore // the FileStore Open opened (Config.Dir), closed by Close
 	log    *slog.Logger
 	ctx    context.Context // canceled by Close; bounds saves
 	cancel context.CancelFunc
@@ -89,6 +90,18 @@ func Open(ctx context.Context, cfg Config) (*Oracle, error) {
 		}
 		store = fs
 	}
+	o, err := open(ctx, cfg, ownClock, store)
+	if err != nil {
+		if fs, ok := store.(*FileStore); ok && cfg.Store == nil {
+			fs.Close() // release the directory's lock
+		}
+		return nil, err
+	}
+	return o, nil
+}
+
+// open is Open once the store is open.
+func open(ctx context.Context, cfg Config, ownClock bool, store Store) (*Oracle, error) {
 	m, err := store.Load(ctx)
 	switch {
 	case errors.Is(err, ErrNoMark) && (cfg.Init || cfg.Floor > 0):
@@ -143,6 +156,9 @@ func Open(ctx context.Context, cfg Config) (*Oracle, error) {
 	}
 	o.log.Info("oracle: opened", "format", cfg.Format.String(), "loaded_mark", m,
 		"floor", c.Current(), "mark", c.Mark())
+	if fs, ok := store.(*FileStore); ok && cfg.Store == nil {
+		o.owned = fs
+	}
 	go o.run()
 	return o, nil
 }
@@ -295,6 +311,11 @@ func (o *Oracle) Close() error {
 	o.mu.Lock()
 	close(o.advanced) // wake waiters; later MarkAdvanced calls get it closed
 	o.mu.Unlock()
+	if o.owned != nil {
+		if err := o.owned.Close(); err != nil { // the data directory's lock
+			o.log.Warn("oracle: releasing the data directory lock", "err", err)
+		}
+	}
 	o.log.Info("oracle: closed", "current", o.c.Current(), "mark", o.c.Mark())
 	return nil
 }

@@ -13,17 +13,30 @@
 # network namespace (so it cannot collide with a seqd already on the
 # machine's default ports). That checks the image's contents and metadata;
 # it does not check the container runtime.
+#
+# The image ships with admin authorisation on (-admin-token-file
+# /run/secrets/seqd-admin-tokens): the script checks that seqd refuses to
+# start without that file, mounts one, and checks that a mutating seqctl
+# call needs its token.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 img=${1:-${IMAGE:-seqd}:latest}
 
 fail() { echo "docker-smoke: FAIL: $*" >&2; exit 1; }
 
+# The admin token the image's entrypoint reads, and a token of it.
+secret=/run/secrets/seqd-admin-tokens
+token=docker-smoke-token-$$-$RANDOM
+
 if docker info >/dev/null 2>&1; then
   name=seqd-smoke-$$
+  tokdir=$(mktemp -d)
+  echo "$token" >"$tokdir/tokens"
+  chmod 600 "$tokdir/tokens"
+  chown 10001 "$tokdir/tokens" 2>/dev/null || fail "cannot chown the token file to the image's user 10001 (run as root)"
   # A new volume: -init (arguments replace CMD, so repeat its -device).
-  docker run -d --name "$name" -p 127.0.0.1::7070 -p 127.0.0.1::9464 "$img" -init -device 127.0.0.1:4791 >/dev/null
-  trap 'docker rm -f "$name" >/dev/null 2>&1 || true' EXIT
+  docker run -d --name "$name" -p 127.0.0.1::7070 -p 127.0.0.1::9464 -v "$tokdir/tokens:$secret:ro" "$img" -init -device 127.0.0.1:4791 >/dev/null
+  trap 'docker rm -f "$name" >/dev/null 2>&1 || true; rm -rf "$tokdir"' EXIT
   for _ in $(seq 60); do
     st=$(docker inspect --format '{{.State.Health.Status}}' "$name")
     [ "$st" = healthy ] && break
@@ -36,6 +49,8 @@ if docker info >/dev/null 2>&1; then
   body=$(curl -fsS "http://$port/metrics") || fail "GET /metrics"
   grep -q '^seqd_oracle_persisted_mark' <<<"$body" || fail "no seqd_oracle_persisted_mark on /metrics"
   docker exec "$name" /usr/local/bin/seqctl version
+  if docker exec "$name" /usr/local/bin/seqctl set-mode spec-s0 >/dev/null 2>&1; then fail "set-mode without a token succeeded"; fi
+  docker exec "$name" /usr/local/bin/seqctl -token-file "$secret" set-mode spec-s0 >/dev/null || fail "set-mode with the token failed"
   echo "docker-smoke: ok ($img, docker)"
   exit 0
 fi
@@ -51,6 +66,8 @@ user=$(inspect '{{.Config.User}}')
 [ "${health[0]:-}" = CMD ] || fail "image has no exec-form HEALTHCHECK (got '${health[*]:-}'; podman needs --format docker)"
 case $user in ""|0|0:*|root|root:*) fail "image runs as root (User '$user')" ;; esac
 [[ " ${entry[*]} ${cmd[*]} " == *' 0.0.0.0:7070 '* ]] || fail "entrypoint does not bind the admin port on 0.0.0.0"
+[[ " ${entry[*]} " == *" -admin-token-file $secret "* ]] || fail "entrypoint does not read the admin token file $secret"
+[[ " ${entry[*]} " != *' -admin-insecure-no-auth '* ]] || fail "entrypoint turns admin authorisation off"
 
 root=$(mktemp -d)
 mnt=$("${P[@]}" image mount "$img")
@@ -62,15 +79,25 @@ grep -q '^seqd:' "$root/etc/passwd" || fail "no seqd user in /etc/passwd"
 
 # One shell in a private network namespace: start seqd, wait for the
 # healthcheck, scrape, stop.
-unshare -n bash -s -- "$root" "$user" "${#entry[@]}" "${entry[@]}" "${cmd[@]}" -- "${health[@]:1}" <<'SH'
+unshare -n bash -s -- "$root" "$user" "$secret" "$token" "${#entry[@]}" "${entry[@]}" "${cmd[@]}" -- "${health[@]:1}" <<'SH'
 set -euo pipefail
-root=$1 user=$2 n=$3
-shift 3
+root=$1 user=$2 secret=$3 token=$4 n=$5
+shift 5
 argv=()
 while [ "$1" != -- ]; do argv+=("$1"); shift; done
 shift
 hc=("$@")
 ip link set lo up
+# No token file mounted: seqd refuses to start, naming it.
+if chroot --userspec="$user" "$root" "${argv[@]}" -init >"$root/seqd.log" 2>&1; then
+  echo "docker-smoke: FAIL: seqd started without its admin token file" >&2; exit 1
+fi
+grep -q -- "$secret" "$root/seqd.log" || { cat "$root/seqd.log" >&2; echo "docker-smoke: FAIL: the refusal does not name $secret" >&2; exit 1; }
+echo "docker-smoke: refused to start without $secret"
+mkdir -p "$root$(dirname "$secret")"
+echo "$token" >"$root$secret"
+chmod 600 "$root$secret"
+chown "${user%%:*}" "$root$secret"
 # The image's data directory holds no mark: without -init seqd must refuse
 # it (a lost volume is not a fresh start), naming the path and -init.
 if chroot --userspec="$user" "$root" "${argv[@]}" >"$root/seqd.log" 2>&1; then
@@ -94,6 +121,11 @@ if command -v curl >/dev/null; then
 fi
 chroot --userspec="$user" "$root" /usr/local/bin/seqctl status >/dev/null
 chroot --userspec="$user" "$root" /usr/local/bin/seqctl version
+if chroot --userspec="$user" "$root" /usr/local/bin/seqctl set-mode spec-s0 >/dev/null 2>&1; then
+  echo "docker-smoke: FAIL: set-mode without a token succeeded" >&2; exit 1
+fi
+chroot --userspec="$user" "$root" /usr/local/bin/seqctl -token-file "$secret" set-mode spec-s0 >/dev/null || { echo "docker-smoke: FAIL: set-mode with the token failed" >&2; exit 1; }
+echo "docker-smoke: set-mode needs the admin token"
 kill -TERM "$pid"
 wait "$pid" || { cat "$root/seqd.log" >&2; echo "docker-smoke: FAIL: seqd exited non-zero on SIGTERM" >&2; exit 1; }
 SH

@@ -36,6 +36,7 @@ type SecurityConfig struct {
 	TokenFile         string // bearer tokens authorising mutating RPCs
 	AllowIdentities   string // comma-separated client-certificate identities allowed
 	ProtectConnect    bool   // Connect needs the same authorisation
+	InsecureNoAuth    bool   // -admin-insecure-no-auth: serve admin (and pprof) off loopback without a credential
 	// AtomicsTrusted: comma-separated client-certificate identities the
 	// atomics mode admits on a provider that cannot refuse a client's
 	// other atomics (ibv); the soft provider admits every client.
@@ -97,7 +98,9 @@ func (c *Config) adminSecurity(log *slog.Logger) (credentials.TransportCredentia
 func (c *Config) adminConfig(log *slog.Logger, creds credentials.TransportCredentials, auth *admin.Authorizer, modes []string) admin.Config {
 	peer, ident := c.quotas()
 	return admin.Config{Addr: c.Admin, Logger: log, Modes: modes, MaxWindow: max(c.MaxWindow, headeronly.DefaultMaxWindow),
-		Creds: creds, Auth: auth, SessionLease: max(c.SessionLease, 0), PeerQuota: peer, IdentityQuota: ident}
+		Creds: creds, Auth: auth, SessionLease: max(c.SessionLease, 0), PeerQuota: peer, IdentityQuota: ident,
+		InsecureNoAuth: c.Security.InsecureNoAuth,
+		Format:         c.format, AdvanceBudget: c.advanceBudget, AdvanceWindow: c.AdvanceWindow, AdvanceRate: c.AdvanceRate}
 }
 
 func runHA(ctx context.Context, c Config, log *slog.Logger, ready func(Addrs), creds credentials.TransportCredentials, auth *admin.Authorizer) error {
@@ -151,7 +154,7 @@ func runHA(ctx context.Context, c Config, log *slog.Logger, ready func(Addrs), c
 	go func() { serveErr <- adm.Serve(lis) }()
 	addrs := Addrs{Data: dev.Name(), Admin: lis.Addr().String(), Metrics: "off"}
 	if c.Metrics != "off" {
-		ms, err := admin.ServeMetrics(c.Metrics, reg, log, admin.WithPprof(c.Pprof))
+		ms, err := admin.ServeMetrics(c.Metrics, reg, log, admin.WithPprof(c.Pprof), admin.WithAuth(auth), admin.WithInsecureNoAuth(c.Security.InsecureNoAuth))
 		if err != nil {
 			adm.Stop()
 			return fmt.Errorf("seqd: metrics listener: %w", err)

@@ -92,10 +92,22 @@ type Config struct {
 	// VALUE, and lets seqd start without a mark file: the recovery after
 	// losing it. VALUE must be above every value ever served.
 	Advance uint64
+	// AdvanceBudget (-advance-budget) bounds the sum of all Advance steps
+	// in one AdvanceWindow: a duration for hybrid ("24h"), a count of
+	// values for counter. Empty: admin.DefaultAdvanceBudget.
+	AdvanceBudget string
+	// AdvanceWindow (-advance-budget-window) is the budget's period;
+	// zero: admin.DefaultAdvanceWindow. AdvanceRate (-advance-rate) is
+	// how many Advance calls a minute seqd takes; zero:
+	// admin.DefaultAdvanceRate.
+	AdvanceWindow time.Duration
+	AdvanceRate   int
 
 	cores  []int
 	format spec.Format
 	popts  verbs.Options
+
+	advanceBudget uint64 // AdvanceBudget in values
 }
 
 // Validate fills defaults and checks c.
@@ -165,6 +177,15 @@ func (c *Config) Validate() error {
 		if _, _, err := net.SplitHostPort(a.v); err != nil {
 			return fmt.Errorf("%w: -%s %q: %v", ErrConfig, a.name, a.v, err)
 		}
+	}
+	if c.advanceBudget, err = parseAdvanceBudget(c.AdvanceBudget, c.format); err != nil {
+		return fmt.Errorf("%w: -advance-budget %q: %v", ErrConfig, c.AdvanceBudget, err)
+	}
+	if c.AdvanceWindow < 0 || c.AdvanceRate < 0 {
+		return fmt.Errorf("%w: -advance-budget-window %v and -advance-rate %d must not be negative", ErrConfig, c.AdvanceWindow, c.AdvanceRate)
+	}
+	if err := c.checkAuth(); err != nil {
+		return err
 	}
 	if c.Advance > 0 && c.HA.EtcdEndpoints != "" {
 		return fmt.Errorf("%w: -advance applies to a single instance's data directory; with HA, the mark is in etcd: use seqctl advance on the leader", ErrConfig)
@@ -279,7 +300,7 @@ func Run(ctx context.Context, c Config, log *slog.Logger, ready func(Addrs)) err
 	go func() { serveErr <- adm.Serve(lis) }()
 	addrs := Addrs{Data: dev.Name(), Admin: lis.Addr().String(), Metrics: "off"}
 	if c.Metrics != "off" {
-		ms, err := admin.ServeMetrics(c.Metrics, reg, log, admin.WithPprof(c.Pprof))
+		ms, err := admin.ServeMetrics(c.Metrics, reg, log, admin.WithPprof(c.Pprof), admin.WithAuth(auth), admin.WithInsecureNoAuth(c.Security.InsecureNoAuth))
 		if err != nil {
 			adm.Stop()
 			return fmt.Errorf("seqd: metrics listener: %w", err)

@@ -14,14 +14,17 @@ import (
 // ErrTokenFile reports an unusable token file.
 var ErrTokenFile = errors.New("admin: token file")
 
-// ReadTokens reads a token file: one token a line, # comments. It refuses a file others can read.
+// ReadTokens reads a token file: one token a line, # comments. It refuses a
+// file others can read: it must be mode 0600 or stricter, or, owned by
+// root, group-readable at most (0640, 0440: a Kubernetes Secret mounted
+// with fsGroup, read by the pod's group).
 func ReadTokens(path string) ([]string, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrTokenFile, err)
 	}
 	defer f.Close()
-	if st, err := f.Stat(); err == nil && st.Mode().Perm()&0o077 != 0 {
+	if st, err := f.Stat(); err == nil && st.Mode().Perm()&0o077 != 0 && (st.Mode().Perm()&0o037 != 0 || !ownedByRoot(st)) {
 		return nil, fmt.Errorf("%w: %s is readable by others (mode %v); chmod 600 it", ErrTokenFile, path, st.Mode().Perm())
 	}
 	var toks []string

@@ -49,7 +49,8 @@ func TestRemoteInsecure(t *testing.T) {
 	ready := make(chan server.Addrs, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- server.Run(ctx, server.Config{Device: "198.51.100.7:0", Admin: "198.51.100.7:0", Metrics: "off", Data: t.TempDir(), Init: true},
+		done <- server.Run(ctx, server.Config{Device: "198.51.100.7:0", Admin: "198.51.100.7:0", Metrics: "off", Data: t.TempDir(), Init: true,
+			Security: server.SecurityConfig{InsecureNoAuth: true}}, // loadgen needs no mutating RPC
 			slog.New(slog.DiscardHandler), func(a server.Addrs) { ready <- a })
 	}()
 	var addr string

@@ -38,6 +38,10 @@ const envPrefix = "SEQD_"
 // stdout is where -version prints; tests replace it.
 var stdout io.Writer = os.Stdout
 
+// onServing, when set (tests), is called once seqd serves, with its
+// addresses and a function that stops it as SIGTERM would.
+var onServing func(a server.Addrs, stop func())
+
 func main() {
 	os.Exit(realMain(os.Args[1:], os.Stderr))
 }
@@ -92,6 +96,10 @@ func realMainEnv(args []string, stderr io.Writer, lookupEnv func(string) (string
 	fs.StringVar(&c.Security.AllowIdentities, "admin-allow", "", "client-certificate identities (CN or SAN), comma-separated, that authorise mutating admin RPCs")
 	fs.BoolVar(&c.Security.ProtectConnect, "admin-protect-connect", false, "Connect, KeepAlive and Disconnect (data-plane admission, session leases) need the same authorisation")
 	fs.StringVar(&c.Security.AtomicsTrusted, "atomics-trusted", "", "client-certificate identities (CN or SAN), comma-separated, that the atomics mode admits on a provider that cannot refuse other atomics than fetch-and-add of one (ibv: a NIC lets any client move the counter); the soft provider enforces that and admits everyone")
+	fs.BoolVar(&c.Security.InsecureNoAuth, "admin-insecure-no-auth", false, "serve the admin plane (and -pprof) off loopback without -admin-token-file or -admin-allow: anyone who reaches it may advance the counter (seqd refuses to start so otherwise)")
+	fs.StringVar(&c.AdvanceBudget, "advance-budget", "", "most that all Advance calls (seqctl advance) may move the counter in one -advance-budget-window: a duration for -format hybrid, a count for counter (default 24h, or that many values)")
+	fs.DurationVar(&c.AdvanceWindow, "advance-budget-window", 24*time.Hour, "the period after which -advance-budget is whole again")
+	fs.IntVar(&c.AdvanceRate, "advance-rate", 10, "most Advance calls a minute (a bucket refilled evenly); more are refused")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -129,7 +137,11 @@ func realMainEnv(args []string, stderr io.Writer, lookupEnv func(string) (string
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := server.Run(ctx, c, log, nil); err != nil {
+	var ready func(server.Addrs)
+	if onServing != nil {
+		ready = func(a server.Addrs) { onServing(a, stop) }
+	}
+	if err := server.Run(ctx, c, log, ready); err != nil {
 		fmt.Fprintf(stderr, "seqd: %v\n", err)
 		return 1
 	}

@@ -61,7 +61,7 @@ func TestLoadgenRemoteVsLoopback(t *testing.T) {
 	srv, lg, lo := rig.AddHost("srv"), rig.AddHost("lg"), rig.AddHost("lo")
 	// The remote seqd: plaintext admin on its host's address.
 	start(t, srv, bin(t, "seqd"), append([]string{"-admin", srv.HostPort(7070), "-device", srv.HostPort(4791),
-		"-metrics", "off", "-data", t.TempDir()}, newDeployment(t)...)...)
+		"-metrics", "off", "-data", t.TempDir(), "-admin-insecure-no-auth"}, newDeployment(t)...)...)
 	// The loopback seqd: the defaults (127.0.0.1) on a host of its own.
 	start(t, lo, bin(t, "seqd"), append([]string{"-metrics", "off", "-data", t.TempDir()}, newDeployment(t)...)...)
 	for _, c := range []struct {

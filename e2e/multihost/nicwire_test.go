@@ -37,7 +37,7 @@ func TestNICWirePeerBothWays(t *testing.T) {
 		t.Run(strings.ReplaceAll(tc.name, " ", "_"), func(t *testing.T) {
 			admin := tc.srv.HostPort(7070)
 			args := append([]string{"-admin", admin, "-device", tc.srv.HostPort(4791), "-metrics", "off",
-				"-data", t.TempDir()}, newDeployment(t)...)
+				"-data", t.TempDir(), "-admin-insecure-no-auth"}, newDeployment(t)...)
 			p := start(t, tc.srv, bin(t, "seqd"), append(args, tc.srvOpts...)...)
 			defer p.kill()
 			waitFor(t, 20*time.Second, "seqd on "+tc.srv.Name, func() bool {

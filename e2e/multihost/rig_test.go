@@ -234,9 +234,11 @@ func makeTLS(t *testing.T) tlsFiles {
 
 // seqdArgs are the flags of a seqd serving on h: admin on :7070 and the
 // data plane on :4791 of h's own address, no metrics, data in a temp dir.
+// The rig's network is the test's own, so the admin plane takes
+// -admin-insecure-no-auth (seqctl set-mode without a token).
 func seqdArgs(t *testing.T, h *netnstest.Host, tf tlsFiles, extra ...string) []string {
 	args := []string{"-admin", h.HostPort(7070), "-device", h.HostPort(4791), "-metrics", "off",
-		"-admin-tls-cert", tf.Cert, "-admin-tls-key", tf.Key}
+		"-admin-tls-cert", tf.Cert, "-admin-tls-key", tf.Key, "-admin-insecure-no-auth"}
 	args = append(args, newDeployment(t)...)
 	return append(args, extra...)
 }
