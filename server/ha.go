@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"strings"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/seqd/seqd/ha"
 	"github.com/seqd/seqd/ha/haserve"
 	"github.com/seqd/seqd/headeronly"
+	"github.com/seqd/seqd/internal/reload"
 	"github.com/seqd/seqd/modes"
 	"github.com/seqd/seqd/oracle"
 	"github.com/seqd/seqd/verbs"
@@ -36,15 +38,38 @@ type SecurityConfig struct {
 	TokenFile         string // bearer tokens authorising mutating RPCs
 	AllowIdentities   string // comma-separated client-certificate identities allowed
 	ProtectConnect    bool   // Connect needs the same authorisation
+	// Reload: each receive re-reads the token file and the TLS files
+	// (cmd/seqd sends SIGHUP here). They are also re-read when they
+	// change, polled every ReloadInterval (default reload.DefaultInterval).
+	Reload         <-chan os.Signal
+	ReloadInterval time.Duration
 }
 
-// adminSecurity builds the admin plane's credentials and authorizer.
-func (c *Config) adminSecurity(log *slog.Logger) (credentials.TransportCredentials, *admin.Authorizer, error) {
-	s := c.Security
+// adminSecurity builds the admin plane's credentials and authorizer, and
+// the watcher that reloads their files.
+func (c *Config) adminSecurity(log *slog.Logger) (credentials.TransportCredentials, *admin.Authorizer, *reload.Watcher, error) {
+	sc, auth, err := c.adminCredsAuth(log)
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	var creds credentials.TransportCredentials
+	var srcs []reload.Source
+	if sc != nil {
+		creds = sc.Credentials()
+		srcs = append(srcs, sc)
+	}
+	if auth != nil && len(auth.Files()) > 0 {
+		srcs = append(srcs, auth)
+	}
+	return creds, auth, reload.New("seqd_admin", log, srcs...), nil
+}
+
+func (c *Config) adminCredsAuth(log *slog.Logger) (*admin.ServerCreds, *admin.Authorizer, error) {
+	s := c.Security
+	var creds *admin.ServerCreds
 	if s.TLSCert != "" || s.TLSKey != "" || s.ClientCA != "" {
 		var err error
-		creds, err = admin.ServerTLS(admin.TLSConfig{CertFile: s.TLSCert, KeyFile: s.TLSKey, CAFile: s.ClientCA, RequireClientCert: s.RequireClientCert})
+		creds, err = admin.NewServerTLS(admin.TLSConfig{CertFile: s.TLSCert, KeyFile: s.TLSKey, CAFile: s.ClientCA, RequireClientCert: s.RequireClientCert})
 		if err != nil {
 			return nil, nil, fmt.Errorf("%w: %v", ErrConfig, err)
 		}
@@ -81,7 +106,7 @@ func (c *Config) adminConfig(log *slog.Logger, creds credentials.TransportCreden
 		Creds: creds, Auth: auth, SessionLease: max(c.SessionLease, 0)}
 }
 
-func runHA(ctx context.Context, c Config, log *slog.Logger, ready func(Addrs), creds credentials.TransportCredentials, auth *admin.Authorizer) error {
+func runHA(ctx context.Context, c Config, log *slog.Logger, ready func(Addrs), creds credentials.TransportCredentials, auth *admin.Authorizer, watch *reload.Watcher) error {
 	lis, err := net.Listen("tcp", c.Admin)
 	if err != nil {
 		return fmt.Errorf("seqd: admin listener: %w", err)
@@ -111,7 +136,7 @@ func runHA(ctx context.Context, c Config, log *slog.Logger, ready func(Addrs), c
 		lis.Close()
 		return fmt.Errorf("%w: %v", ErrConfig, err)
 	}
-	cols := []prometheus.Collector{srv.Collector()}
+	cols := append([]prometheus.Collector{srv.Collector()}, watch.Collectors()...)
 	if auth != nil {
 		cols = append(cols, auth.Collectors()...)
 	}
