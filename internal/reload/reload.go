@@ -111,7 +111,7 @@ func (w *Watcher) Poll() {
 func (w *Watcher) reload(x *watched, why string) bool {
 	if err := x.src.Reload(); err != nil {
 		x.failed.Inc()
-		w.log.Error("secret reload failed: the previous secret stays in force", "secret", x.src.Name(),
+		w.log.Error("secret reload failed", "kept", "the previous secret stays in force", "secret", x.src.Name(),
 			"trigger", why, "files", x.src.Files(), "err", err)
 		return false
 	}
