@@ -274,8 +274,26 @@ func TestTokenFileChangeRotates(t *testing.T) {
 	if err := os.Rename(tmp, tf); err != nil {
 		t.Fatal(err)
 	}
-	p.waitLog(t, "the reload of the changed token file", reloaded("secret reloaded", "tokens", "file change"))
+	waitAccepted(t, p, nil, tokenB)
 	expectTokens(t, p, nil, tokenB)
+	if p.find(reloaded("secret reloaded", "tokens", "file change")) != 1 {
+		t.Errorf("the reload is not logged once as a file change:\n%s", p.logs())
+	}
+}
+
+// waitAccepted waits until token authorises SetMode: seqd polls its files
+// every second. It fails the test when seqd exits or 30s pass (a bound
+// for a loaded machine, far above the poll's two seconds).
+func waitAccepted(t *testing.T, p *seqdProc, creds credentials.TransportCredentials, token string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for setMode(t, p.admin, creds, token) != codes.OK {
+		p.alive(t)
+		if time.Now().After(deadline) {
+			t.Fatalf("token %.7s still refused 30s after the token file changed:\n%s", token, p.logs())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // pkiFiles are a CA's files as seqd and its clients use them.
@@ -399,7 +417,7 @@ func TestFailedReloadKeepsSecrets(t *testing.T) {
 	}
 
 	writeSecret(t, tf, tokenB+"\n")
-	p.waitLog(t, "the reload of the fixed token file", reloaded("secret reloaded", "tokens", "file change"))
+	waitAccepted(t, p, trust, tokenB)
 	expectTokens(t, p, trust, tokenB)
 }
 
@@ -418,12 +436,9 @@ func TestMutatingCallAudited(t *testing.T) {
 	if got := setMode(t, p.admin, nil, tokenB); got != codes.Unauthenticated {
 		t.Fatalf("SetMode with B: %v", got)
 	}
-	sum := sha256.Sum256([]byte(tokenB))
-	fpB := "token:" + hex.EncodeToString(sum[:6])
-	p.waitLog(t, "the refused call", func(m map[string]any) bool {
-		return m["msg"] == "admin call refused" && strings.HasPrefix(fmt.Sprint(m["peer"]), "127.0.0.1:") && m["identity"] == fpB
-	})
-	sum = sha256.Sum256([]byte(tokenA))
+	refused := func(m map[string]any) bool { return m["msg"] == "admin call refused" }
+	p.waitLog(t, "the refused call", refused)
+	sum := sha256.Sum256([]byte(tokenA))
 	fpA := "token:" + hex.EncodeToString(sum[:6])
 	setModeLines := func(m map[string]any) bool {
 		return strings.HasSuffix(fmt.Sprint(m["method"]), "/SetMode") && m["msg"] != "admin call refused"
@@ -437,5 +452,12 @@ func TestMutatingCallAudited(t *testing.T) {
 	}
 	if n := p.find(setModeLines); n != 1 {
 		t.Fatalf("the SetMode is logged %d times with its method, want once:\n%s", n, p.logs())
+	}
+	sum = sha256.Sum256([]byte(tokenB))
+	fpB := "token:" + hex.EncodeToString(sum[:6])
+	if p.find(func(m map[string]any) bool {
+		return refused(m) && strings.HasPrefix(fmt.Sprint(m["peer"]), "127.0.0.1:") && m["identity"] == fpB
+	}) != 1 {
+		t.Fatalf("the refused call is not logged once with its peer and identity %s:\n%s", fpB, p.logs())
 	}
 }
