@@ -48,7 +48,8 @@ var ErrAuthConfig = errors.New("admin: auth config")
 type AuthConfig struct {
 	// TokenFile lists bearer tokens, one a line; blank lines and lines
 	// starting with # are ignored. Clients send "authorization: Bearer
-	// <token>" metadata.
+	// <token>" metadata. Reload re-reads it (seqd: on SIGHUP and when
+	// the file changes).
 	TokenFile string
 	// Identities are the allowed client-certificate identities: the
 	// subject common name, or a DNS, URI or e-mail SAN. Only certificates
