@@ -237,6 +237,9 @@ func (l *lockedBuf) lines(t *testing.T, msg string) []map[string]any {
 	defer l.mu.Unlock()
 	var out []map[string]any
 	for _, line := range strings.Split(strings.TrimSpace(l.b.String()), "\n") {
+		if line == "" {
+			continue
+		}
 		var m map[string]any
 		if err := json.Unmarshal([]byte(line), &m); err != nil {
 			t.Fatalf("log line %q: %v", line, err)
