@@ -145,7 +145,7 @@ func TestServerCredsReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, addr := authServe(t, sc.Credentials(), a)
+	_, addr := authServe(t, sc, a)
 	client := func(p *testpki.PKI) grpc.DialOption {
 		c, k := p.Issue(t, "operator", false)
 		cc, err := adminclient.ClientTLS(adminclient.TLSConfig{CAFile: p.CAFile(), CertFile: c, KeyFile: k})

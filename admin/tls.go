@@ -18,22 +18,23 @@ type TLSConfig = adminclient.TLSConfig
 
 // ServerTLS builds the server's transport credentials: TLS 1.2 or later,
 // and client certificates verified against CAFile when it is set. They
-// never change; NewServerTLS's can be reloaded.
+// are a *ServerCreds, which Reload re-reads from the files.
 func ServerTLS(c TLSConfig) (credentials.TransportCredentials, error) {
 	s, err := NewServerTLS(c)
 	if err != nil {
 		return nil, err
 	}
-	return s.Credentials(), nil
+	return s, nil
 }
 
-// ServerCreds are the admin server's TLS credentials, re-read from their
-// files by Reload: every handshake after a Reload presents the new
-// certificate and verifies clients against the new CA; connections
+// ServerCreds are the admin server's TLS credentials (grpc.Creds), re-read
+// from their files by Reload: every handshake after a Reload presents the
+// new certificate and verifies clients against the new CA; connections
 // already open keep the ones they were made with.
 type ServerCreds struct {
-	files TLSConfig
-	cur   atomic.Pointer[tls.Config]
+	credentials.TransportCredentials // TLS; each handshake takes the configuration in force
+	files                            TLSConfig
+	cur                              atomic.Pointer[tls.Config]
 }
 
 // NewServerTLS reads the server's key pair (and client CA) from the files
@@ -49,6 +50,8 @@ func NewServerTLS(c TLSConfig) (*ServerCreds, error) {
 	if err := s.Reload(); err != nil {
 		return nil, err
 	}
+	s.TransportCredentials = credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12,
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) { return s.cur.Load(), nil }})
 	return s, nil
 }
 
@@ -75,13 +78,6 @@ func (s *ServerCreds) Reload() error {
 	}
 	s.cur.Store(cfg)
 	return nil
-}
-
-// Credentials are the transport credentials for grpc.Creds: each
-// handshake uses the configuration in force when it starts.
-func (s *ServerCreds) Credentials() credentials.TransportCredentials {
-	return credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12,
-		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) { return s.cur.Load(), nil }})
 }
 
 // Name names the secret for reload logs and metrics.

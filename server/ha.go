@@ -32,44 +32,27 @@ type HAConfig struct {
 
 // SecurityConfig secures the admin plane.
 type SecurityConfig struct {
+	// Reload: each receive re-reads the token file and the TLS files
+	// (cmd/seqd sends SIGHUP here). They are also re-read when they
+	// change, polled every ReloadInterval (default reload.DefaultInterval).
+	Reload         <-chan os.Signal
+	ReloadInterval time.Duration
+
 	TLSCert, TLSKey   string // server certificate and key: TLS on the admin plane
 	ClientCA          string // verify client certificates (mTLS)
 	RequireClientCert bool
 	TokenFile         string // bearer tokens authorising mutating RPCs
 	AllowIdentities   string // comma-separated client-certificate identities allowed
 	ProtectConnect    bool   // Connect needs the same authorisation
-	// Reload: each receive re-reads the token file and the TLS files
-	// (cmd/seqd sends SIGHUP here). They are also re-read when they
-	// change, polled every ReloadInterval (default reload.DefaultInterval).
-	Reload         <-chan os.Signal
-	ReloadInterval time.Duration
 }
 
-// adminSecurity builds the admin plane's credentials and authorizer, and
-// the watcher that reloads their files.
-func (c *Config) adminSecurity(log *slog.Logger) (credentials.TransportCredentials, *admin.Authorizer, *reload.Watcher, error) {
-	sc, auth, err := c.adminCredsAuth(log)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	var creds credentials.TransportCredentials
-	var srcs []reload.Source
-	if sc != nil {
-		creds = sc.Credentials()
-		srcs = append(srcs, sc)
-	}
-	if auth != nil && len(auth.Files()) > 0 {
-		srcs = append(srcs, auth)
-	}
-	return creds, auth, reload.New("seqd_admin", log, srcs...), nil
-}
-
-func (c *Config) adminCredsAuth(log *slog.Logger) (*admin.ServerCreds, *admin.Authorizer, error) {
+// adminSecurity builds the admin plane's credentials and authorizer.
+func (c *Config) adminSecurity(log *slog.Logger) (credentials.TransportCredentials, *admin.Authorizer, error) {
 	s := c.Security
-	var creds *admin.ServerCreds
+	var creds credentials.TransportCredentials
 	if s.TLSCert != "" || s.TLSKey != "" || s.ClientCA != "" {
 		var err error
-		creds, err = admin.NewServerTLS(admin.TLSConfig{CertFile: s.TLSCert, KeyFile: s.TLSKey, CAFile: s.ClientCA, RequireClientCert: s.RequireClientCert})
+		creds, err = admin.ServerTLS(admin.TLSConfig{CertFile: s.TLSCert, KeyFile: s.TLSKey, CAFile: s.ClientCA, RequireClientCert: s.RequireClientCert})
 		if err != nil {
 			return nil, nil, fmt.Errorf("%w: %v", ErrConfig, err)
 		}

@@ -165,10 +165,11 @@ func Run(ctx context.Context, c Config, log *slog.Logger, ready func(Addrs)) err
 	if log == nil {
 		log = slog.Default()
 	}
-	creds, auth, watch, err := c.adminSecurity(log)
+	creds, auth, err := c.adminSecurity(log)
 	if err != nil {
 		return err
 	}
+	watch := secretWatcher(log, creds, auth)
 	defer watch.Start(ctx, c.Security.ReloadInterval, c.Security.Reload)()
 	if c.HA.EtcdEndpoints != "" {
 		return runHA(ctx, c, log, ready, creds, auth, watch)

@@ -84,7 +84,7 @@ func TestReloadableDialOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, addr := admintest.Start(t, admin.Config{Logger: quiet, Auth: auth, Creds: sc.Credentials()}, modeBackend{admintest.NewBackend(nil)})
+	_, addr := admintest.Start(t, admin.Config{Logger: quiet, Auth: auth, Creds: sc}, modeBackend{admintest.NewBackend(nil)})
 
 	sec := adminclient.ClientSecurity{TokenFile: ctok, CAFile: ca}
 	opts, rs, err := sec.ReloadableDialOptions()
