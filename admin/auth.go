@@ -4,10 +4,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -46,7 +48,8 @@ var ErrAuthConfig = errors.New("admin: auth config")
 type AuthConfig struct {
 	// TokenFile lists bearer tokens, one a line; blank lines and lines
 	// starting with # are ignored. Clients send "authorization: Bearer
-	// <token>" metadata.
+	// <token>" metadata. Reload re-reads it (seqd: on SIGHUP and when
+	// the file changes).
 	TokenFile string
 	// Identities are the allowed client-certificate identities: the
 	// subject common name, or a DNS, URI or e-mail SAN. Only certificates
@@ -60,9 +63,11 @@ type AuthConfig struct {
 	Logger *slog.Logger
 }
 
-// Authorizer is the unary interceptor that enforces an AuthConfig.
+// Authorizer is the unary interceptor that enforces an AuthConfig. Its
+// tokens can be replaced while it runs (Reload).
 type Authorizer struct {
-	tokens     [][sha256.Size]byte
+	tokenFile  string
+	tokens     atomic.Pointer[[][sha256.Size]byte] // nil or empty without a token file
 	identities map[string]bool
 	protected  map[string]bool
 	log        *slog.Logger
@@ -74,18 +79,14 @@ type Authorizer struct {
 
 // NewAuthorizer loads the token file and returns the interceptor.
 func NewAuthorizer(c AuthConfig) (*Authorizer, error) {
-	a := &Authorizer{identities: map[string]bool{}, protected: map[string]bool{}, log: c.Logger}
+	a := &Authorizer{tokenFile: c.TokenFile, identities: map[string]bool{}, protected: map[string]bool{}, log: c.Logger}
 	if a.log == nil {
 		a.log = slog.Default()
 	}
 	a.log = a.log.With("component", "admin-auth")
 	if c.TokenFile != "" {
-		toks, err := adminclient.ReadTokens(c.TokenFile)
-		if err != nil {
+		if err := a.Reload(); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrAuthConfig, err)
-		}
-		for _, t := range toks {
-			a.tokens = append(a.tokens, sha256.Sum256([]byte(t)))
 		}
 	}
 	for _, id := range c.Identities {
@@ -93,7 +94,7 @@ func NewAuthorizer(c AuthConfig) (*Authorizer, error) {
 			a.identities[id] = true
 		}
 	}
-	if len(a.tokens) == 0 && len(a.identities) == 0 {
+	if c.TokenFile == "" && len(a.identities) == 0 {
 		return nil, fmt.Errorf("%w: no token file and no client identities: nobody could call the protected RPCs", ErrAuthConfig)
 	}
 	for _, m := range MutatingMethods {
@@ -114,6 +115,37 @@ func NewAuthorizer(c AuthConfig) (*Authorizer, error) {
 	return a, nil
 }
 
+// Reload re-reads the token file: the tokens it lists now are the only
+// ones accepted, from the next call on. When the file cannot be read or
+// lists no token, Reload returns the error and the tokens in force stay
+// (a bad file never locks operators out, nor lets anyone in).
+func (a *Authorizer) Reload() error {
+	if a.tokenFile == "" {
+		return nil
+	}
+	toks, err := adminclient.ReadTokens(a.tokenFile)
+	if err != nil {
+		return err
+	}
+	sums := make([][sha256.Size]byte, len(toks))
+	for i, t := range toks {
+		sums[i] = sha256.Sum256([]byte(t))
+	}
+	a.tokens.Store(&sums)
+	return nil
+}
+
+// Name names the Authorizer's secret for reload logs and metrics.
+func (a *Authorizer) Name() string { return "tokens" }
+
+// Files is the token file, if any: what Reload reads.
+func (a *Authorizer) Files() []string {
+	if a.tokenFile == "" {
+		return nil
+	}
+	return []string{a.tokenFile}
+}
+
 // Collectors are the authorizer's metrics.
 func (a *Authorizer) Collectors() []prometheus.Collector { return []prometheus.Collector{a.denied} }
 
@@ -121,13 +153,19 @@ func (a *Authorizer) Collectors() []prometheus.Collector { return []prometheus.C
 func (a *Authorizer) Protected(method string) bool { return a.protected[method] }
 
 // Unary is the grpc.UnaryServerInterceptor: protected methods run only
-// for authorised callers; the handler never sees the others.
+// for authorised callers; the handler never sees the others. A refused
+// call is logged here, with its peer and the identity it presented; an
+// allowed one carries its identity in the context (Identity) to the
+// audit log.
 func (a *Authorizer) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if a.protected[info.FullMethod] {
-		if err := a.Check(ctx); err != nil {
-			a.log.Warn("admin call refused", "method", info.FullMethod, "code", status.Code(err).String(), "peer", peerAddr(ctx))
+		id, err := a.identify(ctx)
+		if err != nil {
+			a.log.Warn("admin call refused", "method", info.FullMethod, "code", status.Code(err).String(),
+				"peer", peerAddr(ctx), "identity", id)
 			return nil, err
 		}
+		ctx = context.WithValue(ctx, identityKey{}, id)
 	}
 	return handler(ctx, req)
 }
@@ -136,34 +174,76 @@ func (a *Authorizer) Unary(ctx context.Context, req any, info *grpc.UnaryServerI
 // listed token, PermissionDenied for a verified identity that is not
 // allowed, Unauthenticated otherwise.
 func (a *Authorizer) Check(ctx context.Context) error {
+	_, err := a.identify(ctx)
+	return err
+}
+
+// identify is Check that also names the caller: "cert:" and the allowed
+// certificate identity, or "token:" and the token's fingerprint
+// (TokenFingerprint). A refused caller is named by what it presented
+// ("anonymous" for nothing).
+// knows reports, in constant time over the tokens in force, whether sum
+// is the SHA-256 of one of them.
+func (a *Authorizer) knows(sum [sha256.Size]byte) bool {
+	ok := 0
+	if p := a.tokens.Load(); p != nil {
+		for i := range *p {
+			ok |= subtle.ConstantTimeCompare(sum[:], (*p)[i][:])
+		}
+	}
+	return ok == 1
+}
+
+// hasTokens reports whether a token file with at least one token is in
+// force.
+func (a *Authorizer) hasTokens() bool {
+	p := a.tokens.Load()
+	return p != nil && len(*p) > 0
+}
+
+func (a *Authorizer) identify(ctx context.Context) (string, error) {
 	ids := certIdentities(ctx)
 	for _, id := range ids {
 		if a.identities[id] {
 			a.allowed.Inc()
-			return nil
+			return "cert:" + id, nil
 		}
 	}
 	tok, hasTok := bearer(ctx)
 	if hasTok {
 		sum := sha256.Sum256([]byte(tok))
-		ok := 0
-		for i := range a.tokens {
-			ok |= subtle.ConstantTimeCompare(sum[:], a.tokens[i][:])
-		}
-		if ok == 1 {
+		id := "token:" + fingerprint(sum)
+		if a.knows(sum) {
 			a.allowed.Inc()
-			return nil
+			return id, nil
 		}
 		a.unauthn.Inc()
-		return status.Error(codes.Unauthenticated, "invalid bearer token")
+		return id, status.Error(codes.Unauthenticated, "invalid bearer token")
 	}
 	if len(ids) > 0 {
 		a.forbidden.Inc()
-		return status.Errorf(codes.PermissionDenied, "client certificate identity %q is not allowed", ids[0])
+		return "cert:" + ids[0], status.Errorf(codes.PermissionDenied, "client certificate identity %q is not allowed", ids[0])
 	}
 	a.unauthn.Inc()
-	return status.Error(codes.Unauthenticated, "this call needs a bearer token or an allowed client certificate")
+	return "anonymous", status.Error(codes.Unauthenticated, "this call needs a bearer token or an allowed client certificate")
 }
+
+// identityKey keys the authorised caller's identity in a call's context.
+type identityKey struct{}
+
+// Identity returns the identity the Authorizer allowed for the call of
+// ctx ("cert:CN", "token:FINGERPRINT"), and false when no Authorizer
+// checked the call.
+func Identity(ctx context.Context) (string, bool) {
+	id, ok := ctx.Value(identityKey{}).(string)
+	return id, ok
+}
+
+// TokenFingerprint names a bearer token in logs without revealing it: the
+// first 12 hex digits of its SHA-256 (printf %s TOKEN | sha256sum | cut -c1-12).
+func TokenFingerprint(token string) string { return fingerprint(sha256.Sum256([]byte(token))) }
+
+func fingerprint(sum [sha256.Size]byte) string { return hex.EncodeToString(sum[:6]) }
 
 // bearer returns the bearer token of the call's metadata.
 func bearer(ctx context.Context) (string, bool) {

@@ -2,7 +2,6 @@ package admin
 
 import (
 	"crypto/sha256"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
@@ -69,7 +68,7 @@ func ServeMetrics(addr string, reg *prometheus.Registry, logger *slog.Logger, op
 	}
 	loop := isLoopback(lis.Addr())
 	if o.pprof {
-		tokens := o.auth != nil && len(o.auth.tokens) > 0
+		tokens := o.auth != nil && o.auth.hasTokens()
 		if !loop && !tokens && !o.insecure {
 			lis.Close()
 			return nil, fmt.Errorf("%w: pprof on %s, which is not loopback, would show the process's internals to anyone who reaches it: "+
@@ -88,7 +87,7 @@ func ServeMetrics(addr string, reg *prometheus.Registry, logger *slog.Logger, op
 	}
 	if !loop {
 		logger.Warn("metrics served off loopback without authentication: anyone who reaches this port reads seqd's counters (restrict it with a firewall or network policy)",
-			"addr", lis.Addr().String(), "pprof_needs_token", o.pprof && o.auth != nil && len(o.auth.tokens) > 0)
+			"addr", lis.Addr().String(), "pprof_needs_token", o.pprof && o.auth != nil && o.auth.hasTokens())
 	}
 	srv := &http.Server{
 		Addr:              lis.Addr().String(),
@@ -133,12 +132,7 @@ func (a *Authorizer) requireBearer(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if ok && tok != "" {
-			sum := sha256.Sum256([]byte(tok))
-			match := 0
-			for i := range a.tokens {
-				match |= subtle.ConstantTimeCompare(sum[:], a.tokens[i][:])
-			}
-			if match == 1 {
+			if a.knows(sha256.Sum256([]byte(tok))) {
 				a.allowed.Inc()
 				h.ServeHTTP(w, r)
 				return

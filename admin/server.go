@@ -123,6 +123,7 @@ func New(cfg Config, backend Backend) (*Server, error) {
 	if cfg.Auth != nil {
 		chain = append(chain, cfg.Auth.Unary) // authorise BEFORE any handler
 	}
+	chain = append(chain, s.audit) // after Auth: it logs who asked
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(cfg.MaxRecvMsgSize),
 		grpc.ChainUnaryInterceptor(chain...),

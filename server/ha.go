@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"strings"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/seqd/seqd/ha"
 	"github.com/seqd/seqd/ha/haserve"
 	"github.com/seqd/seqd/headeronly"
+	"github.com/seqd/seqd/internal/reload"
 	"github.com/seqd/seqd/modes"
 	"github.com/seqd/seqd/oracle"
 	"github.com/seqd/seqd/verbs"
@@ -30,6 +32,12 @@ type HAConfig struct {
 
 // SecurityConfig secures the admin plane.
 type SecurityConfig struct {
+	// Reload: each receive re-reads the token file and the TLS files
+	// (cmd/seqd sends SIGHUP here). They are also re-read when they
+	// change, polled every ReloadInterval (default reload.DefaultInterval).
+	Reload         <-chan os.Signal
+	ReloadInterval time.Duration
+
 	TLSCert, TLSKey   string // server certificate and key: TLS on the admin plane
 	ClientCA          string // verify client certificates (mTLS)
 	RequireClientCert bool
@@ -103,7 +111,7 @@ func (c *Config) adminConfig(log *slog.Logger, creds credentials.TransportCreden
 		Format:         c.format, AdvanceBudget: c.advanceBudget, AdvanceWindow: c.AdvanceWindow, AdvanceRate: c.AdvanceRate}
 }
 
-func runHA(ctx context.Context, c Config, log *slog.Logger, ready func(Addrs), creds credentials.TransportCredentials, auth *admin.Authorizer) error {
+func runHA(ctx context.Context, c Config, log *slog.Logger, ready func(Addrs), creds credentials.TransportCredentials, auth *admin.Authorizer, watch *reload.Watcher) error {
 	lis, err := net.Listen("tcp", c.Admin)
 	if err != nil {
 		return fmt.Errorf("seqd: admin listener: %w", err)
@@ -134,7 +142,7 @@ func runHA(ctx context.Context, c Config, log *slog.Logger, ready func(Addrs), c
 		lis.Close()
 		return fmt.Errorf("%w: %v", ErrConfig, err)
 	}
-	cols := []prometheus.Collector{srv.Collector()}
+	cols := append([]prometheus.Collector{srv.Collector()}, watch.Collectors()...)
 	if auth != nil {
 		cols = append(cols, auth.Collectors()...)
 	}

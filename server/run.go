@@ -256,8 +256,10 @@ func Run(ctx context.Context, c Config, log *slog.Logger, ready func(Addrs)) err
 	if err != nil {
 		return err
 	}
+	watch := secretWatcher(log, creds, auth)
+	defer watch.Start(ctx, c.Security.ReloadInterval, c.Security.Reload)()
 	if c.HA.EtcdEndpoints != "" {
-		return runHA(ctx, c, log, ready, creds, auth)
+		return runHA(ctx, c, log, ready, creds, auth, watch)
 	}
 	orc, err := oracle.Open(ctx, oracle.Config{Format: c.format, Dir: c.Data, Init: c.Init, Floor: c.Advance, Logger: log})
 	if err != nil {
@@ -279,6 +281,7 @@ func Run(ctx context.Context, c Config, log *slog.Logger, ready func(Addrs)) err
 
 	backend := oracleStatus{dp, orc}
 	cols := append([]prometheus.Collector{dp.Collector()}, orc.Collectors()...)
+	cols = append(cols, watch.Collectors()...)
 	if auth != nil {
 		cols = append(cols, auth.Collectors()...)
 	}

@@ -53,30 +53,50 @@ func (s *ClientSecurity) Register(fs *flag.FlagSet) {
 // DialOptions turns s into dial options for Dial (and
 // client.WithAdminDialOptions). Bad combinations wrap ErrSecurityFlags.
 func (s *ClientSecurity) DialOptions() ([]grpc.DialOption, error) {
+	opts, _, err := s.ReloadableDialOptions()
+	return opts, err
+}
+
+// Reloader is a credential that Reload re-reads from its Files in place
+// (TokenFile, ClientCreds).
+type Reloader interface {
+	Name() string
+	Files() []string
+	Reload() error
+}
+
+// ReloadableDialOptions is DialOptions for a long-running client: the
+// token and the TLS files are re-read by the returned Reloaders' Reload
+// (on SIGHUP or when the files change, see seqd-pd), and each later call
+// or handshake uses what they read.
+func (s *ClientSecurity) ReloadableDialOptions() ([]grpc.DialOption, []Reloader, error) {
 	var opts []grpc.DialOption
+	var rs []Reloader
 	tlsOn := s.CAFile != "" || s.CertFile != "" || s.KeyFile != ""
 	switch {
 	case tlsOn && s.Insecure:
-		return nil, fmt.Errorf("%w: -insecure excludes -tls-ca, -tls-cert and -tls-key", ErrSecurityFlags)
+		return nil, nil, fmt.Errorf("%w: -insecure excludes -tls-ca, -tls-cert and -tls-key", ErrSecurityFlags)
 	case (s.CertFile == "") != (s.KeyFile == ""):
-		return nil, fmt.Errorf("%w: -tls-cert and -tls-key go together", ErrSecurityFlags)
+		return nil, nil, fmt.Errorf("%w: -tls-cert and -tls-key go together", ErrSecurityFlags)
 	case tlsOn:
-		creds, err := ClientTLS(TLSConfig{CAFile: s.CAFile, CertFile: s.CertFile, KeyFile: s.KeyFile})
+		creds, err := NewClientTLS(TLSConfig{CAFile: s.CAFile, CertFile: s.CertFile, KeyFile: s.KeyFile})
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		opts = append(opts, grpc.WithTransportCredentials(creds))
+		rs = append(rs, creds)
 	case s.Insecure:
 		opts = append(opts, Insecure())
 	}
 	if s.TokenFile != "" {
-		tok, err := ReadTokenFile(s.TokenFile)
-		if err != nil {
-			return nil, err
-		}
 		// Without TLS the token goes over plaintext: on loopback, or
 		// off it when -insecure chose that.
-		opts = append(opts, grpc.WithPerRPCCredentials(BearerToken(tok, !tlsOn)))
+		tok, err := NewTokenFile(s.TokenFile, !tlsOn)
+		if err != nil {
+			return nil, nil, err
+		}
+		opts = append(opts, grpc.WithPerRPCCredentials(tok))
+		rs = append(rs, tok)
 	}
-	return opts, nil
+	return opts, rs, nil
 }

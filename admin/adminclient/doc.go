@@ -1,7 +1,9 @@
 // Package adminclient is what a client of seqd's admin plane needs, and
 // nothing of the server: Dial with the loopback-only plaintext default,
 // the client's TLS and bearer-token credentials, the flags seqctl and
-// loadgen share (ClientSecurity), the roles Status reports, a standby's
+// loadgen share (ClientSecurity; ReloadableDialOptions for a long-running
+// client such as seqd-pd, whose token and TLS files are re-read in place),
+// the roles Status reports, a standby's
 // redirect, and the errors of each. The client library, seqctl and
 // loadgen import it instead of package admin (the server, which pulls in
 // Prometheus and the gRPC health and reflection servers); package admin

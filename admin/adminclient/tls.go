@@ -1,11 +1,14 @@
 package adminclient
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"os"
+	"sync/atomic"
 
 	"google.golang.org/grpc/credentials"
 )
@@ -45,8 +48,17 @@ func LoadPool(file string) (*x509.CertPool, error) {
 
 // ClientTLS builds a client's transport credentials: the server verified
 // against CAFile (or the system roots), and a client certificate when
-// CertFile and KeyFile are set.
+// CertFile and KeyFile are set. They never change; NewClientTLS's can be
+// reloaded.
 func ClientTLS(c TLSConfig) (credentials.TransportCredentials, error) {
+	cfg, err := clientConfig(c)
+	if err != nil {
+		return nil, err
+	}
+	return credentials.NewTLS(cfg), nil
+}
+
+func clientConfig(c TLSConfig) (*tls.Config, error) {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.ServerName}
 	if c.CAFile != "" {
 		pool, err := LoadPool(c.CAFile)
@@ -65,5 +77,77 @@ func ClientTLS(c TLSConfig) (credentials.TransportCredentials, error) {
 		}
 		cfg.Certificates = []tls.Certificate{cert}
 	}
-	return credentials.NewTLS(cfg), nil
+	return cfg, nil
+}
+
+// ClientCreds are a long-running client's TLS credentials (seqd-pd's),
+// re-read from their files by Reload: every handshake after a Reload
+// verifies the server against the new CA and presents the new client
+// certificate. Connections already open keep theirs.
+type ClientCreds struct {
+	*clientCreds
+}
+
+type clientCreds struct {
+	files TLSConfig
+	cur   atomic.Pointer[credentials.TransportCredentials]
+}
+
+var _ credentials.TransportCredentials = ClientCreds{}
+
+// NewClientTLS reads the CA and the client key pair from the files of c.
+func NewClientTLS(c TLSConfig) (ClientCreds, error) {
+	cc := ClientCreds{&clientCreds{files: c}}
+	if err := cc.Reload(); err != nil {
+		return ClientCreds{}, err
+	}
+	return cc, nil
+}
+
+// Reload re-reads the files; on an error the credentials in use stay.
+func (c ClientCreds) Reload() error {
+	cfg, err := clientConfig(c.files)
+	if err != nil {
+		return err
+	}
+	tc := credentials.NewTLS(cfg)
+	c.cur.Store(&tc)
+	return nil
+}
+
+// Name names the secret for reload logs and metrics.
+func (c ClientCreds) Name() string { return "tls" }
+
+// Files are the files Reload reads.
+func (c ClientCreds) Files() []string {
+	var f []string
+	for _, p := range []string{c.files.CAFile, c.files.CertFile, c.files.KeyFile} {
+		if p != "" {
+			f = append(f, p)
+		}
+	}
+	return f
+}
+
+func (c ClientCreds) now() credentials.TransportCredentials { return *c.cur.Load() }
+
+// ClientHandshake handshakes with the credentials in force.
+func (c ClientCreds) ClientHandshake(ctx context.Context, authority string, conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	return c.now().ClientHandshake(ctx, authority, conn)
+}
+
+// ServerHandshake is not for clients; it is the TLS credentials'.
+func (c ClientCreds) ServerHandshake(conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	return c.now().ServerHandshake(conn)
+}
+
+// Info is the TLS credentials' protocol information.
+func (c ClientCreds) Info() credentials.ProtocolInfo { return c.now().Info() }
+
+// Clone returns c: the clone follows the same files and reloads.
+func (c ClientCreds) Clone() credentials.TransportCredentials { return c }
+
+// OverrideServerName is deprecated in gRPC and not supported.
+func (c ClientCreds) OverrideServerName(string) error {
+	return fmt.Errorf("%w: OverrideServerName: set TLSConfig.ServerName", ErrTLS)
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync/atomic"
 
 	"google.golang.org/grpc/credentials"
 )
@@ -74,3 +75,46 @@ func ReadTokenFile(path string) (string, error) {
 	}
 	return toks[0], nil
 }
+
+// TokenFile is a bearer token read from a file that Reload re-reads: the
+// per-call credentials of a long-running client (seqd-pd), so that a
+// rotated token is sent from the next call on without a restart.
+type TokenFile struct {
+	path     string
+	insecure bool
+	cur      atomic.Pointer[string]
+}
+
+// NewTokenFile reads the first token of path (ReadTokenFile). With
+// insecure set it is sent over plaintext too (BearerToken).
+func NewTokenFile(path string, insecure bool) (*TokenFile, error) {
+	t := &TokenFile{path: path, insecure: insecure}
+	if err := t.Reload(); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// Reload re-reads the file; on an error the token in use stays.
+func (t *TokenFile) Reload() error {
+	tok, err := ReadTokenFile(t.path)
+	if err != nil {
+		return err
+	}
+	t.cur.Store(&tok)
+	return nil
+}
+
+// Name names the secret for reload logs and metrics.
+func (t *TokenFile) Name() string { return "token" }
+
+// Files is the token file.
+func (t *TokenFile) Files() []string { return []string{t.path} }
+
+// GetRequestMetadata sends the token in force.
+func (t *TokenFile) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + *t.cur.Load()}, nil
+}
+
+// RequireTransportSecurity is as for BearerToken.
+func (t *TokenFile) RequireTransportSecurity() bool { return !t.insecure }

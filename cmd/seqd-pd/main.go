@@ -19,7 +19,9 @@
 //
 // Every flag can also be set by a SEQD_PD_* variable (SEQD_PD_SEQD for
 // -seqd); the command line wins. -metrics serves Prometheus /metrics: the
-// front end's seqd_pd_* and its seqd client's seqd_client_*.
+// front end's seqd_pd_* and its seqd client's seqd_client_*. SIGHUP, or a
+// change of the files, re-reads -token-file and the -tls-* files: seqd's
+// next call or connection uses the new token and certificates.
 package main
 
 import (
@@ -47,6 +49,7 @@ import (
 	"github.com/seqd/seqd/client/clientmetrics"
 	"github.com/seqd/seqd/internal/envflag"
 	"github.com/seqd/seqd/internal/logflag"
+	"github.com/seqd/seqd/internal/reload"
 	"github.com/seqd/seqd/pdfront"
 	"github.com/seqd/seqd/spec"
 )
@@ -54,12 +57,15 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	os.Exit(run(ctx, os.Args[1:], os.Stderr, nil))
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	os.Exit(run(ctx, os.Args[1:], os.Stderr, hup, nil))
 }
 
-// run parses args and serves until ctx ends. ready, when not nil, gets
-// the address it listens on.
-func run(ctx context.Context, args []string, stderr io.Writer, ready func(addr string)) int {
+// run parses args and serves until ctx ends; each receive from hup
+// (SIGHUP) re-reads -token-file and the -tls-* files. ready, when not
+// nil, gets the address it listens on.
+func run(ctx context.Context, args []string, stderr io.Writer, hup <-chan os.Signal, ready func(addr string)) int {
 	fs := flag.NewFlagSet("seqd-pd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", "127.0.0.1:3379", "`address` PD clients connect to (gRPC)")
@@ -91,19 +97,30 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(addr s
 		fmt.Fprintf(stderr, "seqd-pd: %v\n", err)
 		return 2
 	}
-	if err := serve(ctx, log, *listen, *seqd, *clusterID, *name, *url, *timeout, *peers, *metrics, &sec, ready); err != nil {
+	if err := serve(ctx, log, *listen, *seqd, *clusterID, *name, *url, *timeout, *peers, *metrics, &sec, hup, ready); err != nil {
 		log.Error("seqd-pd", "err", err)
 		return 1
 	}
 	return 0
 }
 
+// reloadInterval is how often the secret files are polled for changes.
+var reloadInterval = reload.DefaultInterval
+
 func serve(ctx context.Context, log *slog.Logger, listen, seqd string, clusterID uint64, name, url string,
-	timeout time.Duration, peers string, metrics string, sec *adminclient.ClientSecurity, ready func(string)) error {
-	dialOpts, err := sec.DialOptions()
+	timeout time.Duration, peers string, metrics string, sec *adminclient.ClientSecurity, hup <-chan os.Signal, ready func(string)) error {
+	dialOpts, secrets, err := sec.ReloadableDialOptions()
 	if err != nil {
 		return err
 	}
+	// The token and TLS files are re-read on SIGHUP and when they change:
+	// seqd's next call or connection uses what they hold then.
+	srcs := make([]reload.Source, len(secrets))
+	for i, r := range secrets {
+		srcs[i] = r
+	}
+	watch := reload.New("seqd_pd", log, srcs...)
+	defer watch.Start(ctx, reloadInterval, hup)()
 	eps := strings.Split(seqd, ",")
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	c, err := client.Dial(dctx, eps[0], client.WithEndpoints(eps[1:]...), client.WithAdminDialOptions(dialOpts...),
@@ -137,6 +154,7 @@ func serve(ctx context.Context, log *slog.Logger, listen, seqd string, clusterID
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 			clientmetrics.New(c, nil))
+		reg.MustRegister(watch.Collectors()...)
 		if err := srv.Register(reg); err != nil {
 			lis.Close()
 			return err

@@ -63,7 +63,7 @@ func TestServe(t *testing.T) {
 	pdDone := make(chan int, 1)
 	pctx, pcancel := context.WithCancel(ctx)
 	go func() {
-		pdDone <- run(pctx, []string{"-listen", "127.0.0.1:0", "-seqd", seqd.Admin, "-metrics", metrics}, &logs, func(a string) { listening <- a })
+		pdDone <- run(pctx, []string{"-listen", "127.0.0.1:0", "-seqd", seqd.Admin, "-metrics", metrics}, &logs, nil, func(a string) { listening <- a })
 	}()
 	var addr string
 	select {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -22,15 +21,6 @@ func serve(t *testing.T, args []string, env map[string]string) (int, string, boo
 	var out strings.Builder
 	code := realMainEnv(args, &out, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
 	return code, out.String(), served
-}
-
-func tokenFile(t *testing.T) string {
-	t.Helper()
-	f := filepath.Join(t.TempDir(), "tokens")
-	if err := os.WriteFile(f, []byte("a-token-of-at-least-16-chars\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return f
 }
 
 // TestOffLoopbackNeedsCredential is item 3 of issue 26: the container and
@@ -64,7 +54,7 @@ func TestOffLoopbackNeedsCredential(t *testing.T) {
 		{"admin on 0.0.0.0, insecure variable", func(t *testing.T) []string { return base(t, "-admin", "0.0.0.0:0") },
 			map[string]string{"SEQD_ADMIN_INSECURE_NO_AUTH": "true"}, true, nil},
 		{"admin and pprof on 0.0.0.0, token file", func(t *testing.T) []string {
-			return append(base(t, "-admin", "0.0.0.0:0", "-admin-token-file", tokenFile(t)), "-pprof", "-metrics", "0.0.0.0:0")
+			return append(base(t, "-admin", "0.0.0.0:0", "-admin-token-file", tokenFile(t, "a-token-of-at-least-16-chars")), "-pprof", "-metrics", "0.0.0.0:0")
 		}, nil, true, nil},
 		{"admin on loopback", func(t *testing.T) []string { return base(t, "-admin", "127.0.0.1:0") }, nil, true, nil},
 	} {

@@ -8,7 +8,9 @@
 // and its name in upper case with _ for - (SEQD_ETCD_ENDPOINTS for
 // -etcd-endpoints): the command line wins over the variables, which win
 // over the file. -log-level and -log-format choose the log; -pprof serves
-// Go's profiler on the metrics listener.
+// Go's profiler on the metrics listener. SIGINT and SIGTERM stop seqd;
+// SIGHUP re-reads -admin-token-file and the -admin-tls-* files (as a
+// change of those files does).
 package main
 
 import (
@@ -137,6 +139,12 @@ func realMainEnv(args []string, stderr io.Writer, lookupEnv func(string) (string
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	// SIGHUP re-reads the admin token file and TLS files; it does not
+	// stop seqd.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	c.Security.Reload = hup
 	var ready func(server.Addrs)
 	if onServing != nil {
 		ready = func(a server.Addrs) { onServing(a, stop) }
