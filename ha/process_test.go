@@ -85,7 +85,7 @@ func startSeqd(t *testing.T, bin string, eps []string, prefix string) *seqdProc 
 	p := &seqdProc{addr: fmt.Sprintf("127.0.0.1:%d", ports[0]), log: &bytes.Buffer{}, mu: &sync.Mutex{}, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, "-etcd-endpoints", strings.Join(eps, ","), "-etcd-prefix", prefix,
 		"-lease-ttl", ttl.String(), "-admin", p.addr, "-device", "127.0.0.1:0", "-metrics", "off",
-		"-data", t.TempDir())
+		"-data", t.TempDir(), "-init")
 	w := syncWriter{p.mu, p.log}
 	p.cmd.Stdout, p.cmd.Stderr = w, w
 	if err := p.cmd.Start(); err != nil {
