@@ -120,7 +120,9 @@ func runHA(ctx context.Context, c Config, log *slog.Logger, ready func(Addrs), c
 		lis.Close()
 		return err
 	}
-	acfg := c.adminConfig(log, creds, auth, haserve.Modes)
+	// Every registered mode is a well-formed name; haserve refuses the
+	// ones an HA group cannot run (atomics) and says why.
+	acfg := c.adminConfig(log, creds, auth, modes.All)
 	acfg.Metrics = am
 	adm, err := admin.New(acfg, srv)
 	if err != nil {
