@@ -178,7 +178,7 @@ func (n *Node) Run(ctx context.Context, serve func(ctx context.Context, t *Term)
 	wg.Add(2)
 	go func() { defer wg.Done(); n.observe(ctx) }()
 	go func() { defer wg.Done(); n.watchMark(ctx) }()
-	defer wg.Wait()
+	defer func() { cancel(); wg.Wait() }()
 	backoff := 50 * time.Millisecond
 	for ctx.Err() == nil {
 		err := n.session(ctx, serve)
@@ -271,12 +271,32 @@ func (n *Node) session(ctx context.Context, serve func(ctx context.Context, t *T
 }
 
 // watchTerm ends t when its lease deadline passes, the lease is gone, a
-// save finds the election key gone, or ctx ends (transfer or stop).
+// save finds the election key gone, etcd reports the key deleted, or ctx
+// ends (transfer or stop).
 func (n *Node) watchTerm(ctx context.Context, t *Term, sess *concurrency.Session) {
 	timer := time.NewTimer(max(t.lease.remaining(), 0))
 	defer timer.Stop()
+	// The election key deleted behind the term's back (an operator, a
+	// wiped etcd) lets a standby win at once: end the term as soon as
+	// etcd says so, rather than at its next save. A watch that fails
+	// leaves that to the save's guard.
+	wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer wcancel()
+	wch := n.cli.Watch(wctx, t.Key, clientv3.WithRev(t.Rev+1))
 	for {
 		select {
+		case wr, ok := <-wch:
+			if !ok || wr.Err() != nil {
+				wch = nil
+				continue
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == clientv3.EventTypeDelete {
+					t.end(endLost)
+					return
+				}
+			}
+			continue
 		case <-timer.C:
 			if r := t.lease.remaining(); r > 0 {
 				timer.Reset(r)
