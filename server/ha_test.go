@@ -34,7 +34,7 @@ func startHA(t *testing.T, c Config) *haRun {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &haRun{cancel: cancel, err: make(chan error, 1)}
 	ready := make(chan Addrs, 1)
-	go func() { r.err <- Run(ctx, c, haLog, func(a Addrs) { ready <- a }) }()
+	go func() { r.err <- Run(ctx, c, quiet, func(a Addrs) { ready <- a }) }()
 	t.Cleanup(func() { r.stop() })
 	select {
 	case r.addrs = <-ready:
@@ -131,87 +131,102 @@ func (r *haRun) values(t *testing.T, n int, after uint64) uint64 {
 // -advance VALUE (a recovery). A mistyped -etcd-prefix and a wiped etcd
 // each stop seqd with an error naming the endpoints, the prefix and both
 // ways out, in both formats; -init on an existing mark loads it; a group
-// started with -init whose etcd is wiped while it runs stops too.
+// started with consent whose etcd is wiped while it runs stops too.
 func TestHAMissingMarkRefused(t *testing.T) {
 	for _, format := range []string{"counter", "hybrid"} {
 		t.Run(format, func(t *testing.T) {
 			etcd := hatest.Start(t, 1)
 			eps := etcd.Endpoints()
+			cli := etcd.Client()
 			cfg := func(prefix string) Config {
 				return Config{Format: format, HA: HAConfig{EtcdEndpoints: strings.Join(eps, ","), EtcdPrefix: prefix}}
 			}
-			const prefix = "/seqd-group"
-
-			// A new group: refused without -init, serves with it.
-			startHA(t, cfg(prefix)).refused(t, eps, prefix)
-			c := cfg(prefix)
-			c.Init = true
-			r := startHA(t, c)
-			last := r.values(t, 20, 0)
-			if err := r.stop(); err != nil {
-				t.Fatalf("stop: %v", err)
-			}
-
-			// The same group with a mistyped prefix, no -init: refused,
-			// and nothing written under the mistyped prefix.
-			startHA(t, cfg(prefix+"s")).refused(t, eps, prefix+"s")
-			cli := etcd.Client()
-			if resp, err := cli.Get(context.Background(), prefix+"s/mark"); err != nil || len(resp.Kvs) != 0 {
-				t.Fatalf("mark under the mistyped prefix: %v, %v", resp, err)
-			}
-
-			// The right prefix, with -init again: the mark exists and is
-			// loaded, never overwritten.
-			r = startHA(t, c)
-			last = r.values(t, 20, last)
-			r.stop()
-
-			// A wiped etcd: refused; -advance VALUE recovers above VALUE.
-			if _, err := cli.Delete(context.Background(), "", clientv3.WithPrefix()); err != nil {
-				t.Fatal(err)
-			}
-			startHA(t, cfg(prefix)).refused(t, eps, prefix)
-			c = cfg(prefix)
-			c.Advance = last
-			r = startHA(t, c)
-			last = r.values(t, 20, last)
-
-			// Wiped while running with -advance (or -init): the consent
-			// ended when the mark was written; seqd stops rather than
-			// start over, and a client already connected gets nothing
-			// at or below the values served before.
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			cl, err := client.Dial(ctx, r.addrs.Admin, client.WithDevice("soft", "127.0.0.1:0", ""), client.WithLogger(quiet),
-				client.WithTimeout(300*time.Millisecond))
-			if err != nil {
-				t.Fatalf("dial: %v", err)
-			}
-			defer cl.Close()
-			if _, err := cli.Delete(context.Background(), "", clientv3.WithPrefix()); err != nil {
-				t.Fatal(err)
-			}
-			for {
-				select {
-				case err := <-r.err:
-					r.err <- err
-					r.refused(t, eps, prefix)
-					return
-				case <-ctx.Done():
-					t.Fatal("seqd still runs 30s after its etcd was wiped")
-				default:
+			withInit := func(prefix string) Config { c := cfg(prefix); c.Init = true; return c }
+			// group serves a new group on prefix with -init, stops it
+			// and returns the last value served.
+			group := func(t *testing.T, prefix string) uint64 {
+				r := startHA(t, withInit(prefix))
+				last := r.values(t, 20, 0)
+				if err := r.stop(); err != nil {
+					t.Fatalf("stop: %v", err)
 				}
-				cctx, ccancel := context.WithTimeout(ctx, 500*time.Millisecond)
-				ts, err := cl.GetTimestamp(cctx)
-				ccancel()
-				if err == nil && uint64(ts) <= last {
-					t.Fatalf("after the wipe got %d, not above %d: a value served again", uint64(ts), last)
-				} else if err == nil {
-					last = uint64(ts)
+				return last
+			}
+			wipe := func(t *testing.T, prefix string) {
+				if _, err := cli.Delete(context.Background(), prefix, clientv3.WithPrefix()); err != nil {
+					t.Fatal(err)
 				}
 			}
+
+			t.Run("new-group", func(t *testing.T) {
+				const prefix = "/new"
+				startHA(t, cfg(prefix)).refused(t, eps, prefix)
+				last := group(t, prefix)
+				// -init again: the mark exists and is loaded, never
+				// overwritten; then no flag at all.
+				r := startHA(t, withInit(prefix))
+				last = r.values(t, 20, last)
+				r.stop()
+				startHA(t, cfg(prefix)).values(t, 20, last)
+			})
+
+			t.Run("mistyped-prefix", func(t *testing.T) {
+				const prefix = "/typo"
+				group(t, prefix)
+				startHA(t, cfg(prefix+"s")).refused(t, eps, prefix+"s")
+				if resp, err := cli.Get(context.Background(), prefix+"s/mark"); err != nil || len(resp.Kvs) != 0 {
+					t.Fatalf("mark under the mistyped prefix: %v, %v", resp, err)
+				}
+			})
+
+			t.Run("wiped-etcd", func(t *testing.T) {
+				const prefix = "/wiped"
+				last := group(t, prefix)
+				wipe(t, prefix)
+				startHA(t, cfg(prefix)).refused(t, eps, prefix)
+				// The recovery: -advance VALUE serves above VALUE.
+				c := cfg(prefix)
+				c.Advance = last
+				startHA(t, c).values(t, 20, last)
+			})
+
+			// Wiped while running with -init: the consent ended when the
+			// mark was written; seqd stops rather than start over, and a
+			// client already connected gets nothing at or below the
+			// values served before.
+			t.Run("wiped-while-running", func(t *testing.T) {
+				const prefix = "/running"
+				r := startHA(t, withInit(prefix))
+				last := r.values(t, 20, 0)
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				cl, err := client.Dial(ctx, r.addrs.Admin, client.WithDevice("soft", "127.0.0.1:0", ""), client.WithLogger(quiet),
+					client.WithTimeout(300*time.Millisecond))
+				if err != nil {
+					t.Fatalf("dial: %v", err)
+				}
+				defer cl.Close()
+				wipe(t, prefix)
+				for {
+					select {
+					case err := <-r.err:
+						r.err <- err
+						r.refused(t, eps, prefix)
+						return
+					case <-ctx.Done():
+						t.Fatal("seqd still runs 30s after its etcd was wiped")
+					default:
+					}
+					cctx, ccancel := context.WithTimeout(ctx, 500*time.Millisecond)
+					ts, err := cl.GetTimestamp(cctx)
+					ccancel()
+					if err == nil && uint64(ts) <= last {
+						t.Fatalf("after the wipe got %d, not above %d: a value served again", uint64(ts), last)
+					} else if err == nil {
+						last = uint64(ts)
+					}
+				}
+			})
 		})
 	}
 }
-
-var haLog = quiet
