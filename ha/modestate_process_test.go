@@ -80,12 +80,13 @@ func leaderMode(t *testing.T, ps []*seqdProc, skip *seqdProc, want, when string)
 	return lead
 }
 
-// TestSeqdModeSurvives is items 1 of issue 27: a mode set with SetMode
+// TestSeqdModeSurvives is item 1 of issue 27: a mode set with SetMode
 // (seqctl set-mode) is the group's, kept in etcd. For every mode an HA
 // group runs, the real seqd binary, three instances: set the mode, then
 // kill -9 the leader, transfer leadership, and restart the whole group
-// (without -init and with the default -mode): each new leader starts in
-// the mode set, and clients are served in it, above every earlier value.
+// (without -init), every instance's -mode being another mode: each new
+// leader starts in the mode set, and clients are served in it, above
+// every earlier value.
 func TestSeqdModeSurvives(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs seqd and etcd processes and waits out lease TTLs; skipped in -short")
@@ -95,9 +96,15 @@ func TestSeqdModeSurvives(t *testing.T) {
 	for _, mode := range haModes {
 		t.Run(mode, func(t *testing.T) {
 			prefix := "/" + t.Name()
+			// Every instance's -mode is another one: only the stored
+			// mode can bring the group back to mode.
+			flag := spec.ModeSpecS0
+			if mode == spec.ModeSpecS0 {
+				flag = spec.ModeHERD
+			}
 			var ps []*seqdProc
 			for range 3 {
-				ps = append(ps, startSeqd(t, bin, c.Endpoints(), prefix))
+				ps = append(ps, startSeqdArgs(t, bin, c.Endpoints(), prefix, "-init", "-mode", flag))
 			}
 			lead := seqdLeader(t, ps, nil, 15*time.Second)
 			if _, err := adminCall(t, lead.addr, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.SetModeResponse, error) {
@@ -125,8 +132,8 @@ func TestSeqdModeSurvives(t *testing.T) {
 				<-p.done
 			}
 			var again []*seqdProc
-			for range 3 { // no -init: the group exists; -mode left at its default
-				again = append(again, startSeqdArgs(t, bin, c.Endpoints(), prefix))
+			for range 3 { // no -init: the group exists
+				again = append(again, startSeqdArgs(t, bin, c.Endpoints(), prefix, "-mode", flag))
 			}
 			leaderMode(t, again, nil, mode, "after a restart of the whole group")
 			servedIn(t, again, mode, last)

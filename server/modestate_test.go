@@ -32,13 +32,17 @@ func statusOf(t *testing.T, addr string) *adminpb.StatusResponse {
 
 // TestModeKeptInDataDir is item 1 of issue 27 for a single instance: the
 // mode SetMode sets is kept in the data directory, beside the mark, and a
-// restart (default -mode) comes back in it and serves in it; a mode file
+// restart (with another -mode) comes back in it and serves in it; a mode file
 // that names no mode stops seqd.
 func TestModeKeptInDataDir(t *testing.T) {
 	for _, mode := range modes.All {
 		t.Run(mode, func(t *testing.T) {
 			dir := t.TempDir()
-			r := startHA(t, Config{Data: dir, Init: true})
+			flag := modes.SpecS0 // -mode on every start: only the kept mode brings seqd back to mode
+			if mode == modes.SpecS0 {
+				flag = modes.HERD
+			}
+			r := startHA(t, Config{Data: dir, Init: true, Mode: flag})
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			cc, err := admin.Dial(ctx, r.addrs.Admin)
@@ -53,7 +57,7 @@ func TestModeKeptInDataDir(t *testing.T) {
 			if err := r.stop(); err != nil {
 				t.Fatal(err)
 			}
-			r = startHA(t, Config{Data: dir})
+			r = startHA(t, Config{Data: dir, Mode: flag})
 			if got := statusOf(t, r.addrs.Admin).GetMode(); got != mode {
 				t.Fatalf("after a restart seqd serves %q, want %q (set before the restart)", got, mode)
 			}
