@@ -110,6 +110,7 @@ func TestStoreAmbiguousCommit(t *testing.T) {
 	}
 	f := &faultKV{KV: cli.KV}
 	s := NewStore(f, markKey, leaderKey, put.Header.Revision, nil)
+	s.fresh = func() bool { return true } // a new group
 	if _, err := s.Load(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +211,7 @@ func TestCounterLeaderServesAfterAmbiguousCommit(t *testing.T) {
 	c := hatest.Start(t, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	n, err := New(Config{Endpoints: c.Endpoints(), Prefix: "/amb-node", Advertise: "a", TTL: 2 * time.Second, Logger: quietLogger()})
+	n, err := New(Config{Endpoints: c.Endpoints(), Prefix: "/amb-node", Advertise: "a", TTL: 2 * time.Second, Logger: quietLogger(), Init: true})
 	if err != nil {
 		t.Fatal(err)
 	}

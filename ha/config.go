@@ -43,6 +43,17 @@ type Config struct {
 	DialTimeout time.Duration
 	// Logger receives logs (default slog.Default()).
 	Logger *slog.Logger
+	// Init consents to a new group (-init): a term that finds no mark
+	// under Prefix starts from zero. Without Init or Advance a missing
+	// mark stops the Node (ErrNoMark): a mistyped Prefix or a wiped etcd
+	// looks exactly like a new group, and starting from zero would serve
+	// values again. Init never overwrites a mark: one that exists is
+	// loaded.
+	Init bool
+	// Advance (-advance VALUE) makes every value served greater than
+	// VALUE and consents to a missing mark: the recovery after losing it
+	// (VALUE above every value ever served).
+	Advance uint64
 }
 
 // validate checks c and fills defaults. It is the one place that does.
@@ -100,3 +111,6 @@ func (c *Config) validate() error {
 
 func (c *Config) electionPrefix() string { return c.Prefix + "/election" }
 func (c *Config) markKey() string        { return c.Prefix + "/mark" }
+func (c *Config) stateKey(name string) string {
+	return c.Prefix + "/state/" + name
+}

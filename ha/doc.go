@@ -40,6 +40,18 @@
 //  4. Fail closed. When etcd loses its majority, keep-alives fail, the
 //     deadline passes and the leader stops serving. It serves again only
 //     after it wins a new term on a working etcd.
+//  5. No fresh start without consent. A missing mark is a new group only
+//     when the Node was told so (Config.Init, -init) or is recovering
+//     above a value (Config.Advance, -advance); otherwise the term's Load
+//     fails with ErrNoMark and Node.Run returns it: a mistyped prefix or
+//     a wiped etcd stops the instance instead of serving values again.
+//     The consent ends when the Node first sees the mark (loaded, saved,
+//     or watched being written by another instance), so an etcd wiped
+//     later is refused too. A Store never overwrites an existing mark.
+//  6. The group's state is fenced like the mark. What an admin call sets
+//     and the group must keep (the data-path mode) is written with
+//     Term.SaveState under the same election-key guard, and read by each
+//     new term (Term.LoadState) before it serves.
 //
 // Together, (1) and (2) mean every value of a later term is above every
 // value of an earlier one, and no earlier term answers a call that starts

@@ -61,7 +61,7 @@ func TestEpochChangesKeepEveryClient(t *testing.T) {
 	start := func(in *inst) {
 		p := &seqdProc{addr: in.admin, log: &bytes.Buffer{}, mu: &sync.Mutex{}, done: make(chan struct{})}
 		p.cmd = exec.Command(bin, "-etcd-endpoints", strings.Join(etcd.Endpoints(), ","), "-etcd-prefix", prefix,
-			"-lease-ttl", ttl.String(), "-admin", in.admin, "-device", in.dev, "-metrics", "off", "-data", in.data)
+			"-lease-ttl", ttl.String(), "-admin", in.admin, "-device", in.dev, "-metrics", "off", "-data", in.data, "-init")
 		w := syncWriter{p.mu, p.log}
 		p.cmd.Stdout, p.cmd.Stderr = w, w
 		if err := p.cmd.Start(); err != nil {

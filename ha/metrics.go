@@ -22,7 +22,7 @@ type metrics struct {
 const (
 	endDeadline  = "deadline"   // the lease's local deadline passed
 	endLeaseGone = "lease_gone" // a keep-alive found the lease gone
-	endLost      = "lost"       // a save found the election key gone
+	endLost      = "lost"       // a save found the election key gone, or etcd reported it deleted
 	endTransfer  = "transfer"   // operator transfer
 	endStop      = "stop"       // the node stopped
 	endServe     = "serve"      // the serving function returned

@@ -29,6 +29,12 @@ type Node struct {
 	// writes the mark through: fault injection.
 	kvWrap func(clientv3.KV) clientv3.KV
 
+	// consent: a missing mark may be taken as a fresh start (Config.Init
+	// or Config.Advance). It ends, for good, the first time this node
+	// sees the group's mark: a mark that vanishes later is a wiped or
+	// damaged etcd, never a new group.
+	consent atomic.Bool
+
 	leader   atomic.Pointer[string] // advertised address of the leader
 	term     atomic.Pointer[Term]   // the current term, nil when standby
 	running  atomic.Bool
@@ -60,7 +66,56 @@ func New(cfg Config) (*Node, error) {
 		base: time.Now(), leaderCh: make(chan struct{})}
 	empty := ""
 	n.leader.Store(&empty)
+	n.consent.Store(cfg.Init || cfg.Advance > 0)
 	return n, nil
+}
+
+// markSeen ends the consent to a missing mark.
+func (n *Node) markSeen() {
+	if n.consent.Swap(false) {
+		n.log.Info("ha: the group's mark exists: it is loaded, never overwritten; from now on a missing mark stops this instance",
+			"key", n.cfg.markKey(), "init", n.cfg.Init, "advance", n.cfg.Advance)
+	}
+}
+
+// watchMark ends the consent to a missing mark as soon as the mark exists,
+// whoever wrote it: a standby started with -init that has never led must
+// not take a later wiped etcd for a new group. It reads the mark key, then
+// watches it from that revision until it is written.
+func (n *Node) watchMark(ctx context.Context) {
+	key := n.cfg.markKey()
+	for ctx.Err() == nil && n.consent.Load() {
+		gctx, cancel := context.WithTimeout(ctx, n.cfg.DialTimeout)
+		resp, err := n.cli.Get(gctx, key)
+		cancel()
+		if err != nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(200 * time.Millisecond):
+			}
+			continue
+		}
+		if len(resp.Kvs) > 0 {
+			n.markSeen()
+			return
+		}
+		wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		wch := n.cli.Watch(wctx, key, clientv3.WithRev(resp.Header.Revision+1))
+		for wr := range wch {
+			if wr.Err() != nil {
+				break // read again
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == clientv3.EventTypePut {
+					n.markSeen()
+				}
+			}
+			if !n.consent.Load() {
+				break
+			}
+		}
+		wcancel()
+	}
 }
 
 // Close closes the etcd client, which ends background revocations. Call
@@ -109,7 +164,10 @@ func (n *Node) Term() *Term {
 // Run campaigns until ctx is done. Each time it wins it calls serve with
 // the term and a context canceled when the term ends; serve must return
 // soon after. A serve error ends the term (logged), and the node campaigns
-// again. Run returns ctx's error.
+// again, except ErrNoMark: the group has no mark and this node no consent
+// to start without one, so Run returns that error (the instance stops,
+// as a single seqd does without its mark file). Otherwise Run returns
+// ctx's error.
 func (n *Node) Run(ctx context.Context, serve func(ctx context.Context, t *Term) error) error {
 	if n.running.Swap(true) {
 		return errors.New("ha: Run called twice")
@@ -117,12 +175,17 @@ func (n *Node) Run(ctx context.Context, serve func(ctx context.Context, t *Term)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	wg.Add(1)
+	wg.Add(2)
 	go func() { defer wg.Done(); n.observe(ctx) }()
-	defer wg.Wait()
+	go func() { defer wg.Done(); n.watchMark(ctx) }()
+	defer func() { cancel(); wg.Wait() }()
 	backoff := 50 * time.Millisecond
 	for ctx.Err() == nil {
 		err := n.session(ctx, serve)
+		if errors.Is(err, ErrNoMark) {
+			n.log.Error("ha: refusing to serve", "err", err)
+			return err
+		}
 		if ctx.Err() != nil {
 			break
 		}
@@ -194,23 +257,46 @@ func (n *Node) session(ctx context.Context, serve func(ctx context.Context, t *T
 		tcancel()
 	}()
 	err = serve(tctx, t)
-	if err != nil && tctx.Err() == nil {
+	if err != nil && tctx.Err() == nil && !errors.Is(err, ErrNoMark) {
 		n.log.Error("ha: serving the term failed", "err", err)
 	}
 	t.end(endServe) // no-op when the term had ended already
 	tcancel()
 	n.term.Store(nil)
 	n.m.leader.Set(0)
+	if errors.Is(err, ErrNoMark) {
+		return err
+	}
 	return nil
 }
 
 // watchTerm ends t when its lease deadline passes, the lease is gone, a
-// save finds the election key gone, or ctx ends (transfer or stop).
+// save finds the election key gone, etcd reports the key deleted, or ctx
+// ends (transfer or stop).
 func (n *Node) watchTerm(ctx context.Context, t *Term, sess *concurrency.Session) {
 	timer := time.NewTimer(max(t.lease.remaining(), 0))
 	defer timer.Stop()
+	// The election key deleted behind the term's back (an operator, a
+	// wiped etcd) lets a standby win at once: end the term as soon as
+	// etcd says so, rather than at its next save. A watch that fails
+	// leaves that to the save's guard.
+	wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer wcancel()
+	wch := n.cli.Watch(wctx, t.Key, clientv3.WithRev(t.Rev+1))
 	for {
 		select {
+		case wr, ok := <-wch:
+			if !ok || wr.Err() != nil {
+				wch = nil
+				continue
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == clientv3.EventTypeDelete {
+					t.end(endLost)
+					return
+				}
+			}
+			continue
 		case <-timer.C:
 			if r := t.lease.remaining(); r > 0 {
 				timer.Reset(r)

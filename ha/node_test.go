@@ -39,7 +39,7 @@ func logger(t testing.TB) *slog.Logger {
 
 func startInst(t testing.TB, eps []string, prefix, name string, ttl time.Duration) *inst {
 	t.Helper()
-	n, err := ha.New(ha.Config{Endpoints: eps, Prefix: prefix, Advertise: name, TTL: ttl, Logger: logger(t)})
+	n, err := ha.New(ha.Config{Endpoints: eps, Prefix: prefix, Advertise: name, TTL: ttl, Logger: logger(t), Init: true})
 	if err != nil {
 		t.Fatal(err)
 	}

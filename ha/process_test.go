@@ -79,13 +79,21 @@ func buildSeqd(t *testing.T) string {
 	return seqdBin
 }
 
+// startSeqd starts an instance of a new group (-init).
 func startSeqd(t *testing.T, bin string, eps []string, prefix string) *seqdProc {
+	t.Helper()
+	return startSeqdArgs(t, bin, eps, prefix, "-init")
+}
+
+// startSeqdArgs starts an instance with extra flags.
+func startSeqdArgs(t *testing.T, bin string, eps []string, prefix string, extra ...string) *seqdProc {
 	t.Helper()
 	ports := hatest.FreePorts(t, 1)
 	p := &seqdProc{addr: fmt.Sprintf("127.0.0.1:%d", ports[0]), log: &bytes.Buffer{}, mu: &sync.Mutex{}, done: make(chan struct{})}
-	p.cmd = exec.Command(bin, "-etcd-endpoints", strings.Join(eps, ","), "-etcd-prefix", prefix,
+	args := append([]string{"-etcd-endpoints", strings.Join(eps, ","), "-etcd-prefix", prefix,
 		"-lease-ttl", ttl.String(), "-admin", p.addr, "-device", "127.0.0.1:0", "-metrics", "off",
-		"-data", t.TempDir())
+		"-data", t.TempDir()}, extra...)
+	p.cmd = exec.Command(bin, args...)
 	w := syncWriter{p.mu, p.log}
 	p.cmd.Stdout, p.cmd.Stderr = w, w
 	if err := p.cmd.Start(); err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -24,6 +25,15 @@ type Store struct {
 	leaderRev int64  // its create revision
 	onLost    func() // called when a save finds the term gone; may be nil
 	m         *metrics
+	// fresh says whether a missing mark may be taken as mark 0 (the
+	// Node's -init or -advance consent, while it lasts); nil: never.
+	fresh func() bool
+	// seen is called whenever the mark is found or written: the consent
+	// to a missing mark ends there. May be nil.
+	seen func()
+	// endpoints and prefix name the group in ErrNoMark.
+	endpoints []string
+	prefix    string
 
 	mu     sync.Mutex
 	exists bool   // the mark key existed at the last Load or Save
@@ -71,8 +81,10 @@ func decodeMark(v []byte) (uint64, error) {
 	return m, nil
 }
 
-// Load reads the mark with a linearizable read: 0 when there is none yet,
-// an error when it exists but is not a mark.
+// Load reads the mark with a linearizable read: an error when it exists
+// but is not a mark. A missing mark is ErrNoMark, naming the endpoints,
+// the prefix and both ways out, unless the Node consents to a fresh start
+// (Config.Init or Config.Advance, until a mark is seen): then it is 0.
 func (s *Store) Load(ctx context.Context) (uint64, error) {
 	resp, err := s.kv.Get(ctx, s.key)
 	if err != nil {
@@ -82,7 +94,10 @@ func (s *Store) Load(ctx context.Context) (uint64, error) {
 	defer s.mu.Unlock()
 	if len(resp.Kvs) == 0 {
 		s.exists = false
-		return 0, nil
+		if s.fresh != nil && s.fresh() {
+			return 0, nil
+		}
+		return 0, s.noMark()
 	}
 	m, err := decodeMark(resp.Kvs[0].Value)
 	if err != nil {
@@ -90,7 +105,26 @@ func (s *Store) Load(ctx context.Context) (uint64, error) {
 	}
 	s.exists = true
 	s.last = max(s.last, m)
+	if s.seen != nil {
+		s.seen()
+	}
 	return m, nil
+}
+
+// noMark is the refusal to start without a mark.
+func (s *Store) noMark() error {
+	where := fmt.Sprintf("key %s", s.key)
+	if s.prefix != "" {
+		where = fmt.Sprintf("prefix %q (key %s)", s.prefix, s.key)
+	}
+	eps := "etcd"
+	if len(s.endpoints) > 0 {
+		eps = "etcd " + strings.Join(s.endpoints, ",")
+	}
+	return fmt.Errorf("%w: %s has no mark under %s; refusing to start from zero, which would serve again "+
+		"values this group may have served (a mistyped -etcd-prefix or a wiped etcd looks exactly like a new group). "+
+		"Check -etcd-endpoints and -etcd-prefix; for a new group, start once with -init; "+
+		"after losing the mark, start with -advance VALUE above every value ever served", ErrNoMark, eps, where)
 }
 
 // Save writes mark in one transaction guarded by the term's leadership
@@ -134,6 +168,9 @@ func (s *Store) Save(ctx context.Context, mark uint64) error {
 	if resp.Succeeded {
 		s.exists = true
 		s.last = mark
+		if s.seen != nil {
+			s.seen()
+		}
 		return nil
 	}
 	return s.refused(mark, resp.Responses[0].GetResponseRange().GetKvs(), resp.Responses[1].GetResponseRange().GetKvs())
@@ -159,6 +196,9 @@ func (s *Store) resolve(ctx context.Context, mark uint64, txnErr error) error {
 	if len(mk) == 1 && string(mk[0].Value) == encodeMark(mark) && mk[0].ModRevision > s.leaderRev {
 		s.m.ambiguousResolved.Inc()
 		s.exists = true
+		if s.seen != nil {
+			s.seen()
+		}
 		s.last = mark
 		return nil
 	}
@@ -180,6 +220,9 @@ func (s *Store) refused(mark uint64, lk, mk []*mvccpb.KeyValue) error {
 		// but returned an error (and its re-read failed): it succeeded.
 		s.m.ambiguousResolved.Inc()
 		s.exists = true
+		if s.seen != nil {
+			s.seen()
+		}
 		s.last = max(s.last, mark)
 		return nil
 	}

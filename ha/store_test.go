@@ -3,6 +3,7 @@ package ha
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -60,6 +61,12 @@ func TestStoreGuards(t *testing.T) {
 	lost := 0
 	s := NewStore(cli, markKey, leaderKey, rev, func() { lost++ })
 
+	// No mark and no consent: refused, naming the key and both ways out.
+	if m, err := s.Load(ctx); !errors.Is(err, ErrNoMark) || !strings.Contains(err.Error(), markKey) ||
+		!strings.Contains(err.Error(), "-init") || !strings.Contains(err.Error(), "-advance") {
+		t.Fatalf("Load of a missing mark without consent = %d, %v; want ErrNoMark naming %s, -init and -advance", m, err, markKey)
+	}
+	s.fresh = func() bool { return true } // -init
 	if m, err := s.Load(ctx); err != nil || m != 0 {
 		t.Fatalf("fresh Load = %d, %v; want 0, nil", m, err)
 	}

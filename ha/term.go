@@ -66,6 +66,10 @@ func newTerm(n *Node, key string, rev int64, l *lease) *Term {
 	}
 	t.store = NewStore(kv, n.cfg.markKey(), key, rev, func() { lostOnce.Do(func() { close(t.lost) }) })
 	t.store.m = n.m
+	t.store.fresh = n.consent.Load
+	t.store.seen = n.markSeen
+	t.store.endpoints = n.cfg.Endpoints
+	t.store.prefix = n.cfg.Prefix
 	return t
 }
 
@@ -117,12 +121,16 @@ func (t *Term) end(reason string) {
 }
 
 // OpenOracle opens an oracle for the term: cfg's Store and Gate are the
-// term's. Open loads the mark, starts above it and persists its first
-// window before it returns, so nothing is served before that.
+// term's. Open loads the mark, starts above it (and above the Node's
+// Config.Advance) and persists its first window before it returns, so
+// nothing is served before that. A missing mark fails with ErrNoMark
+// unless the Node consents to a fresh start (Config.Init, Config.Advance).
 func (t *Term) OpenOracle(ctx context.Context, cfg oracle.Config) (*oracle.Oracle, error) {
 	cfg.Store = t.store
 	cfg.Gate = t.Gate
 	cfg.Dir = ""
+	cfg.Init = false // the Store decides about a missing mark
+	cfg.Floor = max(cfg.Floor, t.n.cfg.Advance)
 	o, err := oracle.Open(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("ha: term %d: %w", t.Rev, err)

@@ -10,8 +10,9 @@ type Store interface {
 	// new deployment from a lost mark (FileStore: a missing file may be an
 	// unmounted volume) returns an error wrapping ErrNoMark when it holds
 	// none; Open takes that as mark 0 only with Config.Init or a
-	// Config.Floor. A store that can tell (ha's etcd store, whose group
-	// starts empty) returns 0 for a fresh start.
+	// Config.Floor. A store that decides itself (ha's etcd store, which
+	// refuses a missing mark unless its Node was started with -init or
+	// -advance) returns 0 for a fresh start it consents to.
 	Load(ctx context.Context) (mark uint64, err error)
 	// Save makes mark durable and returns only once it is. The oracle
 	// never calls Save with a mark smaller than one it saved before.

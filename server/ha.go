@@ -121,7 +121,7 @@ func runHA(ctx context.Context, c Config, log *slog.Logger, ready func(Addrs), c
 		adv = lis.Addr().String()
 	}
 	node, err := ha.New(ha.Config{Endpoints: strings.Split(c.HA.EtcdEndpoints, ","), Prefix: c.HA.EtcdPrefix,
-		Advertise: adv, TTL: c.HA.LeaseTTL, Logger: log})
+		Advertise: adv, TTL: c.HA.LeaseTTL, Logger: log, Init: c.Init, Advance: c.Advance})
 	if err != nil {
 		lis.Close()
 		return fmt.Errorf("%w: %v", ErrConfig, err)
@@ -151,7 +151,9 @@ func runHA(ctx context.Context, c Config, log *slog.Logger, ready func(Addrs), c
 		lis.Close()
 		return err
 	}
-	acfg := c.adminConfig(log, creds, auth, haserve.Modes)
+	// Every registered mode is a well-formed name; haserve refuses the
+	// ones an HA group cannot run (atomics) and says why.
+	acfg := c.adminConfig(log, creds, auth, modes.All)
 	acfg.Metrics = am
 	adm, err := admin.New(acfg, srv)
 	if err != nil {
@@ -173,7 +175,8 @@ func runHA(ctx context.Context, c Config, log *slog.Logger, ready func(Addrs), c
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	runDone := make(chan struct{})
-	go func() { defer close(runDone); srv.Run(runCtx) }()
+	var runErr error
+	go func() { defer close(runDone); runErr = srv.Run(runCtx) }()
 	log.Info("seqd serving (HA)", "etcd", c.HA.EtcdEndpoints, "advertise", adv, "ttl", node.Config().TTL,
 		"mode", c.Mode, "data", addrs.Data, "admin", addrs.Admin, "metrics", addrs.Metrics)
 	if ready != nil {
@@ -186,6 +189,13 @@ func runHA(ctx context.Context, c Config, log *slog.Logger, ready func(Addrs), c
 			cancel()
 			<-runDone
 			return fmt.Errorf("seqd: admin server: %w", err)
+		}
+	case <-runDone:
+		// The group refuses to serve (ha.ErrNoMark): stop, as a single
+		// seqd does without its mark file.
+		if runErr != nil && ctx.Err() == nil {
+			adm.Stop()
+			return fmt.Errorf("seqd: %w", runErr)
 		}
 	}
 	log.Info("seqd shutting down: stepping down first")

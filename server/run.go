@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -187,9 +188,6 @@ func (c *Config) Validate() error {
 	if err := c.checkAuth(); err != nil {
 		return err
 	}
-	if c.Advance > 0 && c.HA.EtcdEndpoints != "" {
-		return fmt.Errorf("%w: -advance applies to a single instance's data directory; with HA, the mark is in etcd: use seqctl advance on the leader", ErrConfig)
-	}
 	if st, err := os.Stat(c.Data); err == nil && !st.IsDir() {
 		return fmt.Errorf("%w: -data %q is not a directory", ErrConfig, c.Data)
 	}
@@ -266,6 +264,9 @@ func Run(ctx context.Context, c Config, log *slog.Logger, ready func(Addrs)) err
 		return fmt.Errorf("seqd: oracle in %s: %w%s", c.Data, err, recovery(err))
 	}
 	defer orc.Close()
+	if err := c.keptMode(log); err != nil {
+		return err
+	}
 	dev, err := verbs.Open(c.Provider, c.Device, c.popts)
 	if err != nil {
 		return fmt.Errorf("seqd: open %s device %q: %w", c.Provider, c.Device, err)
@@ -279,7 +280,7 @@ func Run(ctx context.Context, c Config, log *slog.Logger, ready func(Addrs)) err
 	}
 	defer dp.Close()
 
-	backend := oracleStatus{dp, orc}
+	backend := oracleStatus{Switch: dp, o: orc, dir: c.Data, known: modes.All}
 	cols := append([]prometheus.Collector{dp.Collector()}, orc.Collectors()...)
 	cols = append(cols, watch.Collectors()...)
 	if auth != nil {
@@ -330,6 +331,24 @@ func Run(ctx context.Context, c Config, log *slog.Logger, ready func(Addrs)) err
 	return nil
 }
 
+// keptMode makes c.Mode the mode kept in the data directory (SetMode's),
+// or keeps -mode there when none is.
+func (c *Config) keptMode(log *slog.Logger) error {
+	m, ok, err := loadMode(c.Data, modes.All)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return saveMode(c.Data, c.Mode)
+	}
+	if m != c.Mode {
+		log.Info("seqd: starting in the mode kept in the data directory (the last SetMode), not -mode",
+			"mode", m, "flag", c.Mode, "file", filepath.Join(c.Data, ModeFileName))
+		c.Mode = m
+	}
+	return nil
+}
+
 // recovery is what seqd's operator does about an oracle that will not open
 // on its data directory, in seqd's flags (docs/operations.md, "Backup and
 // recovery of the mark").
@@ -349,8 +368,10 @@ func recovery(err error) string {
 // oracleStatus completes a data path's Status with the oracle's view: the
 // value handed out last, the persisted mark, clock steps and stalls.
 type oracleStatus struct {
-	*modes.Switch // also promotes SetMode (admin.ModeSetter) and Replace (admin.Replacer)
+	*modes.Switch // also promotes Replace (admin.Replacer)
 	o             *oracle.Oracle
+	dir           string   // data directory: SetMode keeps the mode there
+	known         []string // modes a mode file may name
 }
 
 var _ admin.Replacer = oracleStatus{}

@@ -103,7 +103,4 @@ func TestAdvanceRecovers(t *testing.T) {
 	if err != nil || m <= v {
 		t.Fatalf("mark after -advance %d: %d, %v; want above %d", uint64(v), m, err, uint64(v))
 	}
-	if _, err := start(t, Config{Data: dir, Advance: 1, HA: HAConfig{EtcdEndpoints: "http://127.0.0.1:1"}}); err == nil || !strings.Contains(err.Error(), "-advance") {
-		t.Fatalf("-advance with HA = %v, want a config error", err)
-	}
 }

@@ -30,7 +30,6 @@ import (
 	"github.com/seqd/seqd/ha"
 	"github.com/seqd/seqd/modes"
 	"github.com/seqd/seqd/oracle"
-	"github.com/seqd/seqd/spec"
 )
 
 // ErrConfig reports an invalid Config.
@@ -46,9 +45,10 @@ type Config struct {
 	// Modes is the template of each term's data path; Oracle is set per
 	// term. Device is required.
 	Modes modes.Config
-	// Mode is the mode a term starts in; a SetMode carries over to this
-	// instance's later terms. Atomics is refused: its counter lives in the
-	// NIC, which the lease gate cannot fence in time.
+	// Mode is the mode a new group starts in. A group keeps its mode in
+	// etcd: a term starts in the stored one, and SetMode stores it. Atomics
+	// is refused: its counter lives in the NIC, which the lease gate cannot
+	// fence in time.
 	Mode string
 	// Logger (default slog.Default()).
 	Logger *slog.Logger
@@ -95,19 +95,39 @@ func New(cfg Config) (*Server, error) {
 	return &Server{cfg: cfg, node: cfg.Node, log: cfg.Logger.With("component", "haserve"), mode: cfg.Mode}, nil
 }
 
-// Modes are the modes an HA instance serves: CPU modes, whose values
-// are claimed from the term's oracle.
-var Modes = []string{modes.SpecS0, modes.HERD, spec.ModeFaSST}
+// unfenced are the registered modes an HA group cannot run, and why.
+var unfenced = map[string]string{
+	modes.Atomics: "its counter lives in the NIC, which hands out values without the CPU: " +
+		"the lease gate cannot stop it in time when the leader is paused or cut off, " +
+		"so a deposed leader could answer after its successor did",
+}
+
+// Modes are the modes an HA instance serves: every registered mode
+// (modes.All) whose values are claimed from the term's oracle, under its
+// lease gate. Only the modes in unfenced are left out.
+var Modes = haModes()
+
+func haModes() []string {
+	var ms []string
+	for _, m := range modes.All {
+		if _, no := unfenced[m]; !no {
+			ms = append(ms, m)
+		}
+	}
+	return ms
+}
+
+// stateMode is the name of the group's mode in its etcd state.
+const stateMode = "mode"
 
 func haMode(m string) error {
 	if slices.Contains(Modes, m) {
 		return nil
 	}
-	switch m {
-	case modes.Atomics:
-		return fmt.Errorf("%w: mode %s cannot run under HA: its counter lives in the NIC, which a lease deadline cannot fence", admin.ErrFailedPrecondition, m)
+	if why, ok := unfenced[m]; ok {
+		return fmt.Errorf("%w: mode %s cannot run under HA: %s (HA modes: %q)", admin.ErrFailedPrecondition, m, why, Modes)
 	}
-	return fmt.Errorf("%w: unknown mode %q", admin.ErrInvalidArgument, m)
+	return fmt.Errorf("%w: unknown mode %q (HA modes: %q)", admin.ErrInvalidArgument, m, Modes)
 }
 
 // Run campaigns and serves each term won until ctx is done.
@@ -122,6 +142,10 @@ func (s *Server) serveTerm(ctx context.Context, t *ha.Term) error {
 	}
 	orc, err := t.OpenOracle(ctx, oc)
 	if err != nil {
+		return err
+	}
+	if err := s.termMode(ctx, t); err != nil {
+		orc.Close()
 		return err
 	}
 	s.mu.Lock()
@@ -149,6 +173,34 @@ func (s *Server) serveTerm(ctx context.Context, t *ha.Term) error {
 	sw.Close()
 	orc.Close()
 	s.log.Info("haserve: stopped serving", "term", t.Rev, "reason", t.Reason())
+	return nil
+}
+
+// termMode sets s.mode to the group's mode stored in etcd, the mode the
+// group last ran in; a group that has none yet (a new one) stores this
+// instance's. It runs before the mode starts, so a new leader starts in
+// the group's mode, whatever its own -mode says.
+func (s *Server) termMode(ctx context.Context, t *ha.Term) error {
+	stored, ok, err := t.LoadState(ctx, stateMode)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !ok {
+		if err := t.SaveState(ctx, stateMode, s.mode); err != nil {
+			return fmt.Errorf("haserve: storing the group's mode %s: %w", s.mode, err)
+		}
+		s.log.Info("haserve: the group had no stored mode: stored this instance's", "mode", s.mode)
+		return nil
+	}
+	if err := haMode(stored); err != nil {
+		return fmt.Errorf("haserve: the group's stored mode: %w", err)
+	}
+	if stored != s.mode {
+		s.log.Info("haserve: starting in the group's stored mode", "mode", stored, "was", s.mode)
+		s.mode = stored
+	}
 	return nil
 }
 
@@ -236,7 +288,10 @@ func (s *Server) currentMode() string {
 	return s.mode
 }
 
-// SetMode switches the leader's mode; a standby redirects.
+// SetMode switches the leader's mode; a standby redirects. The mode is
+// stored in etcd first, under the term's guard, so that every later term
+// of the group starts in it (kill -9, transfer, restart of the group); a
+// deposed leader's store is refused and it redirects.
 func (s *Server) SetMode(ctx context.Context, req *adminpb.SetModeRequest) (*adminpb.SetModeResponse, error) {
 	if err := haMode(req.GetMode()); err != nil {
 		return nil, err
@@ -247,11 +302,14 @@ func (s *Server) SetMode(ctx context.Context, req *adminpb.SetModeRequest) (*adm
 	if c == nil {
 		return nil, s.redirect()
 	}
-	resp, err := c.sw.SetMode(ctx, req)
-	if err == nil {
-		s.mode = resp.GetMode()
+	if err := c.t.SaveState(ctx, stateMode, req.GetMode()); err != nil {
+		if ha.IsNotLeader(err) {
+			return nil, s.redirect()
+		}
+		return nil, fmt.Errorf("%w: storing mode %s in etcd: %v (not switched)", admin.ErrUnavailable, req.GetMode(), err)
 	}
-	return resp, err
+	s.mode = req.GetMode()
+	return c.sw.SetMode(ctx, req)
 }
 
 // Transfer hands leadership to a standby and returns its address.

@@ -36,7 +36,7 @@ func start(t *testing.T, eps []string) *instance {
 	if err != nil {
 		t.Fatal(err)
 	}
-	node, err := ha.New(ha.Config{Endpoints: eps, Prefix: "/haserve", Advertise: lis.Addr().String(), Logger: quiet})
+	node, err := ha.New(ha.Config{Endpoints: eps, Prefix: "/haserve", Advertise: lis.Addr().String(), Logger: quiet, Init: true})
 	if err != nil {
 		t.Fatal(err)
 	}
