@@ -91,13 +91,15 @@ type Config struct {
 	// is disconnected unless renewed (KeepAlive) or ended (Disconnect)
 	// within it, so that dead clients are reclaimed. Zero: no leases.
 	SessionLease time.Duration
-	// PeerQuota bounds the sessions and the Connect rate of one peer
-	// (source IP; IPv6 by /64) that did not authenticate; IdentityQuota
-	// those of one authenticated identity (an allowed client-certificate
-	// identity or a bearer token of Auth), which counts against its
-	// identity instead of its peer. A Connect beyond them is refused with
-	// ResourceExhausted, saying which quota. Zero: no limit (seqd sets
-	// its own defaults: -peer-max-sessions and the flags beside it).
+	// PeerQuota bounds the sessions, their receives (QPs × window) and
+	// the Connect rate of one peer (source IP; IPv6 by /64) that did not
+	// authenticate; IdentityQuota those of one authenticated identity (an
+	// allowed client-certificate identity or a bearer token of Auth),
+	// which counts against its identity instead of its peer. A Connect
+	// beyond them is refused with ResourceExhausted, saying which quota
+	// (one beyond the receives first gets a smaller window). Zero: no
+	// limit (seqd sets its own defaults: -peer-max-sessions, -peer-max-recv
+	// and the flags beside them).
 	PeerQuota, IdentityQuota Quota
 	// Modes are the mode names a ConnectRequest may name. An empty mode in a
 	// request is always accepted. Default ModeSpecS0, ModeHERD, ModeAtomics.

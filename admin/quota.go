@@ -31,6 +31,16 @@ type Quota struct {
 	// takes no token.
 	ConnectRate  float64
 	ConnectBurst int
+	// MaxRecv is the most receives the caller's sessions may hold
+	// together: the sum over its sessions of QPs × granted window (the
+	// data path's receive buffers, HERD's slots), its Connects in
+	// progress counted at the window they ask for. A Connect that does
+	// not fit gets a smaller window, as at the per-session cap (seqd
+	// -max-session-recv), and is refused only when not one receive a QP
+	// fits. The receives of the session a Connect replaces count as
+	// free. Without it one caller can hold every receive of every worker
+	// through many sessions, each within its cap.
+	MaxRecv int
 }
 
 func (q Quota) validate(name string) (Quota, error) {
@@ -39,6 +49,9 @@ func (q Quota) validate(name string) (Quota, error) {
 	}
 	if q.MaxSessions <= 0 {
 		q.MaxSessions = -1
+	}
+	if q.MaxRecv <= 0 {
+		q.MaxRecv = -1
 	}
 	if q.ConnectRate <= 0 {
 		q.ConnectRate, q.ConnectBurst = 0, 0
@@ -56,10 +69,13 @@ const (
 	ReasonIdentitySessions = "identity_sessions"
 	ReasonIdentityRate     = "identity_rate"
 	ReasonStaleEpoch       = "stale_epoch"
+	ReasonPeerRecv         = "peer_recv"
+	ReasonIdentityRecv     = "identity_recv"
 )
 
 // refusalReasons are the reasons, in the order of Metrics' counters.
-var refusalReasons = [...]string{ReasonPeerSessions, ReasonPeerRate, ReasonIdentitySessions, ReasonIdentityRate, ReasonStaleEpoch}
+var refusalReasons = [...]string{ReasonPeerSessions, ReasonPeerRate, ReasonIdentitySessions, ReasonIdentityRate, ReasonStaleEpoch,
+	ReasonPeerRecv, ReasonIdentityRecv}
 
 // maxBuckets bounds the token buckets quotas keeps (one per caller that
 // connected recently); callers beyond it share one.
@@ -216,6 +232,17 @@ func (c caller) sessionsError(held int) (reason string, err error) {
 	}
 	return ReasonPeerSessions, fmt.Errorf("%w: connect: peer %s holds %d sessions, the most one peer may hold (seqd -peer-max-sessions %d); disconnect one or raise the quota",
 		ErrNoCapacity, c.name, held, c.q.MaxSessions)
+}
+
+// recvError is the refusal of c's Connect of qps QPs at its receive
+// quota, when c holds held receives.
+func (c caller) recvError(held, qps int) (reason string, err error) {
+	if c.identity {
+		return ReasonIdentityRecv, fmt.Errorf("%w: connect: identity %q holds %d receives (QPs × window over its sessions), the most one identity may hold (seqd -identity-max-recv %d): no room for %d QPs at window 1; disconnect a session or raise the quota",
+			ErrNoCapacity, c.name, held, c.q.MaxRecv, qps)
+	}
+	return ReasonPeerRecv, fmt.Errorf("%w: connect: peer %s holds %d receives (QPs × window over its sessions), the most one peer may hold (seqd -peer-max-recv %d): no room for %d QPs at window 1; disconnect a session or raise the quota",
+		ErrNoCapacity, c.name, held, c.q.MaxRecv, qps)
 }
 
 // rateError is the refusal of c's Connect at its Connect rate.

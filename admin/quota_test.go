@@ -178,3 +178,113 @@ func TestIdentityQuota(t *testing.T) {
 		t.Errorf("refusals %v, want one identity_sessions and one peer_sessions", r)
 	}
 }
+
+// connectWindow connects on adm with two QPs (ValidConnect) at window
+// and returns the window granted, failing the test on an error.
+func connectWindow(ctx context.Context, t *testing.T, adm adminpb.AdminClient, window uint32, replaces []byte) *adminpb.ConnectResponse {
+	t.Helper()
+	req := admin.ValidConnect()
+	req.Window, req.Replaces = window, replaces
+	r, err := adm.Connect(ctx, req)
+	if err != nil {
+		t.Fatalf("connect at window %d: %v", window, err)
+	}
+	return r
+}
+
+// TestPeerRecvQuota: a peer's sessions together hold at most its receive
+// quota (QPs × window): a Connect beyond it gets a smaller window, and is
+// refused, naming the quota and its flag, only when not one receive a QP
+// fits; another peer is admitted at its full window; the receives come
+// back at Disconnect and when a session is replaced (issue 26, item 4).
+func TestPeerRecvQuota(t *testing.T) {
+	be := admintest.NewBackend(nil)
+	srv, addr := admintest.Start(t, admin.Config{Logger: quietLogger(), PeerQuota: admin.Quota{MaxRecv: 1000}}, be)
+	ctx := testCtx(t)
+	flood := clientFrom(ctx, t, addr, "127.0.0.1", "")
+	honest := clientFrom(ctx, t, addr, "127.0.0.2", "")
+	a := connectWindow(ctx, t, flood, 256, nil) // 512 receives
+	b := connectWindow(ctx, t, flood, 256, nil)
+	if w := b.GetWindow(); w != 244 {
+		t.Fatalf("second session granted window %d, want 244: 2 QPs in the 488 receives left of 1000", w)
+	}
+	req := admin.ValidConnect()
+	req.Window = 1
+	_, err := flood.Connect(ctx, req)
+	wantRefused(t, "a peer holding its 1000 receives", err, "-peer-max-recv 1000")
+	if r := srv.AdmissionRefusals()[admin.ReasonPeerRecv]; r != 1 {
+		t.Errorf("peer_recv refusals %d, want 1", r)
+	}
+	if n := be.Sessions(); n != 2 {
+		t.Errorf("backend holds %d sessions, want 2: a refused Connect must not reach it", n)
+	}
+	if w := connectWindow(ctx, t, honest, 256, nil).GetWindow(); w != 256 {
+		t.Errorf("another peer granted window %d, want 256", w)
+	}
+	// Replacing a session frees its receives for the new one.
+	a = connectWindow(ctx, t, flood, 256, a.GetSessionToken())
+	if w := a.GetWindow(); w != 256 {
+		t.Errorf("replacing a session of 512 receives at the quota: window %d, want 256", w)
+	}
+	if _, err := flood.Disconnect(ctx, &adminpb.DisconnectRequest{SessionToken: b.GetSessionToken()}); err != nil {
+		t.Fatal(err)
+	}
+	if w := connectWindow(ctx, t, flood, 256, nil).GetWindow(); w != 244 {
+		t.Errorf("after a Disconnect of 488 receives: window %d, want 244", w)
+	}
+	_, err = flood.Connect(ctx, req)
+	wantRefused(t, "at the quota again", err, "-peer-max-recv")
+}
+
+// TestRecvQuotaLease: the receives of a session whose lease ran out
+// count no more.
+func TestRecvQuotaLease(t *testing.T) {
+	be := admintest.NewBackend(nil)
+	_, addr := admintest.Start(t, admin.Config{Logger: quietLogger(), SessionLease: 300 * time.Millisecond,
+		PeerQuota: admin.Quota{MaxRecv: 512}}, be)
+	ctx := testCtx(t)
+	adm := clientFrom(ctx, t, addr, "127.0.0.1", "")
+	connectWindow(ctx, t, adm, 256, nil)
+	_, err := adm.Connect(ctx, admin.ValidConnect())
+	wantRefused(t, "a peer holding its 512 receives", err, "-peer-max-recv 512")
+	deadline := time.Now().Add(10 * time.Second)
+	for be.Sessions() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("session not reclaimed at its lease: %d sessions", be.Sessions())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if w := connectWindow(ctx, t, adm, 256, nil).GetWindow(); w != 256 {
+		t.Errorf("after the lease ran out: window %d, want 256", w)
+	}
+}
+
+// TestIdentityRecvQuota: an authenticated caller's receives count
+// against its identity: held to -identity-max-recv, while a caller
+// without a token on the same host has its peer's quota.
+func TestIdentityRecvQuota(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(file, []byte("flood-token-0123456789\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	auth, err := admin.NewAuthorizer(admin.AuthConfig{TokenFile: file, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	be := admintest.NewBackend(nil)
+	srv, addr := admintest.Start(t, admin.Config{Auth: auth, Logger: quietLogger(),
+		PeerQuota: admin.Quota{MaxRecv: 4096}, IdentityQuota: admin.Quota{MaxRecv: 300}}, be)
+	ctx := testCtx(t)
+	flood := clientFrom(ctx, t, addr, "127.0.0.1", "flood-token-0123456789")
+	if w := connectWindow(ctx, t, flood, 256, nil).GetWindow(); w != 150 {
+		t.Fatalf("identity with 300 receives granted window %d for 2 QPs, want 150", w)
+	}
+	_, err = flood.Connect(ctx, admin.ValidConnect())
+	wantRefused(t, "an identity holding its 300 receives", err, "-identity-max-recv 300")
+	if w := connectWindow(ctx, t, clientFrom(ctx, t, addr, "127.0.0.1", ""), 256, nil).GetWindow(); w != 256 {
+		t.Errorf("a caller without a token on the flooder's host: window %d, want 256", w)
+	}
+	if r := srv.AdmissionRefusals(); r[admin.ReasonIdentityRecv] != 1 || r[admin.ReasonPeerRecv] != 0 {
+		t.Errorf("refusals %v, want one identity_recv", r)
+	}
+}

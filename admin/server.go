@@ -266,8 +266,9 @@ func (v *service) Connect(ctx context.Context, req *adminpb.ConnectRequest) (*ad
 		v.s.log.Info("connect refused", "client", req.GetClientName(), "err", err)
 		return nil, statusError(err)
 	}
-	// Admission quotas first: a caller beyond its Connect rate or its
-	// sessions reaches neither the session table nor the backend.
+	// Admission quotas first: a caller beyond its Connect rate, its
+	// sessions or its receives reaches neither the session table nor the
+	// backend.
 	c := v.s.quotas.callerOf(ctx, v.s.cfg.Auth)
 	if wait, ok := v.s.quotas.take(c); !ok {
 		reason, err := c.rateError(wait)
@@ -275,7 +276,7 @@ func (v *service) Connect(ctx context.Context, req *adminpb.ConnectRequest) (*ad
 	}
 	var old *token
 	var release *adminpb.DisconnectRequest
-	replacesOwn := false
+	replacesOwn, freed := false, 0
 	if r := req.GetReplaces(); len(r) != 0 {
 		g, t, found, err := v.s.sessions.claim(r)
 		if err != nil {
@@ -284,19 +285,38 @@ func (v *service) Connect(ctx context.Context, req *adminpb.ConnectRequest) (*ad
 		defer v.s.sessions.unclaim(r)
 		if found {
 			old, release = &t, &adminpb.DisconnectRequest{SessionId: g.id, Epoch: g.epoch}
-			replacesOwn = g.owner == c.key
+			if replacesOwn = g.owner == c.key; replacesOwn {
+				freed = g.recv
+			}
 		}
 	}
 	if held, ok := v.s.sessions.reserve(c.key, c.q.MaxSessions, replacesOwn); !ok {
 		reason, err := c.sessionsError(held)
 		return nil, v.s.refuse(reason, req, err)
 	}
-	recorded := false
+	recorded, recv := false, 0
 	defer func() {
 		if !recorded {
-			v.s.sessions.unreserve(c.key)
+			v.s.sessions.unreserve(c.key, recv)
 		}
 	}()
+	// Receives: the window asked for (none: at most MaxWindow, the
+	// mode's default), lowered to what the caller's receive quota has
+	// room for.
+	qps, asked := len(req.GetQps()), int(req.GetWindow())
+	want := asked
+	if want <= 0 || want > v.s.cfg.MaxWindow {
+		want = v.s.cfg.MaxWindow
+	}
+	window, held, ok := v.s.sessions.reserveRecv(c.key, c.q.MaxRecv, freed, qps, want)
+	if !ok {
+		reason, err := c.recvError(held, qps)
+		return nil, v.s.refuse(reason, req, err)
+	}
+	recv = qps * window
+	if window < want {
+		req.Window = uint32(window)
+	}
 	// A caller that gave up must not replace a session after a newer
 	// Connect of its own did (claim serialises those naming one value).
 	if err := ctx.Err(); err != nil {
@@ -311,7 +331,11 @@ func (v *service) Connect(ctx context.Context, req *adminpb.ConnectRequest) (*ad
 		v.s.log.Warn("connect failed", "client", req.GetClientName(), "qps", len(req.GetQps()), "code", status.Code(err).String(), "err", err)
 		return nil, err
 	}
-	tok, err := v.s.record(ctx, resp, req.GetReplaces(), old, c.key)
+	if granted := qps * int(resp.GetWindow()); granted != recv {
+		v.s.sessions.adjustRecv(c.key, granted-recv)
+		recv = granted
+	}
+	tok, err := v.s.record(ctx, resp, req.GetReplaces(), old, c.key, recv)
 	if err != nil {
 		return nil, v.s.refuse(ReasonStaleEpoch, req, fmt.Errorf("%w: %w; retry", ErrUnavailable, err))
 	}
@@ -330,7 +354,7 @@ func (v *service) Connect(ctx context.Context, req *adminpb.ConnectRequest) (*ad
 // newer epoch, the session, of a data path that is gone, is released
 // and the error says so. The backend's Status names the epoch it runs
 // when the Connect's differs from the table's.
-func (s *Server) record(ctx context.Context, resp *adminpb.ConnectResponse, replaces []byte, old *token, owner string) (token, error) {
+func (s *Server) record(ctx context.Context, resp *adminpb.ConnectResponse, replaces []byte, old *token, owner string, recv int) (token, error) {
 	epoch := resp.GetEpoch()
 	for try := 0; ; try++ {
 		var v epochView
@@ -340,7 +364,7 @@ func (s *Server) record(ctx context.Context, resp *adminpb.ConnectResponse, repl
 				v = epochView{gen: gen, current: st.GetEpoch(), known: true}
 			}
 		}
-		tok, err := s.sessions.add(resp.GetSessionId(), epoch, time.Now(), replaces, old, owner, v)
+		tok, err := s.sessions.add(resp.GetSessionId(), epoch, time.Now(), replaces, old, owner, recv, v)
 		if errors.Is(err, errEpochMoved) {
 			continue
 		}

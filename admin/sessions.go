@@ -55,9 +55,14 @@ type sessions struct {
 	byPrev map[token]token
 	busy   map[token]bool
 	// owners counts, per quota key (quotas.key), the records and the
-	// Connects in progress (reserve) that key holds.
-	owners map[string]int
+	// Connects in progress (reserve) that key holds, and their receives
+	// (reserveRecv).
+	owners map[string]holding
 }
+
+// holding is what one quota key holds: sessions (records and Connects in
+// progress) and their receives (QPs × window, reserved or granted).
+type holding struct{ sessions, recv int }
 
 type grant struct {
 	id, epoch uint64
@@ -65,10 +70,11 @@ type grant struct {
 	prev      token     // the replaces value of the Connect that created it
 	hasPrev   bool
 	owner     string // the quota key it counts against ("": none)
+	recv      int    // its receives (QPs × granted window), counted against owner
 }
 
 func newSessions(ttl time.Duration) *sessions {
-	return &sessions{ttl: ttl, m: map[token]grant{}, byPrev: map[token]token{}, busy: map[token]bool{}, owners: map[string]int{}}
+	return &sessions{ttl: ttl, m: map[token]grant{}, byPrev: map[token]token{}, busy: map[token]bool{}, owners: map[string]holding{}}
 }
 
 // epochView is what add needs to know about the epoch a Connect was
@@ -97,8 +103,9 @@ var errStaleEpoch = errors.New("stale epoch")
 var errEpochMoved = errors.New("epoch moved")
 
 // add records a session the backend granted, in epoch, to a Connect of
-// owner (whose reserve it turns into a record) that named replaces (nil:
-// none) and released old (nil: none), and returns its token.
+// owner (whose reserve, and reserveRecv of recv receives, it turns into a
+// record) that named replaces (nil: none) and released old (nil: none),
+// and returns its token.
 //
 // A Connect answered in the table's epoch is recorded. One of another
 // epoch is first placed in order: the newest epoch is the one the backend
@@ -107,10 +114,10 @@ var errEpochMoved = errors.New("epoch moved")
 // replaces the table's records of every other epoch; one of an older
 // epoch is refused (errStaleEpoch) and erases nothing: the caller releases
 // it. errEpochMoved: the table's epoch changed after v was taken.
-func (s *sessions) add(id, epoch uint64, now time.Time, replaces []byte, old *token, owner string, v epochView) (token, error) {
+func (s *sessions) add(id, epoch uint64, now time.Time, replaces []byte, old *token, owner string, recv int, v epochView) (token, error) {
 	var t token
 	rand.Read(t[:]) // never fails (crypto/rand aborts the program instead)
-	g := grant{id: id, epoch: epoch, owner: owner}
+	g := grant{id: id, epoch: epoch, owner: owner, recv: recv}
 	if s.ttl > 0 {
 		g.deadline = now.Add(s.ttl)
 	}
@@ -158,32 +165,73 @@ func (s *sessions) add(id, epoch uint64, now time.Time, replaces []byte, old *to
 func (s *sessions) reserve(owner string, most int, replacesOwn bool) (held int, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	held = s.owners[owner]
-	if most >= 0 && held >= most && !replacesOwn {
-		return held, false
+	h := s.owners[owner]
+	if most >= 0 && h.sessions >= most && !replacesOwn {
+		return h.sessions, false
 	}
-	s.owners[owner] = held + 1
-	return held, true
+	h.sessions++
+	s.owners[owner] = h
+	return h.sessions - 1, true
 }
 
-// unreserve ends a reserve whose Connect made no record.
-func (s *sessions) unreserve(owner string) {
+// reserveRecv counts, after reserve, the receives of a Connect in
+// progress of qps QPs at window against owner: at most most receives in
+// all (negative: no limit), of which freed are those of the session the
+// Connect replaces (still counted until add drops it). When they do not
+// fit, the window is lowered so that they do (window); ok is false when
+// not even one receive a QP fits. held is what owner holds before it.
+// unreserve(owner, qps*window) undoes it, or add records it.
+func (s *sessions) reserveRecv(owner string, most, freed, qps, window int) (granted, held int, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.release(owner)
+	h := s.owners[owner]
+	if most >= 0 {
+		room := most - h.recv + freed
+		if room < qps {
+			return 0, h.recv, false
+		}
+		window = min(window, room/qps)
+	}
+	held = h.recv
+	h.recv += qps * window
+	s.owners[owner] = h
+	return window, held, true
 }
 
-// release takes one count off owner. Called with s.mu held.
-func (s *sessions) release(owner string) {
-	if n := s.owners[owner] - 1; n > 0 {
-		s.owners[owner] = n
+// adjustRecv moves owner's receives by d: a Connect reserved more (or
+// fewer) than the backend granted.
+func (s *sessions) adjustRecv(owner string, d int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h := s.owners[owner]
+	h.recv += d
+	s.owners[owner] = h
+}
+
+// unreserve ends a reserve, and its reserveRecv of recv receives, whose
+// Connect made no record.
+func (s *sessions) unreserve(owner string, recv int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.release(owner, recv)
+}
+
+// release takes one session and recv receives off owner. Called with
+// s.mu held.
+func (s *sessions) release(owner string, recv int) {
+	h := s.owners[owner]
+	h.sessions--
+	h.recv -= recv
+	if h.sessions > 0 || h.recv > 0 {
+		s.owners[owner] = h
 	} else {
 		delete(s.owners, owner)
 	}
 }
 
-// held is how many sessions (and Connects in progress) owner holds.
-func (s *sessions) held(owner string) int {
+// held is what owner holds: sessions (and Connects in progress) and
+// their receives.
+func (s *sessions) held(owner string) holding {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.owners[owner]
@@ -197,7 +245,7 @@ func (s *sessions) drop(k token) {
 	}
 	delete(s.m, k)
 	if g.owner != "" {
-		s.release(g.owner)
+		s.release(g.owner, g.recv)
 	}
 	if g.hasPrev && s.byPrev[g.prev] == k {
 		delete(s.byPrev, g.prev)

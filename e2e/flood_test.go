@@ -20,6 +20,8 @@ import (
 	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/client"
+	"github.com/seqd/seqd/headeronly"
+	"github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/server"
 )
 
@@ -53,7 +55,9 @@ type flooder struct {
 	qpn               *atomic.Uint32
 	admitted, refused atomic.Int64
 	quota, other      atomic.Int64 // refusals naming a quota flag; other errors
+	recvQuota         atomic.Int64 // refusals naming a receive quota (-peer-max-recv, -identity-max-recv)
 	maxRecv           atomic.Int64 // the most receives (QPs × window) one session got
+	recv              atomic.Int64 // the receives of every session it got
 	firstOther        atomic.Pointer[error]
 }
 
@@ -73,13 +77,18 @@ func (f *flooder) run(ctx context.Context, port uint16, stop <-chan struct{}) {
 		switch {
 		case err == nil:
 			f.admitted.Add(1)
-			if r := int64(qps) * int64(resp.GetWindow()); r > f.maxRecv.Load() {
+			r := int64(qps) * int64(resp.GetWindow())
+			f.recv.Add(r)
+			if r > f.maxRecv.Load() {
 				f.maxRecv.Store(r)
 			}
 		case status.Code(err) == codes.ResourceExhausted:
 			f.refused.Add(1)
 			if strings.Contains(err.Error(), "-peer-") || strings.Contains(err.Error(), "-identity-") {
 				f.quota.Add(1)
+			}
+			if strings.Contains(err.Error(), "-max-recv") {
+				f.recvQuota.Add(1)
 			}
 			if qps > 1 {
 				qps /= 2
@@ -120,19 +129,22 @@ func p99(d []time.Duration) time.Duration {
 
 // TestFloodCannotLockOut (issue 26, item 4): flooders, from one host
 // without a token and with one, open sessions as fast as they can, each
-// greedily taking every receive it can get, and keep them. With
-// admission quotas they are held to their peer's and their identity's
-// sessions, each session to its cap of receives; an honest client on
-// another host is admitted during the flood and served, and one admitted
-// before keeps being served. Without quotas the flooders take every
-// receive and the honest client's Connect is refused (ResourceExhausted).
-// The first honest client's p99 latency, alone and during the flood
-// (the same client, the same number of calls), is logged.
+// greedily taking every receive it can get, and keep them. With seqd's
+// DEFAULT admission quotas (no flag set) each is held to its peer's or
+// its identity's receives (-peer-max-recv, -identity-max-recv: a quarter
+// of the workers' receive budget each), each session to its cap
+// (-max-session-recv); an honest client on another host is admitted
+// during the flood and served, and one admitted before keeps being
+// served. Without the receive quotas (-peer-max-recv -1
+// -identity-max-recv -1) the flooders take every receive and the honest
+// client's Connect is refused (ResourceExhausted). The first honest
+// client's p99 latency, alone and during the flood (the same client, the
+// same number of calls), is logged.
 func TestFloodCannotLockOut(t *testing.T) {
-	const (
-		peerSessions  = 4
-		identSessions = 4
-		sessionRecv   = 2048
+	const workers = 1
+	var (
+		recvQuota   = server.DefaultMaxRecv(workers)
+		sessionRecv = headeronly.DefaultMaxRecv / worker.SessionShare
 	)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -141,9 +153,8 @@ func TestFloodCannotLockOut(t *testing.T) {
 	if err := os.WriteFile(tokens, []byte(floodToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	addr := startConfig(t, server.Config{Workers: 1, MaxWindow: 256, MaxSessionRecv: sessionRecv,
-		PeerMaxSessions: peerSessions, IdentityMaxSessions: identSessions,
-		Security: server.SecurityConfig{TokenFile: tokens}})
+	// Every quota at its default.
+	addr := startConfig(t, server.Config{Workers: workers, Security: server.SecurityConfig{TokenFile: tokens}})
 	origin := time.Now()
 	var v Verifier
 	a := dialFrom(t, ctx, addr, "127.0.0.2")
@@ -192,19 +203,24 @@ func TestFloodCannotLockOut(t *testing.T) {
 			t.Errorf("flooder: %d errors other than ResourceExhausted, first %v", f.other.Load(), *p)
 		}
 	}
-	if n := anon.admitted.Load(); n > peerSessions {
-		t.Errorf("the flooder without a token holds %d sessions, its peer quota is %d", n, peerSessions)
+	if n := anon.recv.Load(); n > int64(recvQuota) {
+		t.Errorf("the flooder without a token holds %d receives, its peer quota is %d", n, recvQuota)
 	}
-	if n := withToken.admitted.Load(); n > identSessions {
-		t.Errorf("the flooder with a token holds %d sessions, its identity quota is %d", n, identSessions)
+	if n := withToken.recv.Load(); n > int64(recvQuota) {
+		t.Errorf("the flooder with a token holds %d receives, its identity quota is %d", n, recvQuota)
+	}
+	if anon.recvQuota.Load() == 0 || withToken.recvQuota.Load() == 0 {
+		t.Errorf("refusals naming a receive quota: %d without a token, %d with; want some of each", anon.recvQuota.Load(), withToken.recvQuota.Load())
 	}
 	for _, f := range []*flooder{anon, withToken} {
-		if r := f.maxRecv.Load(); r > sessionRecv {
+		if r := f.maxRecv.Load(); r > int64(sessionRecv) {
 			t.Errorf("a flooder session holds %d receives, the per-session cap is %d", r, sessionRecv)
 		}
 	}
-	t.Logf("flood: %d sessions held when the second honest client connected, %d in the end (%d without a token, %d with); "+
-		"%d + %d refusals (%d + %d naming a quota); honest client's p99 over %d calls: %v alone, %v during the flood",
+	t.Logf("flood: %d sessions held when the second honest client connected, %d in the end (%d without a token, %d with; "+
+		"%d + %d receives of %d); %d + %d refusals (%d + %d naming a quota, %d + %d a receive quota); honest client's p99 over %d calls: %v alone, %v during the flood",
 		flooding, anon.admitted.Load()+withToken.admitted.Load(), anon.admitted.Load(), withToken.admitted.Load(),
-		anon.refused.Load(), withToken.refused.Load(), anon.quota.Load(), withToken.quota.Load(), calls, p99(before), p99(during))
+		anon.recv.Load(), withToken.recv.Load(), workers*headeronly.DefaultMaxRecv,
+		anon.refused.Load(), withToken.refused.Load(), anon.quota.Load(), withToken.quota.Load(),
+		anon.recvQuota.Load(), withToken.recvQuota.Load(), calls, p99(before), p99(during))
 }

@@ -20,7 +20,7 @@ import (
 func TestDefaultMaxClients(t *testing.T) {
 	// One peer (loopback) opens every session as fast as it can: no
 	// admission quotas.
-	n, cfg := server.DefaultMaxClients, server.Config{Workers: 1, SessionLease: -1, PeerMaxSessions: -1, PeerConnectRate: -1}
+	n, cfg := server.DefaultMaxClients, server.Config{Workers: 1, SessionLease: -1, PeerMaxSessions: -1, PeerConnectRate: -1, PeerMaxRecv: -1}
 	if raceEnabled || testing.Short() {
 		n, cfg.MaxClients = 2048, 2048
 	}

@@ -114,10 +114,11 @@ func syntheticConnect(port uint16, qpn uint32, window uint32) *adminpb.ConnectRe
 func TestAdmissionBeyondCapacity(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	// One worker with the default receives; windows of 256.
+	// One worker with the default receives; windows of 256, from one
+	// peer without a receive quota.
 	recv := headeronly.DefaultMaxRecv
 	tries := recv/256 + 2
-	addr := startConfig(t, server.Config{Workers: 1, MaxWindow: 256, MaxClients: tries + 1})
+	addr := startConfig(t, server.Config{Workers: 1, MaxWindow: 256, MaxClients: tries + 1, PeerMaxRecv: -1}) // one peer fills the worker
 	adm := admintest.Client(ctx, t, addr)
 	cs := dialN(t, ctx, addr, "", 1) // 2 QPs × 16
 	var ids [][]byte
@@ -195,7 +196,7 @@ func TestManyClientsMemory(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	// One peer (loopback) stands for n client hosts: no admission quotas.
-	addr := startConfig(t, server.Config{Workers: 2, MaxWindow: 64, MaxClients: n + 16, PeerMaxSessions: -1, PeerConnectRate: -1})
+	addr := startConfig(t, server.Config{Workers: 2, MaxWindow: 64, MaxClients: n + 16, PeerMaxSessions: -1, PeerConnectRate: -1, PeerMaxRecv: -1})
 	adm := admintest.Client(ctx, t, addr)
 	cs := dialN(t, ctx, addr, "", 1)
 	var v Verifier
@@ -310,7 +311,7 @@ func TestLeaseReclaimsDeadClients(t *testing.T) {
 		return req
 	}
 	fill := (headeronly.DefaultMaxRecv - 32) / 4096
-	addr := startConfig(t, server.Config{Workers: 1, MaxWindow: 256, MaxClients: 64, SessionLease: lease})
+	addr := startConfig(t, server.Config{Workers: 1, MaxWindow: 256, MaxClients: 64, SessionLease: lease, PeerMaxRecv: -1}) // one peer fills the worker
 	adm := admintest.Client(ctx, t, addr)
 	cs := dialN(t, ctx, addr, "", 1)
 	var dead [][]byte

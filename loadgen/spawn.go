@@ -82,7 +82,7 @@ func spawnInProcess(c *Config, mode, dir string) (*spawned, error) {
 	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	go func() {
 		done <- server.Run(ctx, server.Config{Device: "127.0.0.1:0", Admin: "127.0.0.1:0", Metrics: "off", Data: dir, Init: true,
-			Mode: mode, Cores: c.SeqdCores, ProviderOpts: c.ProviderOpts}, quiet, func(a server.Addrs) { ready <- a })
+			Mode: mode, Cores: c.SeqdCores, ProviderOpts: c.ProviderOpts, PeerMaxRecv: -1}, quiet, func(a server.Addrs) { ready <- a })
 	}()
 	select {
 	case a := <-ready:
@@ -131,7 +131,9 @@ func spawnBinary(ctx context.Context, c *Config, bin, mode, dir string) (*spawne
 	if err != nil {
 		return nil, fmt.Errorf("loadgen: spawn: free port: %w", err)
 	}
-	args := []string{"-device", "127.0.0.1:0", "-admin", addr, "-metrics", "off", "-data", dir, "-init", "-mode", mode}
+	// Every client is on loopback, one peer: no receive quota (-seqd-args
+	// may set one).
+	args := []string{"-device", "127.0.0.1:0", "-admin", addr, "-metrics", "off", "-data", dir, "-init", "-mode", mode, "-peer-max-recv", "-1"}
 	if c.SeqdCores != "" {
 		args = append(args, "-cores", c.SeqdCores)
 	}

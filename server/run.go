@@ -43,6 +43,20 @@ var (
 	DefaultIdentityQuota = admin.Quota{MaxSessions: 4096, ConnectRate: 1000, ConnectBurst: 4000}
 )
 
+// DefaultRecvShare: by default (-peer-max-recv, -identity-max-recv) one
+// peer, and one identity, may hold at most 1/DefaultRecvShare of the
+// receives of all workers (DefaultMaxRecv): a flooder without a token
+// and one with a token together hold half, and every other caller
+// shares the rest.
+const DefaultRecvShare = 4
+
+// DefaultMaxRecv is the receive quota -peer-max-recv and
+// -identity-max-recv default to on workers workers: a DefaultRecvShare
+// of their receive budget, spec-s0's (headeronly.DefaultMaxRecv each).
+func DefaultMaxRecv(workers int) int {
+	return max(1, workers) * headeronly.DefaultMaxRecv / DefaultRecvShare
+}
+
 // ErrConfig reports an invalid Config.
 var ErrConfig = errors.New("seqd: invalid config")
 
@@ -73,6 +87,10 @@ type Config struct {
 	PeerMaxSessions, IdentityMaxSessions   int
 	PeerConnectRate, IdentityConnectRate   float64
 	PeerConnectBurst, IdentityConnectBurst int
+	// PeerMaxRecv and IdentityMaxRecv bound the receives (QPs × window,
+	// over all its sessions) one peer and one identity may hold. Zero:
+	// DefaultMaxRecv(Workers); negative: no limit.
+	PeerMaxRecv, IdentityMaxRecv int
 	// MaxSessionRecv caps one session's QPs × window: a session asking
 	// for more gets a smaller window. Zero: a quarter of a worker's
 	// receive budget (8192 in spec-s0); negative: no cap.
@@ -205,6 +223,8 @@ func (c *Config) fillQuotas() error {
 		{"peer-connect-burst", &c.PeerConnectBurst, DefaultPeerQuota.ConnectBurst},
 		{"identity-max-sessions", &c.IdentityMaxSessions, DefaultIdentityQuota.MaxSessions},
 		{"identity-connect-burst", &c.IdentityConnectBurst, DefaultIdentityQuota.ConnectBurst},
+		{"peer-max-recv", &c.PeerMaxRecv, DefaultMaxRecv(c.Workers)},
+		{"identity-max-recv", &c.IdentityMaxRecv, DefaultMaxRecv(c.Workers)},
 	} {
 		if *f.p == 0 {
 			*f.p = f.d
@@ -230,8 +250,8 @@ func (c *Config) fillQuotas() error {
 
 // quotas are the admin server's admission quotas.
 func (c *Config) quotas() (peer, ident admin.Quota) {
-	return admin.Quota{MaxSessions: c.PeerMaxSessions, ConnectRate: c.PeerConnectRate, ConnectBurst: c.PeerConnectBurst},
-		admin.Quota{MaxSessions: c.IdentityMaxSessions, ConnectRate: c.IdentityConnectRate, ConnectBurst: c.IdentityConnectBurst}
+	return admin.Quota{MaxSessions: c.PeerMaxSessions, ConnectRate: c.PeerConnectRate, ConnectBurst: c.PeerConnectBurst, MaxRecv: c.PeerMaxRecv},
+		admin.Quota{MaxSessions: c.IdentityMaxSessions, ConnectRate: c.IdentityConnectRate, ConnectBurst: c.IdentityConnectBurst, MaxRecv: c.IdentityMaxRecv}
 }
 
 // Addrs are where a running seqd listens.
