@@ -85,17 +85,13 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 	if err != nil {
 		return dataplane.Grant{}, err
 	}
+	ids, err := s.cfg.PeerIDs(a.QPs)
+	if err != nil {
+		return dataplane.Grant{}, fmt.Errorf("fasst: %w", err)
+	}
 	keys := make([]peerKey, len(a.QPs))
 	for i, q := range a.QPs {
-		if q.QPN > verbs.MaxQPN {
-			return dataplane.Grant{}, fmt.Errorf("%w: fasst: qps[%d]: QPN above 24 bits", dataplane.ErrInvalidArgument, i)
-		}
-		keys[i] = peerKey{q.Addr, q.QPN}
-		for _, k := range keys[:i] {
-			if k == keys[i] {
-				return dataplane.Grant{}, fmt.Errorf("%w: fasst: qps[%d] named twice", dataplane.ErrInvalidArgument, i)
-			}
-		}
+		keys[i] = peerKey{q.Addr, q.QPN, ids[i]}
 	}
 
 	s.mu.Lock()
@@ -122,7 +118,7 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 	}
 	for _, k := range keys {
 		for _, w := range s.Workers {
-			if p := (*w.peers.Load())[k]; p != nil && (prev == nil || p.session != prev.id) {
+			if p := w.peers.Get(k.id); p != nil && (prev == nil || p.session != prev.id) {
 				return dataplane.Grant{}, fmt.Errorf("%w: fasst: QP %v at %v is already connected", dataplane.ErrFailedPrecondition, k.qpn, k.addr)
 			}
 		}
@@ -163,7 +159,7 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 	for i, p := range sess.peers {
 		w := s.Workers[sess.worker[i]]
 		w.budget += window
-		w.setPeers(func(t peerTable) { t[p.key] = p })
+		w.peers.Put(p.key.id, p)
 	}
 	s.sessions[sess.id] = sess
 	s.nsessions.Store(int64(len(s.sessions)))
@@ -200,11 +196,7 @@ func (s *Server) release(sess *session, now time.Time) {
 	for i, p := range sess.peers {
 		w := s.Workers[sess.worker[i]]
 		w.budget -= sess.window
-		w.setPeers(func(t peerTable) {
-			if t[p.key] == p {
-				delete(t, p.key)
-			}
-		})
+		w.peers.Delete(p.key.id, p)
 		s.AHs.Put(p.key.addr, now)
 	}
 }

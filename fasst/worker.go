@@ -24,10 +24,13 @@ const (
 
 var dropNames = []string{"wc_error", "bad_opcode", "malformed", "unknown_source", "window", "boundary"}
 
-// peerKey identifies a client QP: its address (with UDP port) and QPN.
+// peerKey is a client QP as it registered: its address and QPN, and its
+// identity on the wire (wk.Config.PeerID), which its worker's peer table
+// is keyed by.
 type peerKey struct {
 	addr verbs.Address
 	qpn  verbs.QPN
+	id   verbs.Sender
 }
 
 // peer is a client QP admitted to a worker. Fields other than the
@@ -42,8 +45,6 @@ type peer struct {
 	seen    bool // worker-owned: lastID is set
 	inBatch int  // worker-owned: requests of the current batch
 }
-
-type peerTable map[peerKey]*peer
 
 // pending is a valid request of the current batch; first is the first
 // of its k values (layout).
@@ -68,8 +69,8 @@ type worker struct {
 	rsge  []verbs.SGE
 	chain []verbs.RecvWR
 
-	peers  atomic.Pointer[peerTable]
-	budget int // sum of admitted windows; guarded by Server.mu
+	peers  wk.Peers[peer] // written under Server.mu
+	budget int            // sum of admitted windows; guarded by Server.mu
 
 	wcs     []verbs.WC
 	pend    []pending
@@ -117,21 +118,7 @@ func newWorker(s *Server, id int) (w *worker, err error) {
 	w.pend = make([]pending, c.Batch)
 	w.sendWRs = make([]verbs.SendWR, c.Batch)
 	w.sendSGE = make([]verbs.SGE, c.Batch)
-	empty := peerTable{}
-	w.peers.Store(&empty)
 	return w, nil
-}
-
-// setPeers publishes a copy of the peer table changed by f. Server.mu is
-// held.
-func (w *worker) setPeers(f func(peerTable)) {
-	old := *w.peers.Load()
-	t := make(peerTable, len(old)+1)
-	for k, v := range old {
-		t[k] = v
-	}
-	f(t)
-	w.peers.Store(&t)
 }
 
 func (w *worker) toErr() {
@@ -217,7 +204,7 @@ func (w *worker) batch(wcs []verbs.WC) {
 			drops[dropMalformed].Add(1)
 			continue
 		}
-		p := peers[peerKey{wc.Src, wc.SrcQP}]
+		p := peers.Lookup(wc) // by (IP, QPN) too: a NIC sends from a source port of its choosing
 		if p == nil {
 			drops[dropUnknownSource].Add(1)
 			continue

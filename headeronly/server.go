@@ -116,19 +116,17 @@ func (s *Server) admitLocked(ctx context.Context, a dataplane.Admission, old dat
 	if s.closed.Load() {
 		return no, nil, fmt.Errorf("%w: server closing", dataplane.ErrUnavailable)
 	}
-	if len(a.QPs) == 0 {
-		return no, nil, fmt.Errorf("%w: no queue pairs", dataplane.ErrInvalidArgument)
-	}
 	window, err := wk.SessionWindow(a.Window, DefaultWindow, s.cfg.MaxWindow, len(a.QPs), s.cfg.SessionCap(s.cfg.MaxRecv))
+	if err != nil {
+		return no, nil, err
+	}
+	ids, err := s.cfg.PeerIDs(a.QPs)
 	if err != nil {
 		return no, nil, err
 	}
 	keys := make([]peerKey, len(a.QPs))
 	for i, ep := range a.QPs {
-		if ep.QPN > verbs.MaxQPN {
-			return no, nil, fmt.Errorf("%w: qps[%d]: QPN %d above 24 bits", dataplane.ErrInvalidArgument, i, ep.QPN)
-		}
-		keys[i] = peerKey{ep.Addr, ep.QPN, !s.cfg.Device.Attr().SourcePorts}
+		keys[i] = peerKey{ep.Addr, ep.QPN, ids[i]}
 	}
 
 	s.mu.Lock()
@@ -157,7 +155,7 @@ func (s *Server) admitLocked(ctx context.Context, a dataplane.Admission, old dat
 	}
 	for _, k := range keys {
 		for _, w := range s.Workers {
-			if p := (*w.peers.Load())[k.id()]; p != nil && (prev == nil || p.session != prev.id) {
+			if p := w.peers.Get(k.id); p != nil && (prev == nil || p.session != prev.id) {
 				return no, nil, fmt.Errorf("%w: QP %v at %v is already connected", dataplane.ErrFailedPrecondition, k.qpn, k.addr)
 			}
 		}
@@ -210,7 +208,7 @@ func (s *Server) admitLocked(ctx context.Context, a dataplane.Admission, old dat
 	for i, p := range sess.peers {
 		w := s.Workers[sess.worker[i]]
 		w.budget += window
-		w.setPeers(func(t peerTable) { t[p.key.id()] = p })
+		w.peers.Put(p.key.id, p)
 	}
 	serverQPs := s.Endpoints()
 	if s.cfg.SharedRecv {
@@ -364,18 +362,6 @@ func (s *Server) OverrunSessions() (n int, ok bool) {
 	return n, true
 }
 
-// setPeers replaces w's peer table by a modified copy (copy-on-write: the
-// worker reads it lock-free once per batch). Called with s.mu held.
-func (w *worker) setPeers(f func(peerTable)) {
-	old := *w.peers.Load()
-	t := make(peerTable, len(old)+1)
-	for k, v := range old {
-		t[k] = v
-	}
-	f(t)
-	w.peers.Store(&t)
-}
-
 // Release releases a session (its epoch is checked by the caller,
 // package modes).
 func (s *Server) Release(ctx context.Context, r dataplane.SessionRef) error {
@@ -402,7 +388,7 @@ func (s *Server) release(sess *session) {
 		if s.cfg.SharedRecv {
 			w.want.Store(s.recvTarget(w.budget))
 		}
-		w.setPeers(func(t peerTable) { delete(t, p.key.id()) })
+		w.peers.Delete(p.key.id, p)
 	}
 	for i, q := range sess.rqs { // destroyed by their workers between batches
 		w := s.Workers[sess.worker[i]]

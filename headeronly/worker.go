@@ -39,14 +39,14 @@ type workerStats struct {
 	_          [64]byte
 }
 
-// peerKey is a client QP as it registered: its address and QPN. Peer
-// tables are keyed by its identity on the wire, id().
+// peerKey is a client QP as it registered: its address and QPN, and its
+// identity on the wire (wk.Config.PeerID: (IP, QPN), plus the UDP port
+// only where its address has a port of its own and the server's device
+// sees source ports), which the peer tables are keyed by.
 type peerKey struct {
 	addr verbs.Address
 	qpn  verbs.QPN
-	// portBlind: the server's device does not see UDP source ports (a
-	// NIC), so the identity is (IP, QPN) whatever port addr names.
-	portBlind bool
+	id   verbs.Sender
 }
 
 // peer is a client QP admitted to a worker.
@@ -61,13 +61,9 @@ type peer struct {
 	gen     uint64 // worker-owned; the batch inBatch counts in
 }
 
-// id is the client QP's identity on the wire: (IP, QPN), plus the UDP
-// port only where its address has a port of its own (verbs.SenderOf):
-// a NIC sends from a random source port per address handle.
-func (k peerKey) id() verbs.Sender { return verbs.SenderFor(k.addr, k.qpn, !k.portBlind) }
-
-// peerTable finds a client QP by its identity on the wire.
-type peerTable map[verbs.Sender]*peer
+// peerTable is one published version of a worker's peers (wk.PeerMap),
+// by identity on the wire.
+type peerTable = wk.PeerMap[peer]
 
 type worker struct {
 	wk.Base
@@ -92,7 +88,7 @@ type worker struct {
 	chains []verbs.RecvChain // their chains, posted with the batch's answers
 	want   atomic.Int64      // receives reqQP should have posted
 	filled atomic.Int64      // receives posted on reqQP, published after each fill
-	peers  atomic.Pointer[peerTable]
+	peers  wk.Peers[peer]
 	budget int // sum of granted windows; guarded by Server.mu
 	cqSize int // reqCQ's entries: 2*MaxRecv
 
@@ -147,8 +143,6 @@ func newWorker(s *Server, id int) (w *worker, err error) {
 	w.sendWRs = make([]verbs.SendWR, c.Batch)
 	w.sendSGE = make([]verbs.SGE, c.Batch)
 	w.imms = make([]spec.Imm, c.Batch)
-	empty := peerTable{}
-	w.peers.Store(&empty)
 	if c.SharedRecv {
 		w.want.Store(s.recvTarget(0))
 	}
@@ -503,12 +497,9 @@ func (w *worker) reposted() {
 // lookup finds the peer a request completion of q came from in tab (nil:
 // none) and puts it in q's one-entry cache, which batch checks first.
 func lookup(tab *peerTable, q *recvQ, wc *verbs.WC) *peer {
-	exact, anyPort := verbs.SenderKeys(wc)
-	p := (*tab)[exact]
-	if p == nil {
-		p = (*tab)[anyPort] // a NIC-style sender: its source port is no part of it
-	}
-	q.lookTab, q.lookFrom, q.lookPeer = tab, exact, p
+	p := tab.Lookup(wc)
+	q.lookTab, q.lookPeer = tab, p
+	q.lookFrom, _ = verbs.SenderKeys(wc) // what batch compares a completion with
 	return p
 }
 

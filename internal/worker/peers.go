@@ -1,0 +1,108 @@
+package worker
+
+import (
+	"fmt"
+	"sync/atomic"
+
+	"github.com/seqd/seqd/dataplane"
+	"github.com/seqd/seqd/verbs"
+)
+
+// PeerID is the identity on the wire of the client QP q at a, as a
+// receiver on c.Device sees it (verbs.SenderFor): (IP, QPN), plus the UDP
+// source port only where a has a port of its own and the device shows
+// source ports. Every UD mode keys its peers by it.
+func (c *Config) PeerID(a verbs.Address, q verbs.QPN) verbs.Sender {
+	return verbs.SenderFor(a, q, c.Device.Attr().SourcePorts)
+}
+
+// PeerIDs checks the client QPs of an admission (CheckQPs) and returns
+// each one's PeerID. Two QPs with the same identity on the wire are an
+// error: the server could not tell their requests apart. Its errors wrap
+// dataplane.ErrInvalidArgument.
+func (c *Config) PeerIDs(qps []dataplane.Endpoint) ([]verbs.Sender, error) {
+	if err := CheckQPs(qps); err != nil {
+		return nil, err
+	}
+	ids := make([]verbs.Sender, len(qps))
+	for i, q := range qps {
+		ids[i] = c.PeerID(q.Addr, q.QPN)
+		for j, id := range ids[:i] {
+			if id == ids[i] {
+				return nil, fmt.Errorf("%w: qps[%d] and qps[%d] are one QP on the wire (%v QPN %v)",
+					dataplane.ErrInvalidArgument, j, i, q.Addr, q.QPN)
+			}
+		}
+	}
+	return ids, nil
+}
+
+// PeerMap is one published version of a Peers table: the admitted client
+// QPs of a worker by their identity on the wire (PeerID). It is never
+// changed once published, so a worker that loaded it reads it without a
+// lock, and a result cached with the map's address stays right while
+// the map it loads is the same.
+type PeerMap[P any] map[verbs.Sender]*P
+
+// Lookup returns the peer a UD receive completion came from (nil: none):
+// the one registered with the completion's source port, else the one
+// registered without a port (a NIC-style sender, whose source port is
+// chosen per address handle and no part of its identity). The second
+// lookup is made only when the first misses. It allocates nothing.
+func (m PeerMap[P]) Lookup(wc *verbs.WC) *P {
+	exact, anyPort := verbs.SenderKeys(wc)
+	if p := m[exact]; p != nil {
+		return p
+	}
+	return m[anyPort]
+}
+
+// Peers is a worker's table of admitted client QPs, copy-on-write: the
+// worker loads the current PeerMap once per batch without a lock; the
+// server changes it, holding its own mutex (one writer at a time), by
+// publishing a modified copy. The zero value is an empty table.
+type Peers[P any] struct {
+	cur atomic.Pointer[PeerMap[P]]
+}
+
+// Load returns the current map, never nil. The caller must not change it.
+func (t *Peers[P]) Load() *PeerMap[P] {
+	if m := t.cur.Load(); m != nil {
+		return m
+	}
+	return t.empty()
+}
+
+func (t *Peers[P]) empty() *PeerMap[P] {
+	m := PeerMap[P]{}
+	t.cur.CompareAndSwap(nil, &m)
+	return t.cur.Load()
+}
+
+// Get returns the peer registered with identity id (nil: none).
+func (t *Peers[P]) Get(id verbs.Sender) *P { return (*t.Load())[id] }
+
+// Put publishes a copy of the table in which id is p. The caller holds
+// the mutex that serialises the table's writers.
+func (t *Peers[P]) Put(id verbs.Sender, p *P) {
+	t.update(func(m PeerMap[P]) { m[id] = p })
+}
+
+// Delete publishes a copy of the table without id, if id is p (a peer
+// that replaced it stays). The caller holds the writers' mutex.
+func (t *Peers[P]) Delete(id verbs.Sender, p *P) {
+	if t.Get(id) != p {
+		return
+	}
+	t.update(func(m PeerMap[P]) { delete(m, id) })
+}
+
+func (t *Peers[P]) update(f func(PeerMap[P])) {
+	old := *t.Load()
+	m := make(PeerMap[P], len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	f(m)
+	t.cur.Store(&m)
+}
