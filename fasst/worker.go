@@ -24,26 +24,13 @@ const (
 
 var dropNames = []string{"wc_error", "bad_opcode", "malformed", "unknown_source", "window", "boundary"}
 
-// peerKey is a client QP as it registered: its address and QPN, and its
-// identity on the wire (wk.Config.PeerID), which its worker's peer table
-// is keyed by.
-type peerKey struct {
-	addr verbs.Address
-	qpn  verbs.QPN
-	id   verbs.Sender
-}
-
-// peer is a client QP admitted to a worker. Fields other than the
-// worker-owned ones are fixed at admission.
+// peer is a client QP admitted to a worker: what admission fixed
+// (wk.Peer) and the fields the worker owns.
 type peer struct {
-	key     peerKey
-	ah      verbs.AH
-	session uint64
-	qkey    uint32 // the session's answer Q_Key
-	window  int    // requests one polled batch answers for this QP
+	wk.Peer
 	lastID  spec.FaSSTID
-	seen    bool // worker-owned: lastID is set
-	inBatch int  // worker-owned: requests of the current batch
+	seen    bool // lastID is set
+	inBatch int  // requests of the current batch
 }
 
 // pending is a valid request of the current batch; first is the first
@@ -217,7 +204,7 @@ func (w *worker) batch(wcs []verbs.WC) {
 			w.dupIDs.Add(1) // a network duplicate (answered, if in the window, with new values)
 		}
 		p.lastID, p.seen = h.ID, true
-		if p.inBatch >= p.window {
+		if p.inBatch >= p.Window {
 			// More requests from this QP in one batch than its window
 			// (its request IDs): the excess ones are not answered.
 			drops[dropWindow].Add(1)
@@ -290,9 +277,7 @@ func (w *worker) answer(reqs []pending, oldest verbs.Time) bool {
 		spec.PutFaSSTAnswer(slot, r.k, r.id, r.first) // k was validated by the decoder
 		w.sendSGE[i] = sge
 		wr.SG = w.sendSGE[i : i+1]
-		wr.AH = r.p.ah
-		wr.RemoteQPN = r.p.key.qpn
-		wr.RemoteQKey = r.p.qkey // the session's own: only its QPs accept it
+		r.p.Address(wr)
 	}
 	b.Prepare(w.sendWRs[:len(reqs)])
 	return w.Post(b, w.sendWRs[:len(reqs)], oldest)

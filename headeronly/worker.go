@@ -39,26 +39,15 @@ type workerStats struct {
 	_          [64]byte
 }
 
-// peerKey is a client QP as it registered: its address and QPN, and its
-// identity on the wire (wk.Config.PeerID: (IP, QPN), plus the UDP port
-// only where its address has a port of its own and the server's device
-// sees source ports), which the peer tables are keyed by.
-type peerKey struct {
-	addr verbs.Address
-	qpn  verbs.QPN
-	id   verbs.Sender
-}
-
-// peer is a client QP admitted to a worker.
+// peer is a client QP admitted to a worker: what admission fixed
+// (wk.Peer; its Window is granted: more requests in one batch are
+// dropped, 0: not enforced, only a shared queue lets more arrive) and the
+// fields the worker owns.
 type peer struct {
-	key     peerKey
-	ah      verbs.AH
-	session uint64
-	qkey    uint32 // the session's answer Q_Key
-	window  int    // granted; more requests in one batch are dropped (0: not enforced; only a shared queue lets more arrive)
-	lastTag uint32 // worker-owned; tag+1 of the previous request
-	inBatch int    // worker-owned; requests in batch number gen
-	gen     uint64 // worker-owned; the batch inBatch counts in
+	wk.Peer
+	lastTag uint32 // tag+1 of the previous request
+	inBatch int    // requests in batch number gen
+	gen     uint64 // the batch inBatch counts in
 }
 
 // peerTable is one published version of a worker's peers (wk.PeerMap),
@@ -426,7 +415,7 @@ func (w *worker) batch(wcs []verbs.WC) {
 		if p.gen != w.gen {
 			p.gen, p.inBatch = w.gen, 0
 		}
-		if p.inBatch++; p.inBatch > p.window && p.window > 0 {
+		if p.inBatch++; p.inBatch > p.Window && p.Window > 0 {
 			// More requests of this QP in one batch than its window: the
 			// excess is not answered (the client broke the contract that
 			// sized the receive queue for everyone). Only a shared
@@ -446,9 +435,7 @@ func (w *worker) batch(wcs []verbs.WC) {
 			oldest = a
 		}
 		wr := &w.sendWRs[valid]
-		wr.AH = p.ah
-		wr.RemoteQPN = p.key.qpn
-		wr.RemoteQKey = p.qkey // the session's own: only its QPs accept it
+		p.Address(wr)
 		w.imms[valid] = imm
 		valid++
 	}

@@ -3,8 +3,10 @@ package worker
 import (
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/seqd/seqd/dataplane"
+	"github.com/seqd/seqd/internal/ahcache"
 	"github.com/seqd/seqd/verbs"
 )
 
@@ -35,6 +37,47 @@ func (c *Config) PeerIDs(qps []dataplane.Endpoint) ([]verbs.Sender, error) {
 		}
 	}
 	return ids, nil
+}
+
+// Peer is what admission fixes about a client QP of a UD mode: the
+// address and QPN it registered, its identity on the wire (PeerID), the
+// address handle its answers go by, its session, that session's answer
+// Q_Key and its window. A mode's peer type embeds it beside the fields
+// its worker owns.
+type Peer struct {
+	Addr    verbs.Address
+	QPN     verbs.QPN
+	ID      verbs.Sender
+	AH      verbs.AH
+	Session uint64
+	QKey    uint32 // the session's answer Q_Key
+	Window  int
+}
+
+// Address addresses an answer to p: its address handle and QPN, with its
+// session's answer Q_Key, which only the session's QPs accept.
+func (p *Peer) Address(wr *verbs.SendWR) {
+	wr.AH, wr.RemoteQPN, wr.RemoteQKey = p.AH, p.QPN, p.QKey
+}
+
+// AdmitPeers returns the Peers of a session's client QPs qps, whose
+// identities are ids (Config.PeerIDs), each with an address handle taken
+// from ahs. If one cannot be had, the handles taken are given back and
+// the error wraps dataplane.ErrInvalidArgument. The caller holds the
+// mutex that guards ahs.
+func AdmitPeers(ahs *ahcache.Cache, qps []dataplane.Endpoint, ids []verbs.Sender, session uint64, qkey uint32, window int, now time.Time) ([]Peer, error) {
+	out := make([]Peer, len(qps))
+	for i, q := range qps {
+		ah, err := ahs.Get(q.Addr, now)
+		if err != nil {
+			for _, p := range out[:i] {
+				ahs.Put(p.Addr, now)
+			}
+			return nil, fmt.Errorf("%w: address handle for %v: %v", dataplane.ErrInvalidArgument, q.Addr, err)
+		}
+		out[i] = Peer{Addr: q.Addr, QPN: q.QPN, ID: ids[i], AH: ah, Session: session, QKey: qkey, Window: window}
+	}
+	return out, nil
 }
 
 // PeerMap is one published version of a Peers table: the admitted client

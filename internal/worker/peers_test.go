@@ -4,8 +4,10 @@ import (
 	"errors"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/seqd/seqd/dataplane"
+	"github.com/seqd/seqd/internal/ahcache"
 	"github.com/seqd/seqd/verbs"
 )
 
@@ -154,5 +156,58 @@ func BenchmarkPeersLookup(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// ahPD creates address handles, except for the address bad.
+type ahPD struct {
+	verbs.PD
+	bad verbs.Address
+}
+
+type testAH struct{}
+
+func (testAH) Close() error { return nil }
+
+func (p ahPD) CreateAH(a verbs.AHAttr) (verbs.AH, error) {
+	if a.Dest == p.bad {
+		return nil, errConfig
+	}
+	return testAH{}, nil
+}
+
+// TestAdmitPeers: admitted peers carry what admission fixed and address
+// their answers to the QP with the session's Q_Key; when one address has
+// no handle, the handles taken for the others are given back.
+func TestAdmitPeers(t *testing.T) {
+	bad := ipAddr("10.0.0.9", 0)
+	ahs := ahcache.New(ahPD{bad: bad}, time.Millisecond)
+	qps := []dataplane.Endpoint{{Addr: ipAddr("10.0.0.1", 5000), QPN: 1}, {Addr: ipAddr("10.0.0.2", 0), QPN: 2}}
+	ids := []verbs.Sender{verbs.SenderOf(qps[0].Addr, 1), verbs.SenderOf(qps[1].Addr, 2)}
+	now := time.Now()
+	ps, err := AdmitPeers(ahs, qps, ids, 7, 0x1234, 16, now)
+	if err != nil || len(ps) != 2 || ahs.Len() != 2 {
+		t.Fatalf("AdmitPeers = %v, %v (%d handles)", ps, err, ahs.Len())
+	}
+	for i, p := range ps {
+		if p.Addr != qps[i].Addr || p.QPN != qps[i].QPN || p.ID != ids[i] || p.AH == nil || p.Session != 7 || p.QKey != 0x1234 || p.Window != 16 {
+			t.Errorf("peer %d: %+v", i, p)
+		}
+		var wr verbs.SendWR
+		p.Address(&wr)
+		if wr.AH != p.AH || wr.RemoteQPN != qps[i].QPN || wr.RemoteQKey != 0x1234 {
+			t.Errorf("peer %d addresses %+v", i, wr)
+		}
+	}
+	for _, p := range ps {
+		ahs.Put(p.Addr, now)
+	}
+	qps = append(qps, dataplane.Endpoint{Addr: bad, QPN: 3})
+	ids = append(ids, verbs.SenderOf(bad, 3))
+	if ps, err := AdmitPeers(ahs, qps, ids, 8, 1, 1, now); !errors.Is(err, dataplane.ErrInvalidArgument) || ps != nil {
+		t.Fatalf("AdmitPeers with an address without a handle = %v, %v", ps, err)
+	}
+	if ahs.Reap(now.Add(time.Second)); ahs.Len() != 0 {
+		t.Errorf("%d handles held after a failed admission", ahs.Len())
 	}
 }
