@@ -85,20 +85,39 @@ func AdmitPeers(ahs *ahcache.Cache, qps []dataplane.Endpoint, ids []verbs.Sender
 // changed once published, so a worker that loaded it reads it without a
 // lock, and a result cached with the map's address stays right while
 // the map it loads is the same.
-type PeerMap[P any] map[verbs.Sender]*P
+type PeerMap[P any] map[peerKey]*P
+
+// peerKey is a verbs.Sender as a PeerMap holds it: 24 bytes without
+// padding, which the map hashes and compares as plain memory (a Sender
+// has two bytes of padding after its port, and is hashed field by
+// field).
+type peerKey struct {
+	gid  verbs.GID
+	qpn  verbs.QPN
+	port uint32
+}
+
+func keyOf(s verbs.Sender) peerKey { return peerKey{s.GID, s.QPN, uint32(s.Port)} }
 
 // Lookup returns the peer a UD receive completion came from (nil: none):
 // the one registered with the completion's source port, else the one
 // registered without a port (a NIC-style sender, whose source port is
-// chosen per address handle and no part of its identity). The second
-// lookup is made only when the first misses. It allocates nothing.
+// chosen per address handle and no part of its identity). These are the
+// two keys of verbs.SenderKeys, built here straight from the completion:
+// building the Senders first and converting them cost as much as the
+// lookup itself. The second lookup is made only when the first misses.
+// It allocates nothing.
 func (m PeerMap[P]) Lookup(wc *verbs.WC) *P {
-	exact, anyPort := verbs.SenderKeys(wc)
-	if p := m[exact]; p != nil {
+	k := peerKey{wc.Src.GID, wc.SrcQP, uint32(wc.Src.Port)}
+	if p := m[k]; p != nil {
 		return p
 	}
-	return m[anyPort]
+	k.port = 0
+	return m[k]
 }
+
+// Get returns the peer registered with identity id (nil: none).
+func (m PeerMap[P]) Get(id verbs.Sender) *P { return m[keyOf(id)] }
 
 // Peers is a worker's table of admitted client QPs, copy-on-write: the
 // worker loads the current PeerMap once per batch without a lock; the
@@ -123,12 +142,12 @@ func (t *Peers[P]) empty() *PeerMap[P] {
 }
 
 // Get returns the peer registered with identity id (nil: none).
-func (t *Peers[P]) Get(id verbs.Sender) *P { return (*t.Load())[id] }
+func (t *Peers[P]) Get(id verbs.Sender) *P { return t.Load().Get(id) }
 
 // Put publishes a copy of the table in which id is p. The caller holds
 // the mutex that serialises the table's writers.
 func (t *Peers[P]) Put(id verbs.Sender, p *P) {
-	t.update(func(m PeerMap[P]) { m[id] = p })
+	t.update(func(m PeerMap[P]) { m[keyOf(id)] = p })
 }
 
 // Delete publishes a copy of the table without id, if id is p (a peer
@@ -137,7 +156,7 @@ func (t *Peers[P]) Delete(id verbs.Sender, p *P) {
 	if t.Get(id) != p {
 		return
 	}
-	t.update(func(m PeerMap[P]) { delete(m, id) })
+	t.update(func(m PeerMap[P]) { delete(m, keyOf(id)) })
 }
 
 func (t *Peers[P]) update(f func(PeerMap[P])) {

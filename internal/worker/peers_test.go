@@ -87,6 +87,29 @@ func TestPeersLookup(t *testing.T) {
 			t.Errorf("%s: Lookup = %v, want %v", c.name, got, c.want)
 		}
 	}
+	// Lookup agrees with verbs.SenderKeys' two lookups in a map of
+	// Senders (the reference).
+	ref := map[verbs.Sender]*testPeer{}
+	for _, x := range []struct {
+		a verbs.Address
+		q verbs.QPN
+		p *testPeer
+	}{{sIP, 0x10, soft}, {nIP, 0x20, nic}, {ipAddr("10.0.0.1", 0), 0x10, shadowed}} {
+		ref[verbs.SenderOf(x.a, x.q)] = x.p
+	}
+	for _, src := range []verbs.Address{sIP, at(sIP, 0), at(sIP, 5001), at(sIP, verbs.RoCEv2Port), nIP, at(nIP, 0xc000), at(nIP, 0xffff)} {
+		for _, qpn := range []verbs.QPN{0x10, 0x20, 0x30} {
+			wc := verbs.WC{Src: src, SrcQP: qpn}
+			exact, anyPort := verbs.SenderKeys(&wc)
+			want := ref[exact]
+			if want == nil {
+				want = ref[anyPort]
+			}
+			if got := tab.Load().Lookup(&wc); got != want {
+				t.Errorf("from %v QPN %v: Lookup = %v, SenderKeys = %v", src, qpn, got, want)
+			}
+		}
+	}
 	var empty Peers[testPeer]
 	if p := empty.Load().Lookup(&verbs.WC{Src: sIP, SrcQP: 0x10}); p != nil {
 		t.Errorf("an empty table found %v", p)
@@ -105,13 +128,13 @@ func TestPeersCopyOnWrite(t *testing.T) {
 	a, b := &testPeer{"a"}, &testPeer{"b"}
 	tab.Put(id, a)
 	m1 := tab.Load()
-	if len(*m0) != 0 || m1 == m0 || (*m1)[id] != a || tab.Get(id) != a {
+	if len(*m0) != 0 || m1 == m0 || m1.Get(id) != a || tab.Get(id) != a {
 		t.Fatalf("after Put: old %v, new %v", *m0, *m1)
 	}
 	tab.Put(id, b) // replaced
 	tab.Delete(id, a)
-	if tab.Get(id) != b || (*m1)[id] != a {
-		t.Fatalf("Delete of a replaced peer: now %v, the old map %v", tab.Get(id), (*m1)[id])
+	if tab.Get(id) != b || m1.Get(id) != a {
+		t.Fatalf("Delete of a replaced peer: now %v, the old map %v", tab.Get(id), m1.Get(id))
 	}
 	tab.Delete(id, b)
 	if tab.Get(id) != nil || len(*tab.Load()) != 0 {
