@@ -85,17 +85,9 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 	if err != nil {
 		return dataplane.Grant{}, err
 	}
-	keys := make([]peerKey, len(a.QPs))
-	for i, q := range a.QPs {
-		if q.QPN > verbs.MaxQPN {
-			return dataplane.Grant{}, fmt.Errorf("%w: fasst: qps[%d]: QPN above 24 bits", dataplane.ErrInvalidArgument, i)
-		}
-		keys[i] = peerKey{q.Addr, q.QPN}
-		for _, k := range keys[:i] {
-			if k == keys[i] {
-				return dataplane.Grant{}, fmt.Errorf("%w: fasst: qps[%d] named twice", dataplane.ErrInvalidArgument, i)
-			}
-		}
+	ids, err := s.cfg.PeerIDs(a.QPs)
+	if err != nil {
+		return dataplane.Grant{}, fmt.Errorf("fasst: %w", err)
 	}
 
 	s.mu.Lock()
@@ -120,16 +112,16 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 	if n >= s.cfg.MaxClients {
 		return dataplane.Grant{}, fmt.Errorf("%w: fasst: %d sessions, the maximum", dataplane.ErrNoCapacity, n)
 	}
-	for _, k := range keys {
+	for i, id := range ids {
 		for _, w := range s.Workers {
-			if p := (*w.peers.Load())[k]; p != nil && (prev == nil || p.session != prev.id) {
-				return dataplane.Grant{}, fmt.Errorf("%w: fasst: QP %v at %v is already connected", dataplane.ErrFailedPrecondition, k.qpn, k.addr)
+			if p := w.peers.Get(id); p != nil && (prev == nil || p.Session != prev.id) {
+				return dataplane.Grant{}, fmt.Errorf("%w: fasst: QP %v at %v is already connected", dataplane.ErrFailedPrecondition, a.QPs[i].QPN, a.QPs[i].Addr)
 			}
 		}
 	}
-	assign := make([]uint32, len(keys))
+	assign := make([]uint32, len(ids))
 	extra := make([]int, len(s.Workers))
-	for i := range keys {
+	for i := range ids {
 		wi := (s.rr + i) % len(s.Workers)
 		assign[i] = uint32(wi)
 		extra[wi] += window
@@ -145,25 +137,22 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 	// The session's own answer Q_Key: no other client can address its
 	// answers (PROTOCOL.md, "Sessions").
 	qkey := verbs.RandomQKey(s.cfg.QKey)
-	for i, k := range keys {
-		ah, err := s.AHs.Get(k.addr, now)
-		if err != nil {
-			for _, p := range sess.peers {
-				s.AHs.Put(p.key.addr, now)
-			}
-			return dataplane.Grant{}, fmt.Errorf("%w: fasst: address handle for %v: %v", dataplane.ErrInvalidArgument, k.addr, err)
-		}
-		sess.peers = append(sess.peers, &peer{key: k, ah: ah, session: sess.id, qkey: qkey, window: window})
+	admitted, err := wk.AdmitPeers(s.AHs, a.QPs, ids, sess.id, qkey, window, now)
+	if err != nil {
+		return dataplane.Grant{}, fmt.Errorf("fasst: %w", err)
+	}
+	for i, p := range admitted {
+		sess.peers = append(sess.peers, &peer{Peer: p})
 		sess.worker = append(sess.worker, int(assign[i]))
 	}
 	if prev != nil {
 		s.release(prev, now)
 	}
-	s.rr = (s.rr + len(keys)) % len(s.Workers)
+	s.rr = (s.rr + len(ids)) % len(s.Workers)
 	for i, p := range sess.peers {
 		w := s.Workers[sess.worker[i]]
 		w.budget += window
-		w.setPeers(func(t peerTable) { t[p.key] = p })
+		w.peers.Put(p.ID, p)
 	}
 	s.sessions[sess.id] = sess
 	s.nsessions.Store(int64(len(s.sessions)))
@@ -172,7 +161,7 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 	for _, w := range s.Workers {
 		g.ServerQPs = append(g.ServerQPs, dataplane.Endpoint{Addr: w.reqQP.Address(), QPN: w.reqQP.QPN()})
 	}
-	s.log.Info("fasst client admitted", "session", sess.id, "name", a.Name, "qps", len(keys), "window", window)
+	s.log.Info("fasst client admitted", "session", sess.id, "name", a.Name, "qps", len(ids), "window", window)
 	return g, nil
 }
 
@@ -200,12 +189,8 @@ func (s *Server) release(sess *session, now time.Time) {
 	for i, p := range sess.peers {
 		w := s.Workers[sess.worker[i]]
 		w.budget -= sess.window
-		w.setPeers(func(t peerTable) {
-			if t[p.key] == p {
-				delete(t, p.key)
-			}
-		})
-		s.AHs.Put(p.key.addr, now)
+		w.peers.Delete(p.ID, p)
+		s.AHs.Put(p.Addr, now)
 	}
 }
 

@@ -160,7 +160,13 @@ type rawClient struct {
 
 func admitRaw(t *testing.T, s *Server, window int) *rawClient {
 	t.Helper()
-	e := verbstest.NewEnd(t, open(t), verbs.UD)
+	return admitRawOn(t, s, open(t), window)
+}
+
+// admitRawOn is admitRaw with the client's QP on dev.
+func admitRawOn(t *testing.T, s *Server, dev verbs.Device, window int) *rawClient {
+	t.Helper()
+	e := verbstest.NewEnd(t, dev, verbs.UD)
 	g, err := s.Admit(context.Background(), dataplane.Admission{QPs: []dataplane.Endpoint{ep(e.QP.Address(), e.QP.QPN())}, Window: window},
 		dataplane.SessionRef{})
 	if err != nil {
@@ -397,5 +403,36 @@ func TestRanges(t *testing.T) {
 				time.Sleep(time.Millisecond)
 			}
 		})
+	}
+}
+
+// TestNICStyleClient: a client QP on a device that behaves on the wire as
+// an RDMA NIC does (soft nicwire=on: on 4791, every packet from a UDP
+// source port chosen at random per address handle) registers its address
+// on 4791 and sends from another port. The server knows it by (IP, QPN),
+// not by the source port, and answers it at 4791 (issue 28: fasst
+// matched the exact registered address and dropped every request as an
+// unknown source).
+func TestNICStyleClient(t *testing.T) {
+	s := newServer(t, &claimtest.Oracle{}, 1, 0)
+	ip := netip.AddrFrom4([4]byte{127, byte(1 + time.Now().UnixNano()%250), byte(time.Now().UnixNano() >> 8), 9})
+	o, err := verbs.ParseOptions("nicwire=on")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nic, err := verbs.Open("soft", netip.AddrPortFrom(ip, verbs.RoCEv2Port).String(), o)
+	if err != nil {
+		t.Skipf("a NIC-like soft device (needs CAP_NET_RAW and %v:4791 free): %v", ip, err)
+	}
+	t.Cleanup(func() { nic.Close() })
+	c := admitRawOn(t, s, nic, 4)
+	for id := range spec.FaSSTID(3) {
+		h, _ := c.answerOf(t, c.call(t, 1, id))
+		if h.ID != id || h.Count != 1 {
+			t.Fatalf("answer %+v to %s", h, id)
+		}
+	}
+	if d := dropCount(s, "unknown_source"); d != 0 {
+		t.Errorf("%d requests dropped as unknown source", d)
 	}
 }

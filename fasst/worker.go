@@ -24,26 +24,14 @@ const (
 
 var dropNames = []string{"wc_error", "bad_opcode", "malformed", "unknown_source", "window", "boundary"}
 
-// peerKey identifies a client QP: its address (with UDP port) and QPN.
-type peerKey struct {
-	addr verbs.Address
-	qpn  verbs.QPN
-}
-
-// peer is a client QP admitted to a worker. Fields other than the
-// worker-owned ones are fixed at admission.
+// peer is a client QP admitted to a worker: what admission fixed
+// (wk.Peer) and the fields the worker owns.
 type peer struct {
-	key     peerKey
-	ah      verbs.AH
-	session uint64
-	qkey    uint32 // the session's answer Q_Key
-	window  int    // requests one polled batch answers for this QP
+	wk.Peer
 	lastID  spec.FaSSTID
-	seen    bool // worker-owned: lastID is set
-	inBatch int  // worker-owned: requests of the current batch
+	seen    bool // lastID is set
+	inBatch int  // requests of the current batch
 }
-
-type peerTable map[peerKey]*peer
 
 // pending is a valid request of the current batch; first is the first
 // of its k values (layout).
@@ -68,8 +56,8 @@ type worker struct {
 	rsge  []verbs.SGE
 	chain []verbs.RecvWR
 
-	peers  atomic.Pointer[peerTable]
-	budget int // sum of admitted windows; guarded by Server.mu
+	peers  wk.Peers[peer] // written under Server.mu
+	budget int            // sum of admitted windows; guarded by Server.mu
 
 	wcs     []verbs.WC
 	pend    []pending
@@ -117,21 +105,7 @@ func newWorker(s *Server, id int) (w *worker, err error) {
 	w.pend = make([]pending, c.Batch)
 	w.sendWRs = make([]verbs.SendWR, c.Batch)
 	w.sendSGE = make([]verbs.SGE, c.Batch)
-	empty := peerTable{}
-	w.peers.Store(&empty)
 	return w, nil
-}
-
-// setPeers publishes a copy of the peer table changed by f. Server.mu is
-// held.
-func (w *worker) setPeers(f func(peerTable)) {
-	old := *w.peers.Load()
-	t := make(peerTable, len(old)+1)
-	for k, v := range old {
-		t[k] = v
-	}
-	f(t)
-	w.peers.Store(&t)
 }
 
 func (w *worker) toErr() {
@@ -217,7 +191,7 @@ func (w *worker) batch(wcs []verbs.WC) {
 			drops[dropMalformed].Add(1)
 			continue
 		}
-		p := peers[peerKey{wc.Src, wc.SrcQP}]
+		p := peers.Lookup(wc) // by (IP, QPN) too: a NIC sends from a source port of its choosing
 		if p == nil {
 			drops[dropUnknownSource].Add(1)
 			continue
@@ -230,7 +204,7 @@ func (w *worker) batch(wcs []verbs.WC) {
 			w.dupIDs.Add(1) // a network duplicate (answered, if in the window, with new values)
 		}
 		p.lastID, p.seen = h.ID, true
-		if p.inBatch >= p.window {
+		if p.inBatch >= p.Window {
 			// More requests from this QP in one batch than its window
 			// (its request IDs): the excess ones are not answered.
 			drops[dropWindow].Add(1)
@@ -303,9 +277,7 @@ func (w *worker) answer(reqs []pending, oldest verbs.Time) bool {
 		spec.PutFaSSTAnswer(slot, r.k, r.id, r.first) // k was validated by the decoder
 		w.sendSGE[i] = sge
 		wr.SG = w.sendSGE[i : i+1]
-		wr.AH = r.p.ah
-		wr.RemoteQPN = r.p.key.qpn
-		wr.RemoteQKey = r.p.qkey // the session's own: only its QPs accept it
+		r.p.Address(wr)
 	}
 	b.Prepare(w.sendWRs[:len(reqs)])
 	return w.Post(b, w.sendWRs[:len(reqs)], oldest)

@@ -116,19 +116,13 @@ func (s *Server) admitLocked(ctx context.Context, a dataplane.Admission, old dat
 	if s.closed.Load() {
 		return no, nil, fmt.Errorf("%w: server closing", dataplane.ErrUnavailable)
 	}
-	if len(a.QPs) == 0 {
-		return no, nil, fmt.Errorf("%w: no queue pairs", dataplane.ErrInvalidArgument)
-	}
 	window, err := wk.SessionWindow(a.Window, DefaultWindow, s.cfg.MaxWindow, len(a.QPs), s.cfg.SessionCap(s.cfg.MaxRecv))
 	if err != nil {
 		return no, nil, err
 	}
-	keys := make([]peerKey, len(a.QPs))
-	for i, ep := range a.QPs {
-		if ep.QPN > verbs.MaxQPN {
-			return no, nil, fmt.Errorf("%w: qps[%d]: QPN %d above 24 bits", dataplane.ErrInvalidArgument, i, ep.QPN)
-		}
-		keys[i] = peerKey{ep.Addr, ep.QPN, !s.cfg.Device.Attr().SourcePorts}
+	ids, err := s.cfg.PeerIDs(a.QPs)
+	if err != nil {
+		return no, nil, err
 	}
 
 	s.mu.Lock()
@@ -155,17 +149,17 @@ func (s *Server) admitLocked(ctx context.Context, a dataplane.Admission, old dat
 	if n >= s.cfg.MaxClients {
 		return no, nil, fmt.Errorf("%w: %d sessions, the maximum", dataplane.ErrNoCapacity, n)
 	}
-	for _, k := range keys {
+	for i, id := range ids {
 		for _, w := range s.Workers {
-			if p := (*w.peers.Load())[k.id()]; p != nil && (prev == nil || p.session != prev.id) {
-				return no, nil, fmt.Errorf("%w: QP %v at %v is already connected", dataplane.ErrFailedPrecondition, k.qpn, k.addr)
+			if p := w.peers.Get(id); p != nil && (prev == nil || p.Session != prev.id) {
+				return no, nil, fmt.Errorf("%w: QP %v at %v is already connected", dataplane.ErrFailedPrecondition, a.QPs[i].QPN, a.QPs[i].Addr)
 			}
 		}
 	}
 	// Assign round-robin, checking every worker's receive budget first.
-	assign := make([]uint32, len(keys))
+	assign := make([]uint32, len(ids))
 	extra := make([]int, len(s.Workers))
-	for i := range keys {
+	for i := range ids {
 		wi := (s.rr + i) % len(s.Workers)
 		assign[i] = uint32(wi)
 		extra[wi] += window
@@ -189,28 +183,25 @@ func (s *Server) admitLocked(ctx context.Context, a dataplane.Admission, old dat
 			return no, nil, err
 		}
 	}
-	for i, k := range keys {
-		ah, err := s.AHs.Get(k.addr, time.Now())
-		if err != nil {
-			for _, p := range sess.peers {
-				s.AHs.Put(p.key.addr, time.Now())
-			}
-			for _, q := range sess.rqs {
-				q.close() // never handed to a worker
-			}
-			return no, nil, fmt.Errorf("%w: address handle for %v: %v", dataplane.ErrInvalidArgument, k.addr, err)
+	admitted, err := wk.AdmitPeers(s.AHs, a.QPs, ids, sess.id, sess.qkey, window, time.Now())
+	if err != nil {
+		for _, q := range sess.rqs {
+			q.close() // never handed to a worker
 		}
-		sess.peers = append(sess.peers, &peer{key: k, ah: ah, session: sess.id, qkey: sess.qkey, window: window})
+		return no, nil, err
+	}
+	for i, p := range admitted {
+		sess.peers = append(sess.peers, &peer{Peer: p})
 		sess.worker = append(sess.worker, int(assign[i]))
 	}
 	if prev != nil {
 		s.release(prev)
 	}
-	s.rr = (s.rr + len(keys)) % len(s.Workers)
+	s.rr = (s.rr + len(ids)) % len(s.Workers)
 	for i, p := range sess.peers {
 		w := s.Workers[sess.worker[i]]
 		w.budget += window
-		w.setPeers(func(t peerTable) { t[p.key.id()] = p })
+		w.peers.Put(p.ID, p)
 	}
 	serverQPs := s.Endpoints()
 	if s.cfg.SharedRecv {
@@ -243,7 +234,7 @@ func (s *Server) admitLocked(ctx context.Context, a dataplane.Admission, old dat
 	}
 	s.sessions[sess.id] = sess
 	s.nsessions.Store(int64(len(s.sessions)))
-	s.log.Info("client connected", "session", sess.id, "name", sess.name, "qps", len(keys), "window", window)
+	s.log.Info("client connected", "session", sess.id, "name", sess.name, "qps", len(ids), "window", window)
 	g := dataplane.Grant{Session: sess.id, Epoch: s.cfg.Epoch, Window: window, QKey: reqQKey, AnswerQKey: sess.qkey,
 		ServerQPs: serverQPs, Assignment: assign, AnswerQPs: s.AnswerQPs}
 	if c, ok := s.cfg.Oracle.(Currenter); ok {
@@ -364,18 +355,6 @@ func (s *Server) OverrunSessions() (n int, ok bool) {
 	return n, true
 }
 
-// setPeers replaces w's peer table by a modified copy (copy-on-write: the
-// worker reads it lock-free once per batch). Called with s.mu held.
-func (w *worker) setPeers(f func(peerTable)) {
-	old := *w.peers.Load()
-	t := make(peerTable, len(old)+1)
-	for k, v := range old {
-		t[k] = v
-	}
-	f(t)
-	w.peers.Store(&t)
-}
-
 // Release releases a session (its epoch is checked by the caller,
 // package modes).
 func (s *Server) Release(ctx context.Context, r dataplane.SessionRef) error {
@@ -396,13 +375,13 @@ func (s *Server) release(sess *session) {
 	s.nsessions.Store(int64(len(s.sessions)))
 	now := time.Now()
 	for i, p := range sess.peers {
-		s.AHs.Put(p.key.addr, now) // closed ahcache.Grace later: a worker may hold it in a batch
+		s.AHs.Put(p.Addr, now) // closed ahcache.Grace later: a worker may hold it in a batch
 		w := s.Workers[sess.worker[i]]
 		w.budget -= sess.window
 		if s.cfg.SharedRecv {
 			w.want.Store(s.recvTarget(w.budget))
 		}
-		w.setPeers(func(t peerTable) { delete(t, p.key.id()) })
+		w.peers.Delete(p.ID, p)
 	}
 	for i, q := range sess.rqs { // destroyed by their workers between batches
 		w := s.Workers[sess.worker[i]]

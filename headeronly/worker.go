@@ -39,35 +39,20 @@ type workerStats struct {
 	_          [64]byte
 }
 
-// peerKey is a client QP as it registered: its address and QPN. Peer
-// tables are keyed by its identity on the wire, id().
-type peerKey struct {
-	addr verbs.Address
-	qpn  verbs.QPN
-	// portBlind: the server's device does not see UDP source ports (a
-	// NIC), so the identity is (IP, QPN) whatever port addr names.
-	portBlind bool
-}
-
-// peer is a client QP admitted to a worker.
+// peer is a client QP admitted to a worker: what admission fixed
+// (wk.Peer; its Window is granted: more requests in one batch are
+// dropped, 0: not enforced, only a shared queue lets more arrive) and the
+// fields the worker owns.
 type peer struct {
-	key     peerKey
-	ah      verbs.AH
-	session uint64
-	qkey    uint32 // the session's answer Q_Key
-	window  int    // granted; more requests in one batch are dropped (0: not enforced; only a shared queue lets more arrive)
-	lastTag uint32 // worker-owned; tag+1 of the previous request
-	inBatch int    // worker-owned; requests in batch number gen
-	gen     uint64 // worker-owned; the batch inBatch counts in
+	wk.Peer
+	lastTag uint32 // tag+1 of the previous request
+	inBatch int    // requests in batch number gen
+	gen     uint64 // the batch inBatch counts in
 }
 
-// id is the client QP's identity on the wire: (IP, QPN), plus the UDP
-// port only where its address has a port of its own (verbs.SenderOf):
-// a NIC sends from a random source port per address handle.
-func (k peerKey) id() verbs.Sender { return verbs.SenderFor(k.addr, k.qpn, !k.portBlind) }
-
-// peerTable finds a client QP by its identity on the wire.
-type peerTable map[verbs.Sender]*peer
+// peerTable is one published version of a worker's peers (wk.PeerMap),
+// by identity on the wire.
+type peerTable = wk.PeerMap[peer]
 
 type worker struct {
 	wk.Base
@@ -92,7 +77,7 @@ type worker struct {
 	chains []verbs.RecvChain // their chains, posted with the batch's answers
 	want   atomic.Int64      // receives reqQP should have posted
 	filled atomic.Int64      // receives posted on reqQP, published after each fill
-	peers  atomic.Pointer[peerTable]
+	peers  wk.Peers[peer]
 	budget int // sum of granted windows; guarded by Server.mu
 	cqSize int // reqCQ's entries: 2*MaxRecv
 
@@ -147,8 +132,6 @@ func newWorker(s *Server, id int) (w *worker, err error) {
 	w.sendWRs = make([]verbs.SendWR, c.Batch)
 	w.sendSGE = make([]verbs.SGE, c.Batch)
 	w.imms = make([]spec.Imm, c.Batch)
-	empty := peerTable{}
-	w.peers.Store(&empty)
 	if c.SharedRecv {
 		w.want.Store(s.recvTarget(0))
 	}
@@ -432,7 +415,7 @@ func (w *worker) batch(wcs []verbs.WC) {
 		if p.gen != w.gen {
 			p.gen, p.inBatch = w.gen, 0
 		}
-		if p.inBatch++; p.inBatch > p.window && p.window > 0 {
+		if p.inBatch++; p.inBatch > p.Window && p.Window > 0 {
 			// More requests of this QP in one batch than its window: the
 			// excess is not answered (the client broke the contract that
 			// sized the receive queue for everyone). Only a shared
@@ -452,9 +435,7 @@ func (w *worker) batch(wcs []verbs.WC) {
 			oldest = a
 		}
 		wr := &w.sendWRs[valid]
-		wr.AH = p.ah
-		wr.RemoteQPN = p.key.qpn
-		wr.RemoteQKey = p.qkey // the session's own: only its QPs accept it
+		p.Address(wr)
 		w.imms[valid] = imm
 		valid++
 	}
@@ -503,12 +484,9 @@ func (w *worker) reposted() {
 // lookup finds the peer a request completion of q came from in tab (nil:
 // none) and puts it in q's one-entry cache, which batch checks first.
 func lookup(tab *peerTable, q *recvQ, wc *verbs.WC) *peer {
-	exact, anyPort := verbs.SenderKeys(wc)
-	p := (*tab)[exact]
-	if p == nil {
-		p = (*tab)[anyPort] // a NIC-style sender: its source port is no part of it
-	}
-	q.lookTab, q.lookFrom, q.lookPeer = tab, exact, p
+	p := tab.Lookup(wc)
+	q.lookTab, q.lookPeer = tab, p
+	q.lookFrom, _ = verbs.SenderKeys(wc) // what batch compares a completion with
 	return p
 }
 

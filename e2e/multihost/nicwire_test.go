@@ -9,10 +9,12 @@ import (
 	"time"
 
 	"github.com/seqd/seqd/internal/netnstest"
+	"github.com/seqd/seqd/modes"
 )
 
-// nicModes are the modes the NIC-like interop test runs, each verified.
-var nicModes = []string{"spec-s0", "herd", "atomics"}
+// nicModes are the modes the NIC-like interop test runs, each verified:
+// every mode seqd registers, so a mode added later is covered too.
+var nicModes = modes.All
 
 // TestNICWirePeerBothWays runs seqd's server and client against the
 // userspace provider's NIC-like wire mode (nicwire=on: it listens on 4791

@@ -2,7 +2,9 @@
 // herd and the modes after them): the configuration common to their
 // worker pools, core pinning, the claim of a batch's values from the
 // oracle within the residence bound, and the response QPs a batch's
-// answers leave on (package respq).
+// answers leave on (package respq). The modes that take requests over UD
+// (spec-s0, fasst) find a request's client QP in one peer table (Peers),
+// keyed by one identity (Config.PeerID).
 //
 // A mode embeds Config in its own configuration and Base in its worker:
 //

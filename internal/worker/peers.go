@@ -1,0 +1,170 @@
+package worker
+
+import (
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/seqd/seqd/dataplane"
+	"github.com/seqd/seqd/internal/ahcache"
+	"github.com/seqd/seqd/verbs"
+)
+
+// PeerID is the identity on the wire of the client QP q at a, as a
+// receiver on c.Device sees it (verbs.SenderFor): (IP, QPN), plus the UDP
+// source port only where a has a port of its own and the device shows
+// source ports. Every UD mode keys its peers by it.
+func (c *Config) PeerID(a verbs.Address, q verbs.QPN) verbs.Sender {
+	return verbs.SenderFor(a, q, c.Device.Attr().SourcePorts)
+}
+
+// PeerIDs checks the client QPs of an admission (CheckQPs) and returns
+// each one's PeerID. Two QPs with the same identity on the wire are an
+// error: the server could not tell their requests apart. Its errors wrap
+// dataplane.ErrInvalidArgument.
+func (c *Config) PeerIDs(qps []dataplane.Endpoint) ([]verbs.Sender, error) {
+	if err := CheckQPs(qps); err != nil {
+		return nil, err
+	}
+	ids := make([]verbs.Sender, len(qps))
+	for i, q := range qps {
+		ids[i] = c.PeerID(q.Addr, q.QPN)
+		for j, id := range ids[:i] {
+			if id == ids[i] {
+				return nil, fmt.Errorf("%w: qps[%d] and qps[%d] are one QP on the wire (%v QPN %v)",
+					dataplane.ErrInvalidArgument, j, i, q.Addr, q.QPN)
+			}
+		}
+	}
+	return ids, nil
+}
+
+// Peer is what admission fixes about a client QP of a UD mode: the
+// address and QPN it registered, its identity on the wire (PeerID), the
+// address handle its answers go by, its session, that session's answer
+// Q_Key and its window. A mode's peer type embeds it beside the fields
+// its worker owns.
+type Peer struct {
+	Addr    verbs.Address
+	QPN     verbs.QPN
+	ID      verbs.Sender
+	AH      verbs.AH
+	Session uint64
+	QKey    uint32 // the session's answer Q_Key
+	Window  int
+}
+
+// Address addresses an answer to p: its address handle and QPN, with its
+// session's answer Q_Key, which only the session's QPs accept.
+func (p *Peer) Address(wr *verbs.SendWR) {
+	wr.AH, wr.RemoteQPN, wr.RemoteQKey = p.AH, p.QPN, p.QKey
+}
+
+// AdmitPeers returns the Peers of a session's client QPs qps, whose
+// identities are ids (Config.PeerIDs), each with an address handle taken
+// from ahs. If one cannot be had, the handles taken are given back and
+// the error wraps dataplane.ErrInvalidArgument. The caller holds the
+// mutex that guards ahs.
+func AdmitPeers(ahs *ahcache.Cache, qps []dataplane.Endpoint, ids []verbs.Sender, session uint64, qkey uint32, window int, now time.Time) ([]Peer, error) {
+	out := make([]Peer, len(qps))
+	for i, q := range qps {
+		ah, err := ahs.Get(q.Addr, now)
+		if err != nil {
+			for _, p := range out[:i] {
+				ahs.Put(p.Addr, now)
+			}
+			return nil, fmt.Errorf("%w: address handle for %v: %v", dataplane.ErrInvalidArgument, q.Addr, err)
+		}
+		out[i] = Peer{Addr: q.Addr, QPN: q.QPN, ID: ids[i], AH: ah, Session: session, QKey: qkey, Window: window}
+	}
+	return out, nil
+}
+
+// PeerMap is one published version of a Peers table: the admitted client
+// QPs of a worker by their identity on the wire (PeerID). It is never
+// changed once published, so a worker that loaded it reads it without a
+// lock, and a result cached with the map's address stays right while
+// the map it loads is the same.
+type PeerMap[P any] map[peerKey]*P
+
+// peerKey is a verbs.Sender as a PeerMap holds it: 24 bytes without
+// padding, which the map hashes and compares as plain memory (a Sender
+// has two bytes of padding after its port, and is hashed field by
+// field).
+type peerKey struct {
+	gid  verbs.GID
+	qpn  verbs.QPN
+	port uint32
+}
+
+func keyOf(s verbs.Sender) peerKey { return peerKey{s.GID, s.QPN, uint32(s.Port)} }
+
+// Lookup returns the peer a UD receive completion came from (nil: none):
+// the one registered with the completion's source port, else the one
+// registered without a port (a NIC-style sender, whose source port is
+// chosen per address handle and no part of its identity). These are the
+// two keys of verbs.SenderKeys, built here straight from the completion:
+// building the Senders first and converting them cost as much as the
+// lookup itself. The second lookup is made only when the first misses.
+// It allocates nothing.
+func (m PeerMap[P]) Lookup(wc *verbs.WC) *P {
+	k := peerKey{wc.Src.GID, wc.SrcQP, uint32(wc.Src.Port)}
+	if p := m[k]; p != nil {
+		return p
+	}
+	k.port = 0
+	return m[k]
+}
+
+// Get returns the peer registered with identity id (nil: none).
+func (m PeerMap[P]) Get(id verbs.Sender) *P { return m[keyOf(id)] }
+
+// Peers is a worker's table of admitted client QPs, copy-on-write: the
+// worker loads the current PeerMap once per batch without a lock; the
+// server changes it, holding its own mutex (one writer at a time), by
+// publishing a modified copy. The zero value is an empty table.
+type Peers[P any] struct {
+	cur atomic.Pointer[PeerMap[P]]
+}
+
+// Load returns the current map, never nil. The caller must not change it.
+func (t *Peers[P]) Load() *PeerMap[P] {
+	if m := t.cur.Load(); m != nil {
+		return m
+	}
+	return t.empty()
+}
+
+func (t *Peers[P]) empty() *PeerMap[P] {
+	m := PeerMap[P]{}
+	t.cur.CompareAndSwap(nil, &m)
+	return t.cur.Load()
+}
+
+// Get returns the peer registered with identity id (nil: none).
+func (t *Peers[P]) Get(id verbs.Sender) *P { return t.Load().Get(id) }
+
+// Put publishes a copy of the table in which id is p. The caller holds
+// the mutex that serialises the table's writers.
+func (t *Peers[P]) Put(id verbs.Sender, p *P) {
+	t.update(func(m PeerMap[P]) { m[keyOf(id)] = p })
+}
+
+// Delete publishes a copy of the table without id, if id is p (a peer
+// that replaced it stays). The caller holds the writers' mutex.
+func (t *Peers[P]) Delete(id verbs.Sender, p *P) {
+	if t.Get(id) != p {
+		return
+	}
+	t.update(func(m PeerMap[P]) { delete(m, keyOf(id)) })
+}
+
+func (t *Peers[P]) update(f func(PeerMap[P])) {
+	old := *t.Load()
+	m := make(PeerMap[P], len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	f(m)
+	t.cur.Store(&m)
+}
