@@ -100,6 +100,7 @@ type Server struct {
 	advance  *advanceBudget
 	stopReap chan struct{}
 	stopOnce sync.Once
+	started  time.Time // when New ran: Status reports the uptime from it
 }
 
 // New returns a Server over backend. It validates cfg, filling defaults.
@@ -113,6 +114,7 @@ func New(cfg Config, backend Backend) (*Server, error) {
 		return nil, fmt.Errorf("admin: nil backend")
 	}
 	s := &Server{
+		started: time.Now(),
 		cfg:     cfg,
 		log:     cfg.Logger.With("component", "admin"),
 		health:  health.NewServer(),
@@ -443,6 +445,7 @@ func (v *service) Status(ctx context.Context, _ *adminpb.StatusRequest) (*adminp
 	if resp.GetRole() == "" {
 		resp.Role = RoleSingle
 	}
+	resp.UptimeMs = uint64(time.Since(v.s.started) / time.Millisecond)
 	return resp, nil
 }
 

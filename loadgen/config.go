@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"strconv"
 	"strings"
 	"time"
 
 	"google.golang.org/grpc"
 
+	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 )
@@ -21,7 +21,9 @@ var ErrConfig = errors.New("loadgen: invalid config")
 
 // Config is everything loadgen's flags set. Validate fills the defaults.
 type Config struct {
-	// Admin is a running seqd's admin address; ignored with Spawn.
+	// Admin is a running seqd's admin address, or the comma-separated
+	// addresses of every member of its HA group (adminclient.ParseAddrs):
+	// loadgen drives the leader. Ignored with Spawn.
 	Admin string
 	// Spawn starts seqd for the run: SeqdBinary if set, else a seqd next
 	// to this executable or on PATH, else in-process.
@@ -182,8 +184,8 @@ func (c *Config) Validate() error {
 		}
 	}
 	if !c.Spawn {
-		if _, _, err := net.SplitHostPort(c.Admin); err != nil {
-			return fmt.Errorf("%w: -admin %q: %v", ErrConfig, c.Admin, err)
+		if _, err := adminclient.ParseAddrs(c.Admin); err != nil {
+			return fmt.Errorf("%w: -admin: %v", ErrConfig, err)
 		}
 	}
 	switch {

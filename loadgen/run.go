@@ -144,7 +144,8 @@ type runner struct {
 	// readyAt: a freshly started seqd confirms no guess for
 	// spec.Holdoff, answering every request in full; points wait for it.
 	readyAt time.Time
-	addr    string
+	addr    string   // the leader's admin address
+	members []string // every admin address given: the clients fail over among them
 	adm     adminpb.AdminClient
 	cc      interface{ Close() error }
 	pool    chunkPool
@@ -166,11 +167,15 @@ func (r *runner) closeServer() error {
 func (r *runner) connectAdmin(ctx context.Context, addr string) error {
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	cc, err := adminclient.Dial(dctx, addr, r.c.adminOpts()...)
+	g, err := adminclient.NewGroup(addr, r.c.adminOpts()...)
 	if err != nil {
 		return fmt.Errorf("loadgen: admin %s: %w", addr, err)
 	}
-	r.addr, r.cc, r.adm = addr, cc, adminpb.NewAdminClient(cc)
+	leader, cc, err := g.DialLeader(dctx) // an HA group's list: its leader
+	if err != nil {
+		return fmt.Errorf("loadgen: admin %s: %w", addr, err)
+	}
+	r.addr, r.members, r.cc, r.adm = leader, g.Addrs, cc, adminpb.NewAdminClient(cc)
 	return nil
 }
 
@@ -255,7 +260,7 @@ func (r *runner) runPoint(ctx context.Context, mode string, p Point) (Result, er
 	}()
 	for i := range p.Clients {
 		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		cl, err := client.Dial(dctx, r.addr, client.WithDevice(c.Provider, c.Device, c.ProviderOpts),
+		cl, err := client.Dial(dctx, r.addr, client.WithEndpoints(r.members...), client.WithDevice(c.Provider, c.Device, c.ProviderOpts),
 			client.WithAdminDialOptions(c.adminOpts()...), client.WithQPs(qps),
 			client.WithWindow(perQP), client.WithName(fmt.Sprintf("loadgen-%d", i)), client.WithLogger(quiet))
 		cancel()

@@ -23,7 +23,16 @@ import (
 // ClientTLS), or Insecure() to choose plaintext knowingly; without either
 // Dial fails with ErrPlaintextRefused. opts come after the defaults and
 // so override them.
+//
+// addr is one host:port; a list (A,B,C) is a Group's (NewGroup), and Dial
+// refuses it with ErrAddress, as it does an address that is not host:port.
 func Dial(ctx context.Context, addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	if strings.Contains(addr, ",") {
+		return nil, fmt.Errorf("%w: %q is a list of addresses: dial one, or the group (adminclient.NewGroup)", ErrAddress, addr)
+	}
+	if err := checkAddr(addr); err != nil {
+		return nil, err
+	}
 	defaults := []grpc.DialOption{grpc.WithUserAgent("seqd-admin")}
 	if creds := defaultCreds(addr); creds != nil {
 		defaults = append(defaults, grpc.WithTransportCredentials(creds))

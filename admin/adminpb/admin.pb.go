@@ -1066,8 +1066,16 @@ type StatusResponse struct {
 	// HA: this instance's role, "leader", "standby" or "single" (no HA
 	// group), and the leader's advertised admin address as last seen
 	// (empty when unknown or single).
-	Role          string `protobuf:"bytes,15,opt,name=role,proto3" json:"role,omitempty"`
-	Leader        string `protobuf:"bytes,16,opt,name=leader,proto3" json:"leader,omitempty"`
+	Role   string `protobuf:"bytes,15,opt,name=role,proto3" json:"role,omitempty"`
+	Leader string `protobuf:"bytes,16,opt,name=leader,proto3" json:"leader,omitempty"`
+	// HA: the leader's term (the etcd create revision of its election
+	// key) as this instance last saw it; 0 when single or no leader is
+	// known. On a standby, version and format are its own (what it runs),
+	// and epoch and mode are those the leader published for the term named
+	// here (epoch 0 and the standby's own mode until it has published).
+	Term uint64 `protobuf:"varint,17,opt,name=term,proto3" json:"term,omitempty"`
+	// How long this instance's admin plane has been up, in milliseconds.
+	UptimeMs      uint64 `protobuf:"varint,18,opt,name=uptime_ms,json=uptimeMs,proto3" json:"uptime_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1214,6 +1222,20 @@ func (x *StatusResponse) GetLeader() string {
 	return ""
 }
 
+func (x *StatusResponse) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetUptimeMs() uint64 {
+	if x != nil {
+		return x.UptimeMs
+	}
+	return 0
+}
+
 var File_admin_proto protoreflect.FileDescriptor
 
 const file_admin_proto_rawDesc = "" +
@@ -1298,7 +1320,7 @@ const file_admin_proto_rawDesc = "" +
 	"\vspec_misses\x18\x06 \x01(\x04R\n" +
 	"specMisses\x12 \n" +
 	"\vretransmits\x18\a \x01(\x04R\vretransmits\x12\x14\n" +
-	"\x05drops\x18\b \x01(\x04R\x05drops\"\xf3\x04\n" +
+	"\x05drops\x18\b \x01(\x04R\x05drops\"\xa4\x05\n" +
 	"\x0eStatusResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\x12\n" +
 	"\x04mode\x18\x02 \x01(\tR\x04mode\x12\x16\n" +
@@ -1317,7 +1339,9 @@ const file_admin_proto_rawDesc = "" +
 	"\x05epoch\x18\r \x01(\x04R\x05epoch\x12`\n" +
 	"\x11provider_counters\x18\x0e \x03(\v23.seqd.admin.v1.StatusResponse.ProviderCountersEntryR\x10providerCounters\x12\x12\n" +
 	"\x04role\x18\x0f \x01(\tR\x04role\x12\x16\n" +
-	"\x06leader\x18\x10 \x01(\tR\x06leader\x1aC\n" +
+	"\x06leader\x18\x10 \x01(\tR\x06leader\x12\x12\n" +
+	"\x04term\x18\x11 \x01(\x04R\x04term\x12\x1b\n" +
+	"\tuptime_ms\x18\x12 \x01(\x04R\buptimeMs\x1aC\n" +
 	"\x15ProviderCountersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x012\xae\x04\n" +

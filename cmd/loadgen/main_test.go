@@ -21,6 +21,8 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"-cores", "-1"}, "-cores -1"},
 		{[]string{"-plot", "out.jpg"}, ".png or .svg"},
 		{[]string{"-admin", "nohostport"}, "-admin"},
+		{[]string{"-admin", "::1:7070"}, "IPv6 host goes in brackets"},
+		{[]string{"-admin", "127.0.0.1:7070,,127.0.0.1:7071"}, "empty address"},
 		{[]string{"-duration", "-1s"}, "negative"},
 		{[]string{"-modes", "spec-s0, ,herd x"}, "mode"},
 		{[]string{"stray"}, "unexpected arguments"},

@@ -1,11 +1,11 @@
 // Command seqctl is a thin command-line client of the seqd admin plane.
 //
-//	seqctl [-admin 127.0.0.1:7070] [-timeout 5s] [-token-file F]
+//	seqctl [-admin 127.0.0.1:7070[,host:port...]] [-timeout 5s] [-token-file F]
 //	       [-tls-ca F] [-tls-cert F] [-tls-key F] [-insecure] <command> [flags]
 //
 // Commands:
 //
-//	status [-o text|json]           print the server's status (-json: -o json)
+//	status [-o text|json]           print a member's status (-json: -o json)
 //	health [-service S]             exit 0 if the server reports SERVING
 //	set-mode MODE                   switch the data-path mode (mutating)
 //	advance VALUE                   move the counter forward to VALUE (mutating)
@@ -14,6 +14,13 @@
 //	decode [-o text|json] TS        a hybrid timestamp's physical time and logical part
 //	members [-o text|json] [ADDR..] an HA group's leader and standbys
 //	version                         print seqctl's version
+//
+// -admin takes one address or a comma-separated list (every member of an
+// HA group; an IPv6 host in brackets, [::1]:7070), the same list loadgen's
+// -admin and seqd-pd's -seqd take. Read-only commands (status, health) ask
+// the first member that answers; mutating ones (set-mode, advance,
+// transfer-leader) reach the leader, following a standby's redirect;
+// members asks every member.
 //
 // Mutating commands need authorisation when the server has it on: a
 // bearer token (-token-file, the first token of a file like the server's
@@ -68,14 +75,14 @@ type command struct {
 }
 
 var commands = []command{
-	{"status", "[-o text|json]", "print the server's status (-json: the same as -o json)", runStatus},
+	{"status", "[-o text|json]", "print the status of the first -admin member that answers (-json: the same as -o json)", runStatus},
 	{"health", "[-service name]", "exit 0 if the server reports SERVING", runHealth},
 	{"set-mode", strings.Join(spec.Modes, "|"), "switch the data-path mode at run time (to one the server registers)", runSetMode},
 	{"advance", "VALUE", "move the counter forward: every later value is above VALUE", runAdvance},
 	{"transfer-leader", "", "hand HA leadership to a standby and print the new leader", runTransferLeader},
 	{"get", "[-n N] [-o text|json]", "get timestamps through the data path (the client library)", runGet},
 	{"decode", "[-o text|json] TS", "print a hybrid timestamp's physical time and logical part", runDecode},
-	{"members", "[-o text|json] [ADDR...]", "list an HA group's leader and standbys (-admin A,B,C or ADDR...)", runMembers},
+	{"members", "[-o text|json] [ADDR...]", "list every member of an HA group: role, term, epoch, mode, format, version, uptime (-admin A,B,C or ADDR...)", runMembers},
 	{"version", "", "print seqctl's version (stamped at build time)", runVersion},
 }
 
@@ -87,31 +94,40 @@ type env struct {
 	opts           []grpc.DialOption
 }
 
-// dial connects to the admin server; ctx bounds the wait.
-func (e *env) dial(ctx context.Context) (*grpc.ClientConn, error) {
-	return adminclient.Dial(ctx, e.addr, e.opts...)
+// group is the -admin address list (one address, or every member of an
+// HA group); a malformed list is a usage error.
+func (e *env) group() (*adminclient.Group, error) {
+	g, err := adminclient.NewGroup(e.addr, e.opts...)
+	if err != nil {
+		return nil, usageError{fmt.Sprintf("-admin: %v", err)}
+	}
+	g.Redirected = func(from, to string) {
+		fmt.Fprintf(e.stderr, "seqctl: %s is a standby; the leader is %s\n", from, to)
+	}
+	return g, nil
 }
 
-// onLeader calls f with a client of the admin server and, when that
-// server is a standby of an HA group that names its leader (a NOT_LEADER
-// redirect), with a client of the leader instead: mutating commands act
-// on the leader. It follows at most three redirects.
-func (e *env) onLeader(ctx context.Context, f func(adminpb.AdminClient) error) error {
-	addr := e.addr
-	for hops := 0; ; hops++ {
-		cc, err := adminclient.Dial(ctx, addr, e.opts...)
-		if err != nil {
-			return err
-		}
-		err = f(adminpb.NewAdminClient(cc))
-		cc.Close()
-		leader, redirected := adminclient.LeaderFromError(err)
-		if !redirected || leader == "" || leader == addr || hops >= 3 {
-			return err
-		}
-		fmt.Fprintf(e.stderr, "seqctl: %s is a standby; the leader is %s\n", addr, leader)
-		addr = leader
+// onAny calls f with a client of the first -admin member that answers,
+// for read-only calls any member serves (status, health), and returns
+// that member's address.
+func (e *env) onAny(ctx context.Context, f func(addr string, cc *grpc.ClientConn) error) (string, error) {
+	g, err := e.group()
+	if err != nil {
+		return "", err
 	}
+	return g.Any(ctx, f)
+}
+
+// onLeader calls f with a client of the group's leader: it starts with the
+// -admin members in turn and follows a standby's NOT_LEADER redirect to
+// the leader it names. Mutating commands act on the leader.
+func (e *env) onLeader(ctx context.Context, f func(adminpb.AdminClient) error) error {
+	g, err := e.group()
+	if err != nil {
+		return err
+	}
+	_, err = g.Leader(ctx, func(_ string, cc *grpc.ClientConn) error { return f(adminpb.NewAdminClient(cc)) })
+	return err
 }
 
 // security turns the TLS, token and -insecure flags into dial options.
@@ -133,7 +149,7 @@ func (u usageError) Error() string { return u.msg }
 func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("seqctl", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	addr := fs.String("admin", admin.DefaultAddr, "admin server `address` (host:port)")
+	addr := fs.String("admin", admin.DefaultAddr, "admin server `addresses`: host:port, or every member of an HA group comma separated (IPv6 in brackets); mutating commands follow the leader")
 	timeout := fs.Duration("timeout", 5*time.Second, "bound on the whole command")
 	var sec adminclient.ClientSecurity
 	sec.Register(fs)

@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/admin/adminpb"
 )
 
@@ -19,9 +20,12 @@ type member struct {
 	Address string `json:"address"`
 	Role    string `json:"role"`             // leader, standby, single; "unreachable" when it did not answer
 	Leader  string `json:"leader,omitempty"` // the leader it names
-	Version string `json:"version,omitempty"`
-	Epoch   uint64 `json:"epoch,omitempty"`
+	Term    uint64 `json:"term,omitempty"`   // the leader's term as it last saw it
+	Epoch   uint64 `json:"epoch,omitempty"`  // the leader's epoch (a standby's: as the leader published it)
 	Mode    string `json:"mode,omitempty"`
+	Format  string `json:"format,omitempty"`
+	Version string `json:"version,omitempty"`
+	Uptime  uint64 `json:"uptime_ms,omitempty"`
 	Error   string `json:"error,omitempty"`
 }
 
@@ -38,9 +42,13 @@ func runMembers(ctx context.Context, e *env, args []string) error {
 	if err := checkOutput(*output); err != nil {
 		return err
 	}
-	addrs := fs.Args()
-	if len(addrs) == 0 {
-		addrs = strings.Split(e.addr, ",")
+	list := strings.Join(fs.Args(), ",")
+	if list == "" {
+		list = e.addr
+	}
+	addrs, err := adminclient.ParseAddrs(list)
+	if err != nil {
+		return usageError{err.Error()}
 	}
 	ms := make([]member, len(addrs))
 	var wg sync.WaitGroup
@@ -48,7 +56,7 @@ func runMembers(ctx context.Context, e *env, args []string) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ms[i] = e.member(ctx, strings.TrimSpace(a))
+			ms[i] = e.member(ctx, a)
 		}()
 	}
 	wg.Wait()
@@ -78,9 +86,14 @@ func runMembers(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(e.stdout, "%s\n", b)
 	} else {
 		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintf(tw, "ADDRESS\tROLE\tLEADER\tEPOCH\tMODE\tVERSION\n")
+		fmt.Fprintf(tw, "ADDRESS\tROLE\tLEADER\tTERM\tEPOCH\tMODE\tFORMAT\tVERSION\tUPTIME\n")
 		for _, m := range ms {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", m.Address, m.Role, dash(m.Leader), m.Epoch, dash(m.Mode), dash(m.Version))
+			up := "-"
+			if m.Role != "unreachable" {
+				up = uptime(m.Uptime)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", m.Address, m.Role, dash(m.Leader), m.Term, m.Epoch,
+				dash(m.Mode), dash(m.Format), dash(m.Version), up)
 		}
 		tw.Flush()
 	}
@@ -97,7 +110,7 @@ func runMembers(ctx context.Context, e *env, args []string) error {
 
 func (e *env) member(ctx context.Context, addr string) member {
 	m := member{Address: addr, Role: "unreachable"}
-	cc, err := admin.Dial(ctx, addr, e.opts...)
+	cc, err := adminclient.Dial(ctx, addr, e.opts...)
 	if err != nil {
 		m.Error = describe(err)
 		return m
@@ -108,7 +121,8 @@ func (e *env) member(ctx context.Context, addr string) member {
 		m.Error = describe(err)
 		return m
 	}
-	m.Role, m.Leader, m.Version, m.Epoch, m.Mode = st.GetRole(), st.GetLeader(), st.GetVersion(), st.GetEpoch(), st.GetMode()
+	m.Role, m.Leader, m.Term, m.Epoch = st.GetRole(), st.GetLeader(), st.GetTerm(), st.GetEpoch()
+	m.Mode, m.Format, m.Version, m.Uptime = st.GetMode(), st.GetFormat(), st.GetVersion(), st.GetUptimeMs()
 	return m
 }
 

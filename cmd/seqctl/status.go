@@ -5,14 +5,20 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"text/tabwriter"
+	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/seqd/seqd/admin/adminpb"
 )
 
+// runStatus prints the status of one member: the first of -admin that
+// answers (a standby answers too, with its own role, version, format and
+// mode, the leader's term and epoch).
 func runStatus(ctx context.Context, e *env, args []string) error {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	output := fs.String("o", "text", "output `format`: text (a table) or json (the StatusResponse as protojson)")
@@ -27,12 +33,11 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 	default:
 		return usageError{fmt.Sprintf("-o %q: want text or json", *output)}
 	}
-	cc, err := e.dial(ctx)
-	if err != nil {
+	var st *adminpb.StatusResponse
+	addr, err := e.onAny(ctx, func(_ string, cc *grpc.ClientConn) (err error) {
+		st, err = adminpb.NewAdminClient(cc).Status(ctx, &adminpb.StatusRequest{})
 		return err
-	}
-	defer cc.Close()
-	st, err := adminpb.NewAdminClient(cc).Status(ctx, &adminpb.StatusRequest{})
+	})
 	if err != nil {
 		return err
 	}
@@ -44,12 +49,13 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 		_, err = fmt.Fprintf(e.stdout, "%s\n", b)
 		return err
 	}
-	return printStatus(e.stdout, st)
+	return printStatus(e.stdout, addr, st)
 }
 
-// printStatus writes st as aligned tables: the oracle, then one row per
-// worker, then the provider's counters in name order.
-func printStatus(w io.Writer, st *adminpb.StatusResponse) error {
+// printStatus writes st, the answer of the member at addr, as aligned
+// tables: the member and the oracle, then one row per worker, then the
+// provider's counters in name order.
+func printStatus(w io.Writer, addr string, st *adminpb.StatusResponse) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	headroom := "-"
 	if st.GetPersistedMark() >= st.GetCurrent() {
@@ -60,9 +66,12 @@ func printStatus(w io.Writer, st *adminpb.StatusResponse) error {
 		leader = "-"
 	}
 	for _, row := range [][2]any{
+		{"address", addr},
 		{"version", st.GetVersion()},
 		{"role", st.GetRole()},
 		{"leader", leader},
+		{"term", st.GetTerm()},
+		{"uptime", uptime(st.GetUptimeMs())},
 		{"mode", st.GetMode()},
 		{"format", st.GetFormat()},
 		{"epoch", st.GetEpoch()},
@@ -101,4 +110,17 @@ func printStatus(w io.Writer, st *adminpb.StatusResponse) error {
 		}
 	}
 	return tw.Flush()
+}
+
+// uptime renders milliseconds as a duration: tenths of a second in the
+// first minute (1.2s), whole seconds after (1h2m3s).
+func uptime(ms uint64) string {
+	if ms > uint64(math.MaxInt64/time.Millisecond) {
+		return fmt.Sprintf("%dms", ms)
+	}
+	d := time.Duration(ms) * time.Millisecond
+	if d < time.Minute {
+		return d.Truncate(100 * time.Millisecond).String()
+	}
+	return d.Truncate(time.Second).String()
 }

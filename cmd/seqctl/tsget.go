@@ -77,7 +77,12 @@ func runGet(ctx context.Context, e *env, args []string) error {
 	if *n < 1 || *n > 1<<16 {
 		return usageError{fmt.Sprintf("-n %d: want 1..65536", *n)}
 	}
-	c, err := client.Dial(ctx, e.addr, client.WithAdminDialOptions(e.opts...), client.WithName("seqctl"),
+	g, err := e.group()
+	if err != nil {
+		return err
+	}
+	// The client library takes the same list and connects to the leader.
+	c, err := client.Dial(ctx, strings.Join(g.Addrs, ","), client.WithAdminDialOptions(e.opts...), client.WithName("seqctl"),
 		client.WithLogger(quietLogger(e.stderr)))
 	if err != nil {
 		return err

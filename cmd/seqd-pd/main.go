@@ -69,7 +69,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, hup <-chan os.Sig
 	fs := flag.NewFlagSet("seqd-pd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", "127.0.0.1:3379", "`address` PD clients connect to (gRPC)")
-	seqd := fs.String("seqd", "127.0.0.1:7070", "seqd admin `addresses`, comma separated (every instance of an HA group)")
+	seqd := fs.String("seqd", "127.0.0.1:7070", "seqd admin `addresses`: host:port, comma separated (every instance of an HA group; IPv6 in brackets), as seqctl's and loadgen's -admin")
 	clusterID := fs.Uint64("cluster-id", 1, "PD cluster `ID` reported to clients (not 0)")
 	name := fs.String("name", "seqd-pd", "member `name` reported to clients")
 	url := fs.String("url", "", "`URL` clients reach this front end at (default http:// and the -listen address)")
@@ -90,6 +90,10 @@ func run(ctx context.Context, args []string, stderr io.Writer, hup <-chan os.Sig
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if err := envflag.Apply(fs, "SEQD_PD_", set, os.LookupEnv); err != nil {
 		fmt.Fprintf(stderr, "seqd-pd: %v\n", err)
+		return 2
+	}
+	if _, err := adminclient.ParseAddrs(*seqd); err != nil {
+		fmt.Fprintf(stderr, "seqd-pd: -seqd: %v\n", err)
 		return 2
 	}
 	log, err := lf.Logger(stderr)
@@ -121,7 +125,10 @@ func serve(ctx context.Context, log *slog.Logger, listen, seqd string, clusterID
 	}
 	watch := reload.New("seqd_pd", log, srcs...)
 	defer watch.Start(ctx, reloadInterval, hup)()
-	eps := strings.Split(seqd, ",")
+	eps, err := adminclient.ParseAddrs(seqd)
+	if err != nil {
+		return err
+	}
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	c, err := client.Dial(dctx, eps[0], client.WithEndpoints(eps[1:]...), client.WithAdminDialOptions(dialOpts...),
 		client.WithName("seqd-pd"), client.WithLogger(log))

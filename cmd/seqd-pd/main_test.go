@@ -62,8 +62,11 @@ func TestServe(t *testing.T) {
 	listening := make(chan string, 1)
 	pdDone := make(chan int, 1)
 	pctx, pcancel := context.WithCancel(ctx)
+	// -seqd is the address list seqctl and loadgen take: a member that
+	// is down is skipped.
+	list := freeAddr(t) + ", " + seqd.Admin
 	go func() {
-		pdDone <- run(pctx, []string{"-listen", "127.0.0.1:0", "-seqd", seqd.Admin, "-metrics", metrics}, &logs, nil, func(a string) { listening <- a })
+		pdDone <- run(pctx, []string{"-listen", "127.0.0.1:0", "-seqd", list, "-metrics", metrics}, &logs, nil, func(a string) { listening <- a })
 	}()
 	var addr string
 	select {
@@ -115,5 +118,21 @@ func TestServe(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), `"msg":"seqd-pd stopped"`) {
 		t.Errorf("not JSON logs (SEQD_PD_LOG_FORMAT):\n%s", logs.String())
+	}
+}
+
+// A malformed -seqd list is a usage error (exit 2) that names the bad
+// entry, before anything is dialled.
+func TestSeqdListFlag(t *testing.T) {
+	for _, tc := range []struct{ list, want string }{
+		{"127.0.0.1:7070,,127.0.0.1:7071", "empty address"},
+		{"::1:7070", "IPv6 host goes in brackets"},
+		{"127.0.0.1:7070,nohostport", `"nohostport": want host:port`},
+		{"", "empty address list"},
+	} {
+		var logs syncBuf
+		if code := run(t.Context(), []string{"-seqd", tc.list, "-metrics", "off"}, &logs, nil, nil); code != 2 || !strings.Contains(logs.String(), tc.want) {
+			t.Errorf("-seqd %q: exit %d %q, want 2 and %q", tc.list, code, logs.String(), tc.want)
+		}
 	}
 }

@@ -63,6 +63,9 @@ type Server struct {
 	cur  atomic.Pointer[term]
 	mu   sync.Mutex // serializes SetMode with term changes
 	mode string
+
+	view   atomic.Pointer[groupView] // a standby's Status: the leader's term and epoch (status.go)
+	viewMu sync.Mutex                // one etcd read of the view at a time
 }
 
 type term struct {
@@ -163,8 +166,12 @@ func (s *Server) serveTerm(ctx context.Context, t *ha.Term) error {
 		orc.Close()
 		return fmt.Errorf("haserve: start %s: %w", s.mode, err)
 	}
-	s.cur.Store(&term{t: t, orc: orc, sw: sw})
+	cur := &term{t: t, orc: orc, sw: sw}
+	s.cur.Store(cur)
 	s.mu.Unlock()
+	if st, err := sw.Status(ctx); err == nil {
+		s.publish(ctx, cur, st.GetEpoch(), st.GetMode())
+	}
 	s.log.Info("haserve: serving", "mode", sw.Mode(), "term", t.Rev, "first_above", orc.Current(), "mark", orc.Mark())
 	<-ctx.Done()
 	s.mu.Lock()
@@ -262,18 +269,19 @@ func (s *Server) Disconnect(ctx context.Context, req *adminpb.DisconnectRequest)
 	return c.sw.Disconnect(ctx, req)
 }
 
-// Status reports the data path on the leader; a standby reports only
-// that it does not serve.
+// Status reports the data path and the term on the leader; a standby
+// reports its version, format and mode, the leader's term and the epoch
+// it serves in (standbyStatus).
 func (s *Server) Status(ctx context.Context) (*adminpb.StatusResponse, error) {
 	c := s.leading()
 	if c == nil {
-		return &adminpb.StatusResponse{Mode: s.currentMode(), Role: admin.RoleStandby, Leader: s.otherLeader()}, nil
+		return s.standbyStatus(ctx), nil
 	}
 	st, err := c.sw.Status(ctx)
 	if err != nil {
 		return nil, err
 	}
-	st.Role, st.Leader = admin.RoleLeader, s.node.Config().Advertise
+	st.Role, st.Leader, st.Term = admin.RoleLeader, s.node.Config().Advertise, uint64(c.t.Rev)
 	os := c.orc.Stats()
 	st.Current = max(st.Current, os.Current)
 	st.PersistedMark = os.Mark
@@ -309,7 +317,11 @@ func (s *Server) SetMode(ctx context.Context, req *adminpb.SetModeRequest) (*adm
 		return nil, fmt.Errorf("%w: storing mode %s in etcd: %v (not switched)", admin.ErrUnavailable, req.GetMode(), err)
 	}
 	s.mode = req.GetMode()
-	return c.sw.SetMode(ctx, req)
+	resp, err := c.sw.SetMode(ctx, req)
+	if err == nil {
+		s.publish(ctx, c, resp.GetEpoch(), resp.GetMode())
+	}
+	return resp, err
 }
 
 // Transfer hands leadership to a standby and returns its address.
