@@ -206,6 +206,11 @@ type Base struct {
 	// answers' doorbell (in Next): a worker descheduled there, or a send
 	// queue that drains slowly. Loaded once per batch.
 	Stall atomic.Pointer[func()]
+	// Late, when set (tests only), runs after a batch's final residence
+	// check (Fresh), before its answers are handed to the provider (Post,
+	// PostWith): a worker descheduled right there, or a provider whose
+	// flush waits for socket room. Loaded once per batch with answers.
+	Late atomic.Pointer[func()]
 
 	Counts
 
@@ -438,6 +443,7 @@ func (b *Base) Post(r respq.Batch, wrs []verbs.SendWR, oldest verbs.Time) bool {
 		b.Drops[DropLate].Add(uint64(len(wrs)))
 		return false
 	}
+	b.late()
 	n, err := r.Post(wrs)
 	if err != nil {
 		b.Drops[DropSend].Add(uint64(len(wrs) - n))
@@ -466,6 +472,13 @@ func (b *Base) Fresh(oldest verbs.Time) bool {
 	return true
 }
 
+// late runs the Late hook, if any.
+func (b *Base) late() {
+	if f := b.Late.Load(); f != nil {
+		(*f)()
+	}
+}
+
 // PostWith is Post for a worker on a shared CQ (InitShared): it posts
 // the receive chains recvs (re-posts gathered in the batch; each chain's
 // Posted is set) and the answers wrs, prepared in r, with one provider
@@ -475,9 +488,13 @@ func (b *Base) Fresh(oldest verbs.Time) bool {
 // (a batch with nothing to answer), and r then the zero Batch. It
 // reports whether any answer was posted.
 func (b *Base) PostWith(r respq.Batch, wrs []verbs.SendWR, oldest verbs.Time, recvs []verbs.RecvChain) bool {
-	if len(wrs) > 0 && !b.Fresh(oldest) {
-		b.Drops[DropLate].Add(uint64(len(wrs)))
-		wrs = nil
+	if len(wrs) > 0 {
+		if !b.Fresh(oldest) {
+			b.Drops[DropLate].Add(uint64(len(wrs)))
+			wrs = nil
+		} else {
+			b.late()
+		}
 	}
 	if len(wrs) == 0 && len(recvs) == 0 {
 		return false
