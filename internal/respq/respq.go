@@ -124,7 +124,7 @@ func (s *Set) Next(n int) (Batch, bool) {
 	depth := uint64(s.cfg.Depth)
 	var deadline time.Time
 	for q.posted-q.completed+uint64(n) > depth-1 {
-		if got, _ := s.Reap(); got == 0 {
+		if got, _, _ := s.Reap(); got == 0 {
 			if deadline.IsZero() {
 				deadline = time.Now().Add(time.Second)
 			} else if time.Now().After(deadline) {
@@ -201,13 +201,15 @@ func recvFailed(recvs []verbs.RecvChain) bool {
 }
 
 // Reap polls the send CQ once and frees the slots signaled completions
-// cover. It returns the number of send completions, and of those with an
-// error status (answers that did not leave). From a shared CQ, the
-// completions of other QPs are kept for Spilled.
-func (s *Set) Reap() (n, failed int) {
+// cover. It returns the number of send completions, of those with an
+// error status (answers that did not leave) other than
+// verbs.WCDeadlineErr, and of those that status (answers the provider
+// dropped because their deadline passed before they could leave). From
+// a shared CQ, the completions of other QPs are kept for Spilled.
+func (s *Set) Reap() (n, failed, late int) {
 	got, err := s.cfg.CQ.Poll(s.wcs)
 	if err != nil {
-		return 0, 0
+		return 0, 0, 0
 	}
 	for i := range s.wcs[:got] {
 		wc := &s.wcs[i]
@@ -215,14 +217,18 @@ func (s *Set) Reap() (n, failed int) {
 		switch {
 		case mine:
 			n++
-			if bad {
+			switch {
+			case !bad:
+			case wc.Status == verbs.WCDeadlineErr:
+				late++
+			default:
 				failed++
 			}
 		case s.cfg.Shared:
 			s.spill = append(s.spill, *wc)
 		}
 	}
-	return n, failed
+	return n, failed, late
 }
 
 // Complete takes a completion polled from the send CQ: if it is one of

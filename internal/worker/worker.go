@@ -287,7 +287,11 @@ func (b *Base) SendDone(wc *verbs.WC) bool {
 
 func (b *Base) sendDone(wc *verbs.WC) bool {
 	mine, failed := b.Resp.Complete(wc)
-	if failed {
+	switch {
+	case !failed:
+	case wc.Status == verbs.WCDeadlineErr: // the provider held it past the batch's deadline
+		b.Drops[DropLate].Add(1)
+	default:
 		b.Drops[DropSend].Add(1)
 	}
 	return mine
@@ -443,6 +447,7 @@ func (b *Base) Post(r respq.Batch, wrs []verbs.SendWR, oldest verbs.Time) bool {
 		b.Drops[DropLate].Add(uint64(len(wrs)))
 		return false
 	}
+	setDeadline(wrs, oldest)
 	b.late()
 	n, err := r.Post(wrs)
 	if err != nil {
@@ -472,6 +477,18 @@ func (b *Base) Fresh(oldest verbs.Time) bool {
 	return true
 }
 
+// setDeadline gives the answers wrs of a batch whose oldest request
+// arrived at oldest the send deadline oldest+spec.MaxResidence: the
+// provider checks it again immediately before the answers leave, after
+// any wait of its own (a full socket buffer), and drops what would leave
+// later (verbs.WCDeadlineErr, counted DropLate).
+func setDeadline(wrs []verbs.SendWR, oldest verbs.Time) {
+	dl := oldest.Add(spec.MaxResidence)
+	for i := range wrs {
+		wrs[i].Deadline = dl
+	}
+}
+
 // late runs the Late hook, if any.
 func (b *Base) late() {
 	if f := b.Late.Load(); f != nil {
@@ -493,6 +510,7 @@ func (b *Base) PostWith(r respq.Batch, wrs []verbs.SendWR, oldest verbs.Time, re
 			b.Drops[DropLate].Add(uint64(len(wrs)))
 			wrs = nil
 		} else {
+			setDeadline(wrs, oldest)
 			b.late()
 		}
 	}
@@ -511,8 +529,12 @@ func (b *Base) PostWith(r respq.Batch, wrs []verbs.SendWR, oldest verbs.Time, re
 
 // ReapSends frees send queue slots and counts answers that failed.
 func (b *Base) ReapSends() {
-	if _, failed := b.Resp.Reap(); failed > 0 {
+	_, failed, late := b.Resp.Reap()
+	if failed > 0 {
 		b.Drops[DropSend].Add(uint64(failed))
+	}
+	if late > 0 {
+		b.Drops[DropLate].Add(uint64(late))
 	}
 }
 

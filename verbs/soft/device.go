@@ -459,6 +459,7 @@ type counters struct {
 	rcRetransmits, rcDuplicates, rcNaks                              atomic.Uint64
 	faultLoss, faultDup, faultReorder, cqOverrun, gsoFallback        atomic.Uint64
 	rxIPID                                                           atomic.Uint64
+	dropDeadline                                                     atomic.Uint64
 }
 
 // ioCounts are one queue's packets, datagrams and system calls, written
@@ -506,6 +507,7 @@ func (c *counters) visit(io *ioTotals, f func(string, uint64)) {
 	f(verbs.CounterDropRKey, c.dropRKey.Load())
 	f(verbs.CounterDropPSN, c.dropPSN.Load())
 	f(verbs.CounterDropLength, c.dropLength.Load())
+	f(verbs.CounterDropDeadline, c.dropDeadline.Load())
 	f(verbs.CounterRCRetransmits, c.rcRetransmits.Load())
 	f(verbs.CounterRCDuplicates, c.rcDuplicates.Load())
 	f(verbs.CounterRCNaks, c.rcNaks.Load())

@@ -105,6 +105,11 @@ type txPkt struct {
 	off int32
 	n   int32
 	id  uint16 // the IPv4 ID its ICRC is computed for
+	// wr is 1 + the index, in the chain being posted, of the UD send it
+	// carries, when that has a deadline (0: none); dl is the deadline
+	// (verbs.SendWR.Deadline, 0: none).
+	wr int32
+	dl verbs.Time
 }
 
 // stampID makes the ICRC of p right for IPv4 ID id.
@@ -157,16 +162,21 @@ type queue struct {
 	nextID  uint16       // the IPv4 ID of the next packet (never 0)
 
 	// Transmit state, under txMu.
-	txMu    sync.Mutex
-	arena   []byte
-	used    int
-	pkts    []txPkt
-	hdrs    []unix.Mmsghdr
-	iovs    []unix.Iovec
-	ctrl    []byte
-	hdrPkt  []int // first packet of each message
-	nhdr    int
-	sent    int
+	txMu   sync.Mutex
+	arena  []byte
+	used   int
+	pkts   []txPkt
+	hdrs   []unix.Mmsghdr
+	iovs   []unix.Iovec
+	ctrl   []byte
+	hdrPkt []int // first packet of each message
+	nhdr   int
+	sent   int
+	// dlMin is the earliest deadline of the packets recorded and not
+	// sent yet (0: none has one); late collects, for the PostSend that
+	// recorded them, the wr of the packets dropped for their deadline.
+	dlMin   verbs.Time
+	late    []int32
 	txErrno syscall.Errno
 	gso     bool
 	rng     *rand.Rand
@@ -444,9 +454,11 @@ func (q *queue) releaseHeld() {
 }
 
 // doorbell is PostSend's flush: deferred while a HoldDoorbell is open
-// (reserve still flushes when the arena fills). Callers hold txMu.
+// (reserve still flushes when the arena fills), unless a packet has a
+// deadline: those leave, or are dropped, within the PostSend that
+// recorded them. Callers hold txMu.
 func (q *queue) doorbell() {
-	if q.d.holds.Load() == 0 {
+	if q.d.holds.Load() == 0 || q.dlMin != 0 {
 		q.flush()
 	}
 }
@@ -494,6 +506,34 @@ func (q *queue) flush() {
 	q.io.txPackets += uint64(len(q.pkts))
 	q.pkts = q.pkts[:0]
 	q.used = 0
+	q.dlMin = 0
+}
+
+// dropLate drops the packets not sent yet whose deadline is before now
+// (noting their work requests in late), and rebuilds the messages of
+// the others. Callers hold txMu, with messages left to send.
+func (q *queue) dropLate(now verbs.Time) {
+	from := q.hdrPkt[q.sent]
+	keep := from
+	q.dlMin = 0
+	for i := from; i < len(q.pkts); i++ {
+		p := q.pkts[i]
+		if p.dl != 0 && now > p.dl {
+			q.d.ctr.dropDeadline.Add(1)
+			if p.wr != 0 {
+				q.late = append(q.late, p.wr-1)
+			}
+			continue
+		}
+		if p.dl != 0 && (q.dlMin == 0 || p.dl < q.dlMin) {
+			q.dlMin = p.dl
+		}
+		q.pkts[keep] = p
+		keep++
+	}
+	q.pkts = q.pkts[:keep]
+	q.build(from)
+	q.sent = 0
 }
 
 // build fills the message headers for pkts[from:]. The kernel sends a
@@ -587,6 +627,15 @@ func (q *queue) writable(ms int) bool {
 func (q *queue) write() bool {
 	fd := uintptr(q.txFD())
 	for q.sent < q.nhdr {
+		// The deadline check is the last thing before the system call:
+		// nothing that waits (for socket room, for the scheduler) comes
+		// between it and the packets leaving but the call itself.
+		if q.dlMin != 0 {
+			if now := verbs.Now(); now > q.dlMin {
+				q.dropLate(now)
+				continue
+			}
+		}
 		n, errno := sendmmsg(fd, q.hdrs[q.sent:q.nhdr])
 		q.io.txSyscalls++
 		if errno == unix.EAGAIN {
