@@ -18,6 +18,7 @@
 package worker
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime"
@@ -451,7 +452,7 @@ func (b *Base) Post(r respq.Batch, wrs []verbs.SendWR, oldest verbs.Time) bool {
 	b.late()
 	n, err := r.Post(wrs)
 	if err != nil {
-		b.Drops[DropSend].Add(uint64(len(wrs) - n))
+		b.Drops[unposted(err)].Add(uint64(len(wrs) - n))
 		b.Log.Error("post answers", "posted", n, "of", len(wrs), "err", err)
 	}
 	return n > 0
@@ -489,6 +490,16 @@ func setDeadline(wrs []verbs.SendWR, oldest verbs.Time) {
 	}
 }
 
+// unposted is the drop reason of answers a post refused with err:
+// DropLate for a provider that refused them because their deadline had
+// passed (verbs.ErrDeadline), DropSend otherwise.
+func unposted(err error) int {
+	if errors.Is(err, verbs.ErrDeadline) {
+		return DropLate
+	}
+	return DropSend
+}
+
 // late runs the Late hook, if any.
 func (b *Base) late() {
 	if f := b.Late.Load(); f != nil {
@@ -520,7 +531,7 @@ func (b *Base) PostWith(r respq.Batch, wrs []verbs.SendWR, oldest verbs.Time, re
 	n, err := b.Resp.PostMany(r, recvs, wrs)
 	if err != nil {
 		if len(wrs) > n {
-			b.Drops[DropSend].Add(uint64(len(wrs) - n))
+			b.Drops[unposted(err)].Add(uint64(len(wrs) - n))
 		}
 		b.Log.Error("post receives and answers", "posted", n, "of", len(wrs), "err", err)
 	}
