@@ -156,3 +156,45 @@ func TestLateAnswerAfterFinalCheck(t *testing.T) {
 	}
 	t.Logf("%d calls; server drops %v; client A %+v", v.Len(), s.totals().Drops, a.Stats())
 }
+
+// TestArrivalCheckKeepsAnswers: the client's check that an answer did
+// not arrive before its tag's request was sent (spec.Window.AnswerArrived,
+// on the soft provider's receive stamps) rejects no answer of its own
+// request, whether the client spins between calls, pauses past the
+// provider's staleEmpty, or keeps many calls in flight.
+func TestArrivalCheckKeepsAnswers(t *testing.T) {
+	s := newServer(t, &fakeOracle{})
+	_, addr := admintest.Start(t, admin.Config{}, pb(s))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := client.Dial(ctx, addr, client.WithDevice("soft", "127.0.0.1:0", ""), client.WithWindow(32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for i := range 600 {
+		if _, err := c.GetTimestamp(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if i%3 == 1 {
+			time.Sleep(time.Duration(i%7) * 300 * time.Microsecond)
+		}
+	}
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 200 {
+				if _, err := c.GetTimestamp(ctx); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if st := c.Stats(); st.LateAnswers != 0 || st.Answers != 600+16*200 {
+		t.Fatalf("answers taken for late ones: %+v", st)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -222,8 +223,20 @@ func (d *device) Attr() verbs.DeviceAttr {
 	return verbs.DeviceAttr{
 		MaxQP: d.cfg.maxQP, MaxQPWR: 1 << 15, MaxSGE: maxSGE, MaxCQE: 1 << 20,
 		MaxMRSize: 1 << 32, MaxInline: maxInline, MaxRdAtomic: 16,
-		ActiveMTU: activeMTU, Queues: len(d.queues), SourcePorts: true,
+		ActiveMTU: activeMTU, Queues: len(d.queues), SourcePorts: true, ArrivedWithin: d.arrivedWithin(),
 	}
+}
+
+// arrivedWithin is Attr's ArrivedWithin: arrivedWithin when every
+// queue's socket stamps receive times, else 0 (a socket that cannot
+// stamps a datagram with the last read that found it empty, however old).
+func (d *device) arrivedWithin() time.Duration {
+	for _, q := range d.queues {
+		if !q.canStamp {
+			return 0
+		}
+	}
+	return arrivedWithin
 }
 
 func (d *device) Close() error {

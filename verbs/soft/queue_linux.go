@@ -43,6 +43,13 @@ const (
 // before a burst asks the kernel for receive times (setStamps).
 const staleEmpty = 200 * time.Microsecond
 
+// arrivedWithin is the device's verbs.DeviceAttr.ArrivedWithin when
+// every queue's socket takes SO_TIMESTAMPNS: a datagram is stamped with
+// the kernel's receive time, or with the start of a read that found the
+// socket empty at most staleEmpty before the read that took it began;
+// the rest is margin for the read itself.
+const arrivedWithin = 5 * staleEmpty
+
 // peer is a destination as one queue sends to it: the socket address and
 // the ICRC flow, with the ICRC prefix of the last packet size cached.
 // A peer is used only under its queue's transmit lock.
@@ -212,13 +219,15 @@ type queue struct {
 	// stamps: the socket delivers kernel receive times (SO_TIMESTAMPNS);
 	// see setStamps.
 	stamps bool
-	rxPre  rxFlow
-	rxTab  rocev2.PrefixTable // rxPre's prefixes for the sequencer's packets
-	readFn func(uintptr) bool
-	rqHeld *qp // the QP whose receive queue the burst holds locked
-	pendCQ *cq // receive completions batched for one CQ
-	pend   [64]verbs.WC
-	npend  int
+	// canStamp: the socket took SO_TIMESTAMPNS at its creation.
+	canStamp bool
+	rxPre    rxFlow
+	rxTab    rocev2.PrefixTable // rxPre's prefixes for the sequencer's packets
+	readFn   func(uintptr) bool
+	rqHeld   *qp // the QP whose receive queue the burst holds locked
+	pendCQ   *cq // receive completions batched for one CQ
+	pend     [64]verbs.WC
+	npend    int
 	// direct is the CQ whose poller drives this burst (pollInto), while
 	// its ring is empty: its receive completions go straight into the
 	// poller's slice, dwc (nd of them so far), instead of through pend
@@ -303,7 +312,7 @@ func newQueue(d *device, idx int, local netip.AddrPort) (*queue, error) {
 	if e := unix.SetsockoptInt(q.fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1); e != nil {
 		d.log.Warn("SO_TIMESTAMPNS refused; a datagram read long after the socket was last found empty is stamped with that read, which overstates its age (a request may be dropped as expired)", "queue", idx, "err", e)
 	} else {
-		q.stamps = true
+		q.stamps, q.canStamp = true, true
 	}
 	if d.cfg.gro && d.shared {
 		// GRO merges a flow's packets whatever their destination QP, and
