@@ -48,7 +48,7 @@ const staleEmpty = 200 * time.Microsecond
 // the kernel's receive time, or with the start of a read that found the
 // socket empty at most staleEmpty before the read that took it began;
 // the rest is margin for the read itself.
-const arrivedWithin = 5 * staleEmpty
+const arrivedWithin = 2 * staleEmpty
 
 // peer is a destination as one queue sends to it: the socket address and
 // the ICRC flow, with the ICRC prefix of the last packet size cached.
