@@ -426,6 +426,10 @@ func (b *Base) Next(n int) (respq.Batch, bool) {
 		(*f)()
 	}
 	r, ok := b.Resp.Next(n)
+	if failed, late := b.Resp.TakeFailed(); failed+late > 0 { // reaped while it waited
+		b.Drops[DropSend].Add(uint64(failed))
+		b.Drops[DropLate].Add(uint64(late))
+	}
 	if !ok {
 		b.Log.Error("send queue never drained")
 		b.Drops[DropSend].Add(uint64(n))

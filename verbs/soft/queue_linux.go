@@ -482,6 +482,7 @@ func (q *queue) flush() {
 	if q.closed.Load() {
 		q.pkts = q.pkts[:0]
 		q.used = 0
+		q.dlMin = 0
 		return
 	}
 	q.build(0)
