@@ -13,6 +13,7 @@ import (
 	"github.com/seqd/seqd/e2e"
 	wk "github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/spec"
+	"github.com/seqd/seqd/verbs"
 )
 
 // TestLateAnswerAfterFinalCheck (issue 26, item 7): an answer delayed
@@ -153,6 +154,15 @@ func TestLateAnswerAfterFinalCheck(t *testing.T) {
 	}
 	if st := s.totals(); st.Drops["late"] == 0 {
 		t.Fatalf("the held answer was neither accepted nor dropped as late: %+v", st)
+	}
+	var dropped uint64
+	s.cfg.Device.(verbs.Counters).VisitCounters(func(name string, v uint64) {
+		if name == verbs.CounterDropDeadline {
+			dropped = v
+		}
+	})
+	if dropped == 0 {
+		t.Fatal("the provider dropped no answer for its deadline")
 	}
 	t.Logf("%d calls; server drops %v; client A %+v", v.Len(), s.totals().Drops, a.Stats())
 }
