@@ -53,6 +53,11 @@ type Stats struct {
 	// (Answers without the session's Q_Key never reach the client: the
 	// provider drops them, and counts them as bad-Q_Key drops.)
 	Forged uint64
+	// LateAnswers counts the StaleAnswers known to have reached the host
+	// before the request outstanding under their tag was sent: answers
+	// to an earlier use of the tag, held up past its quarantine (Spec-S0,
+	// on a provider that bounds its receive stamps).
+	LateAnswers uint64
 	// BadQKey counts packets the client's provider dropped because they
 	// did not carry the QP's Q_Key: answers forged without the session's
 	// answer Q_Key (the provider's drop counter, when it has one).
@@ -82,7 +87,7 @@ var BatchBounds = hist.Exponential(1, 2, 13)
 
 type stats struct {
 	requests, answers, retransmits, stale, specMisses, malformed,
-	regressions, timeouts, reconnects, doorbells, forged,
+	regressions, timeouts, reconnects, doorbells, forged, late,
 	completed, failed atomic.Uint64
 	driven         atomic.Uint64   // GetTimestamp calls that drove the engine themselves
 	latency, batch *hist.Histogram // nanoseconds; requests per doorbell
@@ -468,7 +473,7 @@ func (c *Client) deadline(ctx context.Context) time.Time {
 func (c *Client) Stats() Stats {
 	s := &c.st
 	st := Stats{Requests: s.requests.Load(), Answers: s.answers.Load(), Retransmits: s.retransmits.Load(),
-		StaleAnswers: s.stale.Load(), SpecMisses: s.specMisses.Load(), Malformed: s.malformed.Load(),
+		StaleAnswers: s.stale.Load(), LateAnswers: s.late.Load(), SpecMisses: s.specMisses.Load(), Malformed: s.malformed.Load(),
 		Regressions: s.regressions.Load(), Timeouts: s.timeouts.Load(), Reconnects: s.reconnects.Load(),
 		Doorbells: s.doorbells.Load(), Forged: s.forged.Load(), BadQKey: c.providerCounter(verbs.CounterDropBadQKey),
 		Completed: s.completed.Load(), Failed: s.failed.Load()}

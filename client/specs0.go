@@ -62,6 +62,11 @@ type specS0 struct {
 	high    []uint64
 	pending []int // expired but not resent yet (no tag free): resent first
 	now     time.Duration
+	// within is the device's verbs.DeviceAttr.ArrivedWithin (0: its
+	// receive stamps bound arrivals from below only), origin the
+	// verbs.Time of the client clock's zero: arrivedBy's.
+	within time.Duration
+	origin verbs.Time
 
 	wcs     []verbs.WC
 	expired []spec.Expired
@@ -136,6 +141,12 @@ func newSpecS0(env *transportEnv) (s *specS0, err error) {
 		s.idQP[i] = -1
 	}
 	s.pending = make([]int, 0, n)
+	// The client's clock (env.now) and the provider's (verbs.Now) are
+	// both the monotonic clock, from different zeros; the second read
+	// comes later, which can only make arrivedBy nanoseconds earlier.
+	s.origin = -verbs.Time(env.now())
+	s.origin += verbs.Now()
+	s.within = env.dev.Attr().ArrivedWithin
 	for i := range env.qps {
 		qp, err := env.pd.CreateQP(verbs.QPInitAttr{Type: verbs.UD, SendCQ: s.cq, RecvCQ: s.cq,
 			Cap: verbs.QPCap{MaxSendWR: sendDepth, MaxRecvWR: perQP, MaxSendSGE: 1, MaxRecvSGE: 1}})
@@ -437,18 +448,35 @@ func (s *specS0) Poll(now time.Duration, res []result) int {
 			continue
 		}
 		off := slot*recvSlot + verbs.GRHLen
-		if s.answer(now, q, spec.Imm(wc.Imm), buf[off:off+uint64(wc.ByteLen)-verbs.GRHLen], &res[k]) {
+		if s.answer(now, s.arrivedBy(now, wc), q, spec.Imm(wc.Imm), buf[off:off+uint64(wc.ByteLen)-verbs.GRHLen], &res[k]) {
 			k++
 		}
 	}
 	return k
 }
 
-// answer matches one answer to its request and decodes it into r.
-func (s *specS0) answer(now time.Duration, q *s0QP, imm spec.Imm, payload []byte, r *result) bool {
-	cookie, sent, ok := q.win.Answer(now, imm.Tag())
+// arrivedBy bounds from above when the answer of wc reached the host,
+// on the client's clock: its receive stamp plus the stamp's slack where
+// the provider bounds that (verbs.DeviceAttr.ArrivedWithin), else now.
+func (s *specS0) arrivedBy(now time.Duration, wc *verbs.WC) time.Duration {
+	if s.within == 0 || wc.Arrived == 0 {
+		return now
+	}
+	return min(time.Duration(wc.Arrived-s.origin)+s.within, now)
+}
+
+// answer matches one answer, which reached the host no later than by,
+// to its request and decodes it into r. An answer that arrived before
+// the request outstanding under its tag was sent answers an earlier use
+// of the tag, held up on the way to the engine: stale, and counted late
+// (spec.Window.AnswerArrived).
+func (s *specS0) answer(now, by time.Duration, q *s0QP, imm spec.Imm, payload []byte, r *result) bool {
+	cookie, sent, ok, late := q.win.AnswerArrived(now, by, imm.Tag())
 	if !ok {
 		s.env.st.stale.Add(1)
+		if late {
+			s.env.st.late.Add(1)
+		}
 		return false
 	}
 	id := int(cookie)

@@ -168,16 +168,35 @@ func (w *Window) live(e fifoEntry) bool {
 // or a duplicate (or forged) and ok is false. An accepted tag enters
 // quarantine.
 func (w *Window) Answer(now time.Duration, t Tag) (cookie uint64, sent time.Duration, ok bool) {
+	cookie, sent, ok, _ = w.AnswerArrived(now, now, t)
+	return cookie, sent, ok
+}
+
+// AnswerArrived is Answer for an answer known to have arrived at the
+// client no later than by (a bound from above on its arrival, on the
+// Window's clock; now when nothing better is known). An answer that
+// arrived before the request now outstanding under its tag was sent
+// cannot be that request's: it answers an earlier use of the tag,
+// delayed past the quarantine. It is rejected as stale (late is true)
+// and the tag stays outstanding, so that the quarantine is no longer the
+// only guard against an answer held up on its way to the client's
+// software: in its socket buffer, its CQ, or a stalled poller. (The
+// caller must take sent no later than the request really left: the
+// answer to it cannot arrive before that.)
+func (w *Window) AnswerArrived(now, by time.Duration, t Tag) (cookie uint64, sent time.Duration, ok, late bool) {
 	if !t.Valid() {
-		return 0, 0, false
+		return 0, 0, false, false
 	}
 	s := &w.tags[t]
 	if !s.out {
-		return 0, 0, false
+		return 0, 0, false, false
+	}
+	if by < s.sent {
+		return 0, 0, false, true
 	}
 	w.release(s, now)
 	w.trim()
-	return s.cookie, s.sent, true
+	return s.cookie, s.sent, true, false
 }
 
 // Cancel releases an outstanding tag whose caller gave up; late answers to

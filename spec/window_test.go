@@ -57,9 +57,9 @@ func (r *refWindow) drop(t Tag, now time.Duration) {
 	}
 }
 
-func (r *refWindow) answer(now time.Duration, t Tag) (uint64, bool) {
+func (r *refWindow) answer(now, by time.Duration, t Tag) (uint64, bool) {
 	q, ok := r.out[t]
-	if !ok {
+	if !ok || by < q.sent { // arrived before its request left: an older use's
 		return 0, false
 	}
 	r.drop(t, now)
@@ -117,10 +117,13 @@ func TestWindowDifferential(t *testing.T) {
 				} else {
 					tag = sent[len(sent)-1-rng.IntN(min(len(sent), 64))]
 				}
-				gc, _, gok := w.Answer(now, tag)
-				wc, wok := ref.answer(now, tag)
+				// arrived by now, or (an answer held up on the client's
+				// side) up to a few sends earlier
+				by := now - time.Duration(rng.IntN(4))*time.Duration(rng.IntN(3000))*time.Nanosecond
+				gc, _, gok, _ := w.AnswerArrived(now, by, tag)
+				wc, wok := ref.answer(now, by, tag)
 				if gok != wok || gc != wc {
-					t.Fatalf("seed %d step %d: Answer(%v) = %d,%v; reference %d,%v", seed, step, tag, gc, gok, wc, wok)
+					t.Fatalf("seed %d step %d: AnswerArrived(%v, %v) = %d,%v; reference %d,%v", seed, step, by, tag, gc, gok, wc, wok)
 				}
 			default:
 				dst = w.Expire(now, dst[:0])
@@ -171,6 +174,59 @@ func TestWindowQuarantine(t *testing.T) {
 		}
 		seen[tag] = now
 		now += time.Microsecond
+	}
+}
+
+// TestWindowAnswerArrivedBeforeReuse (issue 26, item 7): an answer to
+// the first use of a tag that is held up past the quarantine on the
+// client's side (its socket buffer, its CQ, a stalled poller), and known
+// to have arrived before the tag's reuse was sent, is rejected as late:
+// Answer alone would complete the reuse with it. The reuse's own answer
+// is still accepted, even one known to have arrived only by the moment
+// it was sent.
+func TestWindowAnswerArrivedBeforeReuse(t *testing.T) {
+	const q = MaxAnswerDelay
+	w, err := NewWindow(WindowConfig{Size: 1, Timeout: time.Millisecond, Quarantine: q})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, _, err := w.Send(0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Expire(time.Millisecond, nil) // released at 1 ms, unanswered
+	// Go round the tag space, each use answered at once, until the first
+	// tag is handed out again, after its quarantine.
+	now := 2 * q
+	var reuse time.Duration
+	for i := range NumTags {
+		tag, _, err := w.Send(now, uint64(100+i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tag == first {
+			reuse = now
+			break
+		}
+		if _, _, ok := w.Answer(now, tag); !ok {
+			t.Fatal("answer rejected")
+		}
+		now += time.Microsecond
+	}
+	if reuse == 0 {
+		t.Fatal("tag never reused")
+	}
+	// The first use's answer arrived at 3 ms (held up since), polled now.
+	now += 10 * time.Millisecond
+	if _, _, ok, late := w.AnswerArrived(now, 3*time.Millisecond, first); ok || !late {
+		t.Fatalf("an answer that arrived before its tag's reuse was sent: ok %v late %v", ok, late)
+	}
+	if w.Outstanding() != 1 {
+		t.Fatal("the reuse is no longer outstanding")
+	}
+	cookie, sent, ok, late := w.AnswerArrived(now, reuse, first)
+	if !ok || late || cookie != uint64(100+NumTags-1) || sent != reuse {
+		t.Fatalf("the reuse's own answer: cookie %d sent %v ok %v late %v", cookie, sent, ok, late)
 	}
 }
 

@@ -17,6 +17,7 @@ const (
 	CounterDropRKey        = "rx_drop_rkey"        // R_Key or bounds violation
 	CounterDropPSN         = "rx_drop_psn"         // out-of-sequence UC/RC packet
 	CounterDropLength      = "rx_drop_length"      // receive buffer too small
+	CounterDropDeadline    = "tx_drop_deadline"    // sends not transmitted: SendWR.Deadline passed
 	CounterRCRetransmits   = "rc_retransmits"      // RC requester retransmissions
 	CounterRCDuplicates    = "rc_duplicates"       // RC responder duplicate requests
 	CounterRCNaks          = "rc_naks"             // NAKs sent

@@ -17,6 +17,7 @@ var (
 	ErrClosed          = errors.New("verbs: resource closed")
 	ErrBusy            = errors.New("verbs: resource still in use")
 	ErrCQOverrun       = errors.New("verbs: completion queue overrun")
+	ErrDeadline        = errors.New("verbs: send deadline passed")
 )
 
 // WCError is the error of a failed work completion.

@@ -261,6 +261,9 @@ const (
 	WCRetryExcErr
 	WCRNRRetryExcErr
 	WCGeneralErr
+	// WCDeadlineErr: the send was not transmitted because its
+	// SendWR.Deadline passed first (no libibverbs namesake).
+	WCDeadlineErr
 )
 
 func (s WCStatus) String() string {
@@ -287,6 +290,8 @@ func (s WCStatus) String() string {
 		return "RNR retry counter exceeded"
 	case WCGeneralErr:
 		return "general error"
+	case WCDeadlineErr:
+		return "deadline passed before transmit"
 	}
 	return fmt.Sprintf("WCStatus(%d)", uint8(s))
 }

@@ -2,6 +2,7 @@ package verbs
 
 import (
 	"context"
+	"time"
 )
 
 // Device is an open RDMA device (an ibv_context).
@@ -48,6 +49,16 @@ type DeviceAttr struct {
 	// UDP source port (WC.Src.Port): the userspace provider sees it; a
 	// NIC never shows the UDP header, so its WC.Src.Port is 0.
 	SourcePorts bool
+	// ArrivedWithin bounds how early a receive completion's WC.Arrived
+	// may be: Arrived is never later than the message reached the host,
+	// and at most ArrivedWithin earlier, short of rare events the
+	// provider documents (its thread preempted inside a receive call, a
+	// step of the wall clock). So Arrived+ArrivedWithin is a bound on
+	// the arrival from above, which shows that a message arrived before
+	// some moment (a client's tag reused after it: spec.Window). 0: no
+	// such bound (stamps of a CQ that never drains may be arbitrarily
+	// old); Arrived then only bounds the arrival from below.
+	ArrivedWithin time.Duration
 }
 
 // PD is a protection domain: memory regions, address handles and queue

@@ -40,6 +40,19 @@ type SendWR struct {
 	// holds the word in the order DeviceAttr.AtomicBigEndian gives.
 	CompareAdd uint64
 	Swap       uint64
+
+	// Deadline, when not zero, is the latest Time (on the clock of Now)
+	// at which the provider may hand the message to the wire: it checks
+	// immediately before each transmit (a system call, a doorbell), after
+	// any wait for room, and a UD send still unsent then is never sent.
+	// It completes with WCDeadlineErr, signaled or not (a provider that
+	// finds the deadline passed before it accepts the work request may
+	// instead refuse it: PostSend then returns the work requests before
+	// it as posted and an error wrapping ErrDeadline). What a deadline
+	// leaves unbounded is only the time after that check: inside the
+	// system call or the NIC, and on the wire. Senders that promise an
+	// answer no later than a bound (spec.MaxResidence) set it.
+	Deadline Time
 }
 
 // RecvWR is a receive work request.

@@ -66,6 +66,9 @@ type Set struct {
 	next    int
 	wcs     []verbs.WC
 	spill   []verbs.WC // others' completions Reap polled from a shared CQ
+	// failed and late count the failed completions Next reaped while it
+	// waited, for TakeFailed.
+	failed, late int
 }
 
 // New creates the QPs, brings them to RTS and registers their payload
@@ -124,7 +127,10 @@ func (s *Set) Next(n int) (Batch, bool) {
 	depth := uint64(s.cfg.Depth)
 	var deadline time.Time
 	for q.posted-q.completed+uint64(n) > depth-1 {
-		if got, _ := s.Reap(); got == 0 {
+		got, failed, late := s.Reap()
+		s.failed += failed
+		s.late += late
+		if got == 0 {
 			if deadline.IsZero() {
 				deadline = time.Now().Add(time.Second)
 			} else if time.Now().After(deadline) {
@@ -201,13 +207,15 @@ func recvFailed(recvs []verbs.RecvChain) bool {
 }
 
 // Reap polls the send CQ once and frees the slots signaled completions
-// cover. It returns the number of send completions, and of those with an
-// error status (answers that did not leave). From a shared CQ, the
-// completions of other QPs are kept for Spilled.
-func (s *Set) Reap() (n, failed int) {
+// cover. It returns the number of send completions, of those with an
+// error status (answers that did not leave) other than
+// verbs.WCDeadlineErr, and of those that status (answers the provider
+// dropped because their deadline passed before they could leave). From
+// a shared CQ, the completions of other QPs are kept for Spilled.
+func (s *Set) Reap() (n, failed, late int) {
 	got, err := s.cfg.CQ.Poll(s.wcs)
 	if err != nil {
-		return 0, 0
+		return 0, 0, 0
 	}
 	for i := range s.wcs[:got] {
 		wc := &s.wcs[i]
@@ -215,14 +223,18 @@ func (s *Set) Reap() (n, failed int) {
 		switch {
 		case mine:
 			n++
-			if bad {
+			switch {
+			case !bad:
+			case wc.Status == verbs.WCDeadlineErr:
+				late++
+			default:
 				failed++
 			}
 		case s.cfg.Shared:
 			s.spill = append(s.spill, *wc)
 		}
 	}
-	return n, failed
+	return n, failed, late
 }
 
 // Complete takes a completion polled from the send CQ: if it is one of
@@ -237,6 +249,16 @@ func (s *Set) Complete(wc *verbs.WC) (mine, failed bool) {
 		s.qs[qi].completed = seq + 1
 	}
 	return true, wc.Status != verbs.WCSuccess
+}
+
+// TakeFailed returns and forgets the counts of failed send completions
+// that Next reaped while it waited for room, as Reap returns them:
+// answers that did not leave, and of those not counted there, answers
+// dropped for their deadline.
+func (s *Set) TakeFailed() (failed, late int) {
+	failed, late = s.failed, s.late
+	s.failed, s.late = 0, 0
+	return failed, late
 }
 
 // TakeSpilled moves into dst (up to its length) the completions of other

@@ -229,3 +229,39 @@ func rxPackets(dev verbs.Device) (n uint64) {
 	})
 	return n
 }
+
+// TestLateAnswersReaped: answers whose send deadline has passed when
+// they are posted complete with WCDeadlineErr (the provider's test shows
+// they never leave: soft.TestSendDeadline), signaled
+// or not, and Reap counts them as late (not failed), also while Next
+// waits for room (TakeFailed). Their completions free the send queue as
+// signaled ones do.
+func TestLateAnswersReaped(t *testing.T) {
+	const depth, every = 8, 4
+	s, peer, ah := newSet(t, depth, every)
+	wrs := make([]verbs.SendWR, 3)
+	late := 0
+	for batch := 0; batch < 12; batch++ {
+		b, ok := s.Next(len(wrs))
+		if !ok {
+			t.Fatalf("batch %d: no room: late completions did not free the queue", batch)
+		}
+		for i := range wrs {
+			wrs[i] = verbs.SendWR{Opcode: verbs.OpSendWithImm, AH: ah, RemoteQPN: peer.QP.QPN(),
+				RemoteQKey: verbs.DefaultQKey, Deadline: verbs.Now() - 1}
+		}
+		b.Prepare(wrs)
+		if n, err := b.Post(wrs); n != len(wrs) || err != nil {
+			t.Fatalf("batch %d: posted %d: %v", batch, n, err)
+		}
+		n, failed, l := s.Reap()
+		if failed != 0 || n != l {
+			t.Fatalf("batch %d: Reap = %d, %d failed, %d late", batch, n, failed, l)
+		}
+		late += l
+	}
+	f, l := s.TakeFailed()
+	if late+l != 12*len(wrs) || f != 0 {
+		t.Fatalf("%d late reaped, %d while waiting, %d failed; want %d late", late, l, f, 12*len(wrs))
+	}
+}

@@ -20,6 +20,7 @@
 package worker
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime"
@@ -213,6 +214,11 @@ type Base struct {
 	// answers' doorbell (in Next): a worker descheduled there, or a send
 	// queue that drains slowly. Loaded once per batch.
 	Stall atomic.Pointer[func()]
+	// Late, when set (tests only), runs after a batch's final residence
+	// check (Fresh), before its answers are handed to the provider (Post,
+	// PostWith): a worker descheduled right there, or a provider whose
+	// flush waits for socket room. Loaded once per batch with answers.
+	Late atomic.Pointer[func()]
 
 	Counts
 
@@ -289,7 +295,11 @@ func (b *Base) SendDone(wc *verbs.WC) bool {
 
 func (b *Base) sendDone(wc *verbs.WC) bool {
 	mine, failed := b.Resp.Complete(wc)
-	if failed {
+	switch {
+	case !failed:
+	case wc.Status == verbs.WCDeadlineErr: // the provider held it past the batch's deadline
+		b.Drops[DropLate].Add(1)
+	default:
 		b.Drops[DropSend].Add(1)
 	}
 	return mine
@@ -423,6 +433,10 @@ func (b *Base) Next(n int) (respq.Batch, bool) {
 		(*f)()
 	}
 	r, ok := b.Resp.Next(n)
+	if failed, late := b.Resp.TakeFailed(); failed+late > 0 { // reaped while it waited
+		b.Drops[DropSend].Add(uint64(failed))
+		b.Drops[DropLate].Add(uint64(late))
+	}
 	if !ok {
 		b.Log.Error("send queue never drained")
 		b.Drops[DropSend].Add(uint64(n))
@@ -445,9 +459,11 @@ func (b *Base) Post(r respq.Batch, wrs []verbs.SendWR, oldest verbs.Time) bool {
 		b.Drops[DropLate].Add(uint64(len(wrs)))
 		return false
 	}
+	setDeadline(wrs, oldest)
+	b.late()
 	n, err := r.Post(wrs)
 	if err != nil {
-		b.Drops[DropSend].Add(uint64(len(wrs) - n))
+		b.Drops[unposted(err)].Add(uint64(len(wrs) - n))
 		b.Log.Error("post answers", "posted", n, "of", len(wrs), "err", err)
 	}
 	return n > 0
@@ -473,6 +489,35 @@ func (b *Base) Fresh(oldest verbs.Time) bool {
 	return true
 }
 
+// setDeadline gives the answers wrs of a batch whose oldest request
+// arrived at oldest the send deadline oldest+spec.MaxResidence: the
+// provider checks it again immediately before the answers leave, after
+// any wait of its own (a full socket buffer), and drops what would leave
+// later (verbs.WCDeadlineErr, counted DropLate).
+func setDeadline(wrs []verbs.SendWR, oldest verbs.Time) {
+	dl := oldest.Add(spec.MaxResidence)
+	for i := range wrs {
+		wrs[i].Deadline = dl
+	}
+}
+
+// unposted is the drop reason of answers a post refused with err:
+// DropLate for a provider that refused them because their deadline had
+// passed (verbs.ErrDeadline), DropSend otherwise.
+func unposted(err error) int {
+	if errors.Is(err, verbs.ErrDeadline) {
+		return DropLate
+	}
+	return DropSend
+}
+
+// late runs the Late hook, if any.
+func (b *Base) late() {
+	if f := b.Late.Load(); f != nil {
+		(*f)()
+	}
+}
+
 // PostWith is Post for a worker on a shared CQ (InitShared): it posts
 // the receive chains recvs (re-posts gathered in the batch; each chain's
 // Posted is set) and the answers wrs, prepared in r, with one provider
@@ -482,9 +527,14 @@ func (b *Base) Fresh(oldest verbs.Time) bool {
 // (a batch with nothing to answer), and r then the zero Batch. It
 // reports whether any answer was posted.
 func (b *Base) PostWith(r respq.Batch, wrs []verbs.SendWR, oldest verbs.Time, recvs []verbs.RecvChain) bool {
-	if len(wrs) > 0 && !b.Fresh(oldest) {
-		b.Drops[DropLate].Add(uint64(len(wrs)))
-		wrs = nil
+	if len(wrs) > 0 {
+		if !b.Fresh(oldest) {
+			b.Drops[DropLate].Add(uint64(len(wrs)))
+			wrs = nil
+		} else {
+			setDeadline(wrs, oldest)
+			b.late()
+		}
 	}
 	if len(wrs) == 0 && len(recvs) == 0 {
 		return false
@@ -492,7 +542,7 @@ func (b *Base) PostWith(r respq.Batch, wrs []verbs.SendWR, oldest verbs.Time, re
 	n, err := b.Resp.PostMany(r, recvs, wrs)
 	if err != nil {
 		if len(wrs) > n {
-			b.Drops[DropSend].Add(uint64(len(wrs) - n))
+			b.Drops[unposted(err)].Add(uint64(len(wrs) - n))
 		}
 		b.Log.Error("post receives and answers", "posted", n, "of", len(wrs), "err", err)
 	}
@@ -501,8 +551,12 @@ func (b *Base) PostWith(r respq.Batch, wrs []verbs.SendWR, oldest verbs.Time, re
 
 // ReapSends frees send queue slots and counts answers that failed.
 func (b *Base) ReapSends() {
-	if _, failed := b.Resp.Reap(); failed > 0 {
+	_, failed, late := b.Resp.Reap()
+	if failed > 0 {
 		b.Drops[DropSend].Add(uint64(failed))
+	}
+	if late > 0 {
+		b.Drops[DropLate].Add(uint64(late))
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/seqd/seqd/verbs"
 )
@@ -114,6 +115,13 @@ func TestFakePostSendErrors(t *testing.T) {
 			w[1].SG = []verbs.SGE{{Length: 65}}
 		}, -1, 0, 1, verbs.ErrInvalidArgument, 3},
 		{"ChainLongerThanQueue", nil, -1, 0, 8, verbs.ErrQueueFull, 9},
+		// A send whose deadline passed is refused before the doorbell,
+		// and ends the chain; a later deadline is no obstacle.
+		{"DeadlinePassed", func(w []verbs.SendWR) {
+			now := verbs.Now()
+			w[0].Deadline = now.Add(time.Hour)
+			w[2].Deadline = now - 1
+		}, -1, 0, 2, verbs.ErrDeadline, 4},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

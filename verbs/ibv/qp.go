@@ -279,6 +279,20 @@ func (q *qp) fillSend(wrs []verbs.SendWR) (int, error) {
 		n = len(q.swr)
 		stop = fmt.Errorf("%w: chain of %d send work requests, the send queue holds %d", verbs.ErrQueueFull, len(wrs), len(q.swr))
 	}
+	// The last check before the doorbell: a send whose deadline
+	// (verbs.SendWR.Deadline) has passed ends the chain, refused.
+	var now verbs.Time
+	for i := range wrs[:n] {
+		if d := wrs[i].Deadline; d != 0 {
+			if now == 0 {
+				now = verbs.Now()
+			}
+			if now > d {
+				n, stop = i, fmt.Errorf("send work request %d: %w", i, verbs.ErrDeadline)
+				break
+			}
+		}
+	}
 	sg := 0
 	for i := 0; i < n; i++ {
 		w := &wrs[i]

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -222,8 +223,20 @@ func (d *device) Attr() verbs.DeviceAttr {
 	return verbs.DeviceAttr{
 		MaxQP: d.cfg.maxQP, MaxQPWR: 1 << 15, MaxSGE: maxSGE, MaxCQE: 1 << 20,
 		MaxMRSize: 1 << 32, MaxInline: maxInline, MaxRdAtomic: 16,
-		ActiveMTU: activeMTU, Queues: len(d.queues), SourcePorts: true,
+		ActiveMTU: activeMTU, Queues: len(d.queues), SourcePorts: true, ArrivedWithin: d.arrivedWithin(),
 	}
+}
+
+// arrivedWithin is Attr's ArrivedWithin: arrivedWithin when every
+// queue's socket stamps receive times, else 0 (a socket that cannot
+// stamps a datagram with the last read that found it empty, however old).
+func (d *device) arrivedWithin() time.Duration {
+	for _, q := range d.queues {
+		if !q.canStamp {
+			return 0
+		}
+	}
+	return arrivedWithin
 }
 
 func (d *device) Close() error {
@@ -468,7 +481,7 @@ type counters struct {
 	dropOpcode, dropRKey, dropPSN, dropLength                        atomic.Uint64
 	rcRetransmits, rcDuplicates, rcNaks                              atomic.Uint64
 	faultLoss, faultDup, faultReorder, cqOverrun, gsoFallback        atomic.Uint64
-	rxIPID, atomicRefused                                            atomic.Uint64
+	rxIPID, atomicRefused, dropDeadline                              atomic.Uint64
 }
 
 // ioCounts are one queue's packets, datagrams and system calls, written
@@ -516,6 +529,7 @@ func (c *counters) visit(io *ioTotals, f func(string, uint64)) {
 	f(verbs.CounterDropRKey, c.dropRKey.Load())
 	f(verbs.CounterDropPSN, c.dropPSN.Load())
 	f(verbs.CounterDropLength, c.dropLength.Load())
+	f(verbs.CounterDropDeadline, c.dropDeadline.Load())
 	f(verbs.CounterRCRetransmits, c.rcRetransmits.Load())
 	f(verbs.CounterRCDuplicates, c.rcDuplicates.Load())
 	f(verbs.CounterRCNaks, c.rcNaks.Load())

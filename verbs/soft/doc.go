@@ -49,6 +49,14 @@
 //     is older than 200 µs (a busy socket, an idle spell, a stall). The
 //     kernel's times are delivered only then: a control message per
 //     datagram costs about half a microsecond per serial round trip.
+//     So a stamp is at most 400 µs early (verbs.DeviceAttr.ArrivedWithin;
+//     0 if a socket refused SO_TIMESTAMPNS), short of a poller preempted
+//     inside recvmmsg or a step of the wall clock.
+//   - A UD send with a deadline (verbs.SendWR.Deadline) is checked
+//     immediately before each sendmmsg, after any wait for room in the
+//     socket buffer: one past it is dropped (tx_drop_deadline) and
+//     completes with verbs.WCDeadlineErr. Such sends are never held by
+//     HoldDoorbell.
 //     Only CQs that arrivals can fill drive a socket: one that takes just
 //     the send completions of UD and UC QPs, or the receive completions of
 //     QPs created without RECVs, is polled without a system call.

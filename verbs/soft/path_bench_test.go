@@ -2,6 +2,7 @@ package soft
 
 import (
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -56,12 +57,16 @@ func BenchmarkRxUD(b *testing.B) {
 // and of a chain of one (a serial caller's),
 // with the sendmmsg system call replaced by one that accepts everything:
 // the kernel's share is counted by the echo benchmarks.
+// The deadline variants give every WR a send deadline (a server's
+// answers: verbs.SendWR.Deadline), which costs a clock read per doorbell.
 func BenchmarkTxUD(b *testing.B) {
-	b.Run("chain=64", func(b *testing.B) { benchTxUD(b, 64) })
-	b.Run("chain=1", func(b *testing.B) { benchTxUD(b, 1) })
+	b.Run("chain=64", func(b *testing.B) { benchTxUD(b, 64, false) })
+	b.Run("chain=1", func(b *testing.B) { benchTxUD(b, 1, false) })
+	b.Run("chain=64,deadline", func(b *testing.B) { benchTxUD(b, 64, true) })
+	b.Run("chain=1,deadline", func(b *testing.B) { benchTxUD(b, 1, true) })
 }
 
-func benchTxUD(b *testing.B, chain int) {
+func benchTxUD(b *testing.B, chain int, deadline bool) {
 	cli := newUDEnd(b, nil, 64)
 	srv := newUDEnd(b, nil, 1)
 	h, err := cli.pd.CreateAH(verbs.AHAttr{Dest: srv.qp.Address()})
@@ -75,6 +80,9 @@ func benchTxUD(b *testing.B, chain int) {
 	wrs := make([]verbs.SendWR, chain)
 	for i := range wrs {
 		wrs[i] = verbs.SendWR{Opcode: verbs.OpSendWithImm, AH: h, RemoteQPN: srv.qp.QPN(), RemoteQKey: verbs.DefaultQKey}
+		if deadline {
+			wrs[i].Deadline = verbs.Now().Add(time.Hour)
+		}
 	}
 	b.ReportAllocs()
 	b.ResetTimer()

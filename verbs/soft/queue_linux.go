@@ -43,6 +43,13 @@ const (
 // before a burst asks the kernel for receive times (setStamps).
 const staleEmpty = 200 * time.Microsecond
 
+// arrivedWithin is the device's verbs.DeviceAttr.ArrivedWithin when
+// every queue's socket takes SO_TIMESTAMPNS: a datagram is stamped with
+// the kernel's receive time, or with the start of a read that found the
+// socket empty at most staleEmpty before the read that took it began;
+// the rest is margin for the read itself.
+const arrivedWithin = 2 * staleEmpty
+
 // peer is a destination as one queue sends to it: the socket address and
 // the ICRC flow, with the ICRC prefix of the last packet size cached.
 // A peer is used only under its queue's transmit lock.
@@ -105,6 +112,11 @@ type txPkt struct {
 	off int32
 	n   int32
 	id  uint16 // the IPv4 ID its ICRC is computed for
+	// wr is 1 + the index, in the chain being posted, of the UD send it
+	// carries, when that has a deadline (0: none); dl is the deadline
+	// (verbs.SendWR.Deadline, 0: none).
+	wr int32
+	dl verbs.Time
 }
 
 // stampID makes the ICRC of p right for IPv4 ID id.
@@ -157,16 +169,21 @@ type queue struct {
 	nextID  uint16       // the IPv4 ID of the next packet (never 0)
 
 	// Transmit state, under txMu.
-	txMu    sync.Mutex
-	arena   []byte
-	used    int
-	pkts    []txPkt
-	hdrs    []unix.Mmsghdr
-	iovs    []unix.Iovec
-	ctrl    []byte
-	hdrPkt  []int // first packet of each message
-	nhdr    int
-	sent    int
+	txMu   sync.Mutex
+	arena  []byte
+	used   int
+	pkts   []txPkt
+	hdrs   []unix.Mmsghdr
+	iovs   []unix.Iovec
+	ctrl   []byte
+	hdrPkt []int // first packet of each message
+	nhdr   int
+	sent   int
+	// dlMin is the earliest deadline of the packets recorded and not
+	// sent yet (0: none has one); late collects, for the PostSend that
+	// recorded them, the wr of the packets dropped for their deadline.
+	dlMin   verbs.Time
+	late    []int32
 	txErrno syscall.Errno
 	gso     bool
 	rng     *rand.Rand
@@ -202,13 +219,15 @@ type queue struct {
 	// stamps: the socket delivers kernel receive times (SO_TIMESTAMPNS);
 	// see setStamps.
 	stamps bool
-	rxPre  rxFlow
-	rxTab  rocev2.PrefixTable // rxPre's prefixes for the sequencer's packets
-	readFn func(uintptr) bool
-	rqHeld *qp // the QP whose receive queue the burst holds locked
-	pendCQ *cq // receive completions batched for one CQ
-	pend   [64]verbs.WC
-	npend  int
+	// canStamp: the socket took SO_TIMESTAMPNS at its creation.
+	canStamp bool
+	rxPre    rxFlow
+	rxTab    rocev2.PrefixTable // rxPre's prefixes for the sequencer's packets
+	readFn   func(uintptr) bool
+	rqHeld   *qp // the QP whose receive queue the burst holds locked
+	pendCQ   *cq // receive completions batched for one CQ
+	pend     [64]verbs.WC
+	npend    int
 	// direct is the CQ whose poller drives this burst (pollInto), while
 	// its ring is empty: its receive completions go straight into the
 	// poller's slice, dwc (nd of them so far), instead of through pend
@@ -293,7 +312,7 @@ func newQueue(d *device, idx int, local netip.AddrPort) (*queue, error) {
 	if e := unix.SetsockoptInt(q.fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1); e != nil {
 		d.log.Warn("SO_TIMESTAMPNS refused; a datagram read long after the socket was last found empty is stamped with that read, which overstates its age (a request may be dropped as expired)", "queue", idx, "err", e)
 	} else {
-		q.stamps = true
+		q.stamps, q.canStamp = true, true
 	}
 	if d.cfg.gro && d.shared {
 		// GRO merges a flow's packets whatever their destination QP, and
@@ -444,9 +463,11 @@ func (q *queue) releaseHeld() {
 }
 
 // doorbell is PostSend's flush: deferred while a HoldDoorbell is open
-// (reserve still flushes when the arena fills). Callers hold txMu.
+// (reserve still flushes when the arena fills), unless a packet has a
+// deadline: those leave, or are dropped, within the PostSend that
+// recorded them. Callers hold txMu.
 func (q *queue) doorbell() {
-	if q.d.holds.Load() == 0 {
+	if q.d.holds.Load() == 0 || q.dlMin != 0 {
 		q.flush()
 	}
 }
@@ -461,6 +482,7 @@ func (q *queue) flush() {
 	if q.closed.Load() {
 		q.pkts = q.pkts[:0]
 		q.used = 0
+		q.dlMin = 0
 		return
 	}
 	q.build(0)
@@ -494,6 +516,34 @@ func (q *queue) flush() {
 	q.io.txPackets += uint64(len(q.pkts))
 	q.pkts = q.pkts[:0]
 	q.used = 0
+	q.dlMin = 0
+}
+
+// dropLate drops the packets not sent yet whose deadline is before now
+// (noting their work requests in late), and rebuilds the messages of
+// the others. Callers hold txMu, with messages left to send.
+func (q *queue) dropLate(now verbs.Time) {
+	from := q.hdrPkt[q.sent]
+	keep := from
+	q.dlMin = 0
+	for i := from; i < len(q.pkts); i++ {
+		p := q.pkts[i]
+		if p.dl != 0 && now > p.dl {
+			q.d.ctr.dropDeadline.Add(1)
+			if p.wr != 0 {
+				q.late = append(q.late, p.wr-1)
+			}
+			continue
+		}
+		if p.dl != 0 && (q.dlMin == 0 || p.dl < q.dlMin) {
+			q.dlMin = p.dl
+		}
+		q.pkts[keep] = p
+		keep++
+	}
+	q.pkts = q.pkts[:keep]
+	q.build(from)
+	q.sent = 0
 }
 
 // build fills the message headers for pkts[from:]. The kernel sends a
@@ -587,6 +637,15 @@ func (q *queue) writable(ms int) bool {
 func (q *queue) write() bool {
 	fd := uintptr(q.txFD())
 	for q.sent < q.nhdr {
+		// The deadline check is the last thing before the system call:
+		// nothing that waits (for socket room, for the scheduler) comes
+		// between it and the packets leaving but the call itself.
+		if q.dlMin != 0 {
+			if now := verbs.Now(); now > q.dlMin {
+				q.dropLate(now)
+				continue
+			}
+		}
 		n, errno := sendmmsg(fd, q.hdrs[q.sent:q.nhdr])
 		q.io.txSyscalls++
 		if errno == unix.EAGAIN {

@@ -94,7 +94,7 @@ func (x *qp) postUD(wrs []verbs.SendWR) (int, error) {
 		}
 		if a, _ := wr.AH.(*ah); a != fastAH || a == nil || wr.Opcode != verbs.OpSendWithImm || len(wr.SG) != 0 ||
 			wr.Flags&verbs.Solicited != 0 || wr.RemoteQPN > verbs.MaxQPN || faults {
-			if fastAH, fastPeer, err = x.postUDOne(wr); err != nil {
+			if fastAH, fastPeer, err = x.postUDOne(wr, i); err != nil {
 				break
 			}
 			n++
@@ -107,20 +107,39 @@ func (x *qp) postUD(wrs []verbs.SendWR) (int, error) {
 		b := q.reserve(rocev2.UDImmLen)
 		fastPeer.udimm.Put(b, fastPeer.prefix(rocev2.UDImmLen), uint32(wr.RemoteQPN), x.spsn, qkey, x.qpn, wr.Imm)
 		q.pkts = append(q.pkts, txPkt{pe: fastPeer, off: int32(q.used), n: rocev2.UDImmLen})
+		if wr.Deadline != 0 {
+			q.deadline(len(q.pkts)-1, i, wr.Deadline)
+		}
 		q.used += rocev2.UDImmLen
 		x.spsn = (x.spsn + 1) & verbs.PSNMask
 		n++
 	}
 	q.doorbell()
+	var late []int32
+	if len(q.late) > 0 { // rare: a copy, so that the completions go out unlocked
+		late = append(late, q.late...)
+		q.late = q.late[:0]
+	}
 	q.txMu.Unlock()
-	x.completeSends(wrs[:n])
+	x.completeSendsLate(wrs[:n], late)
 	return n, err
 }
 
-// postUDOne validates and encodes one UD send. For a header-only
-// SEND_WITH_IMM it returns its AH and peer, which the rest of the chain
-// may then take the fast path to. Callers hold txMu.
-func (x *qp) postUDOne(wr *verbs.SendWR) (*ah, *peer, error) {
+// deadline gives packet k, which carries work request i of the chain
+// being posted, its deadline. Callers hold txMu.
+func (q *queue) deadline(k, i int, dl verbs.Time) {
+	p := &q.pkts[k]
+	p.wr, p.dl = int32(i)+1, dl
+	if q.dlMin == 0 || dl < q.dlMin {
+		q.dlMin = dl
+	}
+}
+
+// postUDOne validates and encodes one UD send, work request i of its
+// chain. For a header-only SEND_WITH_IMM it returns its AH and peer,
+// which the rest of the chain may then take the fast path to. Callers
+// hold txMu.
+func (x *qp) postUDOne(wr *verbs.SendWR, i int) (*ah, *peer, error) {
 	q := x.q
 	var op rocev2.Opcode
 	switch wr.Opcode {
@@ -166,12 +185,45 @@ func (x *qp) postUDOne(wr *verbs.SendWR) (*ah, *peer, error) {
 		clear(b[hl+total:])
 		q.putICRC(pe, b)
 	}
+	k := len(q.pkts) // reserve flushed already, if it had to
 	q.record(pe, b)
+	if wr.Deadline != 0 {
+		// A duplicate (fault injection) shares the deadline, not the
+		// completion; a packet held back for reordering is in the
+		// network already.
+		for j := k; j < len(q.pkts); j++ {
+			q.deadline(j, i, wr.Deadline)
+			if j > k {
+				q.pkts[j].wr = 0
+			}
+		}
+	}
 	x.spsn = (x.spsn + 1) & verbs.PSNMask
 	if fast == nil {
 		return nil, nil, nil
 	}
 	return fast, pe, nil
+}
+
+// completeSendsLate reports the WRs of a UD chain: those at the
+// indices late (ascending) were dropped for their deadline and complete
+// with WCDeadlineErr, signaled or not; the others as completeSends.
+func (x *qp) completeSendsLate(wrs []verbs.SendWR, late []int32) {
+	if len(late) == 0 {
+		x.completeSends(wrs)
+		return
+	}
+	for i := range wrs {
+		wr := &wrs[i]
+		if len(late) > 0 && late[0] == int32(i) {
+			late = late[1:]
+			x.sendCQ.push(&verbs.WC{ID: wr.ID, Status: verbs.WCDeadlineErr, Opcode: sendWCOpcode(wr.Opcode), QPN: verbs.QPN(x.qpn)})
+			continue
+		}
+		if x.signaled(wr) {
+			x.sendCQ.push(&verbs.WC{ID: wr.ID, Opcode: sendWCOpcode(wr.Opcode), QPN: verbs.QPN(x.qpn)})
+		}
+	}
 }
 
 // completeSends reports the signaled WRs of a chain that has left.
