@@ -349,10 +349,11 @@ func TestAlertRulesPromtool(t *testing.T) {
 
 // rule is one alerting rule of a rules file.
 type rule struct {
-	Alert  string            `json:"alert"`
-	Expr   string            `json:"expr"`
-	For    string            `json:"for"`
-	Labels map[string]string `json:"labels"`
+	Alert       string            `json:"alert"`
+	Expr        string            `json:"expr"`
+	For         string            `json:"for"`
+	Labels      map[string]string `json:"labels"`
+	Annotations map[string]string `json:"annotations"`
 }
 
 // alertRules decodes the rules file's alerting rules, strictly.
@@ -365,10 +366,7 @@ func alertRules(t *testing.T, path string) []rule {
 	var f struct {
 		Groups []struct {
 			Name  string `json:"name"`
-			Rules []struct {
-				rule
-				Annotations map[string]string `json:"annotations"`
-			} `json:"rules"`
+			Rules []rule `json:"rules"`
 		} `json:"groups"`
 	}
 	if err := yaml.UnmarshalStrict(b, &f); err != nil {
@@ -377,7 +375,7 @@ func alertRules(t *testing.T, path string) []rule {
 	var rules []rule
 	for _, g := range f.Groups {
 		for _, r := range g.Rules {
-			rules = append(rules, r.rule)
+			rules = append(rules, r)
 		}
 	}
 	return rules

@@ -228,10 +228,27 @@ func TestSeqdPDAndAdminAreMonitored(t *testing.T) {
 }
 
 // TestEveryAlertIsTested: every alerting rule fires in a promtool unit
-// test (per mode for the rules labelled with one).
+// test (per mode for the rules labelled with one), and its runbook is a
+// heading of docs/operations.md.
 func TestEveryAlertIsTested(t *testing.T) {
 	fired := alertTests(t)
+	guide, err := os.ReadFile("../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	anchors := map[string]bool{}
+	for _, line := range strings.Split(string(guide), "\n") {
+		if h, ok := strings.CutPrefix(line, "#"); ok {
+			h = strings.ToLower(strings.TrimSpace(strings.TrimLeft(h, "#")))
+			h = regexp.MustCompile(`[^a-z0-9 _-]`).ReplaceAllString(h, "")
+			anchors[strings.ReplaceAll(h, " ", "-")] = true
+		}
+	}
 	for _, r := range alertRules(t, "prometheus/seqd-alerts.yml") {
+		rb := r.Annotations["runbook"]
+		if a, ok := strings.CutPrefix(rb, "docs/operations.md#"); !ok || !anchors[a] {
+			t.Errorf("%s: runbook %q is no heading of docs/operations.md", ruleKey(r), rb)
+		}
 		if !slices.ContainsFunc(fired[r.Alert], func(l map[string]string) bool {
 			return r.Labels["mode"] == "" || l["mode"] == r.Labels["mode"]
 		}) {
