@@ -1,8 +1,10 @@
-# seqd container image: the static seqd, seqctl and loadgen (CGO_ENABLED=0,
-# userspace RoCEv2-over-UDP provider) on an empty base.
+# seqd container image: the static seqd, seqctl, loadgen and seqd-pd
+# (CGO_ENABLED=0, userspace RoCEv2-over-UDP provider; stripped with
+# -ldflags '-s -w' and built with -trimpath) on an empty base.
 #
 # Build it with `make docker`, not `docker build .`: the Makefile runs
-# `make build` on the host, then scripts/docker-build.sh stages a small
+# `make dist` on the host (bin/dist/: every command of cmd/, stripped),
+# then scripts/docker-build.sh stages a small
 # build context (bin/image/: the binaries, the host's CA bundle, a minimal
 # passwd/group with a non-root seqd user, an empty data directory) and
 # builds this file with docker, or with podman where no docker engine
@@ -45,7 +47,9 @@ LABEL org.opencontainers.image.title="seqd" \
       org.opencontainers.image.version="${VERSION}"
 
 # /etc/passwd, /etc/group, /etc/ssl/certs/ca-certificates.crt and
-# /usr/local/bin/{seqd,seqctl,loadgen}.
+# /usr/local/bin/{seqd,seqctl,loadgen,seqd-pd}. seqd-pd (the PD-compatible
+# TSO front end) runs from the same image with --entrypoint
+# /usr/local/bin/seqd-pd (docs/operations.md, "Container").
 COPY rootfs/ /
 # The data directory, owned by the seqd user (uid/gid 10001).
 COPY --chown=10001:10001 data/ /var/lib/seqd/

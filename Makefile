@@ -4,7 +4,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/seqd/seqd/internal/version.Version=$(VERSION)
 BIN     := bin
 
-.PHONY: all build build-ibverbs test-ibverbs-fake test-nic-wire test test-short lint run bench bench-verbs bench-xdp bench-client bench-server fuzz-short clean docker docker-ibverbs docker-smoke check-guide check-deploy lossy soak cross storm bench-remote
+.PHONY: all build build-ibverbs test-ibverbs-fake test-nic-wire test test-short lint run bench bench-verbs bench-xdp bench-client bench-server fuzz-short clean dist dist-ibverbs docker docker-ibverbs docker-smoke check-guide check-deploy lossy soak cross storm bench-remote
 
 all: build
 
@@ -114,18 +114,32 @@ bench-remote:
 fuzz-short:
 	./scripts/fuzz-short.sh $(FUZZTIME)
 
+# The binaries the images ship: every command of cmd/ (seqd, seqctl,
+# loadgen, seqd-pd), stripped of the symbol table and DWARF (-s -w) and of
+# the build machine's paths (-trimpath). Stack traces and pprof still name
+# functions and lines (Go keeps its own line tables); a debugger needs
+# `make build`'s unstripped binaries.
+DIST_LDFLAGS := $(LDFLAGS) -s -w
+dist:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(DIST_LDFLAGS)' -o $(BIN)/dist/ ./cmd/...
+
+dist-ibverbs:
+	CGO_ENABLED=1 $(GO) build -trimpath -tags ibverbs -ldflags '$(DIST_LDFLAGS)' -o $(BIN)/dist-ibverbs/ ./cmd/...
+
 # The container image (Dockerfile, FROM scratch: pulls nothing) from the
-# static binaries, with docker or else podman (scripts/docker-build.sh).
-docker: build
+# static, stripped binaries, with docker or else podman
+# (scripts/docker-build.sh).
+docker: dist
 	VERSION=$(VERSION) ./scripts/docker-build.sh default
 
 # The libibverbs image (Dockerfile.ibverbs): pulls debian:bookworm-slim and
 # rdma-core packages, so it needs registry access; not built in CI.
-docker-ibverbs: build-ibverbs
+docker-ibverbs: dist-ibverbs
 	VERSION=$(VERSION) ./scripts/docker-build.sh ibverbs
 
-# Starts the image's entrypoint and checks its HEALTHCHECK, /metrics and the
-# data volume (scripts/docker-smoke.sh).
+# Starts the image's entrypoint and checks its HEALTHCHECK, /metrics, the
+# data volume, and that it ships every command of cmd/, stripped
+# (scripts/docker-smoke.sh).
 docker-smoke:
 	./scripts/docker-smoke.sh
 

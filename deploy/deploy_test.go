@@ -31,7 +31,10 @@ import (
 
 	"github.com/seqd/seqd/modes"
 	"github.com/seqd/seqd/server"
+	"github.com/seqd/seqd/spec"
 	_ "github.com/seqd/seqd/verbs/soft"
+
+	"sigs.k8s.io/yaml"
 )
 
 const stamp = "v0.0.0-deploy-test"
@@ -42,7 +45,7 @@ var (
 	buildErr  error
 )
 
-// binaries builds seqd and seqctl once, stamped with stamp the way the
+// binaries builds seqd, seqctl and seqd-pd once, stamped with stamp the way the
 // Makefile stamps them.
 func binaries(t *testing.T) string {
 	t.Helper()
@@ -56,7 +59,8 @@ func binaries(t *testing.T) string {
 			return
 		}
 		cmd := exec.Command(goBin, "build", "-ldflags", "-X github.com/seqd/seqd/internal/version.Version="+stamp,
-			"-o", binDir+string(filepath.Separator), "github.com/seqd/seqd/cmd/seqd", "github.com/seqd/seqd/cmd/seqctl")
+			"-o", binDir+string(filepath.Separator), "github.com/seqd/seqd/cmd/seqd", "github.com/seqd/seqd/cmd/seqctl",
+			"github.com/seqd/seqd/cmd/seqd-pd")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
@@ -343,37 +347,59 @@ func TestAlertRulesPromtool(t *testing.T) {
 	}
 }
 
-// ruleExprs returns the expr of every rule in the rules file: single-line
-// "expr: ..." and block "expr: |" forms.
-func ruleExprs(t *testing.T, path string) map[string]string {
+// rule is one alerting rule of a rules file.
+type rule struct {
+	Alert       string            `json:"alert"`
+	Expr        string            `json:"expr"`
+	For         string            `json:"for"`
+	Labels      map[string]string `json:"labels"`
+	Annotations map[string]string `json:"annotations"`
+}
+
+// alertRules decodes the rules file's alerting rules, strictly.
+func alertRules(t *testing.T, path string) []rule {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
+	var f struct {
+		Groups []struct {
+			Name  string `json:"name"`
+			Rules []rule `json:"rules"`
+		} `json:"groups"`
+	}
+	if err := yaml.UnmarshalStrict(b, &f); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	var rules []rule
+	for _, g := range f.Groups {
+		for _, r := range g.Rules {
+			rules = append(rules, r)
+		}
+	}
+	return rules
+}
+
+// ruleKey names a rule: its alert, and its mode label when it has one
+// (SeqdDropsRising has a rule per mode).
+func ruleKey(r rule) string {
+	if m := r.Labels["mode"]; m != "" {
+		return r.Alert + "{mode=" + m + "}"
+	}
+	return r.Alert
+}
+
+// ruleExprs returns the expr of every alerting rule, by ruleKey.
+func ruleExprs(t *testing.T, path string) map[string]string {
+	t.Helper()
 	exprs := map[string]string{}
-	lines := strings.Split(string(b), "\n")
-	name := ""
-	for i := 0; i < len(lines); i++ {
-		l := strings.TrimSpace(lines[i])
-		if v, ok := strings.CutPrefix(l, "- alert:"); ok {
-			name = strings.TrimSpace(v)
+	for _, r := range alertRules(t, path) {
+		k := ruleKey(r)
+		if _, dup := exprs[k]; dup {
+			t.Errorf("%s: two rules %s", path, k)
 		}
-		v, ok := strings.CutPrefix(l, "expr:")
-		if !ok {
-			continue
-		}
-		v = strings.TrimSpace(v)
-		if v == "|" || v == ">" {
-			indent := len(lines[i]) - len(strings.TrimLeft(lines[i], " "))
-			var body []string
-			for i+1 < len(lines) && (strings.TrimSpace(lines[i+1]) == "" || len(lines[i+1])-len(strings.TrimLeft(lines[i+1], " ")) > indent) {
-				i++
-				body = append(body, strings.TrimSpace(lines[i]))
-			}
-			v = strings.Join(body, " ")
-		}
-		exprs[name] = v
+		exprs[k] = r.Expr
 	}
 	return exprs
 }
@@ -381,16 +407,23 @@ func ruleExprs(t *testing.T, path string) map[string]string {
 var metricName = regexp.MustCompile(`\bseqd_[a-zA-Z0-9_]+`)
 
 // exported scrapes an in-process seqd (the same wiring as cmd/seqd) in
-// every mode, since each mode exports only its own series, and returns the
-// metric names seen.
-func exported(t *testing.T) map[string]bool {
+// every mode, since each mode exports only its own series, with an admin
+// token file (so that the secret reload series exist), and seqd-pd in
+// front of the fasst one. It returns the metric names seen, by mode, and
+// seqd-pd's under "seqd-pd".
+func exported(t *testing.T) map[string]map[string]bool {
 	t.Helper()
-	names := map[string]bool{}
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(tokens, []byte("deploy-test-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	byMode := map[string]map[string]bool{}
 	for _, mode := range modes.All {
 		ctx, cancel := context.WithCancel(context.Background())
 		ready := make(chan server.Addrs, 1)
 		done := make(chan error, 1)
 		c := server.Config{Data: t.TempDir(), Init: true, Admin: "127.0.0.1:0", Metrics: "127.0.0.1:0", Device: "127.0.0.1:0", Mode: mode}
+		c.Security.TokenFile = tokens
 		go func() {
 			done <- server.Run(ctx, c, slog.New(slog.NewTextHandler(io.Discard, nil)), func(a server.Addrs) { ready <- a })
 		}()
@@ -404,49 +437,127 @@ func exported(t *testing.T) map[string]bool {
 			cancel()
 			t.Fatalf("seqd -mode %s: not ready after 30s", mode)
 		}
-		resp, err := http.Get("http://" + a.Metrics + "/metrics")
-		if err != nil {
-			cancel()
-			t.Fatal(err)
+		names, err := scrape("http://" + a.Metrics + "/metrics")
+		if err == nil && mode == spec.ModeFaSST {
+			byMode["seqd-pd"], err = scrapeSeqdPD(t, a.Admin, tokens)
 		}
-		body, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
 		cancel()
-		if err := <-done; err != nil {
+		if derr := <-done; derr != nil {
+			t.Fatalf("seqd -mode %s: %v", mode, derr)
+		}
+		if err != nil {
 			t.Fatalf("seqd -mode %s: %v", mode, err)
 		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := 0
-		for _, line := range strings.Split(string(body), "\n") {
-			if line == "" || line[0] == '#' {
-				continue
-			}
-			if i := strings.IndexAny(line, "{ "); i > 0 {
-				names[line[:i]] = true
-				n++
-			}
-		}
-		t.Logf("mode %s: %d series", mode, n)
+		byMode[mode] = names
+		t.Logf("mode %s: %d metric names", mode, len(names))
 	}
-	return names
+	if byMode["seqd-pd"] == nil {
+		t.Fatalf("no mode %s among %v: seqd-pd was not scraped", spec.ModeFaSST, modes.All)
+	}
+	return byMode
+}
+
+// scrape returns the metric names of a /metrics page.
+func scrape(url string) (map[string]bool, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return nil, err
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	names := map[string]bool{}
+	for _, line := range strings.Split(string(body), "\n") {
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		if i := strings.IndexAny(line, "{ "); i > 0 {
+			names[line[:i]] = true
+		}
+	}
+	return names, nil
+}
+
+// scrapeSeqdPD runs the seqd-pd binary in front of the seqd at admin
+// (mode fasst), with a token file, and returns the metric names it
+// exports.
+func scrapeSeqdPD(t *testing.T, admin, tokens string) (map[string]bool, error) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(binaries(t), "seqd-pd"), "-seqd", admin, "-listen", "127.0.0.1:0",
+		"-metrics", "127.0.0.1:0", "-token-file", tokens)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	defer func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+	}()
+	var log strings.Builder
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sent := false
+		for sc.Scan() {
+			log.WriteString(sc.Text() + "\n")
+			if m := regexp.MustCompile(`seqd-pd metrics.* listen=(\S+)`).FindStringSubmatch(sc.Text()); m != nil && !sent {
+				addr <- m[1]
+				sent = true
+			}
+		}
+		if !sent {
+			close(addr)
+		}
+	}()
+	select {
+	case a, ok := <-addr:
+		if !ok {
+			return nil, fmt.Errorf("seqd-pd exited before serving metrics")
+		}
+		return scrape("http://" + a + "/metrics")
+	case <-time.After(30 * time.Second):
+		return nil, fmt.Errorf("seqd-pd: no metrics listener after 30s")
+	}
 }
 
 var (
 	exportedOnce  sync.Once
 	exportedNames map[string]bool
+	exportedModes map[string]map[string]bool
 )
+
+// exportedByMode is exported's answer, scraped once.
+func exportedByMode(t *testing.T) map[string]map[string]bool {
+	t.Helper()
+	exportedOnce.Do(func() {
+		exportedModes = exported(t)
+		exportedNames = map[string]bool{}
+		for _, names := range exportedModes {
+			for n := range names {
+				exportedNames[n] = true
+			}
+		}
+	})
+	if exportedModes == nil {
+		t.Fatal("scraping seqd failed")
+	}
+	return exportedModes
+}
 
 // checkMetrics fails for each metric referenced in exprs that seqd does not
 // export. Names under seqd_ha_ are exported only when seqd runs with etcd;
 // they pass when a Go source file of the repository defines them.
 func checkMetrics(t *testing.T, what string, exprs map[string]string) {
 	t.Helper()
-	exportedOnce.Do(func() { exportedNames = exported(t) })
-	if exportedNames == nil {
-		t.Fatal("scraping seqd failed")
-	}
+	exportedByMode(t)
 	var defined string
 	keys := make([]string, 0, len(exprs))
 	for k := range exprs {
@@ -493,7 +604,7 @@ func goSources(t *testing.T) string {
 
 func TestAlertRulesUseExportedMetrics(t *testing.T) {
 	exprs := ruleExprs(t, "prometheus/seqd-alerts.yml")
-	for _, want := range []string{"SeqdDown", "SeqdPersistStalling", "SeqdClockStepBack", "SeqdDropsRising", "SeqdLeaderFlapping", "SeqdMarkHeadroomLow"} {
+	for _, want := range []string{"SeqdDown", "SeqdPersistStalling", "SeqdClockStepBack", "SeqdDropsRising{mode=spec-s0}", "SeqdLeaderFlapping", "SeqdMarkHeadroomLow"} {
 		if exprs[want] == "" {
 			t.Errorf("no alert %s", want)
 		}

@@ -16,20 +16,30 @@ import (
 // entrypoint returns the exec-form ENTRYPOINT of a Dockerfile.
 func entrypoint(t *testing.T, dockerfile string) []string {
 	t.Helper()
+	argv := instruction(t, dockerfile, "ENTRYPOINT")
+	if argv == nil {
+		t.Fatalf("%s: no ENTRYPOINT", dockerfile)
+	}
+	return argv
+}
+
+// instruction returns the exec form of a Dockerfile's ENTRYPOINT or CMD,
+// nil when it has none.
+func instruction(t *testing.T, dockerfile, name string) []string {
+	t.Helper()
 	b, err := os.ReadFile(dockerfile)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "ENTRYPOINT "); ok {
+		if rest, ok := strings.CutPrefix(line, name+" "); ok {
 			var argv []string
 			if err := json.Unmarshal([]byte(rest), &argv); err != nil {
-				t.Fatalf("%s: ENTRYPOINT is not exec form: %v", dockerfile, err)
+				t.Fatalf("%s: %s is not exec form: %v", dockerfile, name, err)
 			}
 			return argv
 		}
 	}
-	t.Fatalf("%s: no ENTRYPOINT", dockerfile)
 	return nil
 }
 

@@ -3,10 +3,14 @@
 #
 #   scripts/docker-build.sh [default|ibverbs]
 #
-# default: Dockerfile (FROM scratch; needs `make build` first). Pulls
+# default: Dockerfile (FROM scratch; needs `make dist` first). Pulls
 #          nothing, so it builds with no registry access.
 # ibverbs: Dockerfile.ibverbs (debian:bookworm-slim + rdma-core; needs
-#          `make build-ibverbs` first, and registry and mirror access).
+#          `make dist-ibverbs` first, and registry and mirror access).
+#
+# The image ships every command of cmd/ (seqd, seqctl, loadgen, seqd-pd),
+# built stripped (-s -w) and with -trimpath by `make dist`: the script
+# refuses a missing or unstripped one.
 #
 # The engine is docker when `docker info` answers, else podman. Podman runs
 # with the storage driver $PODMAN_STORAGE_DRIVER (default vfs, which works
@@ -23,8 +27,8 @@ tag=$(printf '%s' "$VERSION" | tr -c 'A-Za-z0-9_.-' '-')
 seqd_uid=10001
 
 case $variant in
-default) dockerfile=Dockerfile bindir=bin make=build tags=("$IMAGE:$tag" "$IMAGE:latest") ;;
-ibverbs) dockerfile=Dockerfile.ibverbs bindir=bin/ibverbs make=build-ibverbs tags=("$IMAGE:$tag-ibverbs" "$IMAGE:ibverbs") ;;
+default) dockerfile=Dockerfile bindir=bin/dist make=dist tags=("$IMAGE:$tag" "$IMAGE:latest") ;;
+ibverbs) dockerfile=Dockerfile.ibverbs bindir=bin/dist-ibverbs make=dist-ibverbs tags=("$IMAGE:$tag-ibverbs" "$IMAGE:ibverbs") ;;
 *) echo "usage: $0 [default|ibverbs]" >&2; exit 2 ;;
 esac
 
@@ -39,27 +43,33 @@ else
   exit 1
 fi
 
-for b in seqd seqctl loadgen; do
+# Every command of cmd/.
+mapfile -t bins < <(find cmd -mindepth 2 -maxdepth 2 -name '*.go' ! -name '*_test.go' -printf '%h\n' | sed 's|^cmd/||' | sort -u)
+[ ${#bins[@]} -gt 0 ] || { echo "docker-build: no commands under cmd/" >&2; exit 1; }
+for b in "${bins[@]}"; do
   if [ ! -x "$bindir/$b" ]; then
     echo "docker-build: $bindir/$b missing: run make $make first" >&2
     exit 1
   fi
-done
-if [ "$variant" = default ]; then
-  # The scratch image has no libc: refuse dynamically linked binaries.
-  for b in seqd seqctl loadgen; do
-    if command -v file >/dev/null && [[ "$(file "$bindir/$b")" != *'statically linked'* ]]; then
+  if command -v file >/dev/null; then
+    f=$(file "$bindir/$b")
+    if [[ $f == *'not stripped'* ]]; then
+      echo "docker-build: $bindir/$b is not stripped (make $make builds with -ldflags '-s -w' -trimpath)" >&2
+      exit 1
+    fi
+    # The scratch image has no libc: refuse dynamically linked binaries.
+    if [ "$variant" = default ] && [[ $f != *'statically linked'* ]]; then
       echo "docker-build: $bindir/$b is not statically linked (build with CGO_ENABLED=0)" >&2
       exit 1
     fi
-  done
-fi
+  fi
+done
 
 # The build context: only what the image needs (a few MB, not the repo).
 ctx=bin/image
 rm -rf "$ctx"
 mkdir -p "$ctx/rootfs/usr/local/bin" "$ctx/rootfs/etc/ssl/certs" "$ctx/data"
-cp "$bindir/seqd" "$bindir/seqctl" "$bindir/loadgen" "$ctx/rootfs/usr/local/bin/"
+for b in "${bins[@]}"; do cp "$bindir/$b" "$ctx/rootfs/usr/local/bin/"; done
 ca=${CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
 if [ ! -s "$ca" ]; then
   echo "docker-build: no CA bundle at $ca (install ca-certificates or set CA_BUNDLE)" >&2
@@ -82,3 +92,4 @@ for t in "${tags[@]}"; do targs+=(-t "$t"); done
 echo "docker-build: ${engine[*]} build -f $dockerfile ${targs[*]} $ctx"
 "${engine[@]}" build "${fmt[@]}" -f "$dockerfile" --build-arg "VERSION=$VERSION" "${targs[@]}" "$ctx"
 "${engine[@]}" image inspect --format '{{.Config.User}} {{.Config.Entrypoint}} {{.Config.ExposedPorts}} {{.Config.Volumes}}' "${tags[0]}"
+echo "docker-build: ${tags[0]}: $("${engine[@]}" image inspect --format '{{.Size}}' "${tags[0]}") bytes; binaries: $(cd "$bindir" && du -cb "${bins[@]}" | tail -1 | cut -f1) bytes (${bins[*]})"

@@ -14,6 +14,10 @@
 # machine's default ports). That checks the image's contents and metadata;
 # it does not check the container runtime.
 #
+# The image ships every command of cmd/ (seqd, seqctl, loadgen, seqd-pd),
+# stripped: the script checks each is there and has no symbol table, and
+# (podman) starts seqd-pd in front of the image's seqd and scrapes it.
+#
 # The image ships with admin authorisation on (-admin-token-file
 # /run/secrets/seqd-admin-tokens): the script checks that seqd refuses to
 # start without that file, mounts one, and checks that a mutating seqctl
@@ -23,6 +27,21 @@ cd "$(dirname "$0")/.."
 img=${1:-${IMAGE:-seqd}:latest}
 
 fail() { echo "docker-smoke: FAIL: $*" >&2; exit 1; }
+
+# Every command of cmd/ (what scripts/docker-build.sh ships).
+mapfile -t bins < <(find cmd -mindepth 2 -maxdepth 2 -name '*.go' ! -name '*_test.go' -printf '%h\n' | sed 's|^cmd/||' | sort -u)
+# check_bins DIR: every command is in DIR, executable and stripped.
+check_bins() {
+  local b f
+  for b in "${bins[@]}"; do
+    [ -x "$1/$b" ] || fail "$b missing from the image's /usr/local/bin"
+    if command -v file >/dev/null; then
+      f=$(file "$1/$b")
+      [[ $f != *'not stripped'* ]] || fail "$b in the image is not stripped: $f"
+    fi
+  done
+  echo "docker-smoke: the image ships ${bins[*]}, stripped"
+}
 
 # The admin token the image's entrypoint reads, and a token of it.
 secret=/run/secrets/seqd-admin-tokens
@@ -49,6 +68,10 @@ if docker info >/dev/null 2>&1; then
   body=$(curl -fsS "http://$port/metrics") || fail "GET /metrics"
   grep -q '^seqd_oracle_persisted_mark' <<<"$body" || fail "no seqd_oracle_persisted_mark on /metrics"
   docker exec "$name" /usr/local/bin/seqctl version
+  bindir=$(mktemp -d)
+  docker cp "$name:/usr/local/bin/." "$bindir/"
+  check_bins "$bindir"
+  rm -rf "$bindir"
   if docker exec "$name" /usr/local/bin/seqctl set-mode spec-s0 >/dev/null 2>&1; then fail "set-mode without a token succeeded"; fi
   docker exec "$name" /usr/local/bin/seqctl -token-file "$secret" set-mode spec-s0 >/dev/null || fail "set-mode with the token failed"
   echo "docker-smoke: ok ($img, docker)"
@@ -74,7 +97,7 @@ mnt=$("${P[@]}" image mount "$img")
 trap '"${P[@]}" image unmount "$img" >/dev/null 2>&1 || true; rm -rf "$root"' EXIT
 cp -a "$mnt/." "$root/"
 "${P[@]}" image unmount "$img" >/dev/null
-[ -x "$root/usr/local/bin/loadgen" ] || fail "loadgen missing from the image"
+check_bins "$root/usr/local/bin"
 grep -q '^seqd:' "$root/etc/passwd" || fail "no seqd user in /etc/passwd"
 
 # One shell in a private network namespace: start seqd, wait for the
@@ -126,6 +149,23 @@ if chroot --userspec="$user" "$root" /usr/local/bin/seqctl set-mode spec-s0 >/de
 fi
 chroot --userspec="$user" "$root" /usr/local/bin/seqctl -token-file "$secret" set-mode spec-s0 >/dev/null || { echo "docker-smoke: FAIL: set-mode with the token failed" >&2; exit 1; }
 echo "docker-smoke: set-mode needs the admin token"
+# seqd-pd in front of it: ranges need mode fasst.
+chroot --userspec="$user" "$root" /usr/local/bin/seqctl -token-file "$secret" set-mode fasst >/dev/null
+chroot --userspec="$user" "$root" /usr/local/bin/seqd-pd -seqd 127.0.0.1:7070 -listen 127.0.0.1:3379 -metrics 127.0.0.1:9465 >"$root/seqd-pd.log" 2>&1 &
+pd=$!
+ok=
+for _ in $(seq 50); do
+  if grep -q 'seqd-pd serving' "$root/seqd-pd.log"; then ok=1; break; fi
+  sleep 0.2
+done
+if [ -z "$ok" ]; then cat "$root/seqd-pd.log" >&2; kill "$pid" "$pd" 2>/dev/null; echo "docker-smoke: FAIL: seqd-pd never served" >&2; exit 1; fi
+if command -v curl >/dev/null; then
+  body=$(curl -fsS http://127.0.0.1:9465/metrics) || { echo "docker-smoke: FAIL: GET seqd-pd /metrics" >&2; exit 1; }
+  grep -q '^seqd_pd_tso_requests_total' <<<"$body" || { echo "docker-smoke: FAIL: no seqd_pd_tso_requests_total on seqd-pd's /metrics" >&2; exit 1; }
+fi
+kill -TERM "$pd"
+wait "$pd" || { cat "$root/seqd-pd.log" >&2; echo "docker-smoke: FAIL: seqd-pd exited non-zero on SIGTERM" >&2; exit 1; }
+echo "docker-smoke: seqd-pd served in front of seqd (mode fasst)"
 kill -TERM "$pid"
 wait "$pid" || { cat "$root/seqd.log" >&2; echo "docker-smoke: FAIL: seqd exited non-zero on SIGTERM" >&2; exit 1; }
 SH
