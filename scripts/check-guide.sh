@@ -72,9 +72,9 @@ awk -v script="$script" -v work="$work" -v markedOnly="$markedOnly" '
     d = gfile; sub(/\/[^\/]*$/, "", d); system("mkdir -p \"" d "\"")
     printf "" > gfile
     printf "echo \"--- %s:%d (file %s)\"\n", FILENAME, NR, name > script
-    if (name ~ /\//) { d = name; sub(/\/[^\/]*$/, "", d); printf "mkdir -p '%s'\n", d > script }
-    printf "if [ -e '%s' ]; then echo \"check-guide: %s:%d: %s exists in \$PWD: a file block goes to a new directory (a run block before it: cd \\\"\\$(mktemp -d)\\\")\" >&2; exit 1; fi\n", name, FILENAME, NR, name > script
-    printf "cat >'%s' <<'GUIDE_FILE_EOF'\n", name > script
+    if (name ~ /\//) { d = name; sub(/\/[^\/]*$/, "", d); printf "mkdir -p \047%s\047\n", d > script }
+    printf "if [ \"$PWD\" = \"$GUIDE_ROOT\" ] || [ -e \047%s\047 ]; then echo \"check-guide: %s:%d: %s: a file block goes to a new directory, not $PWD (cd into a new directory in a run block before it)\" >&2; exit 1; fi\n", name, FILENAME, NR, name > script
+    printf "cat >\047%s\047 <<\047GUIDE_FILE_EOF\047\n", name > script
     next
   }
   /^```[ \t]*$/ && infile { infile = 0; close(gfile); print "GUIDE_FILE_EOF" > script; next }
@@ -142,6 +142,7 @@ mkdir "$work/tmp"
 cat >"$work/wrap.sh" <<'WRAP'
 set -euo pipefail
 export GOPROXY=off GOWORK=off
+GUIDE_ROOT=$PWD # the checkout: file blocks may not write into it
 ip link set lo up
 mount -t tmpfs tmpfs /var/lib
 mount -t tmpfs tmpfs /var/backups 2>/dev/null || { mkdir -p /var/backups && mount -t tmpfs tmpfs /var/backups; }
