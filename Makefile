@@ -134,8 +134,9 @@ docker-smoke:
 	./scripts/docker-smoke.sh
 
 # Runs every command of the operator's guide (docs/operations.md), and the
-# README's marked multi-host blocks, against seqd in private namespaces
-# (scripts/check-guide.sh).
+# README's marked blocks (multi-host, HA, the PD program), against seqd in
+# private namespaces (scripts/check-guide.sh); the PD programs build from
+# their go.mod with go mod tidy (the newest PD client and the 2022 one).
 check-guide: build
 	./scripts/check-guide.sh docs/operations.md
 	./scripts/check-guide.sh --marked-only README.md
