@@ -35,11 +35,15 @@ test-nic-wire:
 cross:
 	for os in darwin windows; do CGO_ENABLED=0 GOOS=$$os $(GO) build -o /dev/null ./client/... ./cmd/seqctl ./cmd/loadgen || exit 1; done
 
-# The README's test command: lint, then every test with the race detector.
-# Tests that need something missing (tshark, an RDMA device, etcd) skip
-# and say why.
+# The README's test command: lint, then every test with the race detector,
+# through scripts/testsummary: a line per package as it ends, the full
+# output of what failed, then each skipped test with its reason (tests
+# that need something missing, such as tshark, an RDMA device or etcd,
+# skip and say why) and the closing line "N passed, N failed, N skipped".
+# Exits non-zero on any failure or build error.
 test: lint
-	$(GO) test -race -timeout 15m ./...
+	@mkdir -p $(BIN) && $(GO) build -o $(BIN)/testsummary ./scripts/testsummary
+	./$(BIN)/testsummary $(GO) test -json -race -timeout 15m ./...
 
 test-short:
 	$(GO) test -short ./...
@@ -144,8 +148,9 @@ docker-smoke:
 	./scripts/docker-smoke.sh
 
 # Runs every command of the operator's guide (docs/operations.md), and the
-# README's marked multi-host blocks, against seqd in private namespaces
-# (scripts/check-guide.sh).
+# README's marked blocks (multi-host, HA, the PD program), against seqd in
+# private namespaces (scripts/check-guide.sh); the PD programs build from
+# their go.mod with go mod tidy (the newest PD client and the 2022 one).
 check-guide: build
 	./scripts/check-guide.sh docs/operations.md
 	./scripts/check-guide.sh --marked-only README.md

@@ -65,7 +65,10 @@ func goSnippets(t *testing.T, path string) []snippet {
 // against seqd as the documents start it: `make run`'s defaults (admin
 // 127.0.0.1:7070, data plane 127.0.0.1:4791), and for a block that dials
 // 127.0.0.1:7071 the README's HA group of three (admin 127.0.0.1:7071-7073,
-// data plane 127.0.0.1:4811/4821/4831, on etcd). It runs in a network
+// data plane 127.0.0.1:4811/4821/4831, on etcd), and for a block that
+// dials 127.0.0.1:3379 seqd-pd in front of the first, switched to mode
+// fasst. (make check-guide builds the PD blocks with the go.mod the
+// documents give them instead.) It runs in a network
 // namespace of its own so those fixed ports are free (root; it skips
 // without), and needs etcd for the HA block.
 func TestDocSnippets(t *testing.T) {
@@ -110,7 +113,12 @@ func TestDocSnippets(t *testing.T) {
 				startHAGroup(t.Context(), t, quiet) // until this subtest ends
 			}
 			if strings.Contains(s.src, "127.0.0.1:3379") {
-				startPDFront(t) // seqd-pd, as the README starts it
+				// seqd-pd, as the documents start it: in front of a seqd
+				// in mode fasst (PD's client merges concurrent calls into
+				// requests for many values, which only fasst serves).
+				setMode(t, "127.0.0.1:7070", "fasst")
+				t.Cleanup(func() { setMode(t, "127.0.0.1:7070", "spec-s0") })
+				startPDFront(t)
 			}
 			out, err := runSnippet(t, root, s.src)
 			t.Logf("%s output:\n%s", name, out)
@@ -166,6 +174,21 @@ func startHAGroup(ctx context.Context, t *testing.T, log *slog.Logger) {
 			t.Fatal("the HA group elected no leader in 30s")
 		case <-time.After(100 * time.Millisecond):
 		}
+	}
+}
+
+// setMode switches the seqd at addr to mode.
+func setMode(t *testing.T, addr, mode string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cc, err := admin.Dial(ctx, addr)
+	if err != nil {
+		t.Fatalf("seqd %s: %v", addr, err)
+	}
+	defer cc.Close()
+	if _, err := adminpb.NewAdminClient(cc).SetMode(ctx, &adminpb.SetModeRequest{Mode: mode}); err != nil {
+		t.Fatalf("seqd %s: set-mode %s: %v", addr, mode, err)
 	}
 }
 

@@ -12,6 +12,12 @@
 #                                   203.0.113.0/24), all hosts on one bridge
 #   <!-- guide: skip <reason> -->   the block is shown, not run (needs an
 #                                   RDMA NIC, etcd, systemd as PID 1, ...)
+#   <!-- guide: file NAME -->       before a block of any language (```go,
+#                                   ```go.mod, ...): the block is written,
+#                                   in order, to NAME (a relative path) in
+#                                   the run's current directory, as a
+#                                   reader saves it before the commands
+#                                   that use it
 #
 # A ```sh block without a marker fails the check; with --marked-only (for
 # README.md, whose quick-start blocks are not a guide) it is ignored. A
@@ -24,7 +30,17 @@
 # private network and mount namespaces: seqd's default ports cannot collide
 # with anything on the machine, and /var/lib and /var/backups are empty
 # tmpfs mounts, so the guide can use the paths an operator would.
-# Needs root (or unprivileged user namespaces), unshare and ip.
+# TMPDIR is a scratch directory removed at the end (`cd "$(mktemp -d)"`
+# in a block leaves nothing behind).
+#
+# The namespaces have no network, so Go modules come from the module
+# cache: before the run, the file blocks between two run blocks are
+# written to a directory of their own, and where they include a go.mod,
+# `go mod tidy` and `go build` run there with the network (filling the
+# module cache); in the run, GOPROXY=off, so a module the prefetch did not
+# fetch fails loudly.
+# Needs root (or unprivileged user namespaces), unshare and ip; go for a
+# guide with a go.mod file block.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 markedOnly=0
@@ -41,8 +57,31 @@ script=$work/guide.sh
 
 # Extract. awk prints the script and reports skipped blocks on stderr.
 awk -v script="$script" -v work="$work" -v markedOnly="$markedOnly" '
-  BEGIN { marker = ""; inblock = 0; nrun = 0; nskip = 0; bad = 0; out = script }
-  /^<!-- guide: (run|host [^>]*|skip[^>]*) -->[ \t]*$/ { marker = $0; mline = NR; next }
+  BEGIN { marker = ""; inblock = 0; infile = 0; nrun = 0; nskip = 0; nfile = 0; group = 0; grouped = 0; bad = 0; out = script }
+  /^<!-- guide: (run|host [^>]*|skip[^>]*|file [^ >]+) -->[ \t]*$/ { marker = $0; mline = NR; next }
+  /^```[A-Za-z0-9._+-]*[ \t]*$/ && !inblock && !infile && marker ~ /guide: file / && mline == NR - 1 {
+    name = marker; sub(/^<!-- guide: file /, "", name); sub(/ -->.*$/, "", name)
+    if (name !~ /^[A-Za-z0-9._-]+(\/[A-Za-z0-9._-]+)*$/ || name ~ /(^|\/)\.\.?(\/|$)/) {
+      printf "check-guide: %s:%d: bad file marker (want a relative path of [A-Za-z0-9._-], no . or ..): %s\n", FILENAME, mline, marker > "/dev/stderr"
+      bad = 1; infile = 1; gfile = "/dev/null"; next
+    }
+    if (!grouped) { group++; grouped = 1 }
+    nfile++
+    infile = 1; fname = name; marker = ""
+    gfile = sprintf("%s/files/%d/%s", work, group, name)
+    d = gfile; sub(/\/[^\/]*$/, "", d); system("mkdir -p \"" d "\"")
+    printf "" > gfile
+    printf "echo \"--- %s:%d (file %s)\"\n", FILENAME, NR, name > script
+    if (name ~ /\//) { d = name; sub(/\/[^\/]*$/, "", d); printf "mkdir -p \047%s\047\n", d > script }
+    printf "if [ \"$PWD\" = \"$GUIDE_ROOT\" ] || [ -e \047%s\047 ]; then echo \"check-guide: %s:%d: %s: a file block goes to a new directory, not $PWD (cd into a new directory in a run block before it)\" >&2; exit 1; fi\n", name, FILENAME, NR, name > script
+    printf "cat >\047%s\047 <<\047GUIDE_FILE_EOF\047\n", name > script
+    next
+  }
+  /^```[ \t]*$/ && infile { infile = 0; close(gfile); print "GUIDE_FILE_EOF" > script; next }
+  infile {
+    if ($0 == "GUIDE_FILE_EOF") { printf "check-guide: %s:%d: a file block may not contain the line GUIDE_FILE_EOF\n", FILENAME, NR > "/dev/stderr"; bad = 1 }
+    print > script; print > gfile; next
+  }
   /^```(sh|bash|shell|console)[ \t]*$/ && !inblock {
     if (marker == "" || mline != NR - 1) {
       inblock = 1; run = 0; marker = ""
@@ -51,7 +90,7 @@ awk -v script="$script" -v work="$work" -v markedOnly="$markedOnly" '
       bad = 1
       next
     }
-    inblock = 1
+    inblock = 1; grouped = 0
     run = (marker ~ /guide: (run|host )/)
     out = script
     if (marker ~ /guide: host /) {
@@ -79,16 +118,31 @@ awk -v script="$script" -v work="$work" -v markedOnly="$markedOnly" '
   /^```/ && inblock { inblock = 0; next }
   inblock && run { print > out }
   END {
-    if (inblock) { print "check-guide: unterminated code block" > "/dev/stderr"; bad = 1 }
-    printf "check-guide: %d blocks to run, %d skipped\n", nrun, nskip > "/dev/stderr"
+    if (inblock || infile) { print "check-guide: unterminated code block" > "/dev/stderr"; bad = 1 }
+    printf "check-guide: %d blocks to run, %d files, %d skipped\n", nrun, nfile, nskip > "/dev/stderr"
     exit bad
   }
 ' "$guide"
 [ -s "$script" ] || { echo "check-guide: nothing to run in $guide" >&2; exit 1; }
 
+# Prefetch, with the network: every file group with a go.mod, as the
+# guide's reader would build it.
+for mod in "$work"/files/*/go.mod; do
+  [ -e "$mod" ] || continue
+  command -v go >/dev/null || { echo "check-guide: go needed for the go.mod file blocks of $guide" >&2; exit 1; }
+  echo "check-guide: fetching the modules of $(sed -n 's/^module //p' "$mod") (go mod tidy, go build)" >&2
+  if ! (cd "$(dirname "$mod")" && GOWORK=off go mod tidy && GOWORK=off go build -o /dev/null .); then
+    echo "check-guide: FAIL: go mod tidy or go build failed for a go.mod file block of $guide" >&2
+    exit 1
+  fi
+done
+mkdir "$work/tmp"
+
 # Run. The wrapper stops whatever the guide left running in the background.
 cat >"$work/wrap.sh" <<'WRAP'
 set -euo pipefail
+export GOPROXY=off GOWORK=off
+GUIDE_ROOT=$PWD # the checkout: file blocks may not write into it
 ip link set lo up
 mount -t tmpfs tmpfs /var/lib
 mount -t tmpfs tmpfs /var/backups 2>/dev/null || { mkdir -p /var/backups && mount -t tmpfs tmpfs /var/backups; }
@@ -128,7 +182,7 @@ set -x
 WRAP
 unshare_flags=(-m -n)
 [ "$(id -u)" = 0 ] || unshare_flags=(-r -m -n)
-if ! timeout "${GUIDE_TIMEOUT:-300}" unshare "${unshare_flags[@]}" bash -c "cat '$work/wrap.sh' '$script' > '$work/all.sh'; exec bash '$work/all.sh'"; then
+if ! timeout "${GUIDE_TIMEOUT:-300}" env TMPDIR="$work/tmp" unshare "${unshare_flags[@]}" bash -c "cat '$work/wrap.sh' '$script' > '$work/all.sh'; exec bash '$work/all.sh'"; then
   echo "check-guide: FAIL: a command in $guide failed (see the trace above)" >&2
   exit 1
 fi
