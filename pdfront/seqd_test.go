@@ -239,7 +239,7 @@ func TestPDClientAcrossHAFailover(t *testing.T) {
 	var addrs []string
 	for range 3 {
 		p := startProc(t, "-etcd-endpoints", strings.Join(etcd.Endpoints(), ","), "-etcd-prefix", "/"+t.Name(),
-			"-data", t.TempDir())
+			"-data", t.TempDir(), "-init") // a new group: -init, never needed again
 		ps, addrs = append(ps, p), append(addrs, p.addr)
 	}
 	lead := waitRole(t, ps, nil, admin.RoleLeader)
