@@ -53,7 +53,7 @@ func admitPeer(t testing.TB, srv *Server, a dataplane.Admission) (*peer, error) 
 		return nil, err
 	}
 	if err := verbs.Connect(p.qp, verbs.ConnectAttr{Remote: p.g.ServerConnQPs[0].Addr, RemoteQPN: p.g.ServerConnQPs[0].QPN,
-		SQPSN: p.g.ConnPSNs[0], Timeout: 8, RetryCnt: 3}); err != nil {
+		SQPSN: p.g.ConnPSNs[0], Timeout: 12, RetryCnt: 7}); err != nil { // ~120 ms: a loaded test host is no dead server
 		t.Fatal(err)
 	}
 	return p, nil
