@@ -646,7 +646,7 @@ func (c *Client) reconnect(now time.Duration, force bool) {
 			e.slowProbes = 0
 			return
 		}
-		if err != nil && c.keepOnSlowProbe(err) {
+		if err != nil && c.keepOnSlowProbe(ctx, err) {
 			e.reconnAt = c.now() // the next probe a reconnectAfter from now
 			return
 		}
@@ -683,8 +683,11 @@ func (c *Client) reconnect(now time.Duration, force bool) {
 // such probes in a row with no answer between them (a paused server, a
 // leader to leave, a restarted one still reconnecting our admin
 // connection) the client reconnects; naming its session in the Connect
-// makes that safe even when the session was alive.
-func (c *Client) keepOnSlowProbe(err error) bool {
+// makes that safe even when the session was alive. Sooner when another
+// instance of its HA group names another leader (leaderMoved): a paused
+// leader's successor is then serving, and waiting out the probes would
+// only add them to the failover.
+func (c *Client) keepOnSlowProbe(ctx context.Context, err error) bool {
 	e := &c.eng
 	if status.Code(err) != codes.DeadlineExceeded || c.lease.lost.Load() {
 		return false // refused, reset, or the lease renewer knows it is gone
@@ -694,6 +697,10 @@ func (c *Client) keepOnSlowProbe(err error) bool {
 	}
 	e.slowProbes++
 	keep := e.slowProbes < slowProbesBeforeReconnect
+	if keep && c.admin.leaderMoved(ctx) {
+		c.log.Info("status probe timed out and the group names another leader: reconnecting", "admin", c.Endpoint())
+		return false
+	}
 	if keep {
 		c.log.Debug("status probe timed out: keeping the session", "admin", c.Endpoint(), "probes", e.slowProbes)
 	}

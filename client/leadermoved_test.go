@@ -1,0 +1,70 @@
+package client
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/adminclient"
+	"github.com/seqd/seqd/admin/adminpb"
+	"github.com/seqd/seqd/admin/admintest"
+)
+
+// roleBackend is a silentBackend whose Status reports an HA role and
+// leader that the test changes.
+type roleBackend struct {
+	*silentBackend
+	mu           sync.Mutex
+	role, leader string
+}
+
+func (b *roleBackend) set(role, leader string) {
+	b.mu.Lock()
+	b.role, b.leader = role, leader
+	b.mu.Unlock()
+}
+
+func (b *roleBackend) Status(ctx context.Context) (*adminpb.StatusResponse, error) {
+	st, err := b.silentBackend.Status(ctx)
+	if st != nil {
+		b.mu.Lock()
+		st.Role, st.Leader = b.role, b.leader
+		b.mu.Unlock()
+	}
+	return st, err
+}
+
+// TestSlowProbeFollowsMovedLeader: a leader that stops answering (paused)
+// while another instance of the group names a new leader is left after
+// the first Status probe that times out, not after
+// slowProbesBeforeReconnect of them: those would only add to a failover.
+func TestSlowProbeFollowsMovedLeader(t *testing.T) {
+	newRole := func() *roleBackend {
+		return &roleBackend{silentBackend: &silentBackend{Backend: admintest.NewBackend(nil)}}
+	}
+	a, b := newRole(), newRole()
+	cfg := admin.Config{Logger: slog.New(slog.DiscardHandler)}
+	_, addrA := admintest.Start(t, cfg, a)
+	_, addrB := admintest.Start(t, cfg, b)
+	a.set(adminclient.RoleLeader, addrA)
+	b.set(adminclient.RoleStandby, addrA)
+	c := dialT(t, addrA+","+addrB, WithQPs(1))
+	if ep := c.Endpoint(); ep != addrA {
+		t.Fatalf("connected to %s, want the leader %s", ep, addrA)
+	}
+	// A is paused: its Status probes time out. B has taken over.
+	b.set(adminclient.RoleLeader, addrB)
+	before := a.statuses.Load()
+	a.slow.Store(1 << 20)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	go c.GetTimestamp(ctx) // no answer: the engine probes A
+	waitFor(t, func() bool { return len(b.Connects()) >= 1 }, "a Connect to the new leader")
+	if n := a.statuses.Load() - before; n >= slowProbesBeforeReconnect {
+		t.Fatalf("the client left the paused leader after %d timed-out probes, want fewer than %d: the group named another leader after the first",
+			n, slowProbesBeforeReconnect)
+	}
+}
