@@ -128,10 +128,15 @@ func (a *adminConn) connectAny(ctx context.Context, perTry time.Duration, skipCu
 // a live standby answers in well under a millisecond on a LAN.
 const leaderProbe = 100 * time.Millisecond
 
-// leaderMoved asks the other known instances, in turn, who leads, and
-// reports whether the first that answers names another leader than the
-// current endpoint: itself (role leader) or, as a standby, another
-// address. One that names the current endpoint, or none, means no.
+// leaderMoved asks the other known instances who leads, and reports
+// whether one names another leader than the current endpoint: itself
+// (role leader), or, as a standby, another address or none (the current
+// leader's election key is gone and its successor is not serving yet).
+// Standbys that still name the current endpoint, and instances that do
+// not answer, leave the question to the next. (A leader advertised
+// under another name than the one the client dialed reads as moved: the
+// client then reconnects after one timed-out probe instead of
+// slowProbesBeforeReconnect.)
 func (a *adminConn) leaderMoved(ctx context.Context) bool {
 	cur := a.endpoint()
 	for _, addr := range a.addrs {
@@ -154,9 +159,10 @@ func (a *adminConn) leaderMoved(ctx context.Context) bool {
 		case adminclient.RoleLeader:
 			return true
 		case adminclient.RoleStandby:
-			return st.GetLeader() != "" && st.GetLeader() != cur
+			if st.GetLeader() != cur {
+				return true
+			}
 		}
-		return false
 	}
 	return false
 }

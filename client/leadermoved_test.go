@@ -68,3 +68,33 @@ func TestSlowProbeFollowsMovedLeader(t *testing.T) {
 			n, slowProbesBeforeReconnect)
 	}
 }
+
+// TestSlowProbeKeepsLeaderTheGroupNames: a leader slow to answer (busy
+// admitting a storm of clients, say) that the rest of the group still
+// names keeps its clients' sessions through slowProbesBeforeReconnect-1
+// timed-out probes, as without a group.
+func TestSlowProbeKeepsLeaderTheGroupNames(t *testing.T) {
+	newRole := func() *roleBackend {
+		return &roleBackend{silentBackend: &silentBackend{Backend: admintest.NewBackend(nil)}}
+	}
+	a, b := newRole(), newRole()
+	cfg := admin.Config{Logger: slog.New(slog.DiscardHandler)}
+	_, addrA := admintest.Start(t, cfg, a)
+	_, addrB := admintest.Start(t, cfg, b)
+	a.set(adminclient.RoleLeader, addrA)
+	b.set(adminclient.RoleStandby, addrA)
+	c := dialT(t, addrA+","+addrB, WithQPs(1))
+	if ep := c.Endpoint(); ep != addrA {
+		t.Fatalf("connected to %s, want the leader %s", ep, addrA)
+	}
+	before := a.statuses.Load()
+	a.slow.Store(slowProbesBeforeReconnect - 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	go c.GetTimestamp(ctx)
+	waitFor(t, func() bool { return a.statuses.Load()-before >= slowProbesBeforeReconnect+2 }, "probes")
+	if n, m := len(a.Connects()), len(b.Connects()); n != 1 || m != 0 {
+		t.Fatalf("%d Connects to the leader, %d to the standby after %d slow probes: want 1 and 0 (the session kept)",
+			n, m, slowProbesBeforeReconnect-1)
+	}
+}
