@@ -39,7 +39,7 @@ var errDeposed = errors.New("ha: heartbeat refused: the term's election key is g
 // request is sent, so the deadline it sets (that reading + ServeLease)
 // is earlier than any a standby could derive from seeing the write.
 func (n *Node) beat(ctx context.Context, t *Term) error {
-	sent := time.Since(n.base)
+	sent := time.Since(t.serve.base)
 	bctx, cancel := context.WithTimeout(ctx, n.cfg.ServeLease)
 	resp, err := n.cli.Txn(bctx).
 		If(clientv3.Compare(clientv3.CreateRevision(t.Key), "=", t.Rev)).

@@ -65,7 +65,7 @@ func newTerm(n *Node, key string, rev int64, l *lease) *Term {
 	t := &Term{Key: key, Rev: rev, n: n, lease: l, lost: make(chan struct{}), done: make(chan struct{}), begun: time.Now()}
 	if n.cfg.FastFailover() {
 		// Closed until the first heartbeat is answered.
-		t.serve = &lease{base: n.base, gone: make(chan struct{})}
+		t.serve = &lease{base: l.base, gone: make(chan struct{})}
 	}
 	kv := n.cli.KV
 	if n.kvWrap != nil {
@@ -97,7 +97,8 @@ func (t *Term) Gate() error {
 
 // Valid reports whether Gate would let a claim through now.
 func (t *Term) Valid() bool {
-	return !t.ended.Load() && t.lease.remaining() > 0 && (t.serve == nil || t.serve.remaining() > 0)
+	now := int64(time.Since(t.lease.base)) // one clock read: both leases count from base
+	return !t.ended.Load() && t.lease.deadline.Load() > now && (t.serve == nil || t.serve.deadline.Load() > now)
 }
 
 // Deadline is the instant the term stops serving unless its leases are
