@@ -124,6 +124,49 @@ func (a *adminConn) connectAny(ctx context.Context, perTry time.Duration, skipCu
 	return lastErr
 }
 
+// leaderProbe bounds asking one other instance who leads (leaderMoved):
+// a live standby answers in well under a millisecond on a LAN.
+const leaderProbe = 100 * time.Millisecond
+
+// leaderMoved asks the other known instances who leads, and reports
+// whether one names another leader than the current endpoint: itself
+// (role leader), or, as a standby, another address or none (the current
+// leader's election key is gone and its successor is not serving yet).
+// Standbys that still name the current endpoint, and instances that do
+// not answer, leave the question to the next. (A leader advertised
+// under another name than the one the client dialed reads as moved: the
+// client then reconnects after one timed-out probe instead of
+// slowProbesBeforeReconnect.)
+func (a *adminConn) leaderMoved(ctx context.Context) bool {
+	cur := a.endpoint()
+	for _, addr := range a.addrs {
+		if addr == cur {
+			continue
+		}
+		tctx, cancel := context.WithTimeout(ctx, leaderProbe)
+		cc, err := adminclient.Dial(tctx, addr, a.dialOpts...)
+		if err != nil {
+			cancel()
+			continue
+		}
+		st, err := adminpb.NewAdminClient(cc).Status(tctx, &adminpb.StatusRequest{})
+		cancel()
+		cc.Close()
+		if err != nil {
+			continue
+		}
+		switch st.GetRole() {
+		case adminclient.RoleLeader:
+			return true
+		case adminclient.RoleStandby:
+			if st.GetLeader() != cur {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // unavailable wraps an admin call's error: a standby's redirect keeps the
 // leader it names (redirectTo finds it).
 func unavailable(call string, err error) error {

@@ -41,6 +41,14 @@ const (
 	// slowProbesBeforeReconnect: Status probes in a row that time out
 	// before the client reconnects (keepOnSlowProbe).
 	slowProbesBeforeReconnect = 3
+	// groupChecksBetweenProbes: after a probe of an HA group's leader
+	// timed out and the group still named it, the client asks the group
+	// again this many times, groupCheckEvery apart, before it probes the
+	// leader again: a paused leader is deposed within about a second,
+	// and a probe takes dialAttempt to time out. Each check dials one
+	// standby.
+	groupChecksBetweenProbes = 3
+	groupCheckEvery          = 150 * time.Millisecond
 	// reconnectBudget bounds one reconnect round of the engine (it sends
 	// nothing meanwhile); a failed round is retried.
 	reconnectBudget = 3 * time.Second
@@ -74,10 +82,13 @@ type engine struct {
 	// maxRetryConnect).
 	retryAfter time.Duration
 	connFailed bool
-	connFails  int           // reconnects failed in a row
-	slowProbes int           // Status probes timed out in a row (keepOnSlowProbe)
-	slowAns    time.Duration // lastAns when they began
-	afterStep  func()        // tests: called at the end of every step
+	connFails  int // reconnects failed in a row
+	slowProbes int // Status probes timed out in a row (keepOnSlowProbe)
+	// groupChecks: times left to ask the HA group who leads before the
+	// next probe of a slow leader (keepOnSlowProbe).
+	groupChecks int
+	slowAns     time.Duration // lastAns when they began
+	afterStep   func()        // tests: called at the end of every step
 	// clock is the time the current step (or expiry) began: requests it
 	// completes are timed by it (finish), one clock read per batch.
 	clock time.Duration
@@ -637,7 +648,19 @@ func (c *Client) reconnect(now time.Duration, force bool) {
 	// a live one is merely slow or losing packets, and retransmission
 	// copes.
 	unreachable := false
+	if !force && e.groupChecks > 0 && e.slowAns == e.lastAns {
+		// Between slow probes of an HA group's leader: ask the group
+		// only (a paused leader's successor may be serving by now).
+		e.groupChecks--
+		if !c.admin.leaderMoved(ctx) {
+			e.reconnAt = c.now() + groupCheckEvery - reconnectAfter
+			return
+		}
+		c.log.Info("the group names another leader: reconnecting", "admin", c.Endpoint())
+		unreachable, force = true, true
+	}
 	if !force {
+		e.groupChecks = 0
 		sctx, scancel := context.WithTimeout(ctx, dialAttempt)
 		st, err := c.admin.adm.Status(sctx, &adminpb.StatusRequest{})
 		scancel()
@@ -646,7 +669,7 @@ func (c *Client) reconnect(now time.Duration, force bool) {
 			e.slowProbes = 0
 			return
 		}
-		if err != nil && c.keepOnSlowProbe(err) {
+		if err != nil && c.keepOnSlowProbe(ctx, err) {
 			e.reconnAt = c.now() // the next probe a reconnectAfter from now
 			return
 		}
@@ -669,7 +692,7 @@ func (c *Client) reconnect(now time.Duration, force bool) {
 		c.expireBacklog(c.now())
 		return
 	}
-	e.connFailed, e.retryAfter, e.connFails, e.slowProbes = false, 0, 0, 0
+	e.connFailed, e.retryAfter, e.connFails, e.slowProbes, e.groupChecks = false, 0, 0, 0, 0
 	c.st.reconnects.Add(1)
 	e.lastAns = c.now()
 	c.log.Info("reconnected", "admin", c.Endpoint(), "session", c.sess.id, "epoch", c.sess.epoch)
@@ -683,8 +706,11 @@ func (c *Client) reconnect(now time.Duration, force bool) {
 // such probes in a row with no answer between them (a paused server, a
 // leader to leave, a restarted one still reconnecting our admin
 // connection) the client reconnects; naming its session in the Connect
-// makes that safe even when the session was alive.
-func (c *Client) keepOnSlowProbe(err error) bool {
+// makes that safe even when the session was alive. Sooner when another
+// instance of its HA group names another leader (leaderMoved): a paused
+// leader's successor is then serving, and waiting out the probes would
+// only add them to the failover.
+func (c *Client) keepOnSlowProbe(ctx context.Context, err error) bool {
 	e := &c.eng
 	if status.Code(err) != codes.DeadlineExceeded || c.lease.lost.Load() {
 		return false // refused, reset, or the lease renewer knows it is gone
@@ -694,6 +720,13 @@ func (c *Client) keepOnSlowProbe(err error) bool {
 	}
 	e.slowProbes++
 	keep := e.slowProbes < slowProbesBeforeReconnect
+	if keep && len(c.admin.addrs) > 1 {
+		if c.admin.leaderMoved(ctx) {
+			c.log.Info("status probe timed out and the group names another leader: reconnecting", "admin", c.Endpoint())
+			return false
+		}
+		e.groupChecks = groupChecksBetweenProbes
+	}
 	if keep {
 		c.log.Debug("status probe timed out: keeping the session", "admin", c.Endpoint(), "probes", e.slowProbes)
 	}

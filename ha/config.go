@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"strings"
 	"time"
+
+	"github.com/seqd/seqd/spec"
 )
 
 // Defaults filled by Config.validate.
@@ -12,6 +14,19 @@ const (
 	DefaultPrefix      = "/seqd"
 	DefaultTTL         = 3 * time.Second
 	DefaultDialTimeout = 2 * time.Second
+	// DefaultBeat and DefaultServeLease give failover well under a
+	// second: a standby deposes a leader that has not renewed its
+	// serving lease for Config.TakeoverAfter (about 430 ms).
+	DefaultBeat       = 100 * time.Millisecond
+	DefaultServeLease = 400 * time.Millisecond
+	// MaxDrift bounds how far the rate of any instance's monotonic clock
+	// may differ from real time, as a fraction (1%: 10,000 ppm, twenty
+	// times what NTP lets a clock slew). The takeover wait is stretched
+	// by it: see Config.TakeoverAfter and doc.go.
+	MaxDrift = 0.01
+	// TakeoverSlack is added to the takeover wait on top of what the
+	// argument in doc.go needs: a cushion, not a term of the proof.
+	TakeoverSlack = 20 * time.Millisecond
 )
 
 // Config configures a Node.
@@ -38,6 +53,17 @@ type Config struct {
 	// KeepAliveEvery is how often the leadership lease is renewed.
 	// Default TTL/6, at least 50ms.
 	KeepAliveEvery time.Duration
+	// Beat is how often the leader renews its serving lease: a
+	// heartbeat key written in a transaction guarded by the term's
+	// election key. Default DefaultBeat; negative turns the serving
+	// lease off, and with it fast failover: a dead leader is then
+	// replaced only when etcd expires its lease (about TTL), as before.
+	Beat time.Duration
+	// ServeLease is how long after sending an answered heartbeat the
+	// leader may serve (Term.Gate). Standbys depose a leader whose
+	// heartbeat has not moved for TakeoverAfter on their own clock.
+	// Default DefaultServeLease; at least 2×Beat, at most TTL/2.
+	ServeLease time.Duration
 	// DialTimeout bounds connecting to etcd and each etcd request made
 	// outside a term (default 2s).
 	DialTimeout time.Duration
@@ -97,6 +123,22 @@ func (c *Config) validate() error {
 	if c.KeepAliveEvery <= 0 || c.KeepAliveEvery > c.TTL/3 {
 		return fmt.Errorf("%w: KeepAliveEvery %v: want (0, TTL/3] with TTL %v", ErrConfig, c.KeepAliveEvery, c.TTL)
 	}
+	if c.Beat == 0 {
+		c.Beat = DefaultBeat
+	}
+	if c.Beat > 0 {
+		if c.ServeLease == 0 {
+			c.ServeLease = DefaultServeLease
+		}
+		if c.Beat < 10*time.Millisecond {
+			return fmt.Errorf("%w: Beat %v: want at least 10ms", ErrConfig, c.Beat)
+		}
+		if c.ServeLease < 2*c.Beat || c.ServeLease > c.TTL/2 {
+			return fmt.Errorf("%w: ServeLease %v: want [2×Beat, TTL/2] with Beat %v and TTL %v", ErrConfig, c.ServeLease, c.Beat, c.TTL)
+		}
+	} else {
+		c.Beat, c.ServeLease = 0, 0
+	}
 	if c.DialTimeout == 0 {
 		c.DialTimeout = DefaultDialTimeout
 	}
@@ -109,8 +151,27 @@ func (c *Config) validate() error {
 	return nil
 }
 
+// FastFailover reports whether the serving lease is on (Beat > 0).
+func (c Config) FastFailover() bool { return c.Beat > 0 }
+
+// TakeoverAfter is how long a standby waits, on its own monotonic clock,
+// after it saw the leader's latest heartbeat before it deposes the
+// leader: long enough that the leader's serving lease (ServeLease,
+// counted from before the heartbeat was sent) and the last answer's
+// residence (spec.MaxResidence) have run out on the leader's clock, even
+// if the two clocks' rates differ by MaxDrift each way. 0 when the
+// serving lease is off.
+func (c Config) TakeoverAfter() time.Duration {
+	if c.Beat <= 0 {
+		return 0
+	}
+	held := float64(c.ServeLease + spec.MaxResidence)
+	return time.Duration(held*(1+MaxDrift)/(1-MaxDrift)) + 1 + TakeoverSlack
+}
+
 func (c *Config) electionPrefix() string { return c.Prefix + "/election" }
 func (c *Config) markKey() string        { return c.Prefix + "/mark" }
+func (c *Config) beatKey() string        { return c.Prefix + "/beat" }
 func (c *Config) stateKey(name string) string {
 	return c.Prefix + "/state/" + name
 }

@@ -58,6 +58,61 @@
 // after a later term answered one: the service stays linearizable across
 // failovers.
 //
+// # Fast failover: the serving lease
+//
+// etcd leases count whole seconds and cannot be shorter than about one
+// and a half election timeouts, so waiting for etcd to expire a dead
+// leader's lease cannot fail over in under a second. With Config.Beat on
+// (the default; -ha-beat, -ha-serve-lease) a finer lease rides on top:
+//
+//   - The leader renews a serving lease every Beat (H): it reads its
+//     monotonic clock (s), then writes the heartbeat key Prefix+"/beat",
+//     naming its term, in a transaction guarded like a save (the term's
+//     election key still has the term's create revision). When etcd
+//     answers that the write succeeded, the serving deadline moves to
+//     s + ServeLease (L). Term.Gate also refuses once that deadline has
+//     passed, and a new term serves nothing before its first heartbeat.
+//     A heartbeat whose guard fails ends the term ("deposed").
+//   - Every instance watches the heartbeat key and the election. When
+//     the current leader's own heartbeat, received at time o on the
+//     standby's monotonic clock, has not been followed by another by
+//     o + D (Config.TakeoverAfter), the standby deletes the leader's
+//     election key in a transaction conditioned on the heartbeat key's
+//     mod revision still being the one it received and on the key's
+//     create revision. The next candidate in the election then wins, as
+//     it would after a revocation. A leader that never wrote a heartbeat
+//     naming its term (one running with Beat off, or one that died before
+//     its first) is never deposed this way: etcd expires its lease.
+//
+// Safety. The deposition of term T committed at revision x; the
+// heartbeat key's mod revision at x is the revision r the standby
+// received, so every heartbeat of T that committed before x has a
+// revision at most r, and every one after x fails its guard (T's
+// election key is gone, and no later key has its create revision). Let m
+// be, among T's committed heartbeats, the one whose clock reading s_m is
+// the latest. etcd commits in revision order and answers after
+// committing, so m was committed, and s_m read, before the standby
+// received r at o. T's gate admits nothing after s_m + L on T's
+// clock (the deadline is the largest s + L among answered heartbeats,
+// and an answered heartbeat is a committed one), and its data path answers nothing later
+// than spec.MaxResidence after the request arrived, before the gate
+// check. With every monotonic clock's rate within MaxDrift (ρ) of real
+// time, T's last answer leaves before real(s_m) + (L + MaxResidence)/(1-ρ),
+// and the deposition commits after real(o) + D/(1+ρ) > real(s_m) +
+// D/(1+ρ). TakeoverAfter is D = (L + MaxResidence)(1+ρ)/(1-ρ) +
+// TakeoverSlack, so T's last answer leaves before the deposition, and a
+// new term serves only after it has won, after the deposition: no
+// earlier term answers after a later one did. Nothing here depends on how
+// long a message takes: a late heartbeat answer only shortens the
+// leader's lease, a late watch event only delays the standby, and a
+// stale view fails the transaction's comparison.
+//
+// The bounds it relies on: clock rates within MaxDrift (1%; NTP slews at
+// most 0.05%), monotonic clocks that keep counting while a process is
+// stopped (SIGSTOP, GC pauses, a stuck disk: they do; a suspended host's
+// CLOCK_MONOTONIC does not, which the etcd-lease fence of (1) assumes as
+// well), the data path's residence bound, and etcd's linearizability.
+//
 // Standbys learn the leader's advertised admin address from the election
 // (Node.Leader) and answer Connect with a redirect (admin.RedirectError).
 package ha

@@ -15,7 +15,12 @@ type metrics struct {
 	termEnds          *prometheus.CounterVec
 	gateDenied        prometheus.Counter
 	leader            prometheus.Gauge
-	all               []prometheus.Collector
+	// beatErrors: heartbeats (serving-lease renewals) that failed to
+	// reach etcd; deposed: leaders this instance deposed for missing
+	// their heartbeats.
+	beatErrors prometheus.Counter
+	deposed    prometheus.Counter
+	all        []prometheus.Collector
 }
 
 // Reasons a term ends (seqd_ha_term_ends_total{type}).
@@ -26,6 +31,7 @@ const (
 	endTransfer  = "transfer"   // operator transfer
 	endStop      = "stop"       // the node stopped
 	endServe     = "serve"      // the serving function returned
+	endDeposed   = "deposed"    // a heartbeat found the election key gone
 )
 
 func newMetrics() *metrics {
@@ -52,7 +58,7 @@ func newMetrics() *metrics {
 		Name: "seqd_ha_term_ends_total",
 		Help: "Leadership terms that ended, by reason.",
 	}, []string{"type"})
-	for _, r := range []string{endDeadline, endLeaseGone, endLost, endTransfer, endStop, endServe} {
+	for _, r := range []string{endDeadline, endLeaseGone, endLost, endTransfer, endStop, endServe, endDeposed} {
 		m.termEnds.WithLabelValues(r)
 	}
 	m.gateDenied = prometheus.NewCounter(prometheus.CounterOpts{
@@ -63,7 +69,15 @@ func newMetrics() *metrics {
 		Name: "seqd_ha_leader",
 		Help: "1 while this instance leads and its lease is valid.",
 	})
-	m.all = []prometheus.Collector{refused, m.saveErrors, m.ambiguousResolved, m.terms, m.termEnds, m.gateDenied, m.leader}
+	m.beatErrors = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "seqd_ha_beat_errors_total",
+		Help: "Leader heartbeats (serving-lease renewals) that failed to reach etcd.",
+	})
+	m.deposed = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "seqd_ha_deposed_total",
+		Help: "Leaders this instance deposed because their heartbeat stopped for longer than their serving lease could last.",
+	})
+	m.all = []prometheus.Collector{refused, m.saveErrors, m.ambiguousResolved, m.terms, m.termEnds, m.gateDenied, m.leader, m.beatErrors, m.deposed}
 	return m
 }
 

@@ -178,6 +178,10 @@ func (n *Node) Run(ctx context.Context, serve func(ctx context.Context, t *Term)
 	wg.Add(2)
 	go func() { defer wg.Done(); n.observe(ctx) }()
 	go func() { defer wg.Done(); n.watchMark(ctx) }()
+	if n.cfg.FastFailover() {
+		wg.Add(1)
+		go func() { defer wg.Done(); n.detect(ctx) }()
+	}
 	defer func() { cancel(); wg.Wait() }()
 	backoff := 50 * time.Millisecond
 	for ctx.Err() == nil {
@@ -247,6 +251,18 @@ func (n *Node) session(ctx context.Context, serve func(ctx context.Context, t *T
 		return fmt.Errorf("%w: election key %s lost while campaigning", ErrNotLeader, e.Key())
 	}
 	t := newTerm(n, e.Key(), e.Rev(), l)
+	if t.serve != nil {
+		// The serving lease opens with the first heartbeat: a standby
+		// can depose this term only once it has seen one.
+		if err := n.beat(sctx, t); err != nil {
+			if errors.Is(err, errDeposed) {
+				t.end(endDeposed)
+			} else {
+				t.end(endServe)
+			}
+			return fmt.Errorf("ha: first heartbeat of term %d: %w", t.Rev, err)
+		}
+	}
 	n.term.Store(t)
 	n.m.terms.Inc()
 	n.m.leader.Set(1)
@@ -256,6 +272,9 @@ func (n *Node) session(ctx context.Context, serve func(ctx context.Context, t *T
 		n.watchTerm(tctx, t, sess)
 		tcancel()
 	}()
+	if t.serve != nil {
+		go n.beatLoop(tctx, t)
+	}
 	err = serve(tctx, t)
 	if err != nil && tctx.Err() == nil && !errors.Is(err, ErrNoMark) {
 		n.log.Error("ha: serving the term failed", "err", err)

@@ -89,7 +89,14 @@ func startSeqd(t *testing.T, bin string, eps []string, prefix string) *seqdProc 
 func startSeqdArgs(t *testing.T, bin string, eps []string, prefix string, extra ...string) *seqdProc {
 	t.Helper()
 	ports := hatest.FreePorts(t, 1)
-	p := &seqdProc{addr: fmt.Sprintf("127.0.0.1:%d", ports[0]), log: &bytes.Buffer{}, mu: &sync.Mutex{}, done: make(chan struct{})}
+	return startSeqdAt(t, bin, eps, prefix, fmt.Sprintf("127.0.0.1:%d", ports[0]), extra...)
+}
+
+// startSeqdAt starts an instance whose admin plane listens on addr (a
+// restart of an instance clients know by that address).
+func startSeqdAt(t *testing.T, bin string, eps []string, prefix, addr string, extra ...string) *seqdProc {
+	t.Helper()
+	p := &seqdProc{addr: addr, log: &bytes.Buffer{}, mu: &sync.Mutex{}, done: make(chan struct{})}
 	args := append([]string{"-etcd-endpoints", strings.Join(eps, ","), "-etcd-prefix", prefix,
 		"-lease-ttl", ttl.String(), "-admin", p.addr, "-device", "127.0.0.1:0", "-metrics", "off",
 		"-data", t.TempDir()}, extra...)

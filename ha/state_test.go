@@ -28,7 +28,11 @@ func TestStateFenced(t *testing.T) {
 		}
 		l := &lease{base: time.Now(), gone: make(chan struct{})}
 		l.extend(time.Hour)
-		return newTerm(n, key, put.Header.Revision, l)
+		tm := newTerm(n, key, put.Header.Revision, l)
+		if tm.serve != nil {
+			tm.serve.extend(time.Hour) // as if a heartbeat had been answered
+		}
+		return tm
 	}
 	const key = "/state/election/a"
 	old := term(key)

@@ -47,9 +47,13 @@ type Term struct {
 
 	n     *Node
 	lease *lease
-	store *Store
-	ended atomic.Bool
-	lost  chan struct{} // closed by the store when a save finds the key gone
+	// serve is the serving lease renewed by heartbeats (Config.Beat);
+	// nil when that is off.
+	serve    *lease
+	store    *Store
+	ended    atomic.Bool
+	lost     chan struct{} // closed by markLost: a save or heartbeat found the key gone
+	lostOnce sync.Once
 
 	once   sync.Once
 	done   chan struct{}
@@ -59,12 +63,15 @@ type Term struct {
 
 func newTerm(n *Node, key string, rev int64, l *lease) *Term {
 	t := &Term{Key: key, Rev: rev, n: n, lease: l, lost: make(chan struct{}), done: make(chan struct{}), begun: time.Now()}
-	var lostOnce sync.Once
+	if n.cfg.FastFailover() {
+		// Closed until the first heartbeat is answered.
+		t.serve = &lease{base: l.base, gone: make(chan struct{})}
+	}
 	kv := n.cli.KV
 	if n.kvWrap != nil {
 		kv = n.kvWrap(kv)
 	}
-	t.store = NewStore(kv, n.cfg.markKey(), key, rev, func() { lostOnce.Do(func() { close(t.lost) }) })
+	t.store = NewStore(kv, n.cfg.markKey(), key, rev, t.markLost)
 	t.store.m = n.m
 	t.store.fresh = n.consent.Load
 	t.store.seen = n.markSeen
@@ -73,11 +80,15 @@ func newTerm(n *Node, key string, rev int64, l *lease) *Term {
 	return t
 }
 
-// Gate returns nil while the term is valid: it has not ended and its
-// lease's local deadline has not passed. It is the oracle's Config.Gate;
-// it does not allocate.
+// markLost tells watchTerm that the election key is gone.
+func (t *Term) markLost() { t.lostOnce.Do(func() { close(t.lost) }) }
+
+// Gate returns nil while the term is valid: it has not ended, its etcd
+// lease's local deadline has not passed, and neither has its serving
+// lease's (when Config.Beat is on). It is the oracle's Config.Gate; it
+// does not allocate.
 func (t *Term) Gate() error {
-	if t.ended.Load() || t.lease.remaining() <= 0 {
+	if !t.Valid() {
 		t.n.m.gateDenied.Inc()
 		return ErrNotLeader
 	}
@@ -85,12 +96,20 @@ func (t *Term) Gate() error {
 }
 
 // Valid reports whether Gate would let a claim through now.
-func (t *Term) Valid() bool { return !t.ended.Load() && t.lease.remaining() > 0 }
+func (t *Term) Valid() bool {
+	now := int64(time.Since(t.lease.base)) // one clock read: both leases count from base
+	return !t.ended.Load() && t.lease.deadline.Load() > now && (t.serve == nil || t.serve.deadline.Load() > now)
+}
 
-// Deadline is the instant the term stops serving unless its lease is
-// renewed first.
+// Deadline is the instant the term stops serving unless its leases are
+// renewed first: the earlier of the etcd lease's and the serving lease's
+// local deadlines.
 func (t *Term) Deadline() time.Time {
-	return t.lease.base.Add(time.Duration(t.lease.deadline.Load()))
+	d := t.lease.deadline.Load()
+	if t.serve != nil {
+		d = min(d, t.serve.deadline.Load())
+	}
+	return t.lease.base.Add(time.Duration(d))
 }
 
 // Store is the term's mark store.

@@ -27,7 +27,21 @@ type HAConfig struct {
 	EtcdEndpoints string        // comma-separated etcd client URLs; empty: no HA (file store)
 	EtcdPrefix    string        // key prefix, default ha.DefaultPrefix
 	LeaseTTL      time.Duration // leadership lease, default 3s
-	Advertise     string        // admin address standbys redirect to; default the admin listener's
+	// Beat and ServeLease are the leader's heartbeat period and serving
+	// lease (-ha-beat, -ha-serve-lease): a standby deposes a leader
+	// whose heartbeat stopped within about ServeLease. ServeLease 0 (or
+	// negative) turns them off: failover then waits for etcd to expire
+	// the lease (about LeaseTTL). Zero Beat: ha.DefaultBeat.
+	Beat, ServeLease time.Duration
+	Advertise        string // admin address standbys redirect to; default the admin listener's
+}
+
+// beat is ha.Config.Beat: negative (off) when ServeLease is off.
+func (h HAConfig) beat() time.Duration {
+	if h.ServeLease <= 0 {
+		return -1
+	}
+	return h.Beat
 }
 
 // SecurityConfig secures the admin plane.
@@ -121,7 +135,8 @@ func runHA(ctx context.Context, c Config, log *slog.Logger, ready func(Addrs), c
 		adv = lis.Addr().String()
 	}
 	node, err := ha.New(ha.Config{Endpoints: strings.Split(c.HA.EtcdEndpoints, ","), Prefix: c.HA.EtcdPrefix,
-		Advertise: adv, TTL: c.HA.LeaseTTL, Logger: log, Init: c.Init, Advance: c.Advance})
+		Advertise: adv, TTL: c.HA.LeaseTTL, Logger: log, Init: c.Init, Advance: c.Advance,
+		Beat: c.HA.beat(), ServeLease: max(c.HA.ServeLease, 0)})
 	if err != nil {
 		lis.Close()
 		return fmt.Errorf("%w: %v", ErrConfig, err)
@@ -178,6 +193,7 @@ func runHA(ctx context.Context, c Config, log *slog.Logger, ready func(Addrs), c
 	var runErr error
 	go func() { defer close(runDone); runErr = srv.Run(runCtx) }()
 	log.Info("seqd serving (HA)", "etcd", c.HA.EtcdEndpoints, "advertise", adv, "ttl", node.Config().TTL,
+		"beat", node.Config().Beat, "serve_lease", node.Config().ServeLease, "takeover_after", node.Config().TakeoverAfter(),
 		"mode", c.Mode, "data", addrs.Data, "admin", addrs.Admin, "metrics", addrs.Metrics)
 	if ready != nil {
 		ready(addrs)
