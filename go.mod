@@ -5,7 +5,6 @@ go 1.26.8
 require (
 	github.com/HdrHistogram/hdrhistogram-go v1.4.0
 	github.com/Mellanox/rdmamap v1.1.0
-	github.com/anishathalye/porcupine v1.3.1
 	github.com/cilium/ebpf v0.22.0
 	github.com/pingcap/kvproto v0.0.0-20221129023506-621ec37aac7a
 	github.com/pingcap/log v1.1.1-0.20221015072633-39906604fb81
