@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -106,13 +107,23 @@ func runUntil(t *testing.T, argv, env []string, dir string, want *regexp.Regexp)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	var log strings.Builder
+	var (
+		mu  sync.Mutex // the scanner goes on writing log after a hit
+		log strings.Builder
+	)
+	logSoFar := func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return log.String()
+	}
 	hit := make(chan bool, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		sent := false
 		for sc.Scan() {
+			mu.Lock()
 			log.WriteString(sc.Text() + "\n")
+			mu.Unlock()
 			if !sent && want.MatchString(sc.Text()) {
 				hit <- true
 				sent = true
@@ -127,11 +138,11 @@ func runUntil(t *testing.T, argv, env []string, dir string, want *regexp.Regexp)
 		if !ok {
 			cmd.Wait()
 		}
-		return cmd, ok, log.String()
+		return cmd, ok, logSoFar()
 	case <-time.After(60 * time.Second):
 		cmd.Process.Kill()
 		cmd.Wait()
-		t.Fatalf("%v: no %q after 60s:\n%s", argv, want, log.String())
+		t.Fatalf("%v: no %q after 60s:\n%s", argv, want, logSoFar())
 		return nil, false, ""
 	}
 }
