@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/ha/hatest"
 	"github.com/seqd/seqd/internal/netnstest"
@@ -170,13 +170,13 @@ func startHAGroup(ctx context.Context, t *testing.T, log *slog.Logger) {
 }
 
 func leader(ctx context.Context, addr string) bool {
-	cc, err := admin.Dial(ctx, addr)
+	cc, err := adminclient.Dial(ctx, addr)
 	if err != nil {
 		return false
 	}
 	defer cc.Close()
 	st, err := adminpb.NewAdminClient(cc).Status(ctx, &adminpb.StatusRequest{})
-	return err == nil && st.GetRole() == admin.RoleLeader
+	return err == nil && st.GetRole() == adminclient.RoleLeader
 }
 
 // snippetModule writes src as the main package of a module of its own

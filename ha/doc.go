@@ -59,5 +59,5 @@
 // failovers.
 //
 // Standbys learn the leader's advertised admin address from the election
-// (Node.Leader) and answer Connect with a redirect (admin.RedirectError).
+// (Node.Leader) and answer Connect with a redirect (adminclient.RedirectError).
 package ha

@@ -25,7 +25,7 @@ import (
 	"google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
-	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/client"
 	"github.com/seqd/seqd/e2e"
@@ -124,7 +124,7 @@ func (p *proc) kill() {
 func (p *proc) role() string {
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	cc, err := admin.Dial(ctx, p.addr)
+	cc, err := adminclient.Dial(ctx, p.addr)
 	if err != nil {
 		return ""
 	}
@@ -242,7 +242,7 @@ func TestPDClientAcrossHAFailover(t *testing.T) {
 			"-data", t.TempDir())
 		ps, addrs = append(ps, p), append(addrs, p.addr)
 	}
-	lead := waitRole(t, ps, nil, admin.RoleLeader)
+	lead := waitRole(t, ps, nil, adminclient.RoleLeader)
 	srv, addr, c := frontOver(t, addrs)
 	pc := newPD(t, addr)
 	var v e2e.Verifier
@@ -250,7 +250,7 @@ func TestPDClientAcrossHAFailover(t *testing.T) {
 	errs, wait := hammer(pc, 100, &v, stop)
 	waitCalls(t, &v, 2000)
 	lead.kill()
-	next := waitRole(t, ps, lead, admin.RoleLeader)
+	next := waitRole(t, ps, lead, adminclient.RoleLeader)
 	waitCalls(t, &v, 2000)
 	close(stop)
 	wait()
