@@ -106,7 +106,8 @@ func isLiteral(e ast.Expr) bool {
 // of two mode names, a map literal keyed by two modes whose values are
 // literals (a fact table: facts belong in ModeTable; a map from modes to
 // functions is a dispatch table, not a list), a case clause or a chain of
-// && and || comparing with two modes.
+// && and || comparing with two modes, or a const or var block defining
+// two names as modes (an alias table).
 func handLists(fset *token.FileSet, f *ast.File) []string {
 	var found []string
 	report := func(n ast.Node, what string, ms map[string]bool) {
@@ -121,6 +122,23 @@ func handLists(fset *token.FileSet, f *ast.File) []string {
 	seen := map[ast.Node]bool{} // && chains already reported through their root
 	ast.Inspect(f, func(n ast.Node) bool {
 		switch x := n.(type) {
+		case *ast.GenDecl:
+			if x.Tok != token.CONST && x.Tok != token.VAR {
+				break
+			}
+			ms := map[string]bool{}
+			for _, sp := range x.Specs {
+				if vs, ok := sp.(*ast.ValueSpec); ok {
+					for _, v := range vs.Values {
+						if m := modeOf(v); m != "" {
+							ms[m] = true
+						}
+					}
+				}
+			}
+			if len(ms) >= 2 {
+				report(x, "a declaration block", ms)
+			}
 		case *ast.BasicLit:
 			if x.Kind != token.STRING {
 				break
@@ -195,8 +213,8 @@ func handLists(fset *token.FileSet, f *ast.File) []string {
 }
 
 // TestNoHandWrittenModeList (issue 28): mode names were listed by hand in
-// many places, each covering some of the modes (HA's list, the admin and
-// modes aliases, loadgen's wire check, seqd -h's "spec-s0, herd or
+// many places, each covering some of the modes (the admin and modes
+// alias tables, loadgen's wire check, seqd -h's "spec-s0, herd or
 // atomics"). Every Go file of the module, tests included, is parsed; the
 // only list of modes may be ModeTable (modes.go). A test's table naming
 // one mode per row is not a list.
@@ -278,6 +296,8 @@ func TestHandListsDetector(t *testing.T) {
 		{`var x = []struct{ m string; n int }{{"herd", 1}, {"rfp", 2}}`, 0},
 		{`var x = map[string]func(){spec.ModeHERD: f, spec.ModeRFP: g}`, 0},
 		{`var x = "herd"`, 0},
+		{"const (\n\tA = spec.ModeSpecS0\n\tB = spec.ModeHERD\n)", 1},
+		{"const (\n\tA = spec.ModeSpecS0\n\tB = 3\n)", 0},
 		{`func f(m string) bool { return m == spec.ModeHERD || n == 3 }`, 0},
 	} {
 		fset := token.NewFileSet()
