@@ -38,7 +38,7 @@ func (a *advancer) Status(ctx context.Context) (*adminpb.StatusResponse, error) 
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	st.Role = a.role
-	if a.role != admin.RoleStandby {
+	if a.role != adminclient.RoleStandby {
 		st.Current = a.cur
 	}
 	return st, nil
@@ -208,7 +208,7 @@ func TestAdvanceBudget(t *testing.T) {
 // budget has left, and what it did not use is given back.
 func TestAdvanceStandby(t *testing.T) {
 	ctx := testCtx(t)
-	a := &advancer{Backend: admintest.NewBackend(nil), role: admin.RoleStandby, cur: 1 << 40}
+	a := &advancer{Backend: admintest.NewBackend(nil), role: adminclient.RoleStandby, cur: 1 << 40}
 	c := advanceClient(t, admin.Config{Logger: quietLogger(), Format: spec.FormatCounter, MaxAdvance: 1 << 62, AdvanceBudget: 1000}, a)
 	if _, err := c.Advance(ctx, &adminpb.AdvanceRequest{Min: 1<<40 + 5000}); status.Code(err) != codes.InvalidArgument || a.maxStep != 1000 {
 		t.Fatalf("Advance by 5000 on a standby = %v, backend bound %d; want the backend held to the budget, 1000", err, a.maxStep)

@@ -28,14 +28,14 @@ import (
 // when AuthConfig.ProtectConnect is set. Status and health never do.
 var (
 	MutatingMethods = []string{
-		"/" + ServiceName + "/SetMode",
-		"/" + ServiceName + "/Advance",
-		"/" + ServiceName + "/TransferLeader",
+		"/" + adminclient.ServiceName + "/SetMode",
+		"/" + adminclient.ServiceName + "/Advance",
+		"/" + adminclient.ServiceName + "/TransferLeader",
 	}
 	AdmissionMethods = []string{
-		"/" + ServiceName + "/Connect",
-		"/" + ServiceName + "/KeepAlive",
-		"/" + ServiceName + "/Disconnect",
+		"/" + adminclient.ServiceName + "/Connect",
+		"/" + adminclient.ServiceName + "/KeepAlive",
+		"/" + adminclient.ServiceName + "/Disconnect",
 	}
 )
 

@@ -9,12 +9,13 @@ import (
 
 	"google.golang.org/grpc/credentials"
 
+	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/spec"
 )
 
 // Defaults filled in by Config.validate.
 const (
-	DefaultAddr            = "127.0.0.1:7070"
+	DefaultAddr            = adminclient.DefaultAddr
 	DefaultMaxRecvMsgSize  = 64 << 10
 	DefaultMaxQPsPerClient = 16
 	DefaultMaxWindow       = 1024
@@ -35,15 +36,6 @@ const (
 // MaxClientNameLen is the longest client_name a ConnectRequest may carry, in
 // bytes. The name only labels logs and status, so it is kept short.
 const MaxClientNameLen = 128
-
-// The data-path modes a client may ask for in ConnectRequest.mode. Whether
-// the server actually runs the requested mode is for the backend to decide
-// (ErrFailedPrecondition); a name outside Config.Modes is a malformed request.
-const (
-	ModeSpecS0  = spec.ModeSpecS0
-	ModeHERD    = spec.ModeHERD
-	ModeAtomics = spec.ModeAtomics
-)
 
 // Config configures a Server. The zero value is usable: validate fills every
 // unset field with its default.
@@ -101,8 +93,10 @@ type Config struct {
 	// limit (seqd sets its own defaults: -peer-max-sessions, -peer-max-recv
 	// and the flags beside them).
 	PeerQuota, IdentityQuota Quota
-	// Modes are the mode names a ConnectRequest may name. An empty mode in a
-	// request is always accepted. Default ModeSpecS0, ModeHERD, ModeAtomics.
+	// Modes are the mode names a ConnectRequest may name (spec.Modes); a
+	// name outside them is a malformed request. Whether the server runs the
+	// requested mode is for the backend to decide (ErrFailedPrecondition).
+	// An empty mode in a request is always accepted. Default spec.Modes.
 	Modes []string
 	// Creds are the server's transport credentials. Nil serves plaintext,
 	// which is only safe on loopback; the server logs a warning otherwise.
@@ -182,7 +176,7 @@ func (cfg Config) validate() (Config, error) {
 		return cfg, fmt.Errorf("%w: %s", ErrNoAuth, noAuthAdvice(cfg.Addr))
 	}
 	if len(cfg.Modes) == 0 {
-		cfg.Modes = []string{ModeSpecS0, ModeHERD, ModeAtomics}
+		cfg.Modes = append([]string(nil), spec.Modes...)
 	} else {
 		cfg.Modes = append([]string(nil), cfg.Modes...) // the caller keeps its slice
 	}

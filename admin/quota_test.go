@@ -32,7 +32,7 @@ func clientFrom(ctx context.Context, t *testing.T, addr, local, token string) ad
 	if token != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(adminclient.BearerToken(token, true)))
 	}
-	cc, err := admin.Dial(ctx, addr, opts...)
+	cc, err := adminclient.Dial(ctx, addr, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

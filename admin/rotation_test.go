@@ -282,7 +282,7 @@ func TestAudit(t *testing.T) {
 			t.Fatalf("%s: %d audit lines for one SetMode and one Status, want 1: %v", name, len(got), got)
 		}
 		m := got[0]
-		if m["method"] != "/"+admin.ServiceName+"/SetMode" || m["code"] != "OK" || m["identity"] != wantID ||
+		if m["method"] != "/"+adminclient.ServiceName+"/SetMode" || m["code"] != "OK" || m["identity"] != wantID ||
 			!strings.HasPrefix(m["peer"].(string), "127.0.0.1:") || !strings.Contains(m["request"].(string), "herd") {
 			t.Fatalf("%s: audit line %v, want SetMode herd OK from 127.0.0.1 by %s", name, m, wantID)
 		}

@@ -72,17 +72,6 @@ type LeaderTransferer interface {
 	TransferLeader(ctx context.Context) (*adminpb.TransferLeaderResponse, error)
 }
 
-// Roles reported in StatusResponse.role (defined in adminclient).
-const (
-	RoleLeader  = adminclient.RoleLeader
-	RoleStandby = adminclient.RoleStandby
-	RoleSingle  = adminclient.RoleSingle
-)
-
-// ServiceName is the full name of the Admin service, as health checks and
-// reflection see it.
-const ServiceName = adminclient.ServiceName
-
 // Server is the admin gRPC server: the Admin service, the grpc.health.v1
 // health service and server reflection, on one listener.
 type Server struct {
@@ -148,7 +137,7 @@ func New(cfg Config, backend Backend) (*Server, error) {
 }
 
 // SetServing sets what the health service reports, both for the server as a
-// whole (service "") and for ServiceName: SERVING when serving is true,
+// whole (service "") and for adminclient.ServiceName: SERVING when serving is true,
 // NOT_SERVING otherwise. After GracefulStop, Shutdown or Stop it has no
 // effect and the server reports NOT_SERVING.
 func (s *Server) SetServing(serving bool) {
@@ -157,7 +146,7 @@ func (s *Server) SetServing(serving bool) {
 		st = healthpb.HealthCheckResponse_SERVING
 	}
 	s.health.SetServingStatus("", st)
-	s.health.SetServingStatus(ServiceName, st)
+	s.health.SetServingStatus(adminclient.ServiceName, st)
 }
 
 // Serve serves on lis until the server is stopped, and closes lis. It
@@ -443,7 +432,7 @@ func (v *service) Status(ctx context.Context, _ *adminpb.StatusRequest) (*adminp
 		return nil, statusError(err)
 	}
 	if resp.GetRole() == "" {
-		resp.Role = RoleSingle
+		resp.Role = adminclient.RoleSingle
 	}
 	resp.UptimeMs = uint64(time.Since(v.s.started) / time.Millisecond)
 	return resp, nil
@@ -495,7 +484,7 @@ func (s *Server) reserveAdvance(ctx context.Context, to uint64) (reservation, ui
 		return reservation{}, 0, status.Error(codes.ResourceExhausted, err.Error())
 	}
 	step := min(s.cfg.MaxAdvance, s.advance.remaining(now))
-	if st, err := s.backend.Status(ctx); err == nil && st.GetRole() != RoleStandby {
+	if st, err := s.backend.Status(ctx); err == nil && st.GetRole() != adminclient.RoleStandby {
 		switch cur := st.GetCurrent(); {
 		case to <= cur:
 			return reservation{}, 0, nil // the backend refuses: never backward

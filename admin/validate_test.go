@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/seqd/seqd/admin/adminpb"
+	"github.com/seqd/seqd/spec"
 )
 
 // validConnect returns a ConnectRequest that passes validation with the
@@ -22,7 +24,7 @@ func validConnect() *adminpb.ConnectRequest {
 			{Address: make([]byte, 20), Qpn: 1<<24 - 1},
 		},
 		Window:     DefaultMaxWindow,
-		Mode:       ModeSpecS0,
+		Mode:       spec.ModeSpecS0,
 		ClientName: "loadgen-0",
 	}
 }
@@ -36,7 +38,7 @@ var connectCases = []struct {
 }{
 	{"valid", func(*adminpb.ConnectRequest) {}, true},
 	{"empty mode", func(r *adminpb.ConnectRequest) { r.Mode = "" }, true},
-	{"herd mode", func(r *adminpb.ConnectRequest) { r.Mode = ModeHERD }, true},
+	{"herd mode", func(r *adminpb.ConnectRequest) { r.Mode = spec.ModeHERD }, true},
 	{"max qps", func(r *adminpb.ConnectRequest) {
 		r.Qps = nil
 		for i := range DefaultMaxQPsPerClient {
@@ -92,7 +94,7 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cfg.Addr != DefaultAddr || cfg.MaxRecvMsgSize != 64<<10 || cfg.MaxQPsPerClient != DefaultMaxQPsPerClient ||
-		cfg.MaxWindow != DefaultMaxWindow || len(cfg.Modes) != 3 || cfg.Logger == nil {
+		cfg.MaxWindow != DefaultMaxWindow || !slices.Equal(cfg.Modes, spec.Modes) || cfg.Logger == nil {
 		t.Fatalf("defaults not filled: %+v", cfg)
 	}
 	for _, bad := range []Config{

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/seqd/seqd/modes"
+	"github.com/seqd/seqd/spec"
 )
 
 // lossMetric names the counters of requests a mode did not answer:
@@ -132,6 +133,10 @@ func TestEveryModeIsMonitored(t *testing.T) {
 		if len(loss) == 0 {
 			t.Errorf("mode %s exports no drops or breaches counter of its own (it exports %v)", mode, own)
 			continue
+		}
+		// The alerts and rows watch seqd_<Metrics>_*, the table's prefix.
+		if f, _ := spec.Facts(mode); !slices.ContainsFunc(loss, func(n string) bool { return strings.HasPrefix(n, "seqd_"+f.Metrics+"_") }) {
+			t.Errorf("mode %s: no loss counter under its metrics prefix seqd_%s_ (spec.ModeTable): %v", mode, f.Metrics, loss)
 		}
 		row, ok := rows["Mode "+mode]
 		if !ok {

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/ha/hatest"
 	"github.com/seqd/seqd/internal/netnstest"
@@ -193,13 +193,13 @@ func setMode(t *testing.T, addr, mode string) {
 }
 
 func leader(ctx context.Context, addr string) bool {
-	cc, err := admin.Dial(ctx, addr)
+	cc, err := adminclient.Dial(ctx, addr)
 	if err != nil {
 		return false
 	}
 	defer cc.Close()
 	st, err := adminpb.NewAdminClient(cc).Status(ctx, &adminpb.StatusRequest{})
-	return err == nil && st.GetRole() == admin.RoleLeader
+	return err == nil && st.GetRole() == adminclient.RoleLeader
 }
 
 // snippetModule writes src as the main package of a module of its own

@@ -16,7 +16,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/seqd/seqd/admin"
 	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/client"
@@ -166,7 +165,7 @@ func TestFloodCannotLockOut(t *testing.T) {
 
 	var qpn atomic.Uint32
 	dial := func(opts ...grpc.DialOption) adminpb.AdminClient {
-		cc, err := admin.Dial(ctx, addr, opts...)
+		cc, err := adminclient.Dial(ctx, addr, opts...)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -15,7 +15,7 @@ import (
 
 	"google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/client"
 )
 
@@ -42,7 +42,7 @@ func freePort(t *testing.T, network string) string {
 func waitServing(ctx context.Context, addr string) error {
 	var last error
 	for ctx.Err() == nil {
-		cc, err := admin.Dial(ctx, addr)
+		cc, err := adminclient.Dial(ctx, addr)
 		if err == nil {
 			resp, err := grpc_health_v1.NewHealthClient(cc).Check(ctx, &grpc_health_v1.HealthCheckRequest{})
 			cc.Close()

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -165,7 +166,7 @@ func TestSoak(t *testing.T) {
 	waitFor(t, 30*time.Second, func() bool { return calls.Load() > 1000 }, "first calls")
 	incs[0].rss0, incs[0].gor0 = sample()
 
-	modes := []string{spec.ModeHERD, spec.ModeAtomics, spec.ModeSpecS0}
+	modes := append(slices.Clone(spec.Modes[1:]), spec.Modes[0]) // every mode, from the second
 	events := []string{"set-mode", "loss-burst", "set-mode", "kill9-lossy", "set-mode", "kill9-clean"}
 	deadline := time.Now().Add(dur)
 	var switches, kills, bursts int

@@ -114,5 +114,5 @@
 // well), the data path's residence bound, and etcd's linearizability.
 //
 // Standbys learn the leader's advertised admin address from the election
-// (Node.Leader) and answer Connect with a redirect (admin.RedirectError).
+// (Node.Leader) and answer Connect with a redirect (adminclient.RedirectError).
 package ha

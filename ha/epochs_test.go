@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -136,7 +137,7 @@ func TestEpochChangesKeepEveryClient(t *testing.T) {
 	everyoneServed("start", 0, 50, 20*time.Second)
 	loadFrom := now()
 
-	modes := []string{spec.ModeHERD, spec.ModeSpecS0} // an HA group serves no atomics (its counter lives in one NIC)
+	modes := append(slices.Clone(spec.HAModes()[1:]), spec.HAModes()[0]) // an HA group serves no atomics (its counter lives in one NIC)
 	var switches, kills, transfers int
 	var worst [3]time.Duration  // slowest recovery per kind: switch, kill, transfer
 	var worstLast time.Duration // slowest recovery of all clients after the held one came back

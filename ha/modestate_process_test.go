@@ -7,23 +7,23 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/client"
 	"github.com/seqd/seqd/ha/hatest"
 	"github.com/seqd/seqd/spec"
 )
 
-// haModes are the modes an HA group runs (haserve.Modes), spelled out:
+// haModes are the modes an HA group runs (haserve.Modes), from the table:
 // every mode but atomics, whose NIC counter a lease cannot fence.
-var haModes = []string{spec.ModeSpecS0, spec.ModeHERD, spec.ModeFaSST, spec.ModeDaRPC, spec.ModeRFP}
+var haModes = spec.HAModes()
 
 // adminCall runs f on the admin plane of addr.
 func adminCall[R any](t *testing.T, addr string, f func(context.Context, adminpb.AdminClient) (R, error)) (R, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cc, err := admin.Dial(ctx, addr)
+	cc, err := adminclient.Dial(ctx, addr)
 	if err != nil {
 		var zero R
 		return zero, err

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/client"
 	"github.com/seqd/seqd/e2e"
@@ -133,7 +133,7 @@ func (p *seqdProc) signal(s syscall.Signal) { p.cmd.Process.Signal(s) }
 func (p *seqdProc) status() (*adminpb.StatusResponse, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	cc, err := admin.Dial(ctx, p.addr)
+	cc, err := adminclient.Dial(ctx, p.addr)
 	if err != nil {
 		return nil, err
 	}
@@ -151,7 +151,7 @@ func seqdLeader(t *testing.T, ps []*seqdProc, skip *seqdProc, within time.Durati
 			if p == skip {
 				continue
 			}
-			if st, err := p.status(); err == nil && st.GetRole() == admin.RoleLeader {
+			if st, err := p.status(); err == nil && st.GetRole() == adminclient.RoleLeader {
 				return p
 			}
 		}
@@ -165,7 +165,7 @@ func seqdLeader(t *testing.T, ps []*seqdProc, skip *seqdProc, within time.Durati
 func leaders(ps []*seqdProc) int {
 	n := 0
 	for _, p := range ps {
-		if st, err := p.status(); err == nil && st.GetRole() == admin.RoleLeader {
+		if st, err := p.status(); err == nil && st.GetRole() == adminclient.RoleLeader {
 			n++
 		}
 	}
@@ -360,7 +360,7 @@ func TestSeqdProcessFaults(t *testing.T) {
 		// refuse at once, and its late save must be refused by etcd.
 		lead.signal(syscall.SIGCONT)
 		l.waitCalls(t, 1000, 10*time.Second)
-		if st, err := lead.status(); err == nil && st.GetRole() == admin.RoleLeader && leaders(ps) > 1 {
+		if st, err := lead.status(); err == nil && st.GetRole() == adminclient.RoleLeader && leaders(ps) > 1 {
 			t.Errorf("two instances report themselves leader after the deposed one resumed")
 		}
 		l.finish(t)

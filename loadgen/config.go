@@ -29,8 +29,11 @@ type Config struct {
 	// to this executable or on PATH, else in-process.
 	Spawn      bool
 	SeqdBinary string // "in-process" forces the in-process server
-	SeqdCores  string // seqd's -cores (its workers' cores), "" unpinned
-	SeqdArgs   []string
+	// InProcess runs the in-process server (loadgen/inprocess.Spawn);
+	// nil: none, Spawn needs a seqd binary.
+	InProcess Spawner
+	SeqdCores string // seqd's -cores (its workers' cores), "" unpinned
+	SeqdArgs  []string
 
 	Modes   []string // run in this order; may repeat
 	Clients int      // client threads (each a client.Client with its own engine)
@@ -178,8 +181,8 @@ func (c *Config) Validate() error {
 	}
 	if c.Engine == EngineWire {
 		for _, m := range c.Modes {
-			if m != spec.ModeSpecS0 && m != spec.ModeHERD {
-				return fmt.Errorf("%w: -engine wire speaks spec-s0 and herd, not %q", ErrConfig, m)
+			if f, _ := spec.Facts(m); !f.Wire {
+				return fmt.Errorf("%w: -engine wire speaks %s, not %q", ErrConfig, spec.ModeList(spec.WireModes()), m)
 			}
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/seqd/seqd/client"
+	"github.com/seqd/seqd/loadgen/inprocess"
 )
 
 // BenchmarkClosedLoop runs the hot path — the slot callbacks on the
@@ -13,7 +14,7 @@ import (
 // in-process seqd. b.N counts answers; -benchmem shows the allocations per
 // answer of the whole process (loadgen, client and server).
 func BenchmarkClosedLoop(b *testing.B) {
-	c := &Config{Spawn: true, SeqdBinary: InProcess, Logger: quiet()}
+	c := &Config{Spawn: true, SeqdBinary: InProcess, InProcess: inprocess.Spawn, Logger: quiet()}
 	if err := c.Validate(); err != nil {
 		b.Fatal(err)
 	}

@@ -11,6 +11,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/seqd/seqd/loadgen/inprocess"
 )
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -80,7 +82,7 @@ func TestRunSpawned(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	rep, err := Run(ctx, Config{Spawn: true, SeqdBinary: InProcess, Modes: []string{"spec-s0"}, Clients: 2, Window: 16,
+	rep, err := Run(ctx, Config{Spawn: true, SeqdBinary: InProcess, InProcess: inprocess.Spawn, Modes: []string{"spec-s0"}, Clients: 2, Window: 16,
 		Duration: time.Second, Warmup: 200 * time.Millisecond, Echo: 200 * time.Millisecond, Verify: true, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
@@ -132,7 +134,7 @@ func TestRunSpawned(t *testing.T) {
 // TestModeSkipped: a mode the server does not know is skipped with
 // ErrModeSwitch, not a failure of the run.
 func TestModeSkipped(t *testing.T) {
-	rep, err := Run(context.Background(), Config{Spawn: true, SeqdBinary: InProcess, Modes: []string{"no-such-mode"},
+	rep, err := Run(context.Background(), Config{Spawn: true, SeqdBinary: InProcess, InProcess: inprocess.Spawn, Modes: []string{"no-such-mode"},
 		Echo: -1, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)

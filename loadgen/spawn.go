@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -16,11 +15,23 @@ import (
 
 	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/admin/adminpb"
-	"github.com/seqd/seqd/server"
 )
 
-// InProcess as Config.SeqdBinary runs seqd inside loadgen.
+// InProcess as Config.SeqdBinary runs seqd inside loadgen, through
+// Config.InProcess.
 const InProcess = "in-process"
+
+// Spawner starts a seqd inside this process serving mode on loopback
+// (free ports, its data in dir, no receive quota), with seqd's -cores and
+// -provider-opts, and returns once its admin plane answers: the admin
+// address, and a stop function that returns once seqd has stopped.
+// loadgen/inprocess.Spawn is one; loadgen does not import the server
+// itself, so that a binary without a Spawner does not link it.
+type Spawner func(ctx context.Context, mode, dir, cores, providerOpts string) (admin string, stop func() error, err error)
+
+// ErrNoSpawner: an in-process seqd was asked for (or no seqd binary was
+// found) and Config.InProcess is nil.
+var ErrNoSpawner = errors.New("loadgen: no in-process seqd in this build (Config.InProcess)")
 
 // spawned is a seqd that loadgen started.
 type spawned struct {
@@ -58,7 +69,7 @@ func spawn(ctx context.Context, c *Config, mode string) (*spawned, error) {
 	}
 	var s *spawned
 	if bin == "" || bin == InProcess {
-		s, err = spawnInProcess(c, mode, dir)
+		s, err = spawnInProcess(ctx, c, mode, dir, bin)
 	} else {
 		s, err = spawnBinary(ctx, c, bin, mode, dir)
 	}
@@ -75,25 +86,18 @@ func spawn(ctx context.Context, c *Config, mode string) (*spawned, error) {
 	return s, nil
 }
 
-func spawnInProcess(c *Config, mode, dir string) (*spawned, error) {
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan server.Addrs, 1)
-	done := make(chan error, 1)
-	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	go func() {
-		done <- server.Run(ctx, server.Config{Device: "127.0.0.1:0", Admin: "127.0.0.1:0", Metrics: "off", Data: dir, Init: true,
-			Mode: mode, Cores: c.SeqdCores, ProviderOpts: c.ProviderOpts, PeerMaxRecv: -1}, quiet, func(a server.Addrs) { ready <- a })
-	}()
-	select {
-	case a := <-ready:
-		return &spawned{admin: a.Admin, desc: "in-process seqd", stop: func() error { cancel(); return <-done }}, nil
-	case err := <-done:
-		cancel()
-		return nil, fmt.Errorf("loadgen: in-process seqd (%s): %w", mode, err)
-	case <-time.After(10 * time.Second):
-		cancel()
-		return nil, fmt.Errorf("loadgen: in-process seqd (%s) not ready after 10s", mode)
+func spawnInProcess(ctx context.Context, c *Config, mode, dir, bin string) (*spawned, error) {
+	if c.InProcess == nil {
+		if bin == "" {
+			return nil, fmt.Errorf("%w, and no seqd binary next to loadgen or on PATH", ErrNoSpawner)
+		}
+		return nil, ErrNoSpawner
 	}
+	admin, stop, err := c.InProcess(ctx, mode, dir, c.SeqdCores, c.ProviderOpts)
+	if err != nil {
+		return nil, fmt.Errorf("loadgen: %w", err)
+	}
+	return &spawned{admin: admin, desc: "in-process seqd", stop: stop}, nil
 }
 
 // lockedBuffer collects a child's stderr for error messages.

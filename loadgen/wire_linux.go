@@ -21,7 +21,7 @@ import (
 // the same run.
 type WireResult struct {
 	Server       string  `json:"server"`         // seqd, provider-echo, raw-echo
-	Mode         string  `json:"mode,omitempty"` // seqd's: spec-s0 or herd
+	Mode         string  `json:"mode,omitempty"` // seqd's: one of spec.WireModes
 	Flows        int     `json:"flows"`
 	Window       int     `json:"window"` // per flow
 	Mops         float64 `json:"mops"`

@@ -8,13 +8,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/seqd/seqd/loadgen/inprocess"
 )
 
 // TestRunWire runs -engine wire against an in-process seqd (no floors,
 // no Redis: those run in processes of their own) and checks that every
 // flow count is measured, verified and reported, each in two slices.
 func TestRunWire(t *testing.T) {
-	c := Config{Engine: EngineWire, Spawn: true, SeqdBinary: InProcess, Flows: []int{1, 8}, Slices: 2,
+	c := Config{Engine: EngineWire, Spawn: true, SeqdBinary: InProcess, InProcess: inprocess.Spawn, Flows: []int{1, 8}, Slices: 2,
 		Duration: 200 * time.Millisecond, Warmup: 100 * time.Millisecond, ServerCore: -1, NoFloors: true, NoRedis: true}
 	rep, err := Run(context.Background(), c)
 	if err != nil {

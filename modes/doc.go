@@ -1,5 +1,5 @@
-// Package modes runs one data-path mode at a time — Spec-S0
-// (headeronly), HERD (herd) or fetch-and-add (atomics) — behind one admin
+// Package modes runs one data-path mode at a time — any mode of
+// spec.ModeTable, each implemented by its own package — behind one admin
 // backend, and switches between them at run time (SetMode).
 //
 // Every mode is a dataplane.Mode started by its dataplane.Factory, listed
@@ -7,8 +7,8 @@
 // the one place that speaks the admin protocol for them: package
 // modes/adminmode turns ConnectRequest into dataplane.Admission, Grant
 // into ConnectResponse, DisconnectRequest into SessionRef, and Stats into
-// StatusResponse and the metrics seqd_<mode>_* (Spec-S0's are
-// seqd_headeronly_*).
+// StatusResponse and the metrics seqd_<Metrics>_* (the table's
+// metrics prefix: Spec-S0's are seqd_headeronly_*).
 //
 // # Switching
 //

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
+	"slices"
 	"sync"
 	"time"
 
@@ -26,13 +26,6 @@ import (
 	"github.com/seqd/seqd/verbs"
 )
 
-// Names of the modes.
-const (
-	SpecS0  = spec.ModeSpecS0
-	HERD    = spec.ModeHERD
-	Atomics = spec.ModeAtomics
-)
-
 // registry is every mode seqd runs: one line per mode, keyed by its
 // spec name (spec/modes.go).
 var registry = map[string]dataplane.Factory{
@@ -43,10 +36,6 @@ var registry = map[string]dataplane.Factory{
 	spec.ModeDaRPC:   darpc.Start,
 	spec.ModeRFP:     rfp.Start,
 }
-
-// metricNames names a mode's metrics (seqd_<name>_*) where the mode's
-// name does not: Spec-S0's are seqd_headeronly_*, after its package.
-var metricNames = map[string]string{spec.ModeSpecS0: "headeronly"}
 
 // All lists every registered mode, in the order of spec.Modes.
 var All = registered()
@@ -144,10 +133,8 @@ func (s *Switch) start(ctx context.Context, mode string) (*adminmode.Backend, er
 	if err != nil {
 		return nil, err
 	}
-	metrics := metricNames[mode]
-	if metrics == "" {
-		metrics = strings.ReplaceAll(mode, "-", "_")
-	}
+	facts, _ := spec.Facts(mode) // seqd_<Metrics>_*: Spec-S0's are seqd_headeronly_*
+	metrics := facts.Metrics
 	return &adminmode.Backend{Mode: m, Name: mode, Metrics: metrics, Format: f, Epoch: epoch, Version: c.Version,
 		Device: c.Device, Oracle: c.Oracle}, nil
 }
@@ -263,9 +250,10 @@ func (s *Switch) SetMode(ctx context.Context, req *adminpb.SetModeRequest) (*adm
 func (s *Switch) Advance(ctx context.Context, to, maxStep uint64) (*adminpb.AdvanceResponse, error) {
 	o := s.cfg.Oracle
 	s.mu.Lock() // no mode switch between the checks and the advance
-	if s.mode == Atomics {
+	if s.mode == spec.ModeAtomics {
 		s.mu.Unlock()
-		return nil, fmt.Errorf("%w: advance: the atomics counter lives in the NIC; switch to %s or %s first", admin.ErrFailedPrecondition, SpecS0, HERD)
+		others := slices.DeleteFunc(slices.Clone(All), func(m string) bool { return m == spec.ModeAtomics })
+		return nil, fmt.Errorf("%w: advance: the atomics counter lives in the NIC; switch to %s first", admin.ErrFailedPrecondition, spec.ModeList(others))
 	}
 	prev := o.Current()
 	var err error

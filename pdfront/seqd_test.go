@@ -26,7 +26,7 @@ import (
 	"google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
-	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/client"
 	"github.com/seqd/seqd/e2e"
@@ -125,7 +125,7 @@ func (p *proc) kill() {
 func (p *proc) role() string {
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	cc, err := admin.Dial(ctx, p.addr)
+	cc, err := adminclient.Dial(ctx, p.addr)
 	if err != nil {
 		return ""
 	}
@@ -243,7 +243,7 @@ func TestPDClientAcrossHAFailover(t *testing.T) {
 			"-data", t.TempDir(), "-init") // a new group: -init, never needed again
 		ps, addrs = append(ps, p), append(addrs, p.addr)
 	}
-	lead := waitRole(t, ps, nil, admin.RoleLeader)
+	lead := waitRole(t, ps, nil, adminclient.RoleLeader)
 	srv, addr, c := frontOver(t, addrs)
 	pc := newPD(t, addr)
 	var v e2e.Verifier
@@ -256,7 +256,7 @@ func TestPDClientAcrossHAFailover(t *testing.T) {
 	waitCalls(t, &v, 2000)
 	killed := time.Now()
 	lead.kill()
-	next := waitRole(t, ps, lead, admin.RoleLeader)
+	next := waitRole(t, ps, lead, adminclient.RoleLeader)
 	leaderAt := time.Now()
 	waitCalls(t, &v, 2000)
 	close(stop)

@@ -9,7 +9,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/client"
 	"github.com/seqd/seqd/ha"
@@ -86,11 +86,11 @@ func (r *haRun) waitLeader(t *testing.T) {
 		default:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		cc, err := admin.Dial(ctx, r.addrs.Admin)
+		cc, err := adminclient.Dial(ctx, r.addrs.Admin)
 		if err == nil {
 			st, err := adminpb.NewAdminClient(cc).Status(ctx, &adminpb.StatusRequest{})
 			cc.Close()
-			if err == nil && st.GetRole() != admin.RoleStandby { // the HA leader, or a single seqd
+			if err == nil && st.GetRole() != adminclient.RoleStandby { // the HA leader, or a single seqd
 				cancel()
 				return
 			}

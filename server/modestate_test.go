@@ -8,9 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/modes"
+	"github.com/seqd/seqd/spec"
 )
 
 // statusOf asks a running seqd for its Status.
@@ -18,7 +19,7 @@ func statusOf(t *testing.T, addr string) *adminpb.StatusResponse {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	cc, err := admin.Dial(ctx, addr)
+	cc, err := adminclient.Dial(ctx, addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,14 +39,14 @@ func TestModeKeptInDataDir(t *testing.T) {
 	for _, mode := range modes.All {
 		t.Run(mode, func(t *testing.T) {
 			dir := t.TempDir()
-			flag := modes.SpecS0 // -mode on every start: only the kept mode brings seqd back to mode
-			if mode == modes.SpecS0 {
-				flag = modes.HERD
+			flag := spec.ModeSpecS0 // -mode on every start: only the kept mode brings seqd back to mode
+			if mode == spec.ModeSpecS0 {
+				flag = spec.ModeHERD
 			}
 			r := startHA(t, Config{Data: dir, Init: true, Mode: flag})
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			cc, err := admin.Dial(ctx, r.addrs.Admin)
+			cc, err := adminclient.Dial(ctx, r.addrs.Admin)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -73,7 +73,7 @@ type Config struct {
 	RespQPs      int    // default 3
 	Cores        string // comma-separated core per worker, -1 or "none" for unpinned
 	Format       string // "hybrid" (default) or "counter"
-	Mode         string // "spec-s0" (default), "herd" or "atomics"; switchable at run time (SetMode)
+	Mode         string // a registered mode (modes.All, from spec.ModeTable), default spec.ModeSpecS0; switchable at run time (SetMode)
 	MaxWindow    int    // default 256
 	MaxClients   int    // default DefaultMaxClients
 	// SessionLease: a client session not renewed (KeepAlive) within it

@@ -19,6 +19,10 @@ const (
 	RoleSingle  = "single"
 )
 
+// DefaultAddr is the admin plane's default address (seqd -admin, seqctl
+// -admin, loadgen -admin).
+const DefaultAddr = "127.0.0.1:7070"
+
 // ServiceName is the full name of the Admin service, as health checks and
 // reflection see it.
 const ServiceName = "seqd.admin.v1.Admin"

@@ -697,7 +697,7 @@ func (x *ConnectResponse) GetConnPsns() []uint32 {
 
 type SetModeRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Mode          string                 `protobuf:"bytes,1,opt,name=mode,proto3" json:"mode,omitempty"` // "spec-s0", "herd" or "atomics"
+	Mode          string                 `protobuf:"bytes,1,opt,name=mode,proto3" json:"mode,omitempty"` // a mode of spec.Modes: "spec-s0", ...
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }

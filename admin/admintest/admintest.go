@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/spec"
 )
@@ -39,7 +40,7 @@ func NewBackend(st *adminpb.StatusResponse) *Backend {
 	if st == nil {
 		st = &adminpb.StatusResponse{
 			Version:       "test",
-			Mode:          admin.ModeSpecS0,
+			Mode:          spec.ModeSpecS0,
 			Format:        "hybrid",
 			Current:       1000,
 			PersistedMark: 2000,
@@ -167,12 +168,12 @@ func Start(tb testing.TB, cfg admin.Config, backend admin.Backend) (*admin.Serve
 	return srv, lis.Addr().String()
 }
 
-// Client dials the admin API at addr (admin.Dial) and returns a client of
+// Client dials the admin API at addr (adminclient.Dial) and returns a client of
 // it; the connection is closed when the test ends. A failed dial fails
 // the test.
 func Client(ctx context.Context, tb testing.TB, addr string) adminpb.AdminClient {
 	tb.Helper()
-	cc, err := admin.Dial(ctx, addr)
+	cc, err := adminclient.Dial(ctx, addr)
 	if err != nil {
 		tb.Fatal(err)
 	}

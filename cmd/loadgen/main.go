@@ -17,6 +17,8 @@ import (
 
 	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/loadgen"
+	"github.com/seqd/seqd/loadgen/inprocess"
+	"github.com/seqd/seqd/spec"
 )
 
 func main() {
@@ -26,7 +28,7 @@ func main() {
 // Exit codes: 0 clean, 1 run failed, 2 bad flags, 3 violations found or
 // a mode skipped.
 func realMain(args []string, stdout, stderr io.Writer) int {
-	var c loadgen.Config
+	c := loadgen.Config{InProcess: inprocess.Spawn} // -seqd in-process, and -spawn without a seqd binary
 	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.Admin, "admin", "127.0.0.1:7070", "admin address of a running seqd")
@@ -38,7 +40,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	var sec adminclient.ClientSecurity
 	sec.Register(fs)
 	fs.StringVar(&c.ProviderOpts, "provider-opts", "", "verbs provider options for the clients and a spawned seqd, e.g. loss=0.01,dup=0.01,reorder=0.01 (fault injection)")
-	modes := fs.String("modes", "spec-s0", "modes to compare, in order, comma-separated (may repeat)")
+	modes := fs.String("modes", "spec-s0", "modes to compare, in order, comma-separated (may repeat): "+spec.ModeList(spec.Modes))
 	fs.IntVar(&c.Clients, "clients", 1, "client threads, each with its own client and engine")
 	fs.IntVar(&c.QPs, "qps", 0, "queue pairs per client; 0: per mode (Spec-S0 one per 16 outstanding requests, at least 4, as a QP's tag space allows about 500k requests/s; other modes 4)")
 	fs.IntVar(&c.Window, "window", 64, "outstanding requests per client")
@@ -50,7 +52,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	cores := fs.String("cores", "", "pin loadgen's threads to these cores, comma-separated")
 	fs.BoolVar(&c.Verify, "verify", true, "check every timestamp received (uniqueness, per-client order, real-time order)")
 	fs.IntVar(&c.VerifyMax, "verify-max", 200<<20, "most calls kept for verification per point (24 bytes each)")
-	fs.StringVar(&c.Engine, "engine", "client", "load engine: client (the client library) or wire (the lean wire-level Spec-S0 generator, with the floors and Redis INCR measured in the same run)")
+	fs.StringVar(&c.Engine, "engine", "client", "load engine: client (the client library) or wire (the lean wire-level generator, in "+spec.ModeList(spec.WireModes())+", with the floors and Redis INCR measured in the same run)")
 	flows := fs.String("flows", "1,64,1024", "with -engine wire: flow counts (emulated client QPs) to run")
 	fs.IntVar(&c.FlowWindow, "flow-window", 0, "with -engine wire: window per flow (0: -inflight/flows, 1..256)")
 	fs.IntVar(&c.InFlight, "inflight", 256, "with -engine wire: requests outstanding over all flows at most (flows take turns): more only queue in the server's socket, where one waiting past 4 ms is dropped")

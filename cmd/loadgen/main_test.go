@@ -24,7 +24,7 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"-admin", "::1:7070"}, "IPv6 host goes in brackets"},
 		{[]string{"-admin", "127.0.0.1:7070,,127.0.0.1:7071"}, "empty address"},
 		{[]string{"-duration", "-1s"}, "negative"},
-		{[]string{"-modes", "spec-s0, ,herd x"}, "mode"},
+		{[]string{"-modes", "spec-s0, ,other x"}, "mode"},
 		{[]string{"stray"}, "unexpected arguments"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/admin/admintest"
+	"github.com/seqd/seqd/spec"
 )
 
 // A fake HA group behind real admin servers: each member's Status names
@@ -55,7 +56,7 @@ func (m *fakeMember) SetMode(_ context.Context, req *adminpb.SetModeRequest) (*a
 		return nil, adminclient.RedirectError(m.g.leader)
 	}
 	m.g.setModes[m.addr]++
-	return &adminpb.SetModeResponse{Previous: admin.ModeSpecS0, Mode: req.GetMode(), High: 10, Epoch: 4}, nil
+	return &adminpb.SetModeResponse{Previous: spec.ModeSpecS0, Mode: req.GetMode(), High: 10, Epoch: 4}, nil
 }
 
 func (m *fakeMember) TransferLeader(context.Context) (*adminpb.TransferLeaderResponse, error) {
@@ -120,7 +121,7 @@ func TestListMutatingFollowsLeader(t *testing.T) {
 	g, list := startFakeGroup(t, 3)
 	lead := g.leader
 	code, out, errs := seqctl("-admin", list, "set-mode", "herd")
-	if code != exitOK || !strings.Contains(out, "mode spec-s0 -> herd") {
+	if code != exitOK || !strings.Contains(out, "mode "+spec.ModeSpecS0+" -> "+spec.ModeHERD) {
 		t.Fatalf("set-mode -admin %s = %d %q %q", list, code, out, errs)
 	}
 	if !strings.Contains(errs, g.members[0]+" is a standby; the leader is "+lead) {

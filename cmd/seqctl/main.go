@@ -46,7 +46,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 
-	"github.com/seqd/seqd/admin"
 	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/spec"
@@ -149,7 +148,7 @@ func (u usageError) Error() string { return u.msg }
 func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("seqctl", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	addr := fs.String("admin", admin.DefaultAddr, "admin server `addresses`: host:port, or every member of an HA group comma separated (IPv6 in brackets); mutating commands follow the leader")
+	addr := fs.String("admin", adminclient.DefaultAddr, "admin server `addresses`: host:port, or every member of an HA group comma separated (IPv6 in brackets); mutating commands follow the leader")
 	timeout := fs.Duration("timeout", 5*time.Second, "bound on the whole command")
 	var sec adminclient.ClientSecurity
 	sec.Register(fs)

@@ -16,11 +16,12 @@ import (
 	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/admin/admintest"
+	"github.com/seqd/seqd/spec"
 )
 
 var testStatus = &adminpb.StatusResponse{
 	Version:       "v0.1.0-test",
-	Mode:          admin.ModeSpecS0,
+	Mode:          spec.ModeSpecS0,
 	Format:        "hybrid",
 	Current:       1_000_000,
 	PersistedMark: 1_500_000,

@@ -10,7 +10,6 @@ import (
 	"sync"
 	"text/tabwriter"
 
-	"github.com/seqd/seqd/admin"
 	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/admin/adminpb"
 )
@@ -64,7 +63,7 @@ func runMembers(ctx context.Context, e *env, args []string) error {
 	// others, each in the order given.
 	rank := func(m member) int {
 		switch m.Role {
-		case admin.RoleLeader:
+		case adminclient.RoleLeader:
 			return 0
 		case "unreachable":
 			return 2
@@ -74,7 +73,7 @@ func runMembers(ctx context.Context, e *env, args []string) error {
 	slices.SortStableFunc(ms, func(x, y member) int { return rank(x) - rank(y) })
 	leaders := 0
 	for _, m := range ms {
-		if m.Role == admin.RoleLeader {
+		if m.Role == adminclient.RoleLeader {
 			leaders++
 		}
 	}
@@ -98,7 +97,7 @@ func runMembers(ctx context.Context, e *env, args []string) error {
 		tw.Flush()
 	}
 	switch {
-	case leaders == 0 && len(ms) == 1 && ms[0].Role == admin.RoleSingle:
+	case leaders == 0 && len(ms) == 1 && ms[0].Role == adminclient.RoleSingle:
 		return nil
 	case leaders == 0:
 		return fmt.Errorf("no leader among %d instances", len(ms))

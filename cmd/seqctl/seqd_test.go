@@ -20,6 +20,7 @@ import (
 	"github.com/seqd/seqd/ha/hatest"
 	"github.com/seqd/seqd/internal/testpki"
 	seqd "github.com/seqd/seqd/server"
+	"github.com/seqd/seqd/spec"
 	_ "github.com/seqd/seqd/verbs/soft"
 )
 
@@ -153,7 +154,7 @@ func TestSeqdCommands(t *testing.T) {
 	})
 
 	t.Run("set-mode", func(t *testing.T) {
-		if code, out, errs := seqctl("-admin", addr, "set-mode", "herd"); code != exitOK || !strings.Contains(out, "mode spec-s0 -> herd") {
+		if code, out, errs := seqctl("-admin", addr, "set-mode", "herd"); code != exitOK || !strings.Contains(out, "mode "+spec.ModeSpecS0+" -> "+spec.ModeHERD) {
 			t.Fatalf("set-mode herd = %d %q %q", code, out, errs)
 		}
 		if m := statusOf(t, addr).GetMode(); m != "herd" {

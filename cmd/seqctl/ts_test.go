@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/ha/hatest"
 	seqd "github.com/seqd/seqd/server"
 )
@@ -74,7 +74,7 @@ func TestMembers(t *testing.T) {
 	for {
 		code, out, errs := seqctl("-admin", b+","+gone+","+a, "-timeout", "2s", "members", "-o", "json")
 		ms = nil
-		if code == exitOK && json.Unmarshal([]byte(out), &ms) == nil && len(ms) == 3 && ms[1].Role == admin.RoleStandby &&
+		if code == exitOK && json.Unmarshal([]byte(out), &ms) == nil && len(ms) == 3 && ms[1].Role == adminclient.RoleStandby &&
 			ms[1].Leader == ms[0].Address { // the standby has learned the leader
 
 			break
@@ -85,7 +85,7 @@ func TestMembers(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	lead, standby := ms[0], ms[1]
-	if lead.Role != admin.RoleLeader || standby.Leader != lead.Address || ms[2].Address != gone || ms[2].Role != "unreachable" {
+	if lead.Role != adminclient.RoleLeader || standby.Leader != lead.Address || ms[2].Address != gone || ms[2].Role != "unreachable" {
 		t.Fatalf("members: %+v", ms)
 	}
 	if (lead.Address != a || standby.Address != b) && (lead.Address != b || standby.Address != a) {

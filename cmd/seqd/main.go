@@ -29,6 +29,7 @@ import (
 	"github.com/seqd/seqd/internal/logflag"
 	"github.com/seqd/seqd/internal/version"
 	"github.com/seqd/seqd/server"
+	"github.com/seqd/seqd/spec"
 	_ "github.com/seqd/seqd/verbs/ibv"
 	_ "github.com/seqd/seqd/verbs/soft"
 )
@@ -75,7 +76,7 @@ func realMainEnv(args []string, stderr io.Writer, lookupEnv func(string) (string
 	fs.IntVar(&c.RespQPs, "resp-qps", 3, "response QPs per worker")
 	fs.StringVar(&c.Cores, "cores", "none", "core per worker, comma-separated (-1 or none: unpinned)")
 	fs.StringVar(&c.Format, "format", "hybrid", "value format: hybrid or counter")
-	fs.StringVar(&c.Mode, "mode", "spec-s0", "data-path mode: spec-s0, herd or atomics (switch at run time with seqctl set-mode)")
+	fs.StringVar(&c.Mode, "mode", "spec-s0", "data-path mode (switch at run time with seqctl set-mode):"+spec.ModeHelp())
 	fs.IntVar(&c.MaxWindow, "max-window", 256, "largest window granted per client QP")
 	fs.IntVar(&c.MaxClients, "max-clients", server.DefaultMaxClients, "most concurrent client sessions (under 1 KiB of memory each; each worker also bounds the sum of its clients' windows at 32768)")
 	fs.DurationVar(&c.SessionLease, "session-lease", 30*time.Second, "a client session not renewed within this lease (the client library renews every third of it) is disconnected; negative: no leases")

@@ -26,10 +26,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/ha"
 	"github.com/seqd/seqd/modes"
 	"github.com/seqd/seqd/oracle"
+	"github.com/seqd/seqd/spec"
 )
 
 // ErrConfig reports an invalid Config.
@@ -87,7 +89,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("%w: Node and Modes.Device are required", ErrConfig)
 	}
 	if cfg.Mode == "" {
-		cfg.Mode = modes.SpecS0
+		cfg.Mode = spec.ModeSpecS0
 	}
 	if err := haMode(cfg.Mode); err != nil {
 		return nil, err
@@ -98,22 +100,16 @@ func New(cfg Config) (*Server, error) {
 	return &Server{cfg: cfg, node: cfg.Node, log: cfg.Logger.With("component", "haserve"), mode: cfg.Mode}, nil
 }
 
-// unfenced are the registered modes an HA group cannot run, and why.
-var unfenced = map[string]string{
-	modes.Atomics: "its counter lives in the NIC, which hands out values without the CPU: " +
-		"the lease gate cannot stop it in time when the leader is paused or cut off, " +
-		"so a deposed leader could answer after its successor did",
-}
-
 // Modes are the modes an HA instance serves: every registered mode
 // (modes.All) whose values are claimed from the term's oracle, under its
-// lease gate. Only the modes in unfenced are left out.
+// lease gate (spec.ModeFacts.HA); the table says why the others are left
+// out.
 var Modes = haModes()
 
 func haModes() []string {
 	var ms []string
 	for _, m := range modes.All {
-		if _, no := unfenced[m]; !no {
+		if f, _ := spec.Facts(m); f.HA() {
 			ms = append(ms, m)
 		}
 	}
@@ -127,8 +123,8 @@ func haMode(m string) error {
 	if slices.Contains(Modes, m) {
 		return nil
 	}
-	if why, ok := unfenced[m]; ok {
-		return fmt.Errorf("%w: mode %s cannot run under HA: %s (HA modes: %q)", admin.ErrFailedPrecondition, m, why, Modes)
+	if f, ok := spec.Facts(m); ok && !f.HA() {
+		return fmt.Errorf("%w: mode %s cannot run under HA: %s (HA modes: %q)", admin.ErrFailedPrecondition, m, f.NoHA, Modes)
 	}
 	return fmt.Errorf("%w: unknown mode %q (HA modes: %q)", admin.ErrInvalidArgument, m, Modes)
 }
@@ -220,7 +216,7 @@ func (s *Server) leading() *term {
 }
 
 // redirect is the answer of an instance that does not serve.
-func (s *Server) redirect() error { return admin.RedirectError(s.otherLeader()) }
+func (s *Server) redirect() error { return adminclient.RedirectError(s.otherLeader()) }
 
 // otherLeader is the leader as last seen, "" when unknown or when etcd
 // names this instance but its term has not started or has ended.
@@ -281,7 +277,7 @@ func (s *Server) Status(ctx context.Context) (*adminpb.StatusResponse, error) {
 	if err != nil {
 		return nil, err
 	}
-	st.Role, st.Leader, st.Term = admin.RoleLeader, s.node.Config().Advertise, uint64(c.t.Rev)
+	st.Role, st.Leader, st.Term = adminclient.RoleLeader, s.node.Config().Advertise, uint64(c.t.Rev)
 	os := c.orc.Stats()
 	st.Current = max(st.Current, os.Current)
 	st.PersistedMark = os.Mark

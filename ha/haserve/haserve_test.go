@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/client"
 	"github.com/seqd/seqd/ha"
@@ -91,7 +92,7 @@ func TestRedirectAndFailover(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	cc, err := admin.Dial(ctx, standby.addr)
+	cc, err := adminclient.Dial(ctx, standby.addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +102,7 @@ func TestRedirectAndFailover(t *testing.T) {
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		_, err = adminpb.NewAdminClient(cc).Connect(ctx, &adminpb.ConnectRequest{
 			Qps: []*adminpb.Endpoint{{Address: make([]byte, 20), Qpn: 5}}, Window: 4, ProtocolVersion: spec.ProtocolVersion})
-		l, ok := admin.LeaderFromError(err)
+		l, ok := adminclient.LeaderFromError(err)
 		if ok && l == lead.addr {
 			break
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/seqd/seqd/ha/haserve"
 	"github.com/seqd/seqd/ha/hatest"
 	"github.com/seqd/seqd/modes"
+	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 )
 
@@ -135,9 +136,9 @@ func TestGroupKeepsMode(t *testing.T) {
 				prefix := "/" + t.Name()
 				// Every instance's -mode is another one: only the
 				// stored mode can bring the group back to mode.
-				flag := modes.SpecS0
-				if mode == modes.SpecS0 {
-					flag = modes.HERD
+				flag := spec.ModeSpecS0
+				if mode == spec.ModeSpecS0 {
+					flag = spec.ModeHERD
 				}
 				ms := []*member{startMember(t, eps, prefix, true, flag), startMember(t, eps, prefix, true, flag)}
 				lead := leaderOf(t, ms...)

@@ -8,7 +8,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/spec"
 )
@@ -80,7 +80,7 @@ func (s *Server) format() spec.Format {
 // plane of a standby must.
 func (s *Server) standbyStatus(ctx context.Context) *adminpb.StatusResponse {
 	st := &adminpb.StatusResponse{Version: s.cfg.Modes.Version, Format: s.format().String(), Mode: s.currentMode(),
-		Role: admin.RoleStandby, Leader: s.otherLeader()}
+		Role: adminclient.RoleStandby, Leader: s.otherLeader()}
 	if v := s.groupView(ctx); v != nil {
 		st.Term, st.Epoch = uint64(v.term), v.epoch
 		if v.mode != "" {

@@ -33,8 +33,8 @@ type Sessions struct {
 	wg     sync.WaitGroup
 }
 
-// Admit connects g's flows to seqd through Admin.Connect in mode
-// (spec.ModeSpecS0 or spec.ModeHERD), perSession flows per session (0:
+// Admit connects g's flows to seqd through Admin.Connect in mode (one of
+// spec.WireModes: kindOf), perSession flows per session (0:
 // DefaultPerSession), like the client library registers its QPs: address
 // (the flow's source address and the generator's port) and QPN; in HERD
 // also the flow's UC QP (conn_qps). It points g at the granted server
@@ -43,13 +43,13 @@ func Admit(ctx context.Context, adm adminpb.AdminClient, g *Gen, mode string, pe
 	if perSession <= 0 {
 		perSession = DefaultPerSession
 	}
-	kind, window := Seqd, g.Window()
-	switch mode {
-	case spec.ModeSpecS0:
-	case spec.ModeHERD:
-		kind, window = HERD, min(window, spec.HERDMaxWindow)
-	default:
-		return nil, fmt.Errorf("%w: mode %q (spec-s0 or herd)", ErrAdmit, mode)
+	kind, err := kindOf(mode)
+	if err != nil {
+		return nil, err
+	}
+	window := g.Window()
+	if kind == HERD {
+		window = min(window, spec.HERDMaxWindow)
 	}
 	ss := &Sessions{adm: adm, stop: make(chan struct{})}
 	t := Target{Kind: kind, Flows: make([]FlowTarget, g.Flows())}
@@ -215,4 +215,16 @@ func (ss *Sessions) Close(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// kindOf is the target Kind that speaks mode: the generator's modes are
+// spec.WireModes (ModeFacts.Wire), TestKindOfFollowsTable keeps them so.
+func kindOf(mode string) (Kind, error) {
+	switch mode {
+	case spec.ModeSpecS0:
+		return Seqd, nil
+	case spec.ModeHERD:
+		return HERD, nil
+	}
+	return 0, fmt.Errorf("%w: mode %q (the wire generator speaks %s)", ErrAdmit, mode, spec.ModeList(spec.WireModes()))
 }

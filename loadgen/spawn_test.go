@@ -1,0 +1,36 @@
+package loadgen
+
+import (
+	"context"
+	"errors"
+	"testing"
+)
+
+// TestSpawnInProcessNeedsSpawner: with no Config.InProcess, asking for an
+// in-process seqd is an error naming the missing spawner, not a server
+// loadgen links anyway; with one, loadgen calls it with the run's options.
+func TestSpawnInProcessNeedsSpawner(t *testing.T) {
+	c := &Config{Spawn: true, SeqdBinary: InProcess, SeqdCores: "1", ProviderOpts: "loss=0.5"}
+	if _, err := spawn(context.Background(), c, "herd"); !errors.Is(err, ErrNoSpawner) {
+		t.Fatalf("spawn without a spawner: %v, want ErrNoSpawner", err)
+	}
+	var got []string
+	stopped := false
+	c.InProcess = func(_ context.Context, mode, dir, cores, opts string) (string, func() error, error) {
+		got = []string{mode, cores, opts}
+		if dir == "" {
+			t.Error("no data directory")
+		}
+		return "127.0.0.1:1", func() error { stopped = true; return nil }, nil
+	}
+	s, err := spawn(context.Background(), c, "herd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.admin != "127.0.0.1:1" || len(got) != 3 || got[0] != "herd" || got[1] != "1" || got[2] != "loss=0.5" {
+		t.Fatalf("spawned %+v with %q", s, got)
+	}
+	if err := s.stop(); err != nil || !stopped {
+		t.Fatalf("stop: %v, stopped %v", err, stopped)
+	}
+}
