@@ -6,8 +6,9 @@
 // -config FILE reads the same flags, one name=value per line (# starts a
 // comment), and every flag can be set by an environment variable, SEQD_
 // and its name in upper case with _ for - (SEQD_ETCD_ENDPOINTS for
-// -etcd-endpoints): the command line wins over the variables, which win
-// over the file. -log-level and -log-format choose the log; -pprof serves
+// -etcd-endpoints; -h shows each): the command line wins over the
+// variables, which win over the file. An unknown SEQD_ variable is an
+// error, as an unknown key in the file is (package envflag). -log-level and -log-format choose the log; -pprof serves
 // Go's profiler on the metrics listener. SIGINT and SIGTERM stop seqd;
 // SIGHUP re-reads -admin-token-file and the -admin-tls-* files (as a
 // change of those files does).
@@ -16,6 +17,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -35,7 +37,7 @@ import (
 
 // envPrefix names the variables that set flags: SEQD_ETCD_ENDPOINTS sets
 // -etcd-endpoints.
-const envPrefix = "SEQD_"
+const envPrefix = envflag.PrefixSeqd
 
 // stdout is where -version prints; tests replace it.
 var stdout io.Writer = os.Stdout
@@ -49,12 +51,12 @@ func main() {
 }
 
 func realMain(args []string, stderr io.Writer) int {
-	return realMainEnv(args, stderr, os.LookupEnv)
+	return realMainEnv(args, stderr, os.Environ())
 }
 
-// realMainEnv is realMain with the environment's lookup (tests pass
-// their own).
-func realMainEnv(args []string, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
+// realMainEnv is realMain with the environment (KEY=value, as
+// os.Environ; tests pass their own).
+func realMainEnv(args []string, stderr io.Writer, environ []string) int {
 	var c server.Config
 	var lf logflag.Config
 	fs := flag.NewFlagSet("seqd", flag.ContinueOnError)
@@ -104,7 +106,14 @@ func realMainEnv(args []string, stderr io.Writer, lookupEnv func(string) (string
 	fs.StringVar(&c.AdvanceBudget, "advance-budget", "", "most that all Advance calls (seqctl advance) may move the counter in one -advance-budget-window: a duration for -format hybrid, a count for counter (default 24h, or that many values)")
 	fs.DurationVar(&c.AdvanceWindow, "advance-budget-window", 24*time.Hour, "the period after which -advance-budget is whole again")
 	fs.IntVar(&c.AdvanceRate, "advance-rate", 10, "most Advance calls a minute (a bucket refilled evenly); more are refused")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: seqd [flags]\n\nflags:\n")
+		envflag.Usage(fs.Output(), fs, envPrefix)
+	}
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
 		return 2
 	}
 	if fs.NArg() > 0 {
@@ -117,9 +126,8 @@ func realMainEnv(args []string, stderr io.Writer, lookupEnv func(string) (string
 	}
 	// The command line wins over SEQD_* variables, which win over the
 	// -config file.
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if err := envflag.Apply(fs, envPrefix, set, lookupEnv); err != nil {
+	set, err := envflag.FromEnv(fs, envPrefix, environ)
+	if err != nil {
 		fmt.Fprintf(stderr, "seqd: %v\n", err)
 		return 2
 	}
