@@ -116,4 +116,3 @@ func runDecode(_ context.Context, e *env, args []string) error {
 	}
 	return printTS(e.stdout, *output, []tsJSON{decodeTS(v)})
 }
-
