@@ -73,6 +73,10 @@ func Name(prefix, f string) string {
 // "internal:"): not listed by -h, not set from the environment.
 func Internal(f *flag.Flag) bool { return strings.HasPrefix(f.Usage, internalPrefix) }
 
+// HasEnv reports whether a variable sets f: every flag but internal ones
+// and -version (which only asks a question of the command line).
+func HasEnv(f *flag.Flag) bool { return !Internal(f) && f.Name != "version" }
+
 // alias is a deprecated flag name that sets another flag.
 type alias struct {
 	prog, old string
@@ -127,7 +131,7 @@ func Apply(fs *flag.FlagSet, prefix string, set map[string]bool, lookup func(str
 	// the new name's.
 	var aliases []*flag.Flag
 	visit := func(f *flag.Flag) {
-		if err != nil || set[f.Name] || Internal(f) {
+		if err != nil || set[f.Name] || !HasEnv(f) {
 			return
 		}
 		t := AliasOf(f)
@@ -177,7 +181,7 @@ func reserved(k string) bool {
 func Unknown(fs *flag.FlagSet, prefix string, environ []string) error {
 	known := map[string]bool{}
 	fs.VisitAll(func(f *flag.Flag) {
-		if !Internal(f) {
+		if HasEnv(f) {
 			known[Name(prefix, f.Name)] = true
 		}
 	})
@@ -268,7 +272,10 @@ func Usage(w io.Writer, fs *flag.FlagSet, prefix string) {
 		if d := Default(f); d != "" {
 			fmt.Fprintf(&b, " (default %s)", d)
 		}
-		fmt.Fprintf(&b, "\n    \tenv %s\n", Name(prefix, f.Name))
+		b.WriteString("\n")
+		if HasEnv(f) {
+			fmt.Fprintf(&b, "    \tenv %s\n", Name(prefix, f.Name))
+		}
 		io.WriteString(w, b.String())
 	})
 	if len(aliases) > 0 {
