@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"regexp"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -80,6 +81,29 @@ func TestOneLinePerEvent(t *testing.T) {
 	} {
 		if n := len(regexp.MustCompile(c.re).FindAllString(out, -1)); n != c.want {
 			t.Errorf("%d lines match %s, want %d:\n%s", n, c.re, c.want, out)
+		}
+	}
+}
+
+// TestErrorsOnce is issue 29 item 3: seqd's errors doubled their
+// prefixes ("seqd: seqd: oracle in DIR: oracle: loading mark: oracle: no
+// mark file") and named Go fields (Config.Init, Config.Floor) instead of
+// the flags.
+func TestErrorsOnce(t *testing.T) {
+	var out syncBuf
+	code := realMainEnv([]string{"-data", t.TempDir(), "-admin", "127.0.0.1:0", "-device", "127.0.0.1:0", "-metrics", "off", "-log-level", "error"}, &out, nil)
+	msg := out.String()
+	if code != 1 || !strings.HasPrefix(msg, "seqd: ") || !strings.Contains(msg, "no mark file") {
+		t.Fatalf("exit %d: %q", code, msg)
+	}
+	for _, bad := range []string{"seqd: seqd:", "Config.", "oracle: loading", ": oracle:"} {
+		if strings.Contains(msg, bad) {
+			t.Errorf("%q in %q", bad, msg)
+		}
+	}
+	for _, want := range []string{"-advance", "-init"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("no %s in %q", want, msg)
 		}
 	}
 }

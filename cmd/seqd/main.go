@@ -144,7 +144,7 @@ func realMainEnv(args []string, stderr io.Writer, environ []string) int {
 	}
 	c.Version = version.Version
 	if err := c.Validate(); err != nil {
-		fmt.Fprintf(stderr, "seqd: %v\n", err)
+		fmt.Fprintf(stderr, "seqd: %s\n", describe(err))
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -160,10 +160,23 @@ func realMainEnv(args []string, stderr io.Writer, environ []string) int {
 		ready = func(a server.Addrs) { onServing(a, stop) }
 	}
 	if err := server.Run(ctx, c, log, ready); err != nil {
-		fmt.Fprintf(stderr, "seqd: %v\n", err)
+		fmt.Fprintf(stderr, "seqd: %s\n", describe(err))
 		return 1
 	}
 	return 0
+}
+
+// describe renders err in seqd's words: the package prefixes its layers
+// each add once ("seqd: oracle in DIR: oracle: loading mark: oracle: ...")
+// dropped, as main adds "seqd: ", and the oracle package's Config fields
+// named by the flags that set them.
+func describe(err error) string {
+	msg := err.Error()
+	for _, p := range []string{"seqd: ", "oracle: "} {
+		msg = strings.TrimPrefix(msg, p)
+		msg = strings.ReplaceAll(msg, ": "+p, ": ")
+	}
+	return strings.NewReplacer("Config.Floor", "-advance", "Config.Init", "-init").Replace(msg)
 }
 
 // loadConfig applies name=value lines of path to fs, skipping flags set on
