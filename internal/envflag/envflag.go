@@ -51,6 +51,10 @@ var Reserved = []string{
 	"SEQD_RAW_ECHO_PEER",    // verbs/soft benchmarks
 	"SEQD_ORACLE_CRASH_",    // oracle crash tests
 	"SEQD_NETNSTEST_INSIDE", // internal/netnstest
+	// Kubernetes' service links: a Service named seqd (deploy/k8s) or
+	// seqd-pd puts these in every pod of its namespace.
+	"SEQD_SERVICE_", "SEQD_PORT", "SEQD_PORT_",
+	"SEQD_PD_SERVICE_", "SEQD_PD_PORT", "SEQD_PD_PORT_",
 }
 
 // ErrUnknown is a variable with a binary's prefix that names none of its

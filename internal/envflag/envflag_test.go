@@ -58,7 +58,9 @@ func TestUnknown(t *testing.T) {
 	fs := flag.NewFlagSet("seqd", flag.ContinueOnError)
 	fs.String("admin", "", "")
 	fs.String("floor", "", "internal: not for people")
-	env := []string{"SEQD_ADMIN=x", "SEQD_PD_LISTEN=y", "SEQD_SOAK=1", "SEQD_RIG_STORM=1", "SEQD_TEST_ANY=1", "SEQD_FLAGS=-init", "PATH=/bin", "LOADGEN_X=1"}
+	env := []string{"SEQD_ADMIN=x", "SEQD_PD_LISTEN=y", "SEQD_SOAK=1", "SEQD_RIG_STORM=1", "SEQD_TEST_ANY=1", "SEQD_FLAGS=-init", "PATH=/bin", "LOADGEN_X=1",
+		// Kubernetes service links of the Service seqd.
+		"SEQD_SERVICE_HOST=10.0.0.1", "SEQD_SERVICE_PORT=7070", "SEQD_PORT=tcp://10.0.0.1:7070", "SEQD_PORT_7070_TCP_ADDR=10.0.0.1"}
 	if err := Unknown(fs, PrefixSeqd, env); err != nil {
 		t.Fatalf("known and reserved variables: %v", err)
 	}
@@ -69,7 +71,7 @@ func TestUnknown(t *testing.T) {
 	// Under SEQD_PD_ the rule is the same; SEQD_PD_PID is reserved.
 	pd := flag.NewFlagSet("seqd-pd", flag.ContinueOnError)
 	pd.String("listen", "", "")
-	if err := Unknown(pd, PrefixSeqdPD, []string{"SEQD_PD_LISTEN=x", "SEQD_ADMIN=y", "SEQD_PD_PID=1"}); err != nil {
+	if err := Unknown(pd, PrefixSeqdPD, []string{"SEQD_PD_LISTEN=x", "SEQD_ADMIN=y", "SEQD_PD_PID=1", "SEQD_PD_SERVICE_HOST=10.0.0.2", "SEQD_PD_PORT_3379_TCP=tcp://10.0.0.2:3379"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := Unknown(pd, PrefixSeqdPD, []string{"SEQD_PD_SEQ=x"}); !errors.Is(err, ErrUnknown) {
