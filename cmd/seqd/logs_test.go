@@ -26,7 +26,9 @@ func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(
 // TestOneLinePerEvent is issue 29 item 3: every connect, disconnect and
 // mode switch was logged twice at info (the data path's line and the admin
 // plane's), a mode switch three times with the audit line. Now each is one
-// info line (the audit line of a mutating call is apart: it says who).
+// info line (the audit line of a mutating call is apart: it says who),
+// and a failed call one warning (it was two: the handler's and the
+// audit's).
 func TestOneLinePerEvent(t *testing.T) {
 	var logs syncBuf
 	served := make(chan server.Addrs, 1)
@@ -63,6 +65,9 @@ func TestOneLinePerEvent(t *testing.T) {
 	if _, err := adminpb.NewAdminClient(cc).SetMode(ctx, &adminpb.SetModeRequest{Mode: "herd"}); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := adminpb.NewAdminClient(cc).SetMode(ctx, &adminpb.SetModeRequest{Mode: "bogus"}); err == nil {
+		t.Fatal("set-mode bogus succeeded")
+	}
 	cc.Close()
 	get()
 	stop()
@@ -78,6 +83,9 @@ func TestOneLinePerEvent(t *testing.T) {
 		{`level=INFO msg="(client disconnected|[a-z0-9-]+ client released)"`, 2},
 		{`level=INFO msg="mode switched"`, 1},
 		{`level=INFO msg="admin call" .*SetMode`, 1},
+		// A failed call: one warning, the audit line, with the error.
+		{`level=WARN msg="(set-mode failed|admin call)"`, 1},
+		{`level=WARN msg="admin call" .*SetMode .*code=\w+ .*err=`, 1},
 	} {
 		if n := len(regexp.MustCompile(c.re).FindAllString(out, -1)); n != c.want {
 			t.Errorf("%d lines match %s, want %d:\n%s", n, c.re, c.want, out)
