@@ -27,10 +27,13 @@ func (s *Server) audit(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 		id = "anonymous"
 	}
 	lvl := slog.LevelInfo
+	args := []any{"method", info.FullMethod, "request", fmt.Sprint(req),
+		"code", status.Code(err).String(), "peer", peerAddr(ctx), "identity", id}
 	if err != nil {
+		// The one line of a failed call: the handlers log theirs at debug.
 		lvl = slog.LevelWarn
+		args = append(args, "err", status.Convert(err).Message())
 	}
-	s.log.Log(ctx, lvl, "admin call", "method", info.FullMethod, "request", fmt.Sprint(req),
-		"code", status.Code(err).String(), "peer", peerAddr(ctx), "identity", id)
+	s.log.Log(ctx, lvl, "admin call", args...)
 	return resp, err
 }

@@ -450,7 +450,7 @@ func (v *service) Advance(ctx context.Context, req *adminpb.AdvanceRequest) (*ad
 	res, maxStep, err := v.s.reserveAdvance(ctx, to)
 	if err != nil {
 		err = statusError(err)
-		v.s.log.Warn("advance refused", "min", to, "code", status.Code(err).String(), "err", err)
+		v.s.log.Debug("advance refused", "min", to, "code", status.Code(err).String(), "err", err)
 		return nil, err
 	}
 	resp, err := a.Advance(ctx, to, maxStep)
@@ -461,7 +461,7 @@ func (v *service) Advance(ctx context.Context, req *adminpb.AdvanceRequest) (*ad
 	v.s.advance.settle(res, used)
 	if err != nil {
 		err = statusError(err)
-		v.s.log.Warn("advance failed", "min", to, "code", status.Code(err).String(), "err", err)
+		v.s.log.Debug("advance failed", "min", to, "code", status.Code(err).String(), "err", err)
 		return nil, err
 	}
 	v.s.log.Info("counter advanced by operator", "min", to, "previous", resp.GetPrevious(), "current", resp.GetCurrent(),
@@ -511,7 +511,7 @@ func (v *service) TransferLeader(ctx context.Context, _ *adminpb.TransferLeaderR
 	resp, err := lt.TransferLeader(ctx)
 	if err != nil {
 		err = statusError(err)
-		v.s.log.Warn("transfer-leader failed", "code", status.Code(err).String(), "err", err)
+		v.s.log.Debug("transfer-leader failed", "code", status.Code(err).String(), "err", err)
 		return nil, err
 	}
 	v.s.log.Info("leadership transferred", "from", resp.GetPreviousLeader(), "to", resp.GetLeader())
@@ -529,9 +529,9 @@ func (v *service) SetMode(ctx context.Context, req *adminpb.SetModeRequest) (*ad
 	resp, err := ms.SetMode(ctx, req)
 	if err != nil {
 		err = statusError(err)
-		v.s.log.Warn("set-mode failed", "mode", req.GetMode(), "code", status.Code(err).String(), "err", err)
+		v.s.log.Debug("set-mode failed", "mode", req.GetMode(), "code", status.Code(err).String(), "err", err)
 		return nil, err
 	}
-	v.s.log.Info("mode switched", "from", resp.GetPrevious(), "to", resp.GetMode(), "high", resp.GetHigh())
+	// modes logs the switch and the audit line the call: no third line.
 	return resp, nil
 }

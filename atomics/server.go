@@ -275,7 +275,7 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 	g.Session = s.nextID
 	s.sessions[g.Session] = mine
 	s.nqps += len(mine)
-	s.log.Info("atomics client admitted", "session", g.Session, "name", a.Name, "qps", len(a.QPs))
+	s.log.Debug("atomics client admitted", "session", g.Session, "name", a.Name, "qps", len(a.QPs))
 	return g, nil
 }
 

@@ -105,8 +105,14 @@ func WithInsecure() Option {
 	return func(o *options) error { o.dialOpts = append(o.dialOpts, adminclient.Insecure()); return nil }
 }
 
-// WithLogger sets the logger (default slog.Default()).
+// WithLogger sets the logger the client logs to (connects, failovers,
+// warnings). Without it (or with nil) the client logs nothing: a library
+// does not write to the process's default logger uninvited.
 func WithLogger(l *slog.Logger) Option { return func(o *options) error { o.logger = l; return nil } }
+
+// discard is the logger of a client given none: it drops every record
+// without formatting it.
+var discard = slog.New(slog.DiscardHandler)
 
 func (o *options) validate() error {
 	if o.provider == "" || (o.provider == "soft" && o.device == "") {
@@ -125,7 +131,7 @@ func (o *options) validate() error {
 		o.retransmit = spec.DefaultTimeout
 	}
 	if o.logger == nil {
-		o.logger = slog.Default()
+		o.logger = discard
 	}
 	switch {
 	case o.qps < 1 || o.qps > 64:

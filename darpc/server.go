@@ -196,7 +196,7 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 	for _, w := range s.Workers {
 		w.publish()
 	}
-	s.log.Info("darpc client admitted", "session", sess.id, "name", a.Name, "qps", len(a.QPs), "window", window)
+	s.log.Debug("darpc client admitted", "session", sess.id, "name", a.Name, "qps", len(a.QPs), "window", window)
 	return g, nil
 }
 

@@ -488,7 +488,7 @@ func scrape(url string) (map[string]bool, error) {
 // exports.
 func scrapeSeqdPD(t *testing.T, admin, tokens string) (map[string]bool, error) {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(binaries(t), "seqd-pd"), "-seqd", admin, "-listen", "127.0.0.1:0",
+	cmd := exec.Command(filepath.Join(binaries(t), "seqd-pd"), "-admin", admin, "-listen", "127.0.0.1:0",
 		"-metrics", "127.0.0.1:0", "-token-file", tokens)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

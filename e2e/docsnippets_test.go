@@ -182,7 +182,7 @@ func setMode(t *testing.T, addr, mode string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cc, err := admin.Dial(ctx, addr)
+	cc, err := adminclient.Dial(ctx, addr)
 	if err != nil {
 		t.Fatalf("seqd %s: %v", addr, err)
 	}

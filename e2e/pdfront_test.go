@@ -13,7 +13,7 @@ import (
 )
 
 // startPDFront serves seqd-pd as the README starts it (-listen
-// 127.0.0.1:3379 -seqd 127.0.0.1:7070) until t ends.
+// 127.0.0.1:3379 -admin 127.0.0.1:7070) until t ends.
 func startPDFront(t *testing.T) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)

@@ -161,7 +161,7 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 	for _, w := range s.Workers {
 		g.ServerQPs = append(g.ServerQPs, dataplane.Endpoint{Addr: w.reqQP.Address(), QPN: w.reqQP.QPN()})
 	}
-	s.log.Info("fasst client admitted", "session", sess.id, "name", a.Name, "qps", len(ids), "window", window)
+	s.log.Debug("fasst client admitted", "session", sess.id, "name", a.Name, "qps", len(ids), "window", window)
 	return g, nil
 }
 
@@ -176,7 +176,7 @@ func (s *Server) Release(ctx context.Context, r dataplane.SessionRef) error {
 	now := time.Now()
 	s.release(sess, now)
 	s.AHs.Reap(now)
-	s.log.Info("fasst client released", "session", sess.id, "name", sess.name)
+	s.log.Debug("fasst client released", "session", sess.id, "name", sess.name)
 	return nil
 }
 

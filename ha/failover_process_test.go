@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/client"
 	"github.com/seqd/seqd/e2e"
 	"github.com/seqd/seqd/ha/hatest"
@@ -358,7 +358,7 @@ func waitStandby(t *testing.T, p *seqdProc, within time.Duration) {
 	var last error
 	for time.Now().Before(deadline) {
 		st, err := p.status()
-		if err == nil && st.GetRole() == admin.RoleStandby {
+		if err == nil && st.GetRole() == adminclient.RoleStandby {
 			return
 		}
 		if err == nil {

@@ -234,7 +234,7 @@ func (s *Server) admitLocked(ctx context.Context, a dataplane.Admission, old dat
 	}
 	s.sessions[sess.id] = sess
 	s.nsessions.Store(int64(len(s.sessions)))
-	s.log.Info("client connected", "session", sess.id, "name", sess.name, "qps", len(ids), "window", window)
+	s.log.Debug("client connected", "session", sess.id, "name", sess.name, "qps", len(ids), "window", window)
 	g := dataplane.Grant{Session: sess.id, Epoch: s.cfg.Epoch, Window: window, QKey: reqQKey, AnswerQKey: sess.qkey,
 		ServerQPs: serverQPs, Assignment: assign, AnswerQPs: s.AnswerQPs}
 	if c, ok := s.cfg.Oracle.(Currenter); ok {
@@ -388,7 +388,7 @@ func (s *Server) release(sess *session) {
 		w.inbox.add(nil, []*recvQ{q})
 		w.wake()
 	}
-	s.log.Info("client disconnected", "session", sess.id, "name", sess.name)
+	s.log.Debug("client disconnected", "session", sess.id, "name", sess.name)
 }
 
 // totals are the workers' counters added up (tests).

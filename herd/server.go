@@ -149,7 +149,7 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 	for _, c := range sess.clients {
 		s.Workers[c.worker].publish()
 	}
-	s.log.Info("herd client admitted", "session", sess.id, "name", a.Name, "qps", len(a.QPs), "window", window)
+	s.log.Debug("herd client admitted", "session", sess.id, "name", a.Name, "qps", len(a.QPs), "window", window)
 	return g, nil
 }
 
@@ -172,7 +172,7 @@ func (s *Server) Release(ctx context.Context, r dataplane.SessionRef) error {
 		s.AHs.Put(a, now) // closed ahcache.Grace later: a worker may hold it in a batch
 	}
 	s.AHs.Reap(now)
-	s.log.Info("herd client released", "session", id, "name", sess.name)
+	s.log.Debug("herd client released", "session", id, "name", sess.name)
 	return nil
 }
 

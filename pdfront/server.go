@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/pingcap/kvproto/pkg/pdpb"
+
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/seqd/seqd/internal/lograte"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
@@ -58,7 +60,14 @@ type Server struct {
 
 	requests, timestamps, errs, refused, streams atomic.Uint64
 	handle, batch                                prometheus.Histogram
+
+	warns *lograte.Limiter // one line per kind of warning per WarnEvery
 }
+
+// WarnEvery is how often a repeated warning (a failing reservation on
+// every request while seqd is away) is logged; the next line says how
+// many were suppressed.
+const WarnEvery = 10 * time.Second
 
 var _ pdpb.PDServer = (*Server)(nil)
 
@@ -82,7 +91,7 @@ func New(cfg Config, src Source) (*Server, error) {
 	if cfg.Name == "" {
 		cfg.Name = "seqd-pd"
 	}
-	s := &Server{cfg: cfg, src: src, log: cfg.Logger, member: member(cfg.Name, cfg.URL)}
+	s := &Server{cfg: cfg, src: src, log: cfg.Logger, member: member(cfg.Name, cfg.URL), warns: lograte.New(WarnEvery)}
 	s.peers = []*pdpb.Member{s.member}
 	for _, p := range cfg.Peers {
 		if p != cfg.URL {
@@ -171,12 +180,16 @@ func (s *Server) tso(ctx context.Context, req *pdpb.TsoRequest) (*pdpb.TsoRespon
 	floor := s.Floor() // every value answered before this request arrived
 	last, err := s.src.Reserve(ctx, count)
 	if err != nil {
-		s.log.Warn("seqd-pd: reservation failed", "count", count, "err", err)
+		if ok, n := s.warns.Allow("reserve"); ok {
+			s.log.Warn("seqd-pd: reservation failed", "count", count, "err", err, "suppressed", n)
+		}
 		return nil, status.Errorf(codes.Unavailable, "seqd: %v", err)
 	}
 	if first := last - uint64(count) + 1; last < uint64(count) || first <= floor {
 		s.refused.Add(1)
-		s.log.Error("seqd-pd: refused a range at or below the floor", "first", first, "last", last, "floor", floor)
+		if ok, n := s.warns.Allow("floor"); ok {
+			s.log.Error("seqd-pd: refused a range at or below the floor", "first", first, "last", last, "floor", floor, "suppressed", n)
+		}
 		return nil, status.Errorf(codes.Internal, "range ending at %d for %d values is not above %d", last, count, floor)
 	}
 	s.mu.Lock()

@@ -178,7 +178,7 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 	for _, c := range sess.clients {
 		s.Workers[c.worker].publish()
 	}
-	s.log.Info("rfp client admitted", "session", sess.id, "name", a.Name, "qps", n, "window", window)
+	s.log.Debug("rfp client admitted", "session", sess.id, "name", a.Name, "qps", n, "window", window)
 	return g, nil
 }
 
@@ -193,7 +193,7 @@ func (s *Server) Release(ctx context.Context, ref dataplane.SessionRef) error {
 	}
 	s.release(sess)
 	s.reclaim()
-	s.log.Info("rfp client released", "session", ref.ID, "name", sess.name)
+	s.log.Debug("rfp client released", "session", ref.ID, "name", sess.name)
 	return nil
 }
 

@@ -35,8 +35,8 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 go build -o "$tmp/seqd" ./cmd/seqd
 go build -o "$tmp/loadgen" ./cmd/loadgen
-args=(-engine wire -spawn -seqd "$tmp/seqd" -server-core "$SERVER_CORE" -flows "$FLOWS" -modes "$MODES"
-  -duration "$DURATION" -warmup "$WARMUP" -slices "$SLICES" -json "$tmp/bench-server.json")
+args=(-engine wire -spawn -seqd-binary "$tmp/seqd" -server-core "$SERVER_CORE" -flows "$FLOWS" -modes "$MODES"
+  -duration "$DURATION" -warmup "$WARMUP" -slices "$SLICES" -json-file "$tmp/bench-server.json")
 if [ "$SERVER_CORE" -ge 0 ]; then
   args+=(-seqd-cores "$SERVER_CORE")
 fi

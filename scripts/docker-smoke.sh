@@ -151,7 +151,7 @@ chroot --userspec="$user" "$root" /usr/local/bin/seqctl -token-file "$secret" se
 echo "docker-smoke: set-mode needs the admin token"
 # seqd-pd in front of it: ranges need mode fasst.
 chroot --userspec="$user" "$root" /usr/local/bin/seqctl -token-file "$secret" set-mode fasst >/dev/null
-chroot --userspec="$user" "$root" /usr/local/bin/seqd-pd -seqd 127.0.0.1:7070 -listen 127.0.0.1:3379 -metrics 127.0.0.1:9465 >"$root/seqd-pd.log" 2>&1 &
+chroot --userspec="$user" "$root" /usr/local/bin/seqd-pd -admin 127.0.0.1:7070 -listen 127.0.0.1:3379 -metrics 127.0.0.1:9465 >"$root/seqd-pd.log" 2>&1 &
 pd=$!
 ok=
 for _ in $(seq 50); do

@@ -26,7 +26,7 @@ for f in $faults; do
   opts=$f
   [ "$f" = none ] && opts=
   set +e
-  "$tmp/loadgen" -spawn -seqd "$tmp/seqd" -modes "$modes" -clients "$clients" \
+  "$tmp/loadgen" -spawn -seqd-binary "$tmp/seqd" -modes "$modes" -clients "$clients" \
     -provider-opts "$opts" -duration "$dur" -warmup 500ms -echo=-1ns -verify -quiet >"$tmp/out" 2>"$tmp/err"
   code=$?
   set -e

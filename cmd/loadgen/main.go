@@ -1,6 +1,8 @@
 // Command loadgen drives seqd with closed-loop load, compares its modes,
 // verifies every timestamp it received, and reports a table, JSON and a
-// plot. See README.md, "Comparing modes: loadgen".
+// plot. See README.md, "Comparing modes: loadgen". Every flag can be set
+// by a LOADGEN_ variable (LOADGEN_ADMIN for -admin; -h shows each); an
+// unknown LOADGEN_ variable is an error.
 package main
 
 import (
@@ -13,9 +15,13 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"strings"
 	"syscall"
 
 	"github.com/seqd/seqd/admin/adminclient"
+	"github.com/seqd/seqd/internal/envflag"
+	"github.com/seqd/seqd/internal/logflag"
+	"github.com/seqd/seqd/internal/version"
 	"github.com/seqd/seqd/loadgen"
 	"github.com/seqd/seqd/loadgen/inprocess"
 	"github.com/seqd/seqd/spec"
@@ -28,12 +34,23 @@ func main() {
 // Exit codes: 0 clean, 1 run failed, 2 bad flags, 3 violations found or
 // a mode skipped.
 func realMain(args []string, stdout, stderr io.Writer) int {
-	c := loadgen.Config{InProcess: inprocess.Spawn} // -seqd in-process, and -spawn without a seqd binary
+	return realMainEnv(args, stdout, stderr, os.Environ())
+}
+
+// fail prints err once prefixed with loadgen: (the package's errors
+// carry the prefix already).
+func fail(w io.Writer, err error) {
+	fmt.Fprintf(w, "loadgen: %s\n", strings.TrimPrefix(err.Error(), "loadgen: "))
+}
+
+// realMainEnv is realMain with the environment (KEY=value, as os.Environ).
+func realMainEnv(args []string, stdout, stderr io.Writer, environ []string) int {
+	c := loadgen.Config{InProcess: inprocess.Spawn} // -seqd-binary in-process, and -spawn without a seqd binary
 	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.Admin, "admin", "127.0.0.1:7070", "admin address of a running seqd")
 	fs.BoolVar(&c.Spawn, "spawn", false, "start seqd for the run (the seqd binary next to loadgen or on PATH, else in-process)")
-	fs.StringVar(&c.SeqdBinary, "seqd", "", "with -spawn: the seqd binary, or \"in-process\"")
+	fs.StringVar(&c.SeqdBinary, "seqd-binary", "", "with -spawn: the seqd binary, or \"in-process\"")
 	fs.StringVar(&c.SeqdCores, "seqd-cores", "", "with -spawn: seqd's -cores (its workers' cores)")
 	fs.StringVar(&c.Provider, "provider", "soft", "the clients' verbs provider")
 	fs.StringVar(&c.Device, "device", "", "the clients' verbs device, e.g. 198.51.100.2:0 for soft (default: the local address of the route to -admin's host, then to seqd's data plane)")
@@ -42,7 +59,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.ProviderOpts, "provider-opts", "", "verbs provider options for the clients and a spawned seqd, e.g. loss=0.01,dup=0.01,reorder=0.01 (fault injection)")
 	modes := fs.String("modes", "spec-s0", "modes to compare, in order, comma-separated (may repeat): "+spec.ModeList(spec.Modes))
 	fs.IntVar(&c.Clients, "clients", 1, "client threads, each with its own client and engine")
-	fs.IntVar(&c.QPs, "qps", 0, "queue pairs per client; 0: per mode (Spec-S0 one per 16 outstanding requests, at least 4, as a QP's tag space allows about 500k requests/s; other modes 4)")
+	fs.IntVar(&c.QPs, "queue-pairs", 0, "queue pairs per client; 0: per mode (Spec-S0 one per 16 outstanding requests, at least 4, as a QP's tag space allows about 500k requests/s; other modes 4)")
 	fs.IntVar(&c.Window, "window", 64, "outstanding requests per client")
 	sweepW := fs.String("sweep-window", "", "windows to sweep, e.g. 1,4,16,64 (replaces -window)")
 	sweepC := fs.String("sweep-clients", "", "client counts to sweep, e.g. 1,2,4 (replaces -clients)")
@@ -64,15 +81,37 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&c.NoRedis, "no-redis", false, "with -engine wire: skip the Redis INCR reference")
 	floor := fs.String(loadgen.FloorFlag, "", "internal: serve as a floor server (provider-echo or raw-echo) until stdin closes")
 	floorDepth := fs.Int("floor-depth", 8192, "internal: receives the floor server posts")
-	jsonPath := fs.String("json", "", "write the results as JSON to `FILE`")
+	jsonPath := fs.String("json-file", "", "write the results as JSON to `FILE`")
 	plotPath := fs.String("plot", "", "draw the results to `FILE` (.png or .svg)")
-	quiet := fs.Bool("quiet", false, "no progress line or logs on stderr")
+	quiet := fs.Bool("quiet", false, "no progress line, and only errors logged on stderr")
 	cpuProf := fs.String("cpuprofile", "", "write loadgen's CPU profile to `FILE`")
+	var lf logflag.Config
+	lf.Register(fs)
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	// Old names, for one release.
+	envflag.Alias(fs, "seqd", "seqd-binary", stderr)
+	envflag.Alias(fs, "qps", "queue-pairs", stderr)
+	envflag.Alias(fs, "json", "json-file", stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: loadgen [flags]\n\nflags:\n")
+		envflag.Usage(fs.Output(), fs, envflag.PrefixLoadgen)
+	}
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
 		return 2
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "loadgen: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	if *showVersion {
+		fmt.Fprintln(stdout, "loadgen", version.Version)
+		return 0
+	}
+	if _, err := envflag.FromEnv(fs, envflag.PrefixLoadgen, environ); err != nil {
+		fail(stderr, err)
 		return 2
 	}
 	if *floor != "" {
@@ -82,7 +121,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 			close(stop)
 		}()
 		if err := loadgen.ServeFloor(*floor, c.ServerCore, *floorDepth, c.ProviderOpts, stdout, stop); err != nil {
-			fmt.Fprintf(stderr, "loadgen: %v\n", err)
+			fail(stderr, err)
 			return 1
 		}
 		return 0
@@ -107,7 +146,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if err == nil && c.QPs < 0 {
-		err = fmt.Errorf("%w: -qps %d (0: the mode's default)", loadgen.ErrConfig, c.QPs)
+		err = fmt.Errorf("%w: -queue-pairs %d (0: the mode's default)", loadgen.ErrConfig, c.QPs)
 	}
 	if err == nil {
 		err = c.Validate()
@@ -118,22 +157,24 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	if err == nil && *plotPath != "" {
 		err = loadgen.CheckPlotPath(*plotPath)
 	}
+	if err == nil && *quiet {
+		lf.Level = max(lf.Level, slog.LevelError)
+	}
+	if err == nil {
+		c.Logger, err = lf.Logger(stderr)
+	}
 	if err != nil {
-		fmt.Fprintf(stderr, "loadgen: %v\n", err)
+		fail(stderr, err)
 		return 2
 	}
-	level := slog.LevelInfo
-	if *quiet {
-		level = slog.LevelError
-	} else {
+	if !*quiet {
 		c.Progress = stderr
 	}
-	c.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 
 	if *cpuProf != "" {
 		f, err := os.Create(*cpuProf)
 		if err != nil {
-			fmt.Fprintf(stderr, "loadgen: %v\n", err)
+			fail(stderr, err)
 			return 1
 		}
 		defer f.Close()
@@ -147,20 +188,20 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		rep.WriteTable(stdout)
 		if *jsonPath != "" {
 			if jerr := rep.WriteJSON(*jsonPath); jerr != nil {
-				fmt.Fprintf(stderr, "loadgen: %v\n", jerr)
+				fail(stderr, jerr)
 				return 1
 			}
 		}
 		if *plotPath != "" && (len(rep.Results) > 0 || len(rep.Wire) > 0) {
 			if perr := rep.Plot(*plotPath); perr != nil {
-				fmt.Fprintf(stderr, "loadgen: %v\n", perr)
+				fail(stderr, perr)
 				return 1
 			}
 		}
 	}
 	switch {
 	case err != nil:
-		fmt.Fprintf(stderr, "loadgen: %v\n", err)
+		fail(stderr, err)
 		if errors.Is(err, context.Canceled) {
 			return 130
 		}

@@ -1,7 +1,8 @@
 // Command seqctl is a thin command-line client of the seqd admin plane.
 //
 //	seqctl [-admin 127.0.0.1:7070[,host:port...]] [-timeout 5s] [-token-file F]
-//	       [-tls-ca F] [-tls-cert F] [-tls-key F] [-insecure] <command> [flags]
+//	       [-tls-ca F] [-tls-cert F] [-tls-key F] [-insecure] [-log-level L]
+//	       [-log-format text|json] [-version] <command> [flags]
 //
 // Commands:
 //
@@ -17,7 +18,9 @@
 //
 // -admin takes one address or a comma-separated list (every member of an
 // HA group; an IPv6 host in brackets, [::1]:7070), the same list loadgen's
-// -admin and seqd-pd's -seqd take. Read-only commands (status, health) ask
+// and seqd-pd's -admin take. Every flag before the command can be set by
+// a SEQCTL_ variable (SEQCTL_ADMIN for -admin; -h shows each); an unknown
+// SEQCTL_ variable is an error. Read-only commands (status, health) ask
 // the first member that answers; mutating ones (set-mode, advance,
 // transfer-leader) reach the leader, following a standby's redirect;
 // members asks every member.
@@ -39,6 +42,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
 	"time"
@@ -48,6 +52,9 @@ import (
 
 	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/admin/adminpb"
+	"github.com/seqd/seqd/internal/envflag"
+	"github.com/seqd/seqd/internal/logflag"
+	"github.com/seqd/seqd/internal/version"
 	"github.com/seqd/seqd/spec"
 )
 
@@ -91,6 +98,7 @@ type env struct {
 	stdout, stderr io.Writer
 	addr           string
 	opts           []grpc.DialOption
+	log            *slog.Logger // -log-level, -log-format
 }
 
 // group is the -admin address list (one address, or every member of an
@@ -146,17 +154,38 @@ func (u usageError) Error() string { return u.msg }
 // run is seqctl's main, factored out for tests: args excludes the program
 // name, and the result is the exit status.
 func run(args []string, stdout, stderr io.Writer) int {
+	return runEnv(args, stdout, stderr, os.Environ())
+}
+
+// runEnv is run with the environment (KEY=value, as os.Environ).
+func runEnv(args []string, stdout, stderr io.Writer, environ []string) int {
 	fs := flag.NewFlagSet("seqctl", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	addr := fs.String("admin", adminclient.DefaultAddr, "admin server `addresses`: host:port, or every member of an HA group comma separated (IPv6 in brackets); mutating commands follow the leader")
 	timeout := fs.Duration("timeout", 5*time.Second, "bound on the whole command")
 	var sec adminclient.ClientSecurity
 	sec.Register(fs)
+	var lf logflag.Config
+	lf.RegisterLevel(fs, slog.LevelWarn)
+	showVersion := fs.Bool("version", false, "print seqctl's version and exit (as the version command)")
 	fs.Usage = func() { usage(fs, stderr) }
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
 		}
+		return exitUsage
+	}
+	if _, err := envflag.FromEnv(fs, envflag.PrefixSeqctl, environ); err != nil {
+		fmt.Fprintf(stderr, "seqctl: %v\n", err)
+		return exitUsage
+	}
+	if *showVersion {
+		fmt.Fprintln(stdout, "seqctl", version.Version)
+		return exitOK
+	}
+	log, err := lf.Logger(stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "seqctl: %v\n", err)
 		return exitUsage
 	}
 	if fs.NArg() == 0 {
@@ -187,7 +216,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	defer cancel()
 	opts, err := security(&sec)
 	if err == nil {
-		err = cmd.run(ctx, &env{stdout: stdout, stderr: stderr, addr: *addr, opts: opts}, fs.Args()[1:])
+		err = cmd.run(ctx, &env{stdout: stdout, stderr: stderr, addr: *addr, opts: opts, log: log}, fs.Args()[1:])
 	}
 	var uerr usageError
 	switch {
@@ -249,8 +278,5 @@ func usage(fs *flag.FlagSet, w io.Writer) {
 		fmt.Fprintf(w, "  %-15s %-20s %s\n", c.name, c.args, c.summary)
 	}
 	fmt.Fprintf(w, "\nflags:\n")
-	out := fs.Output()
-	fs.SetOutput(w)
-	fs.PrintDefaults()
-	fs.SetOutput(out)
+	envflag.Usage(w, fs, envflag.PrefixSeqctl)
 }

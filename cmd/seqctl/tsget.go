@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"strconv"
 	"strings"
 
@@ -83,7 +82,7 @@ func runGet(ctx context.Context, e *env, args []string) error {
 	}
 	// The client library takes the same list and connects to the leader.
 	c, err := client.Dial(ctx, strings.Join(g.Addrs, ","), client.WithAdminDialOptions(e.opts...), client.WithName("seqctl"),
-		client.WithLogger(quietLogger(e.stderr)))
+		client.WithLogger(e.log))
 	if err != nil {
 		return err
 	}
@@ -116,9 +115,4 @@ func runDecode(_ context.Context, e *env, args []string) error {
 		return usageError{fmt.Sprintf("timestamp %q: %v", pos[0], err)}
 	}
 	return printTS(e.stdout, *output, []tsJSON{decodeTS(v)})
-}
-
-// quietLogger keeps the client library's logs to warnings and errors.
-func quietLogger(w io.Writer) *slog.Logger {
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }

@@ -3,7 +3,7 @@
 // GetTSAsync, TSFuture) get seqd's timestamps by pointing the client at
 // seqd-pd instead of PD.
 //
-//	seqd-pd [-listen 127.0.0.1:3379] [-seqd 127.0.0.1:7070[,ADDR...]]
+//	seqd-pd [-listen 127.0.0.1:3379] [-admin 127.0.0.1:7070[,ADDR...]]
 //	        [-cluster-id N] [-name NAME] [-url http://HOST:PORT]
 //	        [-peers URL,...] [-timeout 10s] [-metrics 127.0.0.1:9465|off] [-log-level L] [-log-format text|json]
 //	        [-tls-ca F] [-tls-cert F] [-tls-key F] [-insecure]
@@ -11,14 +11,16 @@
 // It serves pdpb.PD's GetMembers and Tso (package pdfront) and serves
 // each Tso request for count timestamps from one seqd range
 // (client.GetRange: count consecutive values reserved in one round
-// trip), following the HA group named by -seqd (every instance's admin
-// address, comma separated). The group must run mode fasst (seqd -mode
+// trip), following the HA group named by -admin (every instance's admin
+// address, comma separated, as seqctl's and loadgen's -admin; -seqd is
+// its deprecated old name). The group must run mode fasst (seqd -mode
 // fasst, or seqctl set-mode fasst); in another mode only requests for
 // one timestamp are answered. The group may have other clients and
 // several seqd-pd instances in front of it.
 //
-// Every flag can also be set by a SEQD_PD_* variable (SEQD_PD_SEQD for
-// -seqd); the command line wins. -metrics serves Prometheus /metrics: the
+// Every flag can also be set by a SEQD_PD_* variable (SEQD_PD_ADMIN for
+// -admin; -h shows each); the command line wins, and an unknown SEQD_PD_
+// variable is an error. -metrics serves Prometheus /metrics: the
 // front end's seqd_pd_* and its seqd client's seqd_client_*. SIGHUP, or a
 // change of the files, re-reads -token-file and the -tls-* files: seqd's
 // next call or connection uses the new token and certificates.
@@ -50,6 +52,7 @@ import (
 	"github.com/seqd/seqd/internal/envflag"
 	"github.com/seqd/seqd/internal/logflag"
 	"github.com/seqd/seqd/internal/reload"
+	"github.com/seqd/seqd/internal/version"
 	"github.com/seqd/seqd/pdfront"
 	"github.com/seqd/seqd/spec"
 )
@@ -62,6 +65,13 @@ func main() {
 	os.Exit(run(ctx, os.Args[1:], os.Stderr, hup, nil))
 }
 
+// environ is the environment the flags' variables come from (tests
+// replace it); stdout is where -version prints.
+var (
+	environ           = os.Environ
+	stdout  io.Writer = os.Stdout
+)
+
 // run parses args and serves until ctx ends; each receive from hup
 // (SIGHUP) re-reads -token-file and the -tls-* files. ready, when not
 // nil, gets the address it listens on.
@@ -69,7 +79,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, hup <-chan os.Sig
 	fs := flag.NewFlagSet("seqd-pd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", "127.0.0.1:3379", "`address` PD clients connect to (gRPC)")
-	seqd := fs.String("seqd", "127.0.0.1:7070", "seqd admin `addresses`: host:port, comma separated (every instance of an HA group; IPv6 in brackets), as seqctl's and loadgen's -admin")
+	seqd := fs.String("admin", "127.0.0.1:7070", "seqd admin `addresses`: host:port, comma separated (every instance of an HA group; IPv6 in brackets), as seqctl's and loadgen's -admin")
 	clusterID := fs.Uint64("cluster-id", 1, "PD cluster `ID` reported to clients (not 0)")
 	name := fs.String("name", "seqd-pd", "member `name` reported to clients")
 	url := fs.String("url", "", "`URL` clients reach this front end at (default http:// and the -listen address)")
@@ -80,20 +90,32 @@ func run(ctx context.Context, args []string, stderr io.Writer, hup <-chan os.Sig
 	sec.Register(fs)
 	var lf logflag.Config
 	lf.Register(fs)
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	envflag.Alias(fs, "seqd", "admin", stderr) // the old name, for one release
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: seqd-pd [flags]\n\nflags:\n")
+		envflag.Usage(fs.Output(), fs, envflag.PrefixSeqdPD)
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if err := envflag.Apply(fs, "SEQD_PD_", set, os.LookupEnv); err != nil {
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "seqd-pd: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	if *showVersion {
+		fmt.Fprintln(stdout, "seqd-pd", version.Version)
+		return 0
+	}
+	if _, err := envflag.FromEnv(fs, envflag.PrefixSeqdPD, environ()); err != nil {
 		fmt.Fprintf(stderr, "seqd-pd: %v\n", err)
 		return 2
 	}
 	if _, err := adminclient.ParseAddrs(*seqd); err != nil {
-		fmt.Fprintf(stderr, "seqd-pd: -seqd: %v\n", err)
+		fmt.Fprintf(stderr, "seqd-pd: -admin: %v\n", err)
 		return 2
 	}
 	log, err := lf.Logger(stderr)
@@ -102,7 +124,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, hup <-chan os.Sig
 		return 2
 	}
 	if err := serve(ctx, log, *listen, *seqd, *clusterID, *name, *url, *timeout, *peers, *metrics, &sec, hup, ready); err != nil {
-		log.Error("seqd-pd", "err", err)
+		log.Error("seqd-pd stopped", "err", err)
 		return 1
 	}
 	return 0
@@ -182,7 +204,7 @@ func serve(ctx context.Context, log *slog.Logger, listen, seqd string, clusterID
 	srv.RegisterGRPC(g)
 	errc := make(chan error, 1)
 	go func() { errc <- g.Serve(lis) }()
-	log.Info("seqd-pd serving", "listen", lis.Addr().String(), "url", url, "seqd", seqd, "cluster-id", clusterID)
+	log.Info("seqd-pd serving", "listen", lis.Addr().String(), "url", url, "admin", seqd, "cluster-id", clusterID)
 	if ready != nil {
 		ready(lis.Addr().String())
 	}

@@ -62,11 +62,11 @@ func TestServe(t *testing.T) {
 	listening := make(chan string, 1)
 	pdDone := make(chan int, 1)
 	pctx, pcancel := context.WithCancel(ctx)
-	// -seqd is the address list seqctl and loadgen take: a member that
+	// -admin is the address list seqctl and loadgen take: a member that
 	// is down is skipped.
 	list := freeAddr(t) + ", " + seqd.Admin
 	go func() {
-		pdDone <- run(pctx, []string{"-listen", "127.0.0.1:0", "-seqd", list, "-metrics", metrics}, &logs, nil, func(a string) { listening <- a })
+		pdDone <- run(pctx, []string{"-listen", "127.0.0.1:0", "-admin", list, "-metrics", metrics}, &logs, nil, func(a string) { listening <- a })
 	}()
 	var addr string
 	select {
@@ -121,7 +121,7 @@ func TestServe(t *testing.T) {
 	}
 }
 
-// A malformed -seqd list is a usage error (exit 2) that names the bad
+// A malformed -admin list is a usage error (exit 2) that names the bad
 // entry, before anything is dialled.
 func TestSeqdListFlag(t *testing.T) {
 	for _, tc := range []struct{ list, want string }{
@@ -131,8 +131,37 @@ func TestSeqdListFlag(t *testing.T) {
 		{"", "empty address list"},
 	} {
 		var logs syncBuf
-		if code := run(t.Context(), []string{"-seqd", tc.list, "-metrics", "off"}, &logs, nil, nil); code != 2 || !strings.Contains(logs.String(), tc.want) {
-			t.Errorf("-seqd %q: exit %d %q, want 2 and %q", tc.list, code, logs.String(), tc.want)
+		if code := run(t.Context(), []string{"-admin", tc.list, "-metrics", "off"}, &logs, nil, nil); code != 2 || !strings.Contains(logs.String(), tc.want) {
+			t.Errorf("-admin %q: exit %d %q, want 2 and %q", tc.list, code, logs.String(), tc.want)
 		}
+	}
+}
+
+// TestFlagVocabulary is issue 29 item 1: seqd-pd called seqd's admin
+// addresses -seqd (loadgen's -seqd was a binary's path), had no -version,
+// and ignored a mistyped SEQD_PD_ variable. -admin it is now; -seqd still
+// works for a release, with a warning.
+func TestFlagVocabulary(t *testing.T) {
+	defer func(e func() []string, w io.Writer) { environ, stdout = e, w }(environ, stdout)
+	environ = func() []string { return nil }
+	var logs syncBuf
+	if code := run(t.Context(), []string{"-seqd", "::1:7070"}, &logs, nil, nil); code != 2 ||
+		!strings.Contains(logs.String(), "-seqd is deprecated") || !strings.Contains(logs.String(), "-admin: ") {
+		t.Fatalf("-seqd: exit %d %q", code, logs.String())
+	}
+	environ = func() []string { return []string{"SEQD_PD_SEQD_ADDR=127.0.0.1:7070", "SEQD_ADMIN=x"} }
+	logs = syncBuf{}
+	if code := run(t.Context(), nil, &logs, nil, nil); code != 2 || !strings.Contains(logs.String(), "unknown variable SEQD_PD_SEQD_ADDR") {
+		t.Fatalf("SEQD_PD_SEQD_ADDR: exit %d %q", code, logs.String())
+	}
+	var out strings.Builder
+	stdout = &out
+	logs = syncBuf{}
+	if code := run(t.Context(), []string{"-version"}, &logs, nil, nil); code != 0 || !strings.HasPrefix(out.String(), "seqd-pd ") {
+		t.Fatalf("-version: exit %d %q %q", code, out.String(), logs.String())
+	}
+	logs = syncBuf{}
+	if code := run(t.Context(), []string{"-h"}, &logs, nil, nil); code != 0 || !strings.Contains(logs.String(), "env SEQD_PD_ADMIN\n") {
+		t.Fatalf("-h: exit %d %q", code, logs.String())
 	}
 }

@@ -107,7 +107,7 @@ func TestSIGHUPRotatesToken(t *testing.T) {
 		}
 	}
 
-	cmd := exec.Command(os.Args[0], "-listen", "127.0.0.1:0", "-seqd", seqd.Admin, "-metrics", "off",
+	cmd := exec.Command(os.Args[0], "-listen", "127.0.0.1:0", "-admin", seqd.Admin, "-metrics", "off",
 		"-token-file", pdToken, "-log-format", "json")
 	cmd.Env = append(os.Environ(), runMainEnv+"=1")
 	stderr, err := cmd.StderrPipe()

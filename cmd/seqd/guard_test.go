@@ -19,7 +19,7 @@ func serve(t *testing.T, args []string, env map[string]string) (int, string, boo
 	defer func(f func(server.Addrs, func())) { onServing = f }(onServing)
 	onServing = func(_ server.Addrs, stop func()) { served = true; stop() }
 	var out strings.Builder
-	code := realMainEnv(args, &out, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	code := realMainEnv(args, &out, environ(env))
 	return code, out.String(), served
 }
 

@@ -6,8 +6,9 @@
 // -config FILE reads the same flags, one name=value per line (# starts a
 // comment), and every flag can be set by an environment variable, SEQD_
 // and its name in upper case with _ for - (SEQD_ETCD_ENDPOINTS for
-// -etcd-endpoints): the command line wins over the variables, which win
-// over the file. -log-level and -log-format choose the log; -pprof serves
+// -etcd-endpoints; -h shows each): the command line wins over the
+// variables, which win over the file. An unknown SEQD_ variable is an
+// error, as an unknown key in the file is (package envflag). -log-level and -log-format choose the log; -pprof serves
 // Go's profiler on the metrics listener. SIGINT and SIGTERM stop seqd;
 // SIGHUP re-reads -admin-token-file and the -admin-tls-* files (as a
 // change of those files does).
@@ -16,6 +17,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -36,7 +38,7 @@ import (
 
 // envPrefix names the variables that set flags: SEQD_ETCD_ENDPOINTS sets
 // -etcd-endpoints.
-const envPrefix = "SEQD_"
+const envPrefix = envflag.PrefixSeqd
 
 // stdout is where -version prints; tests replace it.
 var stdout io.Writer = os.Stdout
@@ -50,12 +52,12 @@ func main() {
 }
 
 func realMain(args []string, stderr io.Writer) int {
-	return realMainEnv(args, stderr, os.LookupEnv)
+	return realMainEnv(args, stderr, os.Environ())
 }
 
-// realMainEnv is realMain with the environment's lookup (tests pass
-// their own).
-func realMainEnv(args []string, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
+// realMainEnv is realMain with the environment (KEY=value, as
+// os.Environ; tests pass their own).
+func realMainEnv(args []string, stderr io.Writer, environ []string) int {
 	var c server.Config
 	var lf logflag.Config
 	fs := flag.NewFlagSet("seqd", flag.ContinueOnError)
@@ -107,7 +109,14 @@ func realMainEnv(args []string, stderr io.Writer, lookupEnv func(string) (string
 	fs.StringVar(&c.AdvanceBudget, "advance-budget", "", "most that all Advance calls (seqctl advance) may move the counter in one -advance-budget-window: a duration for -format hybrid, a count for counter (default 24h, or that many values)")
 	fs.DurationVar(&c.AdvanceWindow, "advance-budget-window", 24*time.Hour, "the period after which -advance-budget is whole again")
 	fs.IntVar(&c.AdvanceRate, "advance-rate", 10, "most Advance calls a minute (a bucket refilled evenly); more are refused")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: seqd [flags]\n\nflags:\n")
+		envflag.Usage(fs.Output(), fs, envPrefix)
+	}
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
 		return 2
 	}
 	if fs.NArg() > 0 {
@@ -120,9 +129,8 @@ func realMainEnv(args []string, stderr io.Writer, lookupEnv func(string) (string
 	}
 	// The command line wins over SEQD_* variables, which win over the
 	// -config file.
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if err := envflag.Apply(fs, envPrefix, set, lookupEnv); err != nil {
+	set, err := envflag.FromEnv(fs, envPrefix, environ)
+	if err != nil {
 		fmt.Fprintf(stderr, "seqd: %v\n", err)
 		return 2
 	}
@@ -139,7 +147,7 @@ func realMainEnv(args []string, stderr io.Writer, lookupEnv func(string) (string
 	}
 	c.Version = version.Version
 	if err := c.Validate(); err != nil {
-		fmt.Fprintf(stderr, "seqd: %v\n", err)
+		fmt.Fprintf(stderr, "seqd: %s\n", describe(err))
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -155,10 +163,23 @@ func realMainEnv(args []string, stderr io.Writer, lookupEnv func(string) (string
 		ready = func(a server.Addrs) { onServing(a, stop) }
 	}
 	if err := server.Run(ctx, c, log, ready); err != nil {
-		fmt.Fprintf(stderr, "seqd: %v\n", err)
+		fmt.Fprintf(stderr, "seqd: %s\n", describe(err))
 		return 1
 	}
 	return 0
+}
+
+// describe renders err in seqd's words: the package prefixes its layers
+// each add once ("seqd: oracle in DIR: oracle: loading mark: oracle: ...")
+// dropped, as main adds "seqd: ", and the oracle package's Config fields
+// named by the flags that set them.
+func describe(err error) string {
+	msg := err.Error()
+	for _, p := range []string{"seqd: ", "oracle: "} {
+		msg = strings.TrimPrefix(msg, p)
+		msg = strings.ReplaceAll(msg, ": "+p, ": ")
+	}
+	return strings.NewReplacer("Config.Floor", "-advance", "Config.Init", "-init").Replace(msg)
 }
 
 // loadConfig applies name=value lines of path to fs, skipping flags set on

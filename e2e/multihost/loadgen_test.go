@@ -11,7 +11,7 @@ import (
 	"github.com/seqd/seqd/internal/netnstest"
 )
 
-// lgReport is the part of loadgen -json this test reads.
+// lgReport is the part of loadgen -json-file this test reads.
 type lgReport struct {
 	Results []struct {
 		Mode          string  `json:"mode"`
@@ -27,7 +27,7 @@ func loadgenRun(t *testing.T, h *netnstest.Host, args ...string) (ops, p99 float
 	t.Helper()
 	js := filepath.Join(t.TempDir(), "lg.json")
 	out, errOut, code := run(t, 2*time.Minute, h, bin(t, "loadgen"),
-		append([]string{"-json", js, "-quiet", "-verify"}, args...)...)
+		append([]string{"-json-file", js, "-quiet", "-verify"}, args...)...)
 	if code != 0 {
 		t.Fatalf("loadgen %v on %s: exit %d\n%s\n%s", args, h.Name, code, out, errOut)
 	}
@@ -37,7 +37,7 @@ func loadgenRun(t *testing.T, h *netnstest.Host, args ...string) (ops, p99 float
 	}
 	var r lgReport
 	if err := json.Unmarshal(data, &r); err != nil {
-		t.Fatalf("loadgen -json: %v", err)
+		t.Fatalf("loadgen -json-file: %v", err)
 	}
 	want := "spec-s0" // loadgen's default mode
 	for i, a := range args {

@@ -47,7 +47,7 @@ func TestNICWirePeerBothWays(t *testing.T) {
 				return code == 0
 			})
 			js := filepath.Join(t.TempDir(), "lg.json")
-			lg := append([]string{"-json", js, "-quiet", "-verify", "-admin", admin, "-insecure",
+			lg := append([]string{"-json-file", js, "-quiet", "-verify", "-admin", admin, "-insecure",
 				"-modes", strings.Join(nicModes, ","), "-clients", "1", "-duration", "1s", "-warmup", "200ms",
 				"-echo", "-1s"}, tc.cliLG...)
 			out, errOut, code := run(t, 3*time.Minute, tc.cli, bin(t, "loadgen"), lg...)
@@ -60,7 +60,7 @@ func TestNICWirePeerBothWays(t *testing.T) {
 			}
 			var r lgReport
 			if err := json.Unmarshal(data, &r); err != nil {
-				t.Fatalf("loadgen -json: %v", err)
+				t.Fatalf("loadgen -json-file: %v", err)
 			}
 			if r.Violations != 0 || len(r.Results) != len(nicModes) {
 				t.Fatalf("loadgen: %+v\n%s", r, out)

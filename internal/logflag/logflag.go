@@ -19,10 +19,13 @@ type Config struct {
 // ErrFormat is a -log-format other than text or json.
 var ErrFormat = errors.New("logflag: -log-format must be text or json")
 
-// Register adds -log-level and -log-format to fs.
-func (c *Config) Register(fs *flag.FlagSet) {
+// Register adds -log-level (default info) and -log-format to fs.
+func (c *Config) Register(fs *flag.FlagSet) { c.RegisterLevel(fs, slog.LevelInfo) }
+
+// RegisterLevel adds -log-level, default def, and -log-format to fs.
+func (c *Config) RegisterLevel(fs *flag.FlagSet, def slog.Level) {
 	c.Format = "text"
-	fs.TextVar(&c.Level, "log-level", slog.LevelInfo, "least severe log `level`: debug, info, warn or error")
+	fs.TextVar(&c.Level, "log-level", def, "least severe log `level`: debug, info, warn or error")
 	fs.StringVar(&c.Format, "log-format", "text", "log `format`: text (logfmt) or json")
 }
 

@@ -1,5 +1,5 @@
 // Package inprocess runs seqd inside loadgen's process, for loadgen -spawn
-// with -seqd in-process (loadgen.Config.InProcess). It is the one part of
+// with -seqd-binary in-process (loadgen.Config.InProcess). It is the one part of
 // loadgen that links the server (and, through HA, etcd's client): package
 // loadgen takes it as a loadgen.Spawner, so that only a binary that asks
 // for it (cmd/loadgen, loadgen's tests) pays for it.
