@@ -105,10 +105,12 @@ func (s *Store) Load(ctx context.Context) (uint64, error) {
 	}
 	if len(resp.Kvs) == 0 {
 		s.exists = false
-		if err := s.checkWitness(0, false); err != nil {
-			return 0, err
-		}
 		if s.fresh != nil && s.fresh() {
+			// -init or -advance consents to a missing mark, but not
+			// below what this instance has seen: that is a wiped etcd.
+			if err := s.checkWitness(0, false); err != nil {
+				return 0, err
+			}
 			return 0, nil
 		}
 		return 0, s.noMark()
