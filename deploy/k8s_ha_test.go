@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/seqd/seqd/client"
+	"github.com/seqd/seqd/ha"
 	"github.com/seqd/seqd/ha/hatest"
 )
 
@@ -152,7 +153,7 @@ func runUntil(t *testing.T, argv, env []string, dir string, want *regexp.Regexp)
 // against a real etcd: the first pod of a new group leads (SEQD_INIT); a
 // pod restarted without SEQD_INIT leads on the mark kept in etcd; one
 // without SEQD_INIT under a mistyped prefix stops; and none writes to its
-// working directory (the image's /var/lib/seqd): HA needs no volume.
+// working directory (the image's /var/lib/seqd) but its witness in -data.
 func TestKubernetesHAStartsANewGroup(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: starts etcd and seqd")
@@ -210,8 +211,13 @@ func TestKubernetesHAStartsANewGroup(t *testing.T) {
 	if err == nil || ctx.Err() != nil || !strings.Contains(string(out), "-init") {
 		t.Errorf("seqd under a prefix with no mark, without SEQD_INIT: %v (want an exit naming -init):\n%s", err, out)
 	}
-	if ents, _ := os.ReadDir(work); len(ents) > 0 {
-		t.Errorf("an HA instance wrote to its working directory: %v", ents)
+	// The one thing an HA instance keeps on disk is its witness (the
+	// highest group mark it has seen, ha.WitnessDirName) in -data.
+	if ents, _ := os.ReadDir(work); len(ents) != 1 || ents[0].Name() != "seqd-data" {
+		t.Errorf("an HA instance wrote to its working directory other than its witness in seqd-data: %v", ents)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(work, "seqd-data")); len(ents) != 1 || ents[0].Name() != ha.WitnessDirName {
+		t.Errorf("an HA instance wrote to -data other than its witness: %v", ents)
 	}
 }
 

@@ -80,6 +80,15 @@ type Config struct {
 	// VALUE and consents to a missing mark: the recovery after losing it
 	// (VALUE above every value ever served).
 	Advance uint64
+	// DataDir (-data), when set, holds this instance's witness
+	// (WitnessDirName): the highest group mark it has seen in etcd,
+	// loaded, saved or watched. A term that loads a mark below it refuses
+	// to serve (ErrMarkBehind: a restored etcd snapshot, another group's
+	// prefix) unless Advance (or, in hybrid format, the clock) is above
+	// it. It is created when missing: a fresh directory trusts etcd's
+	// mark, as an instance without DataDir always does. One process per
+	// directory (locked).
+	DataDir string
 }
 
 // validate checks c and fills defaults. It is the one place that does.

@@ -52,6 +52,15 @@
 //     and the group must keep (the data-path mode) is written with
 //     Term.SaveState under the same election-key guard, and read by each
 //     new term (Term.LoadState) before it serves.
+//  7. No going back on etcd's word. With Config.DataDir each instance
+//     keeps a Witness: the highest mark it has loaded, saved (before the
+//     save returns, so before anything is served from it) or watched
+//     being written. A term whose loaded mark is below the witness, or
+//     missing while it consents to a fresh start, fails with
+//     ErrMarkBehind and Node.Run returns it: a restored etcd snapshot or
+//     another group's prefix stops the instance instead of serving values
+//     again, unless Config.Advance (or, in hybrid format, the clock) is
+//     above the witness. A fresh data directory trusts etcd's mark.
 //
 // Together, (1) and (2) mean every value of a later term is above every
 // value of an earlier one, and no earlier term answers a call that starts

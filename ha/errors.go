@@ -16,6 +16,15 @@ var (
 	// told this is a new group (Config.Init) or a recovery
 	// (Config.Advance). It ends Node.Run: the group refuses to serve.
 	ErrNoMark = errors.New("ha: no mark in etcd")
+	// ErrMarkBehind: the group's mark in etcd is below this instance's
+	// witness (the highest mark it has seen, kept in Config.DataDir): a
+	// restored etcd snapshot, or a prefix naming another group. It ends
+	// Node.Run as ErrNoMark does; -advance above every value served is
+	// the way out.
+	ErrMarkBehind = errors.New("ha: etcd's mark is below this instance's witness")
+	// ErrWitness: the witness in Config.DataDir cannot be opened, read or
+	// written.
+	ErrWitness = errors.New("ha: witness")
 	// ErrConfig: invalid Config.
 	ErrConfig = errors.New("ha: invalid config")
 	// ErrNoStandby: a leader transfer was asked for with no standby to take

@@ -34,6 +34,9 @@ type Node struct {
 	// sees the group's mark: a mark that vanishes later is a wiped or
 	// damaged etcd, never a new group.
 	consent atomic.Bool
+	// witness is the highest mark this instance has seen, in
+	// Config.DataDir; nil without one.
+	witness *Witness
 
 	leader   atomic.Pointer[string] // advertised address of the leader
 	term     atomic.Pointer[Term]   // the current term, nil when standby
@@ -64,6 +67,19 @@ func New(cfg Config) (*Node, error) {
 	}
 	n := &Node{cfg: cfg, cli: cli, log: cfg.Logger.With("component", "ha", "name", cfg.Name), m: newMetrics(),
 		base: time.Now(), leaderCh: make(chan struct{})}
+	if cfg.DataDir != "" {
+		w, err := OpenWitness(cfg.DataDir)
+		if err != nil {
+			cli.Close()
+			return nil, err
+		}
+		n.witness = w
+		if m, ok := w.Mark(); ok {
+			n.log.Info("ha: witness opened", "file", w.Path(), "mark", m)
+		} else {
+			n.log.Info("ha: new witness: the first mark seen in etcd is trusted", "file", w.Path())
+		}
+	}
 	empty := ""
 	n.leader.Store(&empty)
 	n.consent.Store(cfg.Init || cfg.Advance > 0)
@@ -118,10 +134,67 @@ func (n *Node) watchMark(ctx context.Context) {
 	}
 }
 
-// Close closes the etcd client, which ends background revocations. Call
-// it after Run has returned.
+// witnessMark raises the witness to every mark written in etcd, by any
+// instance: a standby that never led must remember how far the group has
+// gone, so that a restored etcd snapshot is refused by it too. It reads
+// the mark, then watches it from that revision, for as long as ctx lasts.
+func (n *Node) witnessMark(ctx context.Context) {
+	key := n.cfg.markKey()
+	raise := func(v []byte) {
+		m, err := decodeMark(v)
+		if err != nil {
+			return // Load reports it
+		}
+		if err := n.witness.Raise(m); err != nil {
+			n.log.Warn("ha: recording the group's mark in the witness failed", "err", err)
+		}
+	}
+	for ctx.Err() == nil {
+		gctx, cancel := context.WithTimeout(ctx, n.cfg.DialTimeout)
+		resp, err := n.cli.Get(gctx, key)
+		cancel()
+		if err != nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(200 * time.Millisecond):
+			}
+			continue
+		}
+		if len(resp.Kvs) > 0 {
+			raise(resp.Kvs[0].Value)
+		}
+		wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		wch := n.cli.Watch(wctx, key, clientv3.WithRev(resp.Header.Revision+1))
+		for wr := range wch {
+			if wr.Err() != nil {
+				break // read again
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == clientv3.EventTypePut {
+					raise(ev.Kv.Value)
+				}
+			}
+		}
+		wcancel()
+		if ctx.Err() == nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}
+}
+
+// Witness is the node's witness (nil without Config.DataDir).
+func (n *Node) Witness() *Witness { return n.witness }
+
+// Close closes the etcd client, which ends background revocations, and
+// releases the witness. Call it after Run has returned.
 func (n *Node) Close() error {
 	err := n.cli.Close()
+	if n.witness != nil {
+		n.witness.Close()
+	}
 	// A revocation starting now would only fail on the closed client (its
 	// lease expires in etcd instead); taking mu orders wg.Add before
 	// wg.Wait.
@@ -164,9 +237,10 @@ func (n *Node) Term() *Term {
 // Run campaigns until ctx is done. Each time it wins it calls serve with
 // the term and a context canceled when the term ends; serve must return
 // soon after. A serve error ends the term (logged), and the node campaigns
-// again, except ErrNoMark: the group has no mark and this node no consent
-// to start without one, so Run returns that error (the instance stops,
-// as a single seqd does without its mark file). Otherwise Run returns
+// again, except ErrNoMark (the group has no mark and this node no consent
+// to start without one) and ErrMarkBehind (etcd's mark is below this
+// node's witness): Run returns that error (the instance stops, as a
+// single seqd does without its mark file). Otherwise Run returns
 // ctx's error.
 func (n *Node) Run(ctx context.Context, serve func(ctx context.Context, t *Term) error) error {
 	if n.running.Swap(true) {
@@ -178,6 +252,10 @@ func (n *Node) Run(ctx context.Context, serve func(ctx context.Context, t *Term)
 	wg.Add(2)
 	go func() { defer wg.Done(); n.observe(ctx) }()
 	go func() { defer wg.Done(); n.watchMark(ctx) }()
+	if n.witness != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); n.witnessMark(ctx) }()
+	}
 	if n.cfg.FastFailover() {
 		wg.Add(1)
 		go func() { defer wg.Done(); n.detect(ctx) }()
@@ -186,7 +264,7 @@ func (n *Node) Run(ctx context.Context, serve func(ctx context.Context, t *Term)
 	backoff := 50 * time.Millisecond
 	for ctx.Err() == nil {
 		err := n.session(ctx, serve)
-		if errors.Is(err, ErrNoMark) {
+		if refusal(err) {
 			n.log.Error("ha: refusing to serve", "err", err)
 			return err
 		}
@@ -276,18 +354,23 @@ func (n *Node) session(ctx context.Context, serve func(ctx context.Context, t *T
 		go n.beatLoop(tctx, t)
 	}
 	err = serve(tctx, t)
-	if err != nil && tctx.Err() == nil && !errors.Is(err, ErrNoMark) {
+	if err != nil && tctx.Err() == nil && !refusal(err) {
 		n.log.Error("ha: serving the term failed", "err", err)
 	}
 	t.end(endServe) // no-op when the term had ended already
 	tcancel()
 	n.term.Store(nil)
 	n.m.leader.Set(0)
-	if errors.Is(err, ErrNoMark) {
+	if refusal(err) {
 		return err
 	}
 	return nil
 }
+
+// refusal reports whether err stops the instance: the group's state in
+// etcd is missing (ErrNoMark) or behind what this instance has seen
+// (ErrMarkBehind), and only the operator can say how to go on.
+func refusal(err error) bool { return errors.Is(err, ErrNoMark) || errors.Is(err, ErrMarkBehind) }
 
 // watchTerm ends t when its lease deadline passes, the lease is gone, a
 // save finds the election key gone, etcd reports the key deleted, or ctx

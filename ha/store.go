@@ -34,6 +34,14 @@ type Store struct {
 	// endpoints and prefix name the group in ErrNoMark.
 	endpoints []string
 	prefix    string
+	// witness, when not nil, is the instance's memory of the highest mark
+	// it has seen: Load refuses a mark below it (ErrMarkBehind) unless
+	// advance, or clockFloor (hybrid: the lowest value a term can start
+	// at now), is at or above it; every mark found or written raises it.
+	witness    *Witness
+	advance    uint64
+	clockFloor func() uint64
+	warn       func(msg string, args ...any)
 
 	mu     sync.Mutex
 	exists bool   // the mark key existed at the last Load or Save
@@ -92,9 +100,17 @@ func (s *Store) Load(ctx context.Context) (uint64, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.witness != nil && resp.Header != nil {
+		s.checkCluster(resp.Header.ClusterId)
+	}
 	if len(resp.Kvs) == 0 {
 		s.exists = false
 		if s.fresh != nil && s.fresh() {
+			// -init or -advance consents to a missing mark, but not
+			// below what this instance has seen: that is a wiped etcd.
+			if err := s.checkWitness(0, false); err != nil {
+				return 0, err
+			}
 			return 0, nil
 		}
 		return 0, s.noMark()
@@ -103,12 +119,92 @@ func (s *Store) Load(ctx context.Context) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("ha: load mark %s: %w", s.key, err)
 	}
+	if err := s.checkWitness(m, true); err != nil {
+		return 0, err
+	}
+	if err := s.witnessed(m); err != nil {
+		return 0, err
+	}
 	s.exists = true
 	s.last = max(s.last, m)
 	if s.seen != nil {
 		s.seen()
 	}
 	return m, nil
+}
+
+// checkWitness refuses etcd's mark m (exists false: no mark) when it is
+// below the witness and nothing else floors the term above the witness:
+// the instance has seen a higher mark, so etcd lost marks (a restored
+// snapshot, a wiped etcd) or the prefix names another group, and values
+// above m have been served. s.mu is held.
+func (s *Store) checkWitness(m uint64, exists bool) error {
+	if s.witness == nil {
+		return nil
+	}
+	wm, ok := s.witness.Mark()
+	if !ok || (exists && m >= wm) {
+		return nil
+	}
+	what := fmt.Sprintf("holds mark %d under key %s", m, s.key)
+	if !exists {
+		what = fmt.Sprintf("has no mark under key %s", s.key)
+	}
+	if s.advance >= wm {
+		s.logWarn("ha: etcd's mark is below this instance's witness; -advance floors every value above both",
+			"key", s.key, "etcd_mark", m, "etcd_mark_exists", exists, "witness", wm, "witness_file", s.witness.Path(), "advance", s.advance)
+		return nil
+	}
+	if s.clockFloor != nil {
+		if f := s.clockFloor(); f > wm {
+			s.logWarn("ha: etcd's mark is below this instance's witness; the hybrid clock floors every value above both",
+				"key", s.key, "etcd_mark", m, "etcd_mark_exists", exists, "witness", wm, "witness_file", s.witness.Path(), "clock_floor", f)
+			return nil
+		}
+	}
+	eps := "etcd"
+	if len(s.endpoints) > 0 {
+		eps = "etcd " + strings.Join(s.endpoints, ",")
+	}
+	pfx := ""
+	if s.prefix != "" {
+		pfx = fmt.Sprintf(" (prefix %q)", s.prefix)
+	}
+	return fmt.Errorf("%w: %s%s %s, but this instance has seen the group's mark at %d (witness %s): "+
+		"a restored etcd snapshot, a wiped etcd, or another group's prefix? Serving from etcd's mark would serve values again. "+
+		"Check -etcd-endpoints and -etcd-prefix; after restoring etcd, restart every instance with -advance VALUE "+
+		"above every value the group ever served: at least %d (this witness; take the highest over every instance's witness "+
+		"and your monitoring's seqd_oracle_persisted_mark, plus a margin)", ErrMarkBehind, eps, pfx, what, wm, s.witness.Path(), wm)
+}
+
+// witnessed raises the witness to m, a mark found or written in etcd.
+// s.mu is held.
+func (s *Store) witnessed(m uint64) error {
+	if s.witness == nil {
+		return nil
+	}
+	return s.witness.Raise(m)
+}
+
+// checkCluster records etcd's cluster ID in the witness and warns when it
+// changed: a restored snapshot usually comes back as a new cluster. Only a
+// warning: a cluster can be migrated legitimately (the mark check decides).
+func (s *Store) checkCluster(id uint64) {
+	prev, changed, err := s.witness.Cluster(id)
+	if err != nil {
+		s.logWarn("ha: recording etcd's cluster ID failed", "err", err)
+	}
+	if changed {
+		s.logWarn("ha: etcd's cluster ID changed since this instance last read the mark: a restored snapshot or a migrated cluster; "+
+			"the mark is checked against this instance's witness",
+			"cluster_id", fmt.Sprintf("%x", id), "previous", fmt.Sprintf("%x", prev), "witness_file", s.witness.Path())
+	}
+}
+
+func (s *Store) logWarn(msg string, args ...any) {
+	if s.warn != nil {
+		s.warn(msg, args...)
+	}
 }
 
 // noMark is the refusal to start without a mark.
@@ -171,9 +267,23 @@ func (s *Store) Save(ctx context.Context, mark uint64) error {
 		if s.seen != nil {
 			s.seen()
 		}
-		return nil
+		return s.saved(mark)
 	}
 	return s.refused(mark, resp.Responses[0].GetResponseRange().GetKvs(), resp.Responses[1].GetResponseRange().GetKvs())
+}
+
+// saved witnesses mark, stored in etcd, before Save returns, so that
+// nothing is served from it before the witness holds it. A witness that
+// cannot be written ends the term (fail closed): a later term, here or
+// elsewhere, loads the mark again. s.mu is held.
+func (s *Store) saved(mark uint64) error {
+	if err := s.witnessed(mark); err != nil {
+		if s.onLost != nil {
+			s.onLost()
+		}
+		return fmt.Errorf("ha: mark %d saved in etcd, but not witnessed: %w", mark, err)
+	}
+	return nil
 }
 
 // resolve settles a save of mark whose transaction failed with txnErr and
@@ -200,7 +310,7 @@ func (s *Store) resolve(ctx context.Context, mark uint64, txnErr error) error {
 			s.seen()
 		}
 		s.last = mark
-		return nil
+		return s.saved(mark)
 	}
 	return fmt.Errorf("ha: save mark %d: %w (not stored: the write did not happen)", mark, txnErr)
 }
@@ -224,7 +334,7 @@ func (s *Store) refused(mark uint64, lk, mk []*mvccpb.KeyValue) error {
 			s.seen()
 		}
 		s.last = max(s.last, mark)
-		return nil
+		return s.saved(mark)
 	}
 	s.m.refused.notIncreasing.Inc()
 	if len(mk) == 0 {

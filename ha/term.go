@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/seqd/seqd/oracle"
+	"github.com/seqd/seqd/spec"
 )
 
 // lease tracks one etcd lease and its local deadline: the latest instant
@@ -77,6 +78,9 @@ func newTerm(n *Node, key string, rev int64, l *lease) *Term {
 	t.store.seen = n.markSeen
 	t.store.endpoints = n.cfg.Endpoints
 	t.store.prefix = n.cfg.Prefix
+	t.store.witness = n.witness
+	t.store.advance = n.cfg.Advance
+	t.store.warn = n.log.Warn
 	return t
 }
 
@@ -150,6 +154,17 @@ func (t *Term) OpenOracle(ctx context.Context, cfg oracle.Config) (*oracle.Oracl
 	cfg.Dir = ""
 	cfg.Init = false // the Store decides about a missing mark
 	cfg.Floor = max(cfg.Floor, t.n.cfg.Advance)
+	if cfg.Format == 0 || cfg.Format == spec.FormatHybrid {
+		// A hybrid term starts at or above now<<18: a clock past the
+		// witness floors it above every value served (Store.Load).
+		clock := cfg.Clock
+		if clock == nil {
+			clock = func() int64 { return time.Now().UnixMilli() }
+		}
+		t.store.mu.Lock()
+		t.store.clockFloor = func() uint64 { return spec.HybridFloor(clock()) }
+		t.store.mu.Unlock()
+	}
 	o, err := oracle.Open(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("ha: term %d: %w", t.Rev, err)

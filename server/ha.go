@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -136,9 +137,15 @@ func runHA(ctx context.Context, c Config, log *slog.Logger, ready func(Addrs), c
 	}
 	node, err := ha.New(ha.Config{Endpoints: strings.Split(c.HA.EtcdEndpoints, ","), Prefix: c.HA.EtcdPrefix,
 		Advertise: adv, TTL: c.HA.LeaseTTL, Logger: log, Init: c.Init, Advance: c.Advance,
-		Beat: c.HA.beat(), ServeLease: max(c.HA.ServeLease, 0)})
+		Beat: c.HA.beat(), ServeLease: max(c.HA.ServeLease, 0),
+		// The witness: the highest group mark this instance has seen,
+		// which a restored etcd snapshot cannot take back.
+		DataDir: c.Data})
 	if err != nil {
 		lis.Close()
+		if errors.Is(err, ha.ErrWitness) {
+			return fmt.Errorf("seqd: -data %s: %w", c.Data, err)
+		}
 		return fmt.Errorf("%w: %v", ErrConfig, err)
 	}
 	defer node.Close()
@@ -207,7 +214,7 @@ func runHA(ctx context.Context, c Config, log *slog.Logger, ready func(Addrs), c
 			return fmt.Errorf("seqd: admin server: %w", err)
 		}
 	case <-runDone:
-		// The group refuses to serve (ha.ErrNoMark): stop, as a single
+		// The group refuses to serve (ha.ErrNoMark, ha.ErrMarkBehind): stop, as a single
 		// seqd does without its mark file.
 		if runErr != nil && ctx.Err() == nil {
 			adm.Stop()
