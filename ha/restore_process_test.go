@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/client"
 	"github.com/seqd/seqd/ha/hatest"
@@ -178,7 +178,7 @@ func serveOne(ps []*seqdProc) (uint64, bool) {
 		if p.exited() {
 			continue
 		}
-		if st, err := p.status(); err != nil || st.GetRole() != admin.RoleLeader {
+		if st, err := p.status(); err != nil || st.GetRole() != adminclient.RoleLeader {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
