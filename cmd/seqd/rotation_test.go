@@ -363,6 +363,31 @@ func TestSIGHUPRotatesCert(t *testing.T) {
 	}
 }
 
+// TestCertFileChangeRotates: the same rotation as TestSIGHUPRotatesCert,
+// with no signal: seqd notices the changed certificate, key and client CA
+// files by itself (it polls them every second, and reads a change once
+// the files have held still for a poll).
+func TestCertFileChangeRotates(t *testing.T) {
+	dir := t.TempDir()
+	live := pkiFiles{ca: filepath.Join(dir, "client-ca.pem"), serverCert: filepath.Join(dir, "server.pem"), serverKey: filepath.Join(dir, "server-key.pem")}
+	old, neu := newPKI(t), newPKI(t)
+	install(t, live, old)
+	p := startSeqd(t, "-admin-tls-cert", live.serverCert, "-admin-tls-key", live.serverKey,
+		"-admin-client-ca", live.ca, "-admin-allow", "operator")
+	if got := setMode(t, p.admin, clientOf(t, old), ""); got != codes.OK {
+		t.Fatalf("CA 1 client before the rotation: %v, want OK", got)
+	}
+	install(t, live, neu)
+	p.waitLog(t, "the file-change reload of the TLS files", reloaded("secret reloaded", "tls", "file change"))
+	p.alive(t)
+	if got := setMode(t, p.admin, clientOf(t, neu), ""); got != codes.OK {
+		t.Fatalf("CA 2 client after the files changed: %v, want OK", got)
+	}
+	if got := setMode(t, p.admin, clientOf(t, old), ""); got != codes.Unavailable {
+		t.Fatalf("CA 1 client after the files changed: %v, want Unavailable", got)
+	}
+}
+
 // metric returns the value of the sample named series (name and labels,
 // as the text format writes them) on seqd's /metrics, or "" if absent.
 func metric(t *testing.T, p *seqdProc, series string) string {
