@@ -43,7 +43,7 @@ type ClientSecurity struct {
 // Register adds -token-file, -tls-ca, -tls-cert, -tls-key and -insecure
 // to fs.
 func (s *ClientSecurity) Register(fs *flag.FlagSet) {
-	fs.StringVar(&s.TokenFile, "token-file", "", "`file` whose first token authorises mutating commands (bearer token)")
+	fs.StringVar(&s.TokenFile, "token-file", "", "`file` whose first token is sent as the bearer token: it authorises mutating calls (set-mode, advance, transfer-leader) and, where seqd protects them, Connect and KeepAlive")
 	fs.StringVar(&s.CAFile, "tls-ca", "", "CA `file` (PEM) that verifies the server; turns TLS on")
 	fs.StringVar(&s.CertFile, "tls-cert", "", "client certificate `file` (PEM) for mTLS; turns TLS on")
 	fs.StringVar(&s.KeyFile, "tls-key", "", "client key `file` (PEM) for mTLS")
