@@ -99,6 +99,17 @@ type Config struct {
 	// ResourceExhausted, saying which quota. Zero: no limit (seqd sets
 	// its own defaults: -peer-max-sessions and the flags beside it).
 	PeerQuota, IdentityQuota Quota
+	// MaxConnects bounds the Connects handled at once; more are refused
+	// at once with Unavailable and a retry-after (a RetryInfo detail,
+	// see RetryAfter), which the client library honours. Default
+	// DefaultMaxConnects; negative: no bound. See admission.go.
+	MaxConnects int
+	// MaxHandshakes bounds the TLS handshakes (Creds) run at once; more
+	// wait for a slot, at most HandshakeWait, then their connection is
+	// closed. Default DefaultMaxHandshakes, DefaultHandshakeWait;
+	// negative MaxHandshakes: no bound.
+	MaxHandshakes int
+	HandshakeWait time.Duration
 	// Modes are the mode names a ConnectRequest may name. An empty mode in a
 	// request is always accepted. Default ModeSpecS0, ModeHERD, ModeAtomics.
 	Modes []string
@@ -144,6 +155,18 @@ func (cfg Config) validate() (Config, error) {
 	}
 	if cfg.MaxAdvance == 0 {
 		cfg.MaxAdvance = DefaultMaxAdvance
+	}
+	if cfg.MaxConnects == 0 {
+		cfg.MaxConnects = DefaultMaxConnects
+	}
+	if cfg.MaxHandshakes == 0 {
+		cfg.MaxHandshakes = DefaultMaxHandshakes
+	}
+	if cfg.HandshakeWait == 0 {
+		cfg.HandshakeWait = DefaultHandshakeWait
+	}
+	if cfg.HandshakeWait < 0 {
+		return cfg, fmt.Errorf("admin: config: HandshakeWait %v is negative", cfg.HandshakeWait)
 	}
 	var err error
 	if cfg.PeerQuota, err = cfg.PeerQuota.validate("PeerQuota"); err != nil {

@@ -1,0 +1,154 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/seqd/seqd/admin/adminclient"
+	"github.com/seqd/seqd/admin/adminpb"
+)
+
+// countingListener counts the connections it accepts.
+type countingListener struct {
+	net.Listener
+	accepted atomic.Int32
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.accepted.Add(1)
+	}
+	return c, err
+}
+
+// fakeAdmin is an admin server whose Status answers as a standby that
+// knows no leader, and whose Connect refuses the first refuse calls with
+// Unavailable and a retry-after of 20ms, then admits.
+type fakeAdmin struct {
+	adminpb.UnimplementedAdminServer
+	lis      *countingListener
+	addr     string
+	refuse   int32
+	connects atomic.Int32
+}
+
+func startFakeAdmin(t *testing.T, refuse int32) *fakeAdmin {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeAdmin{lis: &countingListener{Listener: l}, addr: l.Addr().String(), refuse: refuse}
+	s := grpc.NewServer()
+	adminpb.RegisterAdminServer(s, f)
+	go s.Serve(f.lis)
+	t.Cleanup(s.Stop)
+	return f
+}
+
+func (f *fakeAdmin) Status(context.Context, *adminpb.StatusRequest) (*adminpb.StatusResponse, error) {
+	return &adminpb.StatusResponse{Role: adminclient.RoleStandby}, nil
+}
+
+func (f *fakeAdmin) Connect(context.Context, *adminpb.ConnectRequest) (*adminpb.ConnectResponse, error) {
+	if n := f.connects.Add(1); n <= f.refuse {
+		st, _ := status.New(codes.Unavailable, "busy").WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(20 * time.Millisecond)})
+		return nil, st.Err()
+	}
+	return &adminpb.ConnectResponse{SessionId: 1}, nil
+}
+
+func testAdminConn(addrs ...string) *adminConn {
+	a := &adminConn{log: slog.New(slog.DiscardHandler)}
+	for _, x := range addrs {
+		a.learn(x)
+	}
+	return a
+}
+
+// Rounds of connectAny against instances that answer but admit no one
+// (standbys while a leader is elected) reuse one connection per
+// instance: each round costs them no TLS handshake. Before, every round
+// dialed again, and a thousand clients retrying through fresh handshakes
+// were most of the instances' work in a failover storm.
+func TestConnectAnyKeepsConnections(t *testing.T) {
+	s1, s2 := startFakeAdmin(t, 0), startFakeAdmin(t, 0)
+	a := testAdminConn(s1.addr, s2.addr)
+	defer a.close()
+	standby := func(ctx context.Context) error {
+		st, err := a.adm.Status(ctx, &adminpb.StatusRequest{})
+		if err != nil {
+			return unavailable("status", err)
+		}
+		return unavailable("status", adminclient.RedirectError(st.GetLeader()))
+	}
+	const rounds = 4
+	for range rounds {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		err := a.connectAny(ctx, 5*time.Second, false, standby)
+		cancel()
+		if !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("connectAny against standbys: %v, want ErrUnavailable", err)
+		}
+	}
+	for i, s := range []*fakeAdmin{s1, s2} {
+		if n := s.lis.accepted.Load(); n != 1 {
+			t.Errorf("instance %d accepted %d connections over %d rounds, want 1", i+1, n, rounds)
+		}
+	}
+}
+
+// An instance that refuses a Connect with a retry-after (its admission
+// control) is asked again after the pause until it admits the client;
+// the other instances, which would only redirect to it, are not tried.
+func TestConnectAnyWaitsOutRetryAfter(t *testing.T) {
+	busyLeader, other := startFakeAdmin(t, 3), startFakeAdmin(t, 0)
+	a := testAdminConn(busyLeader.addr, other.addr)
+	defer a.close()
+	connect := func(ctx context.Context) error {
+		_, err := a.adm.Connect(ctx, &adminpb.ConnectRequest{})
+		if err != nil {
+			return unavailable("connect", err)
+		}
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := a.connectAny(ctx, 5*time.Second, false, connect); err != nil {
+		t.Fatalf("connectAny against an instance busy for 3 Connects: %v", err)
+	}
+	if n := busyLeader.connects.Load(); n != 4 {
+		t.Errorf("the busy instance was asked %d times, want 4 (3 refusals, then admitted)", n)
+	}
+	if n := other.connects.Load(); n != 0 {
+		t.Errorf("the other instance was asked %d times, want 0", n)
+	}
+	if a.endpoint() != busyLeader.addr {
+		t.Errorf("admitted through %s, want %s", a.endpoint(), busyLeader.addr)
+	}
+}
+
+func TestRetryPause(t *testing.T) {
+	d := 100 * time.Millisecond
+	if got := retryPause(d, 0); got != d {
+		t.Errorf("retryPause(%v, 0) = %v, want %v", d, got, d)
+	}
+	if got := retryPause(d, 0.5); got != 125*time.Millisecond {
+		t.Errorf("retryPause(%v, 0.5) = %v, want 125ms", d, got)
+	}
+	if got := retryPause(d, 0.9999); got >= 3*d/2 {
+		t.Errorf("retryPause(%v, 0.9999) = %v, want below %v", d, got, 3*d/2)
+	}
+}
