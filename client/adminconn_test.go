@@ -42,6 +42,7 @@ type fakeAdmin struct {
 	addr     string
 	refuse   int32
 	connects atomic.Int32
+	srv      *grpc.Server
 }
 
 func startFakeAdmin(t *testing.T, refuse int32) *fakeAdmin {
@@ -51,10 +52,10 @@ func startFakeAdmin(t *testing.T, refuse int32) *fakeAdmin {
 		t.Fatal(err)
 	}
 	f := &fakeAdmin{lis: &countingListener{Listener: l}, addr: l.Addr().String(), refuse: refuse}
-	s := grpc.NewServer()
-	adminpb.RegisterAdminServer(s, f)
-	go s.Serve(f.lis)
-	t.Cleanup(s.Stop)
+	f.srv = grpc.NewServer()
+	adminpb.RegisterAdminServer(f.srv, f)
+	go f.srv.Serve(f.lis)
+	t.Cleanup(f.srv.Stop)
 	return f
 }
 
@@ -150,5 +151,46 @@ func TestRetryPause(t *testing.T) {
 	}
 	if got := retryPause(d, 0.9999); got >= 3*d/2 {
 		t.Errorf("retryPause(%v, 0.9999) = %v, want below %v", d, got, 3*d/2)
+	}
+}
+
+// Once admitted, the client holds a connection to every other known
+// instance, opened in the background: a failover to one of them (the
+// instance it used is gone) needs no new connection, so no TLS
+// handshake in the storm of every client reconnecting at once.
+func TestConnectAnyWarmsStandbys(t *testing.T) {
+	leader, standby := startFakeAdmin(t, 0), startFakeAdmin(t, 0)
+	a := testAdminConn(leader.addr, standby.addr)
+	defer a.close()
+	connect := func(ctx context.Context) error {
+		_, err := a.adm.Connect(ctx, &adminpb.ConnectRequest{})
+		if err != nil {
+			return unavailable("connect", err)
+		}
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := a.connectAny(ctx, 5*time.Second, false, connect); err != nil {
+		t.Fatal(err)
+	}
+	if a.endpoint() != leader.addr {
+		t.Fatalf("admitted through %s, want %s", a.endpoint(), leader.addr)
+	}
+	for standby.lis.accepted.Load() == 0 {
+		if ctx.Err() != nil {
+			t.Fatal("no connection to the standby opened after the client was admitted")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	leader.srv.Stop() // killed: the failover
+	if err := a.connectAny(ctx, 5*time.Second, true, connect); err != nil {
+		t.Fatalf("failover: %v", err)
+	}
+	if a.endpoint() != standby.addr {
+		t.Fatalf("after the failover admitted through %s, want %s", a.endpoint(), standby.addr)
+	}
+	if n := standby.lis.accepted.Load(); n != 1 {
+		t.Errorf("the standby accepted %d connections, want 1 (the one opened ahead of the failover)", n)
 	}
 }
