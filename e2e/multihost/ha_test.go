@@ -74,7 +74,7 @@ func (g *haGroup) leader(skip int, within time.Duration) int {
 // probe's call, issued just after the kill with a context deadline longer
 // than the failover, succeeds.
 func TestHAFailover(t *testing.T)          { haFailover(t, fewSessions) }
-func TestHAFailoverStorm1000(t *testing.T) { stormGate(t); haFailover(t, manySessions) }
+func TestHAFailoverStorm1000(t *testing.T) { haFailover(t, manySessions) }
 
 func haFailover(t *testing.T, sessions int) {
 	rig := netnstest.New(t)
