@@ -96,6 +96,7 @@ func (a *adminConn) connectAny(ctx context.Context, perTry time.Duration, skipCu
 		cands = append(cands, a.addrs[(cur+1+i)%len(a.addrs)])
 	}
 	tried := map[string]bool{}
+	redirected := map[string]bool{} // asked in this round, and redirected
 	hops := 0
 	for len(cands) > 0 && ctx.Err() == nil {
 		addr := cands[0]
@@ -132,9 +133,17 @@ func (a *adminConn) connectAny(ctx context.Context, perTry time.Duration, skipCu
 		lastErr = err
 		// A redirect to the server that just failed to answer (etcd
 		// still names a paused leader) is not followed: it stays last.
-		if l := redirectTo(err); l != "" && !tried[l] && !(skipCurrent && l == failed) && hops < maxRedirects*len(a.addrs) {
+		// One to an instance asked earlier in this round is, when that
+		// one redirected too: it has been elected since (a failover),
+		// and the connection to it is up.
+		l := redirectTo(err)
+		if isRedirect(err) {
+			redirected[addr] = true
+		}
+		if l != "" && (!tried[l] || redirected[l]) && !(skipCurrent && l == failed) && hops < maxRedirects*len(a.addrs) {
 			hops++
 			a.log.Debug("following redirect", "from", addr, "to", l)
+			tried[l], redirected[l] = false, false
 			cands = append([]string{l}, cands...)
 		}
 	}
@@ -244,7 +253,7 @@ func (a *adminConn) close() {
 // leader it names (redirectTo finds it), a refusal with a retry-after
 // its pause (retryAfterOf).
 func unavailable(call string, err error) error {
-	if leader, ok := adminclient.LeaderFromError(err); ok && leader != "" {
+	if leader, ok := adminclient.LeaderFromError(err); ok {
 		return fmt.Errorf("%w: %s: %w", ErrUnavailable, call, &redirect{leader: leader, err: err})
 	}
 	if after, ok := adminclient.RetryAfter(err); ok {
@@ -281,12 +290,23 @@ func redirectTo(err error) string {
 	return ""
 }
 
-// redirect is a standby's answer to Connect: the leader's admin address.
+// isRedirect reports whether err is a standby's answer, naming a leader
+// or not.
+func isRedirect(err error) bool {
+	var rd *redirect
+	return errors.As(err, &rd)
+}
+
+// redirect is a standby's answer to Connect: the leader's admin address,
+// "" when it knows none.
 type redirect struct {
 	leader string
 	err    error
 }
 
 func (r *redirect) Error() string {
+	if r.leader == "" {
+		return r.err.Error() // a standby that knows no leader
+	}
 	return "redirected to the leader at " + r.leader + ": " + r.err.Error()
 }

@@ -194,3 +194,67 @@ func TestConnectAnyWarmsStandbys(t *testing.T) {
 		t.Errorf("the standby accepted %d connections, want 1 (the one opened ahead of the failover)", n)
 	}
 }
+
+// roleAdmin answers Status with the role and leader its function
+// gives for the n-th call.
+type roleAdmin struct {
+	adminpb.UnimplementedAdminServer
+	addr   string
+	calls  atomic.Int32
+	status func(n int32) *adminpb.StatusResponse
+}
+
+func startRoleAdmin(t *testing.T, status func(n int32) *adminpb.StatusResponse) *roleAdmin {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &roleAdmin{addr: l.Addr().String(), status: status}
+	s := grpc.NewServer()
+	adminpb.RegisterAdminServer(s, r)
+	go s.Serve(l)
+	t.Cleanup(s.Stop)
+	return r
+}
+
+func (r *roleAdmin) Status(context.Context, *adminpb.StatusRequest) (*adminpb.StatusResponse, error) {
+	return r.status(r.calls.Add(1)), nil
+}
+
+// During a failover an instance asked early in a round may be elected
+// before the round ends: a later standby's redirect to it is followed,
+// although it was asked already, instead of failing the round (and
+// backing off while the new leader waits).
+func TestConnectAnyFollowsRedirectToNewlyElected(t *testing.T) {
+	var elected *roleAdmin
+	elected = startRoleAdmin(t, func(n int32) *adminpb.StatusResponse {
+		if n == 1 { // not elected yet
+			return &adminpb.StatusResponse{Role: adminclient.RoleStandby}
+		}
+		return &adminpb.StatusResponse{Role: adminclient.RoleLeader, Leader: elected.addr}
+	})
+	standby := startRoleAdmin(t, func(int32) *adminpb.StatusResponse {
+		return &adminpb.StatusResponse{Role: adminclient.RoleStandby, Leader: elected.addr}
+	})
+	a := testAdminConn(elected.addr, standby.addr)
+	defer a.close()
+	connect := func(ctx context.Context) error { // as Client.connect does
+		st, err := a.adm.Status(ctx, &adminpb.StatusRequest{})
+		if err != nil {
+			return unavailable("status", err)
+		}
+		if st.GetRole() == adminclient.RoleStandby {
+			return unavailable("status", adminclient.RedirectError(st.GetLeader()))
+		}
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := a.connectAny(ctx, 5*time.Second, false, connect); err != nil {
+		t.Fatalf("one round across the election: %v", err)
+	}
+	if a.endpoint() != elected.addr {
+		t.Errorf("admitted through %s, want the newly elected %s", a.endpoint(), elected.addr)
+	}
+}
