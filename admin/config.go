@@ -99,15 +99,17 @@ type Config struct {
 	// ResourceExhausted, saying which quota. Zero: no limit (seqd sets
 	// its own defaults: -peer-max-sessions and the flags beside it).
 	PeerQuota, IdentityQuota Quota
-	// MaxConnects bounds the Connects handled at once; more are refused
-	// at once with Unavailable and a retry-after (a RetryInfo detail,
-	// see RetryAfter), which the client library honours. Default
+	// MaxConnects bounds the Connects handled at once; more wait for a
+	// slot briefly (at most 250 ms, a few per slot), then are refused
+	// with Unavailable and a retry-after (a RetryInfo detail, see
+	// adminclient.RetryAfter), which the client library honours. Default
 	// DefaultMaxConnects; negative: no bound. See admission.go.
 	MaxConnects int
-	// MaxHandshakes bounds the TLS handshakes (Creds) run at once; more
-	// wait for a slot, at most HandshakeWait, then their connection is
-	// closed. Default DefaultMaxHandshakes, DefaultHandshakeWait;
-	// negative MaxHandshakes: no bound.
+	// MaxHandshakes bounds the TLS handshakes (Creds) computing at once
+	// (one waiting for its client holds no slot); more wait for a slot,
+	// at most HandshakeWait, then their connection is closed. Default
+	// DefaultMaxHandshakes, DefaultHandshakeWait; negative
+	// MaxHandshakes: no bound.
 	MaxHandshakes int
 	HandshakeWait time.Duration
 	// Modes are the mode names a ConnectRequest may name. An empty mode in a
