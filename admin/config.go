@@ -93,6 +93,19 @@ type Config struct {
 	// limit (seqd sets its own defaults: -peer-max-sessions, -peer-max-recv
 	// and the flags beside them).
 	PeerQuota, IdentityQuota Quota
+	// MaxConnects bounds the Connects handled at once; more wait for a
+	// slot briefly (at most 250 ms, a few per slot), then are refused
+	// with Unavailable and a retry-after (a RetryInfo detail, see
+	// adminclient.RetryAfter), which the client library honours. Default
+	// DefaultMaxConnects; negative: no bound. See admission.go.
+	MaxConnects int
+	// MaxHandshakes bounds the TLS handshakes (Creds) computing at once
+	// (one waiting for its client holds no slot); more wait for a slot,
+	// at most HandshakeWait, then their connection is closed. Default
+	// DefaultMaxHandshakes, DefaultHandshakeWait; negative
+	// MaxHandshakes: no bound.
+	MaxHandshakes int
+	HandshakeWait time.Duration
 	// Modes are the mode names a ConnectRequest may name (spec.Modes); a
 	// name outside them is a malformed request. Whether the server runs the
 	// requested mode is for the backend to decide (ErrFailedPrecondition).
@@ -140,6 +153,18 @@ func (cfg Config) validate() (Config, error) {
 	}
 	if cfg.MaxAdvance == 0 {
 		cfg.MaxAdvance = DefaultMaxAdvance
+	}
+	if cfg.MaxConnects == 0 {
+		cfg.MaxConnects = DefaultMaxConnects
+	}
+	if cfg.MaxHandshakes == 0 {
+		cfg.MaxHandshakes = DefaultMaxHandshakes
+	}
+	if cfg.HandshakeWait == 0 {
+		cfg.HandshakeWait = DefaultHandshakeWait
+	}
+	if cfg.HandshakeWait < 0 {
+		return cfg, fmt.Errorf("admin: config: HandshakeWait %v is negative", cfg.HandshakeWait)
 	}
 	var err error
 	if cfg.PeerQuota, err = cfg.PeerQuota.validate("PeerQuota"); err != nil {

@@ -84,7 +84,7 @@ func NewMetrics(reg prometheus.Registerer, sessions func() float64) (*Metrics, e
 		Namespace: "seqd",
 		Subsystem: "admin",
 		Name:      "admission_refused_total",
-		Help:      "Connects refused by an admission quota (peer_sessions, peer_rate, peer_recv, identity_sessions, identity_rate, identity_recv) or answered in a stale epoch (stale_epoch).",
+		Help:      "Connects refused by an admission quota (peer_sessions, peer_rate, peer_recv, identity_sessions, identity_rate, identity_recv), answered in a stale epoch (stale_epoch), refused by admission control while -admin-max-connects were in hand (busy), or TLS handshakes that waited too long for a slot (handshakes).",
 	}, []string{"reason"})
 	if err := reg.Register(refused); err != nil {
 		return nil, fmt.Errorf("admin: metrics: register admission_refused_total: %w", err)

@@ -71,11 +71,16 @@ const (
 	ReasonStaleEpoch       = "stale_epoch"
 	ReasonPeerRecv         = "peer_recv"
 	ReasonIdentityRecv     = "identity_recv"
+	// Admission control (admission.go): a Connect refused with a
+	// retry-after while -admin-max-connects are in hand, a TLS
+	// handshake that waited too long for one of -admin-max-handshakes.
+	ReasonBusy       = "busy"
+	ReasonHandshakes = "handshakes"
 )
 
 // refusalReasons are the reasons, in the order of Metrics' counters.
 var refusalReasons = [...]string{ReasonPeerSessions, ReasonPeerRate, ReasonIdentitySessions, ReasonIdentityRate, ReasonStaleEpoch,
-	ReasonPeerRecv, ReasonIdentityRecv}
+	ReasonPeerRecv, ReasonIdentityRecv, ReasonBusy, ReasonHandshakes}
 
 // maxBuckets bounds the token buckets quotas keeps (one per caller that
 // connected recently); callers beyond it share one.

@@ -86,10 +86,13 @@ type Server struct {
 
 	sessions *sessions // every session granted: its token, ID, epoch, lease
 	quotas   *quotas   // PeerQuota and IdentityQuota: Connect rates, refusals
-	advance  *advanceBudget
-	stopReap chan struct{}
-	stopOnce sync.Once
-	started  time.Time // when New ran: Status reports the uptime from it
+	// admission bounds the Connects in hand (MaxConnects); see
+	// admission.go.
+	admission *admission
+	advance   *advanceBudget
+	stopReap  chan struct{}
+	stopOnce  sync.Once
+	started   time.Time // when New ran: Status reports the uptime from it
 }
 
 // New returns a Server over backend. It validates cfg, filling defaults.
@@ -119,11 +122,13 @@ func New(cfg Config, backend Backend) (*Server, error) {
 		grpc.MaxRecvMsgSize(cfg.MaxRecvMsgSize),
 		grpc.ChainUnaryInterceptor(chain...),
 	}
-	if cfg.Creds != nil {
-		opts = append(opts, grpc.Creds(cfg.Creds))
-	}
 	s.sessions = newSessions(cfg.SessionLease)
 	s.quotas = newQuotas(cfg.PeerQuota, cfg.IdentityQuota)
+	s.admission = newAdmission(cfg.MaxConnects)
+	if cfg.Creds != nil {
+		shed := func() { s.quotas.refuse(cfg.Metrics, ReasonHandshakes, nil) }
+		opts = append(opts, grpc.Creds(limitHandshakes(cfg.Creds, cfg.MaxHandshakes, cfg.HandshakeWait, shed)))
+	}
 	if cfg.SessionLease > 0 {
 		s.stopReap = make(chan struct{})
 		go s.reap(s.stopReap)
@@ -257,7 +262,18 @@ func (v *service) Connect(ctx context.Context, req *adminpb.ConnectRequest) (*ad
 		v.s.log.Info("connect refused", "client", req.GetClientName(), "err", err)
 		return nil, statusError(err)
 	}
-	// Admission quotas first: a caller beyond its Connect rate, its
+	// Admission control: at most MaxConnects in hand; a few more wait
+	// briefly, the rest come back after the retry-after their refusal
+	// carries, so that the goroutines of the HA election are not queued
+	// behind a storm's (admission.go).
+	done, err := v.s.admitConnect(ctx)
+	if err != nil {
+		v.s.log.Debug("connect refused", "client", req.GetClientName(), "reason", ReasonBusy, "err", err)
+		return nil, err
+	}
+	defer done()
+	began := time.Now()
+	// Admission quotas next: a caller beyond its Connect rate, its
 	// sessions or its receives reaches neither the session table nor the
 	// backend.
 	c := v.s.quotas.callerOf(ctx, v.s.cfg.Auth)
@@ -336,7 +352,7 @@ func (v *service) Connect(ctx context.Context, req *adminpb.ConnectRequest) (*ad
 		resp.LeaseMs = uint32(ttl / time.Millisecond)
 	}
 	v.s.log.Info("client connected", "client", req.GetClientName(), "session", resp.GetSessionId(),
-		"qps", len(req.GetQps()), "window", resp.GetWindow(), "mode", resp.GetMode())
+		"qps", len(req.GetQps()), "window", resp.GetWindow(), "mode", resp.GetMode(), "took", time.Since(began).Round(time.Microsecond))
 	return resp, nil
 }
 

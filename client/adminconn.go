@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
 	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 
 	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/admin/adminpb"
@@ -33,6 +35,9 @@ type adminConn struct {
 	adm      adminpb.AdminClient
 	addrs    []string               // every admin address known
 	cur      atomic.Pointer[string] // the one cc is connected to
+	// spare keeps, by address, connections to instances that answered
+	// but did not admit the client, until it is admitted (connectAny).
+	spare map[string]*grpc.ClientConn
 }
 
 // learn adds an admin address to the ones the client knows.
@@ -55,15 +60,28 @@ func (a *adminConn) endpoint() string {
 // to answer), then at the address a standby redirected to, then at every
 // known admin address in turn (following redirects as they come), each
 // attempt bounded by perTry so a paused server costs no more than that.
-// On success the admin connection is the one that admitted the client.
+// An instance that refuses with a retry-after (its admission control:
+// it is busy admitting others) is asked again after that pause,
+// jittered, while ctx allows (attempt): the others would only redirect
+// to it. On success the admin connection is the one that admitted the
+// client.
+//
+// Connections to the other instances are kept, by address (spare):
+// those that answered but did not admit the client (standbys that
+// redirected, a leader not elected yet), and, once the client is
+// admitted, one opened in the background to every other known instance
+// (warm). A failover then asks the standbys, one of which is the new
+// leader, through connections that are up already: no TLS handshake. In
+// a failover storm a thousand clients each handshaking with every
+// instance, again in each retry round, were most of the instances' work
+// and starved their leadership leases.
 func (a *adminConn) connectAny(ctx context.Context, perTry time.Duration, skipCurrent bool, connect func(context.Context) error) error {
 	var lastErr error
 	var cands []string
 	if a.cc != nil && !skipCurrent {
-		tctx, cancel := context.WithTimeout(ctx, perTry)
-		err := connect(tctx)
-		cancel()
+		err := a.attempt(ctx, perTry, connect)
 		if err == nil {
+			a.warm()
 			return nil
 		}
 		lastErr = err
@@ -78,6 +96,7 @@ func (a *adminConn) connectAny(ctx context.Context, perTry time.Duration, skipCu
 		cands = append(cands, a.addrs[(cur+1+i)%len(a.addrs)])
 	}
 	tried := map[string]bool{}
+	redirected := map[string]bool{} // asked in this round, and redirected
 	hops := 0
 	for len(cands) > 0 && ctx.Err() == nil {
 		addr := cands[0]
@@ -87,34 +106,44 @@ func (a *adminConn) connectAny(ctx context.Context, perTry time.Duration, skipCu
 		}
 		tried[addr] = true
 		tctx, cancel := context.WithTimeout(ctx, perTry)
-		cc, err := adminclient.Dial(tctx, addr, a.dialOpts...)
+		cc, err := a.dial(tctx, addr)
+		cancel()
 		if err != nil {
-			cancel()
 			lastErr = fmt.Errorf("%w: %w", ErrUnavailable, err)
 			continue
 		}
-		oldCC := a.cc
+		// The old connection is kept for its address, unless it just
+		// failed to answer (skipCurrent) or was never admitted anywhere.
+		oldCC, oldAddr := a.cc, a.endpoint()
 		a.cc, a.adm = cc, adminpb.NewAdminClient(cc)
-		err = connect(tctx)
-		cancel()
-		// On failure the server still answered the dial: keep this
-		// connection for the next attempt, which starts with it (one TLS
-		// handshake less for a busy server); the old one failed or is
-		// elsewhere.
-		if oldCC != nil {
-			oldCC.Close()
-		}
 		a.cur.Store(&addr)
+		if oldCC != nil {
+			if skipCurrent && oldAddr == failed {
+				oldCC.Close()
+			} else {
+				a.keepSpare(oldAddr, oldCC)
+			}
+		}
+		err = a.attempt(ctx, perTry, connect)
 		if err == nil {
 			a.learn(addr)
+			a.warm()
 			return nil
 		}
 		lastErr = err
 		// A redirect to the server that just failed to answer (etcd
 		// still names a paused leader) is not followed: it stays last.
-		if l := redirectTo(err); l != "" && !tried[l] && !(skipCurrent && l == failed) && hops < maxRedirects*len(a.addrs) {
+		// One to an instance asked earlier in this round is, when that
+		// one redirected too: it has been elected since (a failover),
+		// and the connection to it is up.
+		l := redirectTo(err)
+		if isRedirect(err) {
+			redirected[addr] = true
+		}
+		if l != "" && (!tried[l] || redirected[l]) && !(skipCurrent && l == failed) && hops < maxRedirects*len(a.addrs) {
 			hops++
 			a.log.Debug("following redirect", "from", addr, "to", l)
+			tried[l], redirected[l] = false, false
 			cands = append([]string{l}, cands...)
 		}
 	}
@@ -167,13 +196,131 @@ func (a *adminConn) leaderMoved(ctx context.Context) bool {
 	return false
 }
 
+// attempt runs connect through the current admin connection, each try
+// bounded by perTry. A refusal that carries a retry-after is waited out
+// (retryPause: jittered) and the instance asked again, while ctx's
+// deadline leaves room for the pause; any other result is returned.
+func (a *adminConn) attempt(ctx context.Context, perTry time.Duration, connect func(context.Context) error) error {
+	for {
+		tctx, cancel := context.WithTimeout(ctx, perTry)
+		err := connect(tctx)
+		cancel()
+		after, busy := retryAfterOf(err)
+		if !busy {
+			return err
+		}
+		pause := retryPause(after, rand.Float64())
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < pause {
+			return err
+		}
+		a.log.Debug("admin plane busy; retrying", "admin", a.endpoint(), "after", pause)
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
+}
+
+// dial returns an admin connection to addr: the one kept for it when it
+// is up or coming up (within ctx), a new one otherwise.
+func (a *adminConn) dial(ctx context.Context, addr string) (*grpc.ClientConn, error) {
+	if cc, ok := a.spare[addr]; ok {
+		delete(a.spare, addr)
+		if st := cc.GetState(); st != connectivity.TransientFailure && st != connectivity.Shutdown {
+			err := adminclient.WaitReady(ctx, cc)
+			if err == nil {
+				return cc, nil
+			}
+			cc.Close()
+			return nil, err
+		}
+		cc.Close()
+	}
+	return adminclient.Dial(ctx, addr, a.dialOpts...)
+}
+
+// warm opens, in the background, a connection to every known instance
+// but the current one that has none kept.
+func (a *adminConn) warm() {
+	cur := a.endpoint()
+	for _, addr := range a.addrs {
+		if addr == cur || a.spare[addr] != nil {
+			continue
+		}
+		cc, err := adminclient.DialBackground(addr, a.dialOpts...)
+		if err != nil {
+			a.log.Debug("admin connection to a standby", "admin", addr, "err", err)
+			continue
+		}
+		a.keepSpare(addr, cc)
+	}
+}
+
+// keepSpare keeps cc, a connection to addr, for the next round.
+func (a *adminConn) keepSpare(addr string, cc *grpc.ClientConn) {
+	if addr == "" {
+		cc.Close()
+		return
+	}
+	if a.spare == nil {
+		a.spare = map[string]*grpc.ClientConn{}
+	}
+	if old, ok := a.spare[addr]; ok && old != cc {
+		old.Close()
+	}
+	a.spare[addr] = cc
+}
+
+// dropSpares closes the kept connections.
+func (a *adminConn) dropSpares() {
+	for addr, cc := range a.spare {
+		if cc != a.cc {
+			cc.Close()
+		}
+		delete(a.spare, addr)
+	}
+}
+
+// close closes every admin connection.
+func (a *adminConn) close() {
+	a.dropSpares()
+	if a.cc != nil {
+		a.cc.Close()
+	}
+}
+
 // unavailable wraps an admin call's error: a standby's redirect keeps the
-// leader it names (redirectTo finds it).
+// leader it names (redirectTo finds it), a refusal with a retry-after
+// its pause (retryAfterOf).
 func unavailable(call string, err error) error {
-	if leader, ok := adminclient.LeaderFromError(err); ok && leader != "" {
+	if leader, ok := adminclient.LeaderFromError(err); ok {
 		return fmt.Errorf("%w: %s: %w", ErrUnavailable, call, &redirect{leader: leader, err: err})
 	}
+	if after, ok := adminclient.RetryAfter(err); ok {
+		return fmt.Errorf("%w: %s: %w", ErrUnavailable, call, &busy{after: after, err: err})
+	}
 	return fmt.Errorf("%w: %s: %v", ErrUnavailable, call, err)
+}
+
+// busy is an instance's refusal that asks for a pause before the next
+// try (admission control: it is admitting as many clients as it may).
+type busy struct {
+	after time.Duration
+	err   error
+}
+
+func (b *busy) Error() string { return b.err.Error() }
+
+// retryAfterOf is the pause a busy refusal in err's chain asks for.
+func retryAfterOf(err error) (time.Duration, bool) {
+	var b *busy
+	if errors.As(err, &b) {
+		return b.after, true
+	}
+	return 0, false
 }
 
 // redirectTo is the leader a standby's refusal names, "" when err is no
@@ -186,12 +333,23 @@ func redirectTo(err error) string {
 	return ""
 }
 
-// redirect is a standby's answer to Connect: the leader's admin address.
+// isRedirect reports whether err is a standby's answer, naming a leader
+// or not.
+func isRedirect(err error) bool {
+	var rd *redirect
+	return errors.As(err, &rd)
+}
+
+// redirect is a standby's answer to Connect: the leader's admin address,
+// "" when it knows none.
 type redirect struct {
 	leader string
 	err    error
 }
 
 func (r *redirect) Error() string {
+	if r.leader == "" {
+		return r.err.Error() // a standby that knows no leader
+	}
 	return "redirected to the leader at " + r.leader + ": " + r.err.Error()
 }

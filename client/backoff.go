@@ -15,3 +15,11 @@ func nextBackoff(prev, base, limit time.Duration, u float64) time.Duration {
 	}
 	return base + time.Duration(u*float64(hi-base))
 }
+
+// retryPause is the pause before asking an instance again that refused
+// with a retry-after of after (its admission control): a uniform pick in
+// [after, 1.5×after), so that the clients it turned away together come
+// back spread out. u is a uniform random number in [0, 1).
+func retryPause(after time.Duration, u float64) time.Duration {
+	return after + time.Duration(u*float64(after)/2)
+}

@@ -531,7 +531,5 @@ func (c *Client) release() {
 	if c.dev != nil {
 		c.dev.Close()
 	}
-	if c.admin.cc != nil {
-		c.admin.cc.Close()
-	}
+	c.admin.close()
 }

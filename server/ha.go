@@ -122,8 +122,8 @@ func (c *Config) adminConfig(log *slog.Logger, creds credentials.TransportCreden
 	peer, ident := c.quotas()
 	return admin.Config{Addr: c.Admin, Logger: log, Modes: modes, MaxWindow: max(c.MaxWindow, headeronly.DefaultMaxWindow),
 		Creds: creds, Auth: auth, SessionLease: max(c.SessionLease, 0), PeerQuota: peer, IdentityQuota: ident,
-		InsecureNoAuth: c.Security.InsecureNoAuth,
-		Format:         c.format, AdvanceBudget: c.advanceBudget, AdvanceWindow: c.AdvanceWindow, AdvanceRate: c.AdvanceRate}
+		InsecureNoAuth: c.Security.InsecureNoAuth, MaxConnects: c.AdminMaxConnects, MaxHandshakes: c.AdminMaxHandshakes,
+		Format: c.format, AdvanceBudget: c.advanceBudget, AdvanceWindow: c.AdvanceWindow, AdvanceRate: c.AdvanceRate}
 }
 
 func runHA(ctx context.Context, c Config, log *slog.Logger, ready func(Addrs), creds credentials.TransportCredentials, auth *admin.Authorizer, watch *reload.Watcher) error {

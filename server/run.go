@@ -121,6 +121,13 @@ type Config struct {
 	// admin.DefaultAdvanceRate.
 	AdvanceWindow time.Duration
 	AdvanceRate   int
+	// AdminMaxConnects (-admin-max-connects) and AdminMaxHandshakes
+	// (-admin-max-handshakes) are the admin plane's admission control
+	// (admin.Config.MaxConnects, MaxHandshakes): the Connects handled
+	// and the TLS handshakes run at once. Zero: the default; negative:
+	// no bound.
+	AdminMaxConnects   int
+	AdminMaxHandshakes int
 
 	cores  []int
 	format spec.Format

@@ -82,6 +82,8 @@ func realMainEnv(args []string, stderr io.Writer, environ []string) int {
 	fs.IntVar(&c.MaxWindow, "max-window", 256, "largest window granted per client QP")
 	fs.IntVar(&c.MaxClients, "max-clients", server.DefaultMaxClients, "most concurrent client sessions (spec-s0: about 2.3 KB of server heap per one-QP client, e2e.TestManyClientsMemory; each worker also bounds the sum of its clients' windows at 32768)")
 	fs.DurationVar(&c.SessionLease, "session-lease", 30*time.Second, "a client session not renewed within this lease (the client library renews every third of it) is disconnected; negative: no leases")
+	fs.IntVar(&c.AdminMaxConnects, "admin-max-connects", 0, "Connects the admin plane handles at once; a few more wait up to 250 ms, the rest are refused with a retry-after, which clients honour (0: 32; negative: no bound)")
+	fs.IntVar(&c.AdminMaxHandshakes, "admin-max-handshakes", 0, "TLS handshakes the admin plane runs at once; more wait up to 1s for a slot (0: 4; negative: no bound)")
 	fs.IntVar(&c.MaxSessionRecv, "max-session-recv", 0, "most receives (QPs × window) one session may hold; a session asking for more gets a smaller window (0: a quarter of a worker's receive budget; negative: no cap)")
 	fs.IntVar(&c.PeerMaxSessions, "peer-max-sessions", server.DefaultPeerQuota.MaxSessions, "most sessions one unauthenticated peer (source IP; IPv6 by /64) may hold (negative: no limit)")
 	fs.Float64Var(&c.PeerConnectRate, "peer-connect-rate", server.DefaultPeerQuota.ConnectRate, "Connects a second one unauthenticated peer may make (negative: no limit)")

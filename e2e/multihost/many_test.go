@@ -2,7 +2,6 @@ package multihost
 
 import (
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -17,18 +16,6 @@ const (
 	fewSessions  = 20
 	clientHosts  = 4
 )
-
-// stormGate skips the HA group's 1,000-session failover storm unless
-// SEQD_RIG_STORM is set (make storm, which CI runs): on a loaded 2-core
-// machine its recovery took 15-65 s against the rig clients' 30 s call
-// deadline, and two runs in four failed calls at that deadline (the HA
-// terms flap under that load; notes/i11-storm.md). The restart storm
-// runs in every go test.
-func stormGate(t *testing.T) {
-	if os.Getenv("SEQD_RIG_STORM") == "" {
-		t.Skip("HA failover storm of 1,000 sessions: make storm (SEQD_RIG_STORM=1) runs it")
-	}
-}
 
 // orphanLease is the session lease of the seqd instances the reconnect
 // tests restart or fail over (short, so that the lease reaper runs in

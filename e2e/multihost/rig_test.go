@@ -119,6 +119,24 @@ func (l *logBuf) String() string {
 	return s
 }
 
+// keep writes the whole log to $SEQD_RIG_LOGS/<test>/<name>.log when
+// that variable names a directory (to study a storm after the fact).
+func (l *logBuf) keep(t *testing.T, name string) {
+	dir := os.Getenv("SEQD_RIG_LOGS")
+	if dir == "" {
+		return
+	}
+	dir = filepath.Join(dir, strings.ReplaceAll(t.Name(), "/", "_"))
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := os.MkdirAll(dir, 0o755); err == nil {
+		err = os.WriteFile(filepath.Join(dir, name+".log"), l.b.Bytes(), 0o644)
+		if err != nil {
+			t.Log(err)
+		}
+	}
+}
+
 // proc is a long-running process on a rig host.
 type proc struct {
 	name string
@@ -143,6 +161,7 @@ func start(t *testing.T, h *netnstest.Host, name string, args ...string) *proc {
 		if t.Failed() {
 			t.Logf("%s on %s (%s) log:\n%s", filepath.Base(name), h.Name, h.Addr, p.log)
 		}
+		p.log.keep(t, filepath.Base(name)+"-"+h.Name)
 	})
 	return p
 }
@@ -308,6 +327,7 @@ func launchClients(t *testing.T, h *netnstest.Host, n int, admin string, extra .
 		if t.Failed() {
 			t.Logf("rigclient on %s (%s) stderr:\n%s", h.Name, h.Addr, p.log)
 		}
+		p.log.keep(t, "rigclient-"+h.Name)
 	})
 	return rc
 }
@@ -461,4 +481,28 @@ func (h *history) recovery(t *testing.T, mark int64) (worst, median time.Duratio
 	}
 	slices.Sort(ds)
 	return ds[len(ds)-1], ds[len(ds)/2]
+}
+
+// resumed measures, for a moment mark, when each session got an answer
+// again: the end of its first good call that ended after mark (one
+// issued before mark and answered after it counts: a session waiting on
+// a call is served by that call's answer, not only by the next call,
+// which rigclient paces up to 1.5 s later). It returns the earliest
+// (the first answer at all after mark, on a failover the new leader's
+// first), the worst and the median, each minus mark.
+func (h *history) resumed(mark int64) (first, worst, median time.Duration) {
+	var ds []time.Duration
+	for _, s := range h.sessions {
+		for _, c := range s {
+			if c.ok && c.end > mark {
+				ds = append(ds, time.Duration(c.end-mark))
+				break
+			}
+		}
+	}
+	if len(ds) == 0 {
+		return 0, 0, 0
+	}
+	slices.Sort(ds)
+	return ds[0], ds[len(ds)-1], ds[len(ds)/2]
 }

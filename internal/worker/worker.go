@@ -192,8 +192,12 @@ var dropNames = [NumDrops]string{"expired", "late", "oracle_error", "send_error"
 // time.
 type Counts struct {
 	Batches  atomic.Uint64 // batches answered
-	Requests atomic.Uint64 // requests answered
-	Stalls   atomic.Uint64 // claims refused with Config.Behind
+	Requests atomic.Uint64 // requests whose answers were posted
+	// Unsent counts answers posted (in Requests) that never left: the
+	// provider failed them or dropped them past their deadline (counted
+	// too in Drops, DropSend or DropLate). Answered = Requests − Unsent.
+	Unsent atomic.Uint64
+	Stalls atomic.Uint64 // claims refused with Config.Behind
 	// Drops counts requests not answered, by reason: DropExpired to
 	// DropSend, then the mode's own.
 	Drops     []atomic.Uint64
@@ -299,8 +303,10 @@ func (b *Base) sendDone(wc *verbs.WC) bool {
 	case !failed:
 	case wc.Status == verbs.WCDeadlineErr: // the provider held it past the batch's deadline
 		b.Drops[DropLate].Add(1)
+		b.Unsent.Add(1)
 	default:
 		b.Drops[DropSend].Add(1)
+		b.Unsent.Add(1)
 	}
 	return mine
 }
@@ -436,6 +442,7 @@ func (b *Base) Next(n int) (respq.Batch, bool) {
 	if failed, late := b.Resp.TakeFailed(); failed+late > 0 { // reaped while it waited
 		b.Drops[DropSend].Add(uint64(failed))
 		b.Drops[DropLate].Add(uint64(late))
+		b.Unsent.Add(uint64(failed + late))
 	}
 	if !ok {
 		b.Log.Error("send queue never drained")
@@ -558,6 +565,7 @@ func (b *Base) ReapSends() {
 	if late > 0 {
 		b.Drops[DropLate].Add(uint64(late))
 	}
+	b.Unsent.Add(uint64(failed + late))
 }
 
 // UDRequestQueue makes a worker's UD request queue on pd: a receive CQ
@@ -671,7 +679,7 @@ func Sum[W Worker](ws []W) dataplane.Stats {
 	byReason := DropsByReason(ws)
 	for _, w := range ws {
 		b := w.base()
-		x := dataplane.WorkerStats{ID: b.ID, Core: b.Core, Batches: b.Batches.Load(), Requests: b.Requests.Load()}
+		x := dataplane.WorkerStats{ID: b.ID, Core: b.Core, Batches: b.Batches.Load(), Requests: b.answered()}
 		for i := range b.Drops {
 			x.Drops += b.Drops[i].Load()
 		}
@@ -711,13 +719,21 @@ type Totals struct {
 	Drops                     map[string]uint64 // by reason
 }
 
+// answered is the requests whose answers left: Requests − Unsent (read
+// Unsent first, so that a failure counted meanwhile cannot make it
+// underflow).
+func (c *Counts) answered() uint64 {
+	u := c.Unsent.Load()
+	return c.Requests.Load() - u
+}
+
 // Total adds up the workers' Counts.
 func Total[W Worker](ws []W) Totals {
 	t := Totals{Drops: DropsByReason(ws)}
 	for _, w := range ws {
 		b := w.base()
 		t.Batches += b.Batches.Load()
-		t.Requests += b.Requests.Load()
+		t.Requests += b.answered()
 		t.Stalls += b.Stalls.Load()
 	}
 	return t

@@ -82,7 +82,11 @@ func main() {
 
 func run(adminAddr, device string, sessions int, period, deadline, timeout, dialTimeout time.Duration, dialConc int, tlsCA string, insecure bool, out string) error {
 	var opts []client.Option
-	opts = append(opts, client.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))), client.WithWindow(4))
+	var logTo io.Writer = io.Discard
+	if os.Getenv("SEQD_RIG_CLIENT_DEBUG") != "" { // the library's debug log on stderr
+		logTo = os.Stderr
+	}
+	opts = append(opts, client.WithLogger(slog.New(slog.NewTextHandler(logTo, &slog.HandlerOptions{Level: slog.LevelDebug}))), client.WithWindow(4))
 	if device != "" {
 		opts = append(opts, client.WithDevice("soft", device, ""))
 	}
