@@ -94,25 +94,27 @@ func (n *Node) markSeen() {
 	}
 }
 
-// watchMark ends the consent to a missing mark as soon as the mark exists,
-// whoever wrote it: a standby started with -init that has never led must
-// not take a later wiped etcd for a new group. It reads the mark key, then
-// watches it from that revision until it is written.
-func (n *Node) watchMark(ctx context.Context) {
+// followMark reads the mark key, then watches it from that revision, and
+// hands each value it sees (the one read and every one written, by any
+// instance) to seen, until seen returns false or ctx ends. One loop serves
+// both consumers of the group's mark below.
+func (n *Node) followMark(ctx context.Context, seen func(v []byte) (more bool)) {
 	key := n.cfg.markKey()
-	for ctx.Err() == nil && n.consent.Load() {
+	pause := func() {
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	for ctx.Err() == nil {
 		gctx, cancel := context.WithTimeout(ctx, n.cfg.DialTimeout)
 		resp, err := n.cli.Get(gctx, key)
 		cancel()
 		if err != nil {
-			select {
-			case <-ctx.Done():
-			case <-time.After(200 * time.Millisecond):
-			}
+			pause()
 			continue
 		}
-		if len(resp.Kvs) > 0 {
-			n.markSeen()
+		if len(resp.Kvs) > 0 && !seen(resp.Kvs[0].Value) {
 			return
 		}
 		wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
@@ -122,67 +124,39 @@ func (n *Node) watchMark(ctx context.Context) {
 				break // read again
 			}
 			for _, ev := range wr.Events {
-				if ev.Type == clientv3.EventTypePut {
-					n.markSeen()
+				if ev.Type == clientv3.EventTypePut && !seen(ev.Kv.Value) {
+					wcancel()
+					return
 				}
-			}
-			if !n.consent.Load() {
-				break
 			}
 		}
 		wcancel()
+		pause()
 	}
 }
 
-// witnessMark raises the witness to every mark written in etcd, by any
-// instance: a standby that never led must remember how far the group has
-// gone, so that a restored etcd snapshot is refused by it too. It reads
-// the mark, then watches it from that revision, for as long as ctx lasts.
-func (n *Node) witnessMark(ctx context.Context) {
-	key := n.cfg.markKey()
-	raise := func(v []byte) {
-		m, err := decodeMark(v)
-		if err != nil {
-			return // Load reports it
-		}
-		if err := n.witness.Raise(m); err != nil {
-			n.log.Warn("ha: recording the group's mark in the witness failed", "err", err)
-		}
+// watchMark follows the group's mark. Any mark ends the consent to a
+// missing one, whoever wrote it: a standby started with -init that has
+// never led must not take a later wiped etcd for a new group. With a
+// witness, every mark also raises it: a standby that never led must
+// remember how far the group has gone, so that a restored etcd snapshot
+// is refused by it too. Without a witness it stops once consent has ended.
+func (n *Node) watchMark(ctx context.Context) {
+	if n.witness == nil && !n.consent.Load() {
+		return
 	}
-	for ctx.Err() == nil {
-		gctx, cancel := context.WithTimeout(ctx, n.cfg.DialTimeout)
-		resp, err := n.cli.Get(gctx, key)
-		cancel()
-		if err != nil {
-			select {
-			case <-ctx.Done():
-			case <-time.After(200 * time.Millisecond):
-			}
-			continue
+	n.followMark(ctx, func(v []byte) bool {
+		n.markSeen()
+		if n.witness == nil {
+			return false
 		}
-		if len(resp.Kvs) > 0 {
-			raise(resp.Kvs[0].Value)
-		}
-		wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-		wch := n.cli.Watch(wctx, key, clientv3.WithRev(resp.Header.Revision+1))
-		for wr := range wch {
-			if wr.Err() != nil {
-				break // read again
-			}
-			for _, ev := range wr.Events {
-				if ev.Type == clientv3.EventTypePut {
-					raise(ev.Kv.Value)
-				}
+		if m, err := decodeMark(v); err == nil { // a bad mark: Load reports it
+			if err := n.witness.Raise(m); err != nil {
+				n.log.Warn("ha: recording the group's mark in the witness failed", "err", err)
 			}
 		}
-		wcancel()
-		if ctx.Err() == nil {
-			select {
-			case <-ctx.Done():
-			case <-time.After(200 * time.Millisecond):
-			}
-		}
-	}
+		return true
+	})
 }
 
 // Witness is the node's witness (nil without Config.DataDir).
@@ -252,10 +226,6 @@ func (n *Node) Run(ctx context.Context, serve func(ctx context.Context, t *Term)
 	wg.Add(2)
 	go func() { defer wg.Done(); n.observe(ctx) }()
 	go func() { defer wg.Done(); n.watchMark(ctx) }()
-	if n.witness != nil {
-		wg.Add(1)
-		go func() { defer wg.Done(); n.witnessMark(ctx) }()
-	}
 	if n.cfg.FastFailover() {
 		wg.Add(1)
 		go func() { defer wg.Done(); n.detect(ctx) }()
