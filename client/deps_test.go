@@ -1,24 +1,16 @@
 package client_test
 
 import (
-	"os/exec"
-	"strings"
 	"testing"
+
+	"github.com/seqd/seqd/internal/depstest"
 )
 
 // TestLeanDeps: the client links what a client needs and nothing of the
 // server: no Prometheus, no gRPC health or reflection server, no server
 // package (the admin server, the modes' servers, the oracle, HA).
 func TestLeanDeps(t *testing.T) {
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("no go command")
-	}
-	out, err := exec.Command(gobin, "list", "-deps", "github.com/seqd/seqd/client").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go list -deps: %v\n%s", err, out)
-	}
-	forbidden := []string{
+	depstest.Forbid(t, "github.com/seqd/seqd/client", []string{
 		"github.com/prometheus",
 		"google.golang.org/grpc/health",
 		"google.golang.org/grpc/reflection",
@@ -36,24 +28,5 @@ func TestLeanDeps(t *testing.T) {
 		"github.com/seqd/seqd/fasst",
 		"github.com/seqd/seqd/darpc",
 		"github.com/seqd/seqd/rfp",
-	}
-	allowed := []string{"github.com/seqd/seqd/admin/adminclient", "github.com/seqd/seqd/admin/adminpb"}
-	pkgs := strings.Fields(string(out))
-	if len(pkgs) < 10 {
-		t.Fatalf("go list -deps named only %d packages: %q", len(pkgs), pkgs)
-	}
-	for _, p := range pkgs {
-		for _, f := range forbidden {
-			f = strings.TrimSuffix(f, "/")
-			if p == f || strings.HasPrefix(p, f+"/") {
-				ok := false
-				for _, a := range allowed {
-					ok = ok || p == a
-				}
-				if !ok {
-					t.Errorf("the client depends on %s (forbidden: %s)", p, f)
-				}
-			}
-		}
-	}
+	}, []string{"github.com/seqd/seqd/admin/adminclient", "github.com/seqd/seqd/admin/adminpb"})
 }
