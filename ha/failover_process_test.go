@@ -1,7 +1,6 @@
 package ha_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -14,7 +13,6 @@ import (
 	"time"
 
 	"github.com/seqd/seqd/admin/adminclient"
-	"github.com/seqd/seqd/client"
 	"github.com/seqd/seqd/e2e"
 	"github.com/seqd/seqd/ha/hatest"
 )
@@ -124,111 +122,10 @@ type procCall struct {
 	endpoint string
 }
 
-// procLoad is clientLoad that remembers each call's endpoint.
-type procLoad struct {
-	v       e2e.Verifier
-	base    time.Time
-	stop    chan struct{}
-	wg      sync.WaitGroup
-	mu      sync.Mutex
-	calls   []procCall
-	errs    int
-	clients []*client.Client
-}
-
-func startProcLoad(t *testing.T, addrs []string, callers int) *procLoad {
-	t.Helper()
-	l := &procLoad{base: time.Now(), stop: make(chan struct{})}
-	for id := range callers {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		c, err := client.Dial(ctx, strings.Join(addrs, ","), client.WithDevice("soft", "127.0.0.1:0", ""),
-			client.WithLogger(quiet()), client.WithWindow(8), client.WithTimeout(300*time.Millisecond))
-		cancel()
-		if err != nil {
-			t.Fatalf("client %d: dial %v: %v", id, addrs, err)
-		}
-		l.clients = append(l.clients, c)
-		l.wg.Add(1)
-		go l.caller(id, c)
-	}
-	t.Cleanup(func() {
-		l.halt()
-		for _, c := range l.clients {
-			c.Close()
-		}
-	})
-	return l
-}
-
-func (l *procLoad) now() time.Duration { return time.Since(l.base) }
-
-func (l *procLoad) caller(id int, c *client.Client) {
-	defer l.wg.Done()
-	for {
-		select {
-		case <-l.stop:
-			return
-		default:
-		}
-		start := l.now()
-		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-		ts, err := c.GetTimestamp(ctx)
-		cancel()
-		end := l.now()
-		ep := c.Endpoint()
-		l.mu.Lock()
-		if err == nil {
-			call := e2e.Call{Caller: id, Start: start, End: end, Value: uint64(ts)}
-			l.v.Record(call)
-			l.calls = append(l.calls, procCall{call, ep})
-		} else {
-			l.errs++
-		}
-		l.mu.Unlock()
-		if err == nil {
-			select {
-			case <-l.stop:
-				return
-			case <-time.After(500 * time.Microsecond):
-			}
-		}
-	}
-}
-
-func (l *procLoad) halt() {
-	select {
-	case <-l.stop:
-	default:
-		close(l.stop)
-	}
-	l.wg.Wait()
-}
-
-func (l *procLoad) successes() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.calls)
-}
-
-// waitCalls waits until n more calls have succeeded, after which all
-// clients have answered at least once more (every caller is past the
-// failover).
-func (l *procLoad) waitCalls(t *testing.T, n int, within time.Duration) {
-	t.Helper()
-	want := l.successes() + n
-	deadline := time.Now().Add(within)
-	for l.successes() < want {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d of %d calls succeeded within %v", l.successes()-want+n, n, within)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // firstFrom returns the first call after at answered while its client was
 // connected to another instance than old: the new leader's first value as
 // the clients see it.
-func (l *procLoad) firstFrom(old string, at time.Duration) (procCall, bool) {
+func (l *clientLoad) firstFrom(old string, at time.Duration) (procCall, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var first procCall
@@ -244,7 +141,7 @@ func (l *procLoad) firstFrom(old string, at time.Duration) (procCall, bool) {
 // lateBelow counts the calls that started after first ended yet got a
 // smaller value: an old leader serving after its successor did (the
 // verifier rejects them too; counted here for the report).
-func (l *procLoad) lateBelow(first procCall) int {
+func (l *clientLoad) lateBelow(first procCall) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	n := 0
@@ -293,7 +190,7 @@ func TestSeqdFastFailover(t *testing.T) {
 				ps, proxies, eps, addrs = append(ps, proc), append(proxies, px), append(eps, ep), append(addrs, proc.addr)
 			}
 			seqdLeader(t, ps, nil, 15*time.Second)
-			l := startProcLoad(t, addrs, 8)
+			l := startClientLoad(t, addrs, 8)
 			l.waitCalls(t, 300, 10*time.Second)
 			var ds []time.Duration
 			violations := 0

@@ -182,7 +182,8 @@ type clientLoad struct {
 	stop chan struct{}
 	wg   sync.WaitGroup
 	successLog
-	errs    int // under mu
+	errs    int        // under mu
+	calls   []procCall // under mu: each success with its endpoint
 	clients []*client.Client
 }
 
@@ -225,10 +226,13 @@ func (l *clientLoad) caller(id int, c *client.Client) {
 		ts, err := c.GetTimestamp(ctx)
 		cancel()
 		end := l.now()
+		ep := c.Endpoint()
 		l.mu.Lock()
 		if err == nil {
-			l.v.Record(e2e.Call{Caller: id, Start: start, End: end, Value: uint64(ts)})
+			call := e2e.Call{Caller: id, Start: start, End: end, Value: uint64(ts)}
+			l.v.Record(call)
 			l.succ = append(l.succ, end)
+			l.calls = append(l.calls, procCall{call, ep})
 		} else {
 			l.errs++
 		}
