@@ -127,29 +127,32 @@ type Config struct {
 	now func() time.Time // the clock of the Advance budget; tests set it
 }
 
+// orDefault sets *v to def when it is zero, and refuses a negative *v
+// (named name in the error).
+func orDefault[T int | int64 | time.Duration](v *T, def T, name string) error {
+	if *v == 0 {
+		*v = def
+	}
+	if *v < 0 {
+		return fmt.Errorf("admin: config: %s %v is negative", name, *v)
+	}
+	return nil
+}
+
 // validate checks cfg and returns a copy with every default filled in. It is
 // the only place that knows the defaults.
 func (cfg Config) validate() (Config, error) {
 	if cfg.Addr == "" {
 		cfg.Addr = DefaultAddr
 	}
-	if cfg.MaxRecvMsgSize == 0 {
-		cfg.MaxRecvMsgSize = DefaultMaxRecvMsgSize
+	if err := orDefault(&cfg.MaxRecvMsgSize, DefaultMaxRecvMsgSize, "MaxRecvMsgSize"); err != nil {
+		return cfg, err
 	}
-	if cfg.MaxRecvMsgSize < 0 {
-		return cfg, fmt.Errorf("admin: config: MaxRecvMsgSize %d is negative", cfg.MaxRecvMsgSize)
+	if err := orDefault(&cfg.MaxQPsPerClient, DefaultMaxQPsPerClient, "MaxQPsPerClient"); err != nil {
+		return cfg, err
 	}
-	if cfg.MaxQPsPerClient == 0 {
-		cfg.MaxQPsPerClient = DefaultMaxQPsPerClient
-	}
-	if cfg.MaxQPsPerClient < 0 {
-		return cfg, fmt.Errorf("admin: config: MaxQPsPerClient %d is negative", cfg.MaxQPsPerClient)
-	}
-	if cfg.MaxWindow == 0 {
-		cfg.MaxWindow = DefaultMaxWindow
-	}
-	if cfg.MaxWindow < 0 {
-		return cfg, fmt.Errorf("admin: config: MaxWindow %d is negative", cfg.MaxWindow)
+	if err := orDefault(&cfg.MaxWindow, DefaultMaxWindow, "MaxWindow"); err != nil {
+		return cfg, err
 	}
 	if cfg.MaxAdvance == 0 {
 		cfg.MaxAdvance = DefaultMaxAdvance
@@ -160,11 +163,8 @@ func (cfg Config) validate() (Config, error) {
 	if cfg.MaxHandshakes == 0 {
 		cfg.MaxHandshakes = DefaultMaxHandshakes
 	}
-	if cfg.HandshakeWait == 0 {
-		cfg.HandshakeWait = DefaultHandshakeWait
-	}
-	if cfg.HandshakeWait < 0 {
-		return cfg, fmt.Errorf("admin: config: HandshakeWait %v is negative", cfg.HandshakeWait)
+	if err := orDefault(&cfg.HandshakeWait, DefaultHandshakeWait, "HandshakeWait"); err != nil {
+		return cfg, err
 	}
 	var err error
 	if cfg.PeerQuota, err = cfg.PeerQuota.validate("PeerQuota"); err != nil {
@@ -176,17 +176,11 @@ func (cfg Config) validate() (Config, error) {
 	if cfg.AdvanceBudget == 0 {
 		cfg.AdvanceBudget = DefaultAdvanceBudget
 	}
-	if cfg.AdvanceWindow == 0 {
-		cfg.AdvanceWindow = DefaultAdvanceWindow
+	if err := orDefault(&cfg.AdvanceWindow, DefaultAdvanceWindow, "AdvanceWindow"); err != nil {
+		return cfg, err
 	}
-	if cfg.AdvanceWindow < 0 {
-		return cfg, fmt.Errorf("admin: config: AdvanceWindow %v is negative", cfg.AdvanceWindow)
-	}
-	if cfg.AdvanceRate == 0 {
-		cfg.AdvanceRate = DefaultAdvanceRate
-	}
-	if cfg.AdvanceRate < 0 {
-		return cfg, fmt.Errorf("admin: config: AdvanceRate %d is negative", cfg.AdvanceRate)
+	if err := orDefault(&cfg.AdvanceRate, DefaultAdvanceRate, "AdvanceRate"); err != nil {
+		return cfg, err
 	}
 	if cfg.Format == 0 {
 		cfg.Format = spec.FormatHybrid
