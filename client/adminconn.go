@@ -162,7 +162,8 @@ const leaderProbe = 100 * time.Millisecond
 // (role leader), or, as a standby, another address or none (the current
 // leader's election key is gone and its successor is not serving yet).
 // Standbys that still name the current endpoint, and instances that do
-// not answer, leave the question to the next. (A leader advertised
+// not answer, leave the question to the next. It asks through the kept
+// connections (warm), and keeps any it has to open. (A leader advertised
 // under another name than the one the client dialed reads as moved: the
 // client then reconnects after one timed-out probe instead of
 // slowProbesBeforeReconnect.)
@@ -173,14 +174,17 @@ func (a *adminConn) leaderMoved(ctx context.Context) bool {
 			continue
 		}
 		tctx, cancel := context.WithTimeout(ctx, leaderProbe)
-		cc, err := adminclient.Dial(tctx, addr, a.dialOpts...)
-		if err != nil {
-			cancel()
-			continue
+		cc := a.spare[addr] // kept (warm): no handshake per probe
+		if cc == nil || cc.GetState() == connectivity.Shutdown {
+			var err error
+			if cc, err = adminclient.Dial(tctx, addr, a.dialOpts...); err != nil {
+				cancel()
+				continue
+			}
+			a.keepSpare(addr, cc)
 		}
 		st, err := adminpb.NewAdminClient(cc).Status(tctx, &adminpb.StatusRequest{})
 		cancel()
-		cc.Close()
 		if err != nil {
 			continue
 		}
