@@ -580,6 +580,11 @@ func (w *s0Wire) Poll(now time.Duration, res []result) int {
 // another call.
 func (env *traceEnv) matched(p *tracePkt, x result) {
 	c := env.byReq[env.e.reqs[x.ID]]
+	if c == nil {
+		env.t.Errorf("the answer to p%d (%s) was matched to request ID %d, which is not in flight", p.n, p.call.name, x.ID)
+		env.printf("answer to p%d matched request ID %d, not in flight", p.n, x.ID)
+		return
+	}
 	if c != p.call {
 		env.t.Errorf("the answer to p%d (%s) was matched to %s", p.n, p.call.name, c.name)
 	}
