@@ -155,6 +155,9 @@ type submissions struct {
 	kickMu  sync.Mutex
 	kick    context.CancelFunc
 	kickCtx atomic.Pointer[context.Context]
+	// timer kicks a sleeping engine when a retransmission is due
+	// (Client.sleep).
+	timer *time.Timer
 }
 
 // Dial connects to the seqd admin server at adminAddr, creates the

@@ -73,7 +73,6 @@ type engine struct {
 	ids           []int         // Send's argument
 	res           []result      // Poll's
 	backlog, tail *Request
-	timer         *time.Timer
 	lastAns       time.Duration
 	nextScan      time.Duration
 	// due is when a lone caller's wait must next run a full step even if

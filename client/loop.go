@@ -18,11 +18,11 @@ import (
 // submitted requests in, and runs the admin plane's probes and
 // reconnects. The decisions are the engine's (engine.go).
 
-// run starts the engine goroutine. The engine's timer and clock exist
+// run starts the engine goroutine. The wake-up timer and the clock exist
 // before: a lone caller may drive the engine as soon as run returns.
 func (c *Client) run() {
 	e := &c.eng
-	e.timer = time.AfterFunc(time.Hour, c.kickNow)
+	c.sub.timer = time.AfterFunc(time.Hour, c.kickNow)
 	e.lastAns = c.now()
 	c.drive.Lock()
 	go c.engine()
@@ -36,7 +36,7 @@ func (c *Client) run() {
 func (c *Client) engine() {
 	defer close(c.doneCh)
 	e := &c.eng
-	defer e.timer.Stop()
+	defer c.sub.timer.Stop()
 	sp := newSpin(false)
 	defer sp.stop()
 	for c.ctx.Err() == nil {
@@ -212,9 +212,9 @@ func (c *Client) sleep(now time.Duration) {
 	kctx := *c.sub.kickCtx.Load()
 	c.sub.waiting.Store(true)
 	if !c.queued() {
-		e.timer.Reset(max(next-now, 0))
+		c.sub.timer.Reset(max(next-now, 0))
 		e.tr.CQ().Wait(kctx)
-		e.timer.Stop()
+		c.sub.timer.Stop()
 	}
 	c.sub.waiting.Store(false)
 	if kctx.Err() != nil && c.ctx.Err() == nil {
