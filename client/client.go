@@ -155,6 +155,9 @@ type submissions struct {
 	kickMu  sync.Mutex
 	kick    context.CancelFunc
 	kickCtx atomic.Pointer[context.Context]
+	// timer kicks a sleeping engine when a retransmission is due
+	// (Client.sleep).
+	timer *time.Timer
 }
 
 // Dial connects to the seqd admin server at adminAddr, creates the
@@ -240,7 +243,7 @@ func dial(ctx context.Context, adminAddr, device string, opts []Option) (_ *Clie
 	if c.pd, err = c.dev.AllocPD(); err != nil {
 		return nil, fmt.Errorf("client: protection domain: %w", err)
 	}
-	c.eng.init()
+	c.initEngine()
 	// A first connect may take its time (a loaded server); a paused one
 	// must not eat the whole budget when others are known.
 	perTry := 5 * time.Second
@@ -255,6 +258,12 @@ func dial(ctx context.Context, adminAddr, device string, opts []Option) (_ *Clie
 	c.run()
 	go c.lease.renew(c.ctx, c.log, c.kickNow)
 	return c, nil
+}
+
+// initEngine gives the engine the client's counters, largest value
+// returned, request pool, logger and default timeout.
+func (c *Client) initEngine() {
+	c.eng.init(engineEnv{st: &c.st, maxRet: &c.maxRet, pool: &c.pool, log: c.log, defTimeout: c.opts.timeout, start: c.start})
 }
 
 // Endpoint is the admin address of the server the client is connected to.
@@ -279,7 +288,7 @@ func (c *Client) connect(ctx context.Context) error {
 	if d == nil {
 		return fmt.Errorf("%w: the server runs mode %q, which this client does not speak", ErrUnavailable, mode)
 	}
-	c.requeue(c.now())
+	c.eng.requeue()
 	env := &transportEnv{dev: c.dev, pd: c.pd, qps: c.opts.qps, window: c.opts.window, retransmit: c.opts.retransmit,
 		rfpReads: c.opts.rfpReads, name: c.opts.name, connect: c.admit, st: &c.st, prev: c.eng.tr, log: c.log, now: c.now}
 	tr, err := d(ctx, env)
@@ -289,7 +298,7 @@ func (c *Client) connect(ctx context.Context) error {
 	if c.eng.tr != nil && c.eng.tr != tr {
 		c.eng.tr.Close()
 	}
-	c.eng.use(tr)
+	c.eng.use(tr, mode)
 	c.mode.Store(mode)
 	c.log.Debug("connected", "mode", mode, "session", c.sess.id, "epoch", c.sess.epoch)
 	return nil
@@ -359,11 +368,9 @@ func (c *Client) Submit(r *Request) error {
 // value returned before the call), and its birth on the client's clock,
 // which it returns. The request counts from here.
 func (c *Client) begin(r *Request) time.Duration {
-	r.TS, r.Err = 0, nil
-	r.floor = c.maxRet.Load()
-	r.born = c.now()
-	c.st.requests.Add(1)
-	return r.born
+	now := c.now()
+	c.eng.begin(r, now)
+	return now
 }
 
 // enqueue queues r for the engine, without waking it.

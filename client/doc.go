@@ -42,4 +42,11 @@
 // A Client never returns a value that is not above every value it
 // returned before the call began: such an answer is counted
 // (Stats.Regressions) and the call fails.
+//
+// Inside, the data path is a pure state machine (engine.go: requests in
+// flight and queued, deadlines, the one regression check) driven by a
+// thin shell (loop.go: the engine goroutine, a lone caller's drive, the
+// CQ waits and the admin plane's reconnects). testdata/engine holds its
+// behaviour as datadriven traces: speculation, rollover prediction, tag
+// quarantine, lost and late answers, a mode switch.
 package client

@@ -108,8 +108,8 @@ func startEngine(t testing.TB, tr transport) *Client {
 		t.Fatal(err)
 	}
 	c.pool.New = func() any { return &Request{Done: make(chan *Request, 1), pooled: true} }
-	c.eng.init()
-	c.eng.use(tr)
+	c.initEngine()
+	c.eng.use(tr, "")
 	c.ctx, c.stop = context.WithCancel(context.Background())
 	c.newKick()
 	c.run()

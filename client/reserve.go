@@ -94,13 +94,12 @@ func (r *Request) span() uint64 { return uint64(max(r.n, 1) - 1) }
 // fails it when the transport cannot serve ranges. It reports whether it
 // took the request off the backlog. A range the transport took but could
 // not post is in flight all the same: it is sent again at its timeout.
-func (c *Client) sendRange(now time.Duration) bool {
-	e := &c.eng
+func (e *engine) sendRange(now time.Duration) bool {
 	r := e.backlog
 	rt, ok := e.tr.(rangeTransport)
 	if !ok {
 		e.popFront()
-		c.finish(r, 0, fmt.Errorf("%w: GetRange of %d values in mode %s", ErrUnsupported, r.n, c.Mode()))
+		e.finish(r, 0, fmt.Errorf("%w: GetRange of %d values in mode %s", ErrUnsupported, r.n, e.mode))
 		return true
 	}
 	if len(e.free) == 0 {
