@@ -17,10 +17,10 @@ import (
 	"github.com/seqd/seqd/verbs"
 )
 
-// Leaser is the oracle as this mode uses it: Claim as everywhere, and
-// ClaimWait to wait for persistence when taking the first lease.
+// Leaser is the oracle as this mode uses it: a dataplane.Claimer that
+// can also wait for persistence (ClaimWait), to take the first lease.
 type Leaser interface {
-	Claim(n int) (first uint64, err error)
+	dataplane.Claimer
 	ClaimWait(ctx context.Context, n int) (first uint64, err error)
 }
 

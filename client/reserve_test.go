@@ -99,7 +99,7 @@ type timedRange struct {
 	start, end time.Duration
 }
 
-// checkRanges checks ranges the way e2e.Verifier checks timestamps: no
+// checkRanges checks ranges the way verify.History checks timestamps: no
 // value in two ranges, and a call's values above every value of the
 // calls that completed before it began (real-time order); in the hybrid
 // format no range spans a millisecond.

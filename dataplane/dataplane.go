@@ -146,11 +146,16 @@ type Mode interface {
 	Close() error
 }
 
-// Claimer hands out values: the oracle, or a test's fake.
+// Claimer is the oracle as every mode uses it (package oracle's Oracle,
+// or a test's fake: internal/claimtest). It is the one definition: the
+// worker's batch claims (internal/claim) and each mode's own uses take
+// it, and a mode that needs more asks for it as an optional capability
+// (claim.AtClaimer, atomics.Leaser).
 type Claimer interface {
-	// Claim reserves n consecutive values and returns the first.
+	// Claim reserves n consecutive values, each above every value handed
+	// out before, and returns the first, or an error; it never blocks.
 	Claim(n int) (first uint64, err error)
-	// Current is the last value handed out.
+	// Current is the last value handed out (0: none yet).
 	Current() uint64
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/seqd/seqd/client"
 	"github.com/seqd/seqd/headeronly"
 	"github.com/seqd/seqd/internal/worker"
+	"github.com/seqd/seqd/loadgen/verify"
 	"github.com/seqd/seqd/server"
 )
 
@@ -105,7 +106,7 @@ func (f *flooder) run(ctx context.Context, port uint16, stop <-chan struct{}) {
 
 // latencies makes n calls on c and returns each call's latency; every
 // value is recorded in v (as caller) for the order check.
-func latencies(ctx context.Context, c *client.Client, n, caller int, v *Verifier, origin time.Time) ([]time.Duration, error) {
+func latencies(ctx context.Context, c *client.Client, n, caller int, v *verify.History, origin time.Time) ([]time.Duration, error) {
 	out := make([]time.Duration, 0, n)
 	for range n {
 		start := time.Since(origin)
@@ -115,7 +116,7 @@ func latencies(ctx context.Context, c *client.Client, n, caller int, v *Verifier
 			return out, err
 		}
 		out = append(out, end-start)
-		v.Record(Call{Caller: caller, Start: start, End: end, Value: uint64(ts)})
+		v.Record(caller, verify.Call{Start: start, End: end, Value: uint64(ts)})
 	}
 	return out, nil
 }
@@ -155,7 +156,7 @@ func TestFloodCannotLockOut(t *testing.T) {
 	// Every quota at its default.
 	addr := startConfig(t, server.Config{Workers: workers, Security: server.SecurityConfig{TokenFile: tokens}})
 	origin := time.Now()
-	var v Verifier
+	var v verify.History
 	a := dialFrom(t, ctx, addr, "127.0.0.2")
 	const calls = 2000
 	before, err := latencies(ctx, a, calls, 0, &v, origin)
@@ -194,7 +195,7 @@ func TestFloodCannotLockOut(t *testing.T) {
 	if err != nil {
 		t.Fatalf("honest client admitted before the flood, during it: %v", err)
 	}
-	if err := v.Check(); err != nil {
+	if err := v.Check().Err(); err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range []*flooder{anon, withToken} {

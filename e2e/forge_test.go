@@ -12,6 +12,7 @@ import (
 
 	"github.com/seqd/seqd/admin/admintest"
 	"github.com/seqd/seqd/client"
+	"github.com/seqd/seqd/loadgen/verify"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs/rocev2"
 )
@@ -115,7 +116,7 @@ func TestForgedAnswers(t *testing.T) {
 		defer raw.close()
 	}
 
-	var v Verifier
+	var v verify.History
 	var accepted atomic.Uint64
 	origin := time.Now()
 	stop := make(chan struct{})
@@ -140,7 +141,7 @@ func TestForgedAnswers(t *testing.T) {
 				if uint64(ts) >= forgedMark {
 					accepted.Add(1)
 				}
-				v.Record(Call{Caller: g, Start: start, End: time.Since(origin), Value: uint64(ts)})
+				v.Record(g, verify.Call{Start: start, End: time.Since(origin), Value: uint64(ts)})
 			}
 		}()
 	}
@@ -184,7 +185,7 @@ func TestForgedAnswers(t *testing.T) {
 	if n := accepted.Load(); n != 0 {
 		t.Errorf("the victim accepted %d forged values", n)
 	}
-	if err := v.Check(); err != nil {
+	if err := v.Check().Err(); err != nil {
 		t.Error(err)
 	}
 	if v.Len() == 0 {

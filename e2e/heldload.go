@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/seqd/seqd/client"
+	"github.com/seqd/seqd/loadgen/verify"
 )
 
 // HeldLoad is clients calling GetTimestamp in a loop (300 ms a call) until
@@ -17,7 +18,7 @@ import (
 // can hold one client back (HeldOver), so that this client reconnects
 // last. It logs, per client, the end of every successful call.
 type HeldLoad struct {
-	V       Verifier
+	V       verify.History
 	clients []*client.Client
 	origin  time.Time
 	stop    chan struct{}
@@ -65,7 +66,7 @@ func (l *HeldLoad) caller(ctx context.Context, id int, c *client.Client) {
 		l.busy[id].Store(false)
 		l.mu.Lock()
 		if err == nil {
-			l.V.Record(Call{Caller: id, Start: s, End: e, Value: uint64(ts)})
+			l.V.Record(id, verify.Call{Start: s, End: e, Value: uint64(ts)})
 			l.ends[id] = append(l.ends[id], e)
 		} else {
 			l.errs[id]++

@@ -20,6 +20,7 @@ import (
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/admin/admintest"
 	"github.com/seqd/seqd/client"
+	"github.com/seqd/seqd/loadgen/verify"
 	"github.com/seqd/seqd/server"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
@@ -220,7 +221,7 @@ func TestHostileDataPort(t *testing.T) {
 	dropsBefore := dropReasons(t, addrs.Metrics)
 	kernelBefore := udpDrops(t, h.dst.Port())
 
-	var v Verifier
+	var v verify.History
 	origin := time.Now()
 	var quiet, loud []float64
 	for i := range phases {
@@ -248,7 +249,7 @@ func TestHostileDataPort(t *testing.T) {
 			quiet = append(quiet, rate)
 		}
 	}
-	if err := v.Check(); err != nil {
+	if err := v.Check().Err(); err != nil {
 		t.Fatal(err)
 	}
 	for i, c := range cs {
@@ -400,7 +401,7 @@ func rounded(xs []float64) []int {
 
 // timedLoad runs callers goroutines over clients for d, recording every
 // call (times from origin) in v, and returns the number of calls made.
-func timedLoad(ctx context.Context, clients []*client.Client, callers int, d time.Duration, origin time.Time, v *Verifier) (int, error) {
+func timedLoad(ctx context.Context, clients []*client.Client, callers int, d time.Duration, origin time.Time, v *verify.History) (int, error) {
 	end := time.Now().Add(d)
 	var wg sync.WaitGroup
 	var n atomic.Int64
@@ -417,7 +418,7 @@ func timedLoad(ctx context.Context, clients []*client.Client, callers int, d tim
 					first.CompareAndSwap(nil, &err)
 					return
 				}
-				v.Record(Call{Caller: g, Start: start, End: time.Since(origin), Value: uint64(ts)})
+				v.Record(g, verify.Call{Start: start, End: time.Since(origin), Value: uint64(ts)})
 				n.Add(1)
 			}
 		}()

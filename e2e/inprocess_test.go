@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/seqd/seqd/client"
+	"github.com/seqd/seqd/loadgen/verify"
 	"github.com/seqd/seqd/server"
 	_ "github.com/seqd/seqd/verbs/soft"
 )
@@ -40,7 +41,7 @@ func runLoad(t *testing.T, provOpts string, callers, perCaller int) {
 		clients = append(clients, c)
 	}
 	origin := time.Now()
-	var v Verifier
+	var v verify.History
 	var wg sync.WaitGroup
 	errs := make(chan error, callers)
 	for g := range callers {
@@ -56,7 +57,7 @@ func runLoad(t *testing.T, provOpts string, callers, perCaller int) {
 					errs <- err
 					return
 				}
-				v.Record(Call{Caller: g, Start: start, End: end, Value: uint64(ts)})
+				v.Record(g, verify.Call{Start: start, End: end, Value: uint64(ts)})
 			}
 		}()
 	}
@@ -68,7 +69,7 @@ func runLoad(t *testing.T, provOpts string, callers, perCaller int) {
 	if v.Len() != callers*perCaller {
 		t.Fatalf("%d calls recorded, want %d", v.Len(), callers*perCaller)
 	}
-	if err := v.Check(); err != nil {
+	if err := v.Check().Err(); err != nil {
 		t.Fatal(err)
 	}
 	for i, c := range clients {

@@ -10,6 +10,7 @@ import (
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/admin/admintest"
 	"github.com/seqd/seqd/client"
+	"github.com/seqd/seqd/loadgen/verify"
 	"github.com/seqd/seqd/modes"
 	"github.com/seqd/seqd/server"
 	"github.com/seqd/seqd/spec"
@@ -39,7 +40,7 @@ func dialN(t testing.TB, ctx context.Context, addr, provOpts string, n int) []*c
 
 // load runs callers goroutines over clients until stop is closed (or each
 // made perCaller calls), recording every call in v.
-func load(ctx context.Context, clients []*client.Client, callers, perCaller int, v *Verifier, stop <-chan struct{}) error {
+func load(ctx context.Context, clients []*client.Client, callers, perCaller int, v *verify.History, stop <-chan struct{}) error {
 	origin := time.Now()
 	var wg sync.WaitGroup
 	var first atomic.Pointer[error]
@@ -61,7 +62,7 @@ func load(ctx context.Context, clients []*client.Client, callers, perCaller int,
 					first.CompareAndSwap(nil, &err)
 					return
 				}
-				v.Record(Call{Caller: g, Start: start, End: end, Value: uint64(ts)})
+				v.Record(g, verify.Call{Start: start, End: end, Value: uint64(ts)})
 			}
 		}()
 	}
@@ -88,14 +89,14 @@ func TestEveryMode(t *testing.T) {
 						t.Fatalf("client connected in %q, server runs %q", c.Mode(), mode)
 					}
 				}
-				var v Verifier
+				var v verify.History
 				if err := load(ctx, cs, 6, 500, &v, nil); err != nil {
 					t.Fatalf("GetTimestamp: %v", err)
 				}
 				if v.Len() != 3000 {
 					t.Fatalf("%d calls recorded", v.Len())
 				}
-				if err := v.Check(); err != nil {
+				if err := v.Check().Err(); err != nil {
 					t.Fatal(err)
 				}
 				for i, c := range cs {
@@ -131,7 +132,7 @@ func TestSwitchModes(t *testing.T) {
 	defer cancel()
 	cs := dialN(t, ctx, addr, opts, 3)
 	adm := admintest.Client(ctx, t, addr)
-	var v Verifier
+	var v verify.History
 	stop := make(chan struct{})
 	errc := make(chan error, 1)
 	go func() { errc <- load(ctx, cs, 6, 0, &v, stop) }()
@@ -167,7 +168,7 @@ func TestSwitchModes(t *testing.T) {
 	if err := <-errc; err != nil {
 		t.Fatalf("GetTimestamp: %v", err)
 	}
-	if err := v.Check(); err != nil {
+	if err := v.Check().Err(); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("%d calls over 20 switches", v.Len())

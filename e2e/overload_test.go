@@ -18,6 +18,7 @@ import (
 	"github.com/seqd/seqd/admin/admintest"
 	"github.com/seqd/seqd/ha/hatest"
 	"github.com/seqd/seqd/headeronly"
+	"github.com/seqd/seqd/loadgen/verify"
 	"github.com/seqd/seqd/server"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
@@ -151,11 +152,11 @@ func TestAdmissionBeyondCapacity(t *testing.T) {
 		t.Errorf("status: %d sessions, want %d", st.GetSessions(), len(ids)+1)
 	}
 	// The refusal did not overcommit: the real client is served.
-	var v Verifier
+	var v verify.History
 	if err := load(ctx, cs, 4, 200, &v, nil); err != nil {
 		t.Fatalf("admitted client: %v", err)
 	}
-	if err := v.Check(); err != nil {
+	if err := v.Check().Err(); err != nil {
 		t.Fatal(err)
 	}
 	// A smaller window still fits; after a Disconnect the refused one does.
@@ -199,7 +200,7 @@ func TestManyClientsMemory(t *testing.T) {
 	addr := startConfig(t, server.Config{Workers: 2, MaxWindow: 64, MaxClients: n + 16, PeerMaxSessions: -1, PeerConnectRate: -1, PeerMaxRecv: -1})
 	adm := admintest.Client(ctx, t, addr)
 	cs := dialN(t, ctx, addr, "", 1)
-	var v Verifier
+	var v verify.History
 	if err := load(ctx, cs, 2, 100, &v, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -238,16 +239,16 @@ func TestManyClientsMemory(t *testing.T) {
 	if st.GetSessions() != uint64(n+1) {
 		t.Fatalf("%d sessions, want %d", st.GetSessions(), n+1)
 	}
-	// Still serving, and verified (a Verifier per load: load's times
+	// Still serving, and verified (a verify.History per load: load's times
 	// start at its own origin).
-	if err := v.Check(); err != nil {
+	if err := v.Check().Err(); err != nil {
 		t.Fatal(err)
 	}
-	var v2 Verifier
+	var v2 verify.History
 	if err := load(ctx, cs, 2, 200, &v2, nil); err != nil {
 		t.Fatalf("with %d sessions: %v", n, err)
 	}
-	if err := v2.Check(); err != nil {
+	if err := v2.Check().Err(); err != nil {
 		t.Fatal(err)
 	}
 	disconnectAll(ids)
@@ -343,11 +344,11 @@ func TestLeaseReclaimsDeadClients(t *testing.T) {
 	if n := sessions(); n != 1 {
 		t.Fatalf("%d sessions after the real client idled, want 1", n)
 	}
-	var v Verifier
+	var v verify.History
 	if err := load(ctx, cs, 2, 200, &v, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := v.Check(); err != nil {
+	if err := v.Check().Err(); err != nil {
 		t.Fatal(err)
 	}
 	if r := cs[0].Stats().Reconnects; r != before {

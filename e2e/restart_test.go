@@ -17,6 +17,7 @@ import (
 
 	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/client"
+	"github.com/seqd/seqd/loadgen/verify"
 )
 
 func freePort(t *testing.T, network string) string {
@@ -84,7 +85,7 @@ func TestKill9Restart(t *testing.T) {
 	defer c.Close()
 
 	origin := time.Now()
-	var v Verifier
+	var v verify.History
 	var mu sync.Mutex
 	var maxBefore uint64
 	var killedAt, restartedAt time.Duration = -1, -1
@@ -113,7 +114,7 @@ func TestKill9Restart(t *testing.T) {
 					}
 					continue
 				}
-				v.Record(Call{Caller: g, Start: s, End: e, Value: uint64(ts)})
+				v.Record(g, verify.Call{Start: s, End: e, Value: uint64(ts)})
 				mu.Lock()
 				switch {
 				case killedAt < 0:
@@ -161,7 +162,7 @@ func TestKill9Restart(t *testing.T) {
 	if after < 2000 {
 		t.Fatalf("only %d calls succeeded after the restart (stats %+v)", after, c.Stats())
 	}
-	if err := v.Check(); err != nil {
+	if err := v.Check().Err(); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("%d calls, max before kill %d, %d after restart; client %+v", v.Len(), maxBefore, after, c.Stats())

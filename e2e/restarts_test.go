@@ -69,7 +69,7 @@ func TestKill9RestartsManyClients(t *testing.T) {
 	}
 	end := l.Now()
 	l.Halt()
-	if err := l.V.Check(); err != nil {
+	if err := l.V.Check().Err(); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("5 kill -9 restarts and 5 mode switches: verifier %d calls, 0 violations; slowest recovery of every client %v, after the held-back client came back %v",

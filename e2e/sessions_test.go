@@ -8,6 +8,7 @@ import (
 
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/admin/admintest"
+	"github.com/seqd/seqd/loadgen/verify"
 	"github.com/seqd/seqd/spec"
 )
 
@@ -25,7 +26,7 @@ func TestReconnectKeepsOthersSession(t *testing.T) {
 	adm := admintest.Client(ctx, t, addr)
 	a := dialN(t, ctx, addr, "", 1)[0]
 	b := dialN(t, ctx, addr, "", 1)[0]
-	var v Verifier
+	var v verify.History
 	origin := time.Now()
 	call := func(name string, who int, timeout time.Duration) error {
 		cctx, ccancel := context.WithTimeout(ctx, timeout)
@@ -39,7 +40,7 @@ func TestReconnectKeepsOthersSession(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		v.Record(Call{Caller: who, Start: start, End: time.Since(origin), Value: uint64(ts)})
+		v.Record(who, verify.Call{Start: start, End: time.Since(origin), Value: uint64(ts)})
 		return nil
 	}
 	for _, who := range []int{0, 1} {
@@ -73,7 +74,7 @@ func TestReconnectKeepsOthersSession(t *testing.T) {
 			t.Fatalf("switch %d (%s): A's call after reconnecting: %v", i, mode, err)
 		}
 	}
-	if err := v.Check(); err != nil {
+	if err := v.Check().Err(); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("%d calls verified across 4 mode switches", v.Len())

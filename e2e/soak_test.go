@@ -22,6 +22,7 @@ import (
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/admin/admintest"
 	"github.com/seqd/seqd/client"
+	"github.com/seqd/seqd/loadgen/verify"
 	"github.com/seqd/seqd/spec"
 )
 
@@ -105,7 +106,7 @@ func TestSoak(t *testing.T) {
 	adm := admintest.Client(ctx, t, adminAddr)
 
 	// The load: paced callers (verification keeps every call: ~40 bytes).
-	var v Verifier
+	var v verify.History
 	var failed, calls atomic.Uint64
 	var fatal atomic.Pointer[error]
 	caller := func(c *client.Client, id int, stop <-chan struct{}, wg *sync.WaitGroup) {
@@ -130,7 +131,7 @@ func TestSoak(t *testing.T) {
 				failed.Add(1)
 				continue
 			}
-			v.Record(Call{Caller: id, Start: s, End: time.Since(origin), Value: uint64(ts)})
+			v.Record(id, verify.Call{Start: s, End: time.Since(origin), Value: uint64(ts)})
 			calls.Add(1)
 		}
 	}
@@ -237,7 +238,7 @@ func TestSoak(t *testing.T) {
 	clientGor1, clientRSS1 := runtime.NumGoroutine(), selfRSS()
 
 	violations := 0
-	if err := v.Check(); err != nil {
+	if err := v.Check().Err(); err != nil {
 		violations = 1
 		t.Errorf("verification: %v", err)
 	}

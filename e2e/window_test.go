@@ -13,6 +13,7 @@ import (
 
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/admin/admintest"
+	"github.com/seqd/seqd/loadgen/verify"
 	"github.com/seqd/seqd/verbs"
 )
 
@@ -92,14 +93,14 @@ func TestWindowFlood(t *testing.T) {
 			}
 		}
 	}()
-	var v Verifier
+	var v verify.History
 	n, err := timedLoad(ctx, cs, 8, 1500*time.Millisecond, time.Now(), &v)
 	close(stop)
 	wg.Wait()
 	if err != nil {
 		t.Fatalf("a well-behaved client's call failed under the flood: %v", err)
 	}
-	if err := v.Check(); err != nil {
+	if err := v.Check().Err(); err != nil {
 		t.Fatal(err)
 	}
 	var retrans uint64

@@ -195,7 +195,7 @@ func TestEpochChangesKeepEveryClient(t *testing.T) {
 	everyoneServed("the end", now(), 50, 10*time.Second)
 	end := now()
 	l.Halt()
-	if err := l.V.Check(); err != nil {
+	if err := l.V.Check().Err(); err != nil {
 		t.Fatalf("verifier: %v", err)
 	}
 	var regressions uint64

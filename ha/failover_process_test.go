@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/seqd/seqd/admin/adminclient"
-	"github.com/seqd/seqd/e2e"
 	"github.com/seqd/seqd/ha/hatest"
+	"github.com/seqd/seqd/loadgen/verify"
 )
 
 // etcdProxy forwards TCP connections to one etcd member and can cut them
@@ -118,7 +118,7 @@ func (p *etcdProxy) close() {
 // procCall is one successful call and the instance the client was
 // connected to when it returned.
 type procCall struct {
-	e2e.Call
+	verify.Call
 	endpoint string
 }
 
@@ -232,7 +232,7 @@ func TestSeqdFastFailover(t *testing.T) {
 				waitStandby(t, ps[li], failoverWithin)
 			}
 			l.halt()
-			if err := l.v.Check(); err != nil {
+			if err := l.v.Check().Err(); err != nil {
 				t.Fatalf("verifier: %v", err)
 			}
 			if violations != 0 {

@@ -12,8 +12,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/seqd/seqd/e2e"
 	"github.com/seqd/seqd/ha/hatest"
+	"github.com/seqd/seqd/loadgen/verify"
 )
 
 // Fast failover (the serving lease, doc.go): a standby deposes a leader
@@ -81,7 +81,7 @@ func (s *servedLoad) caller(id int) {
 					continue
 				}
 				end := s.now()
-				s.v.Record(e2e.Call{Caller: id, Start: start, End: end, Value: v})
+				s.v.Record(id, verify.Call{Start: start, End: end, Value: v})
 				s.mu.Lock()
 				s.calls = append(s.calls, served{from: s.insts[i].name, start: start, end: end, value: v})
 				s.mu.Unlock()

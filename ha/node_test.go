@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seqd/seqd/e2e"
 	"github.com/seqd/seqd/ha"
 	"github.com/seqd/seqd/ha/hatest"
+	"github.com/seqd/seqd/loadgen/verify"
 	"github.com/seqd/seqd/oracle"
 )
 
@@ -84,7 +84,7 @@ func (in *inst) partition() { in.n.Close() }
 // failover would), and record every call for the verifier.
 type load struct {
 	insts []*inst
-	v     e2e.Verifier
+	v     verify.History
 	base  time.Time
 	stop  chan struct{}
 	wg    sync.WaitGroup
@@ -132,7 +132,7 @@ func (l *load) caller(id int) {
 					continue
 				}
 				end := l.now()
-				l.v.Record(e2e.Call{Caller: id, Start: start, End: end, Value: v})
+				l.v.Record(id, verify.Call{Start: start, End: end, Value: v})
 				l.mu.Lock()
 				l.succ = append(l.succ, end)
 				l.froms[l.insts[i].name]++
@@ -153,7 +153,7 @@ func (l *load) finish(t testing.TB) {
 	t.Helper()
 	close(l.stop)
 	l.wg.Wait()
-	if err := l.v.Check(); err != nil {
+	if err := l.v.Check().Err(); err != nil {
 		t.Fatalf("verifier: %v", err)
 	}
 	t.Logf("verified %d calls: unique, per-caller monotonic, real-time ordered; per instance %v", l.v.Len(), l.froms)

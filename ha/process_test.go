@@ -16,8 +16,8 @@ import (
 	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/client"
-	"github.com/seqd/seqd/e2e"
 	"github.com/seqd/seqd/ha/hatest"
+	"github.com/seqd/seqd/loadgen/verify"
 	_ "github.com/seqd/seqd/verbs/soft"
 )
 
@@ -177,7 +177,7 @@ func leaders(ps []*seqdProc) int {
 // failovers itself. A failed call is counted and retried on the same
 // client.
 type clientLoad struct {
-	v    e2e.Verifier
+	v    verify.History
 	base time.Time
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -229,8 +229,8 @@ func (l *clientLoad) caller(id int, c *client.Client) {
 		ep := c.Endpoint()
 		l.mu.Lock()
 		if err == nil {
-			call := e2e.Call{Caller: id, Start: start, End: end, Value: uint64(ts)}
-			l.v.Record(call)
+			call := verify.Call{Start: start, End: end, Value: uint64(ts)}
+			l.v.Record(id, call)
 			l.succ = append(l.succ, end)
 			l.calls = append(l.calls, procCall{call, ep})
 		} else {
@@ -260,7 +260,7 @@ func (l *clientLoad) halt() {
 func (l *clientLoad) finish(t *testing.T) {
 	t.Helper()
 	l.halt()
-	if err := l.v.Check(); err != nil {
+	if err := l.v.Check().Err(); err != nil {
 		t.Fatalf("verifier: %v", err)
 	}
 	var reconnects, regressions uint64

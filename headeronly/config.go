@@ -5,17 +5,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/seqd/seqd/internal/claim"
 	wk "github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/spec"
 )
-
-// Claimer is the oracle as the data path uses it (package internal/claim).
-type Claimer = claim.Claimer
-
-// Currenter is an optional Claimer capability: the last value handed out,
-// used as the initial speculation in Connect and in Status.
-type Currenter interface{ Current() uint64 }
 
 // Defaults filled in by Config.validate.
 const (

@@ -10,8 +10,8 @@ import (
 	"github.com/seqd/seqd/admin"
 	"github.com/seqd/seqd/admin/admintest"
 	"github.com/seqd/seqd/client"
-	"github.com/seqd/seqd/e2e"
 	wk "github.com/seqd/seqd/internal/worker"
+	"github.com/seqd/seqd/loadgen/verify"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 )
@@ -55,7 +55,7 @@ func TestLateAnswerAfterFinalCheck(t *testing.T) {
 		return c
 	}
 	a, b := dial(), dial() // round robin: one QP on each worker
-	var v e2e.Verifier
+	var v verify.History
 	origin := time.Now()
 	call := func(c *client.Client, caller int) error {
 		start := time.Since(origin)
@@ -63,7 +63,7 @@ func TestLateAnswerAfterFinalCheck(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		v.Record(e2e.Call{Caller: caller, Start: start, End: time.Since(origin), Value: uint64(ts)})
+		v.Record(caller, verify.Call{Start: start, End: time.Since(origin), Value: uint64(ts)})
 		return nil
 	}
 	for i, c := range []*client.Client{a, b} {
@@ -116,7 +116,7 @@ func TestLateAnswerAfterFinalCheck(t *testing.T) {
 	if err != nil {
 		t.Fatalf("B's call (is B on A's worker?): %v", err)
 	}
-	v.Record(e2e.Call{Caller: 1, Start: bstart, End: time.Since(origin), Value: uint64(ts)})
+	v.Record(1, verify.Call{Start: bstart, End: time.Since(origin), Value: uint64(ts)})
 
 	// A's calls start after B's returned.
 	var wg sync.WaitGroup
@@ -149,7 +149,7 @@ func TestLateAnswerAfterFinalCheck(t *testing.T) {
 	for err := range errs {
 		t.Fatalf("A's call: %v", err)
 	}
-	if err := v.Check(); err != nil {
+	if err := v.Check().Err(); err != nil {
 		t.Fatal(err)
 	}
 	if st := s.totals(); st.Drops["late"] == 0 {

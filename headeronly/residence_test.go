@@ -11,8 +11,8 @@ import (
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/admin/admintest"
 	"github.com/seqd/seqd/client"
-	"github.com/seqd/seqd/e2e"
 	wk "github.com/seqd/seqd/internal/worker"
+	"github.com/seqd/seqd/loadgen/verify"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 	"github.com/seqd/seqd/verbs/verbstest"
@@ -146,7 +146,7 @@ func TestStalledAnswersWhileTagsWrap(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	var v e2e.Verifier
+	var v verify.History
 	origin := time.Now()
 	var clients []*client.Client
 	for range 2 {
@@ -172,7 +172,7 @@ func TestStalledAnswersWhileTagsWrap(t *testing.T) {
 					errs <- err
 					return
 				}
-				v.Record(e2e.Call{Caller: i, Start: start, End: time.Since(origin), Value: uint64(ts)})
+				v.Record(i, verify.Call{Start: start, End: time.Since(origin), Value: uint64(ts)})
 			}
 		}()
 	}
@@ -181,7 +181,7 @@ func TestStalledAnswersWhileTagsWrap(t *testing.T) {
 	for err := range errs {
 		t.Fatalf("GetTimestamp: %v", err)
 	}
-	if err := v.Check(); err != nil {
+	if err := v.Check().Err(); err != nil {
 		t.Fatal(err)
 	}
 	st := s.totals()

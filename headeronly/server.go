@@ -236,10 +236,7 @@ func (s *Server) admitLocked(ctx context.Context, a dataplane.Admission, old dat
 	s.nsessions.Store(int64(len(s.sessions)))
 	s.log.Debug("client connected", "session", sess.id, "name", sess.name, "qps", len(ids), "window", window)
 	g := dataplane.Grant{Session: sess.id, Epoch: s.cfg.Epoch, Window: window, QKey: reqQKey, AnswerQKey: sess.qkey,
-		ServerQPs: serverQPs, Assignment: assign, AnswerQPs: s.AnswerQPs}
-	if c, ok := s.cfg.Oracle.(Currenter); ok {
-		g.High = c.Current()
-	}
+		ServerQPs: serverQPs, Assignment: assign, AnswerQPs: s.AnswerQPs, High: s.cfg.Oracle.Current()}
 	return g, sess.rqs, nil
 }
 

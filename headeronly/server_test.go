@@ -9,6 +9,7 @@ import (
 
 	"github.com/seqd/seqd/admin"
 	"github.com/seqd/seqd/admin/adminpb"
+	"github.com/seqd/seqd/dataplane"
 	"github.com/seqd/seqd/internal/claimtest"
 	wk "github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/modes/adminmode"
@@ -28,14 +29,11 @@ func open(t *testing.T) verbs.Device { return claimtest.OpenSoft(t, "") }
 // pb is s as package modes serves it: through the admin protocol.
 func pb(s *Server) *adminmode.Backend {
 	b := &adminmode.Backend{Mode: s, Name: spec.ModeSpecS0, Metrics: "headeronly", Format: s.cfg.Format,
-		Epoch: s.cfg.Epoch, Device: s.cfg.Device}
-	if c, ok := s.cfg.Oracle.(Currenter); ok {
-		b.Oracle = c
-	}
+		Epoch: s.cfg.Epoch, Device: s.cfg.Device, Oracle: s.cfg.Oracle}
 	return b
 }
 
-func newServer(t *testing.T, o Claimer) *Server {
+func newServer(t *testing.T, o dataplane.Claimer) *Server {
 	t.Helper()
 	s, err := New(Config{Config: wk.Config{Device: open(t), Oracle: o, Behind: errBehind, Workers: 2, MaxSessionRecv: -1}, MaxWindow: 64, MaxRecv: 128}) // no session cap: the tests fill workers with single sessions
 	if err != nil {

@@ -4,13 +4,9 @@ import (
 	"errors"
 	"time"
 
-	"github.com/seqd/seqd/internal/claim"
 	wk "github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/spec"
 )
-
-// Claimer is the oracle as the data path uses it (package internal/claim).
-type Claimer = claim.Claimer
 
 // Defaults filled in by Config.validate.
 const (

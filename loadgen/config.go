@@ -26,11 +26,12 @@ type Config struct {
 	// loadgen drives the leader. Ignored with Spawn.
 	Admin string
 	// Spawn starts seqd for the run: SeqdBinary if set, else a seqd next
-	// to this executable or on PATH, else in-process.
+	// to this executable or on PATH, else in-process (with InProcess).
 	Spawn      bool
 	SeqdBinary string // "in-process" forces the in-process server
-	// InProcess runs the in-process server (loadgen/inprocess.Spawn);
-	// nil: none, Spawn needs a seqd binary.
+	// InProcess runs the in-process server (loadgen/inprocess.Spawn, for
+	// tests); nil: none, Spawn needs a seqd binary. The loadgen command
+	// sets none, so that it links no server.
 	InProcess Spawner
 	SeqdCores string // seqd's -cores (its workers' cores), "" unpinned
 	SeqdArgs  []string

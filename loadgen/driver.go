@@ -104,7 +104,7 @@ func (s *slot) done(r *client.Request) {
 	} else {
 		v := uint64(r.TS)
 		if d.verify {
-			d.record(verify.Call{Start: s.start, End: now, Value: v})
+			d.record(verify.Call{Start: time.Duration(s.start), End: time.Duration(now), Value: v})
 		}
 		d.minTS = min(d.minTS, v)
 		d.maxTS = max(d.maxTS, v)

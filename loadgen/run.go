@@ -198,6 +198,9 @@ func (r *runner) useMode(ctx context.Context, mode string) error {
 		}
 	}
 	s, err := spawn(ctx, r.c, mode)
+	if errors.Is(err, ErrNoSeqd) || errors.Is(err, ErrNoSpawner) {
+		return err // no seqd to start, in any mode: the run fails
+	}
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrModeSwitch, err)
 	}

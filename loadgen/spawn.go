@@ -18,7 +18,7 @@ import (
 )
 
 // InProcess as Config.SeqdBinary runs seqd inside loadgen, through
-// Config.InProcess.
+// Config.InProcess (loadgen's tests; the loadgen command has none).
 const InProcess = "in-process"
 
 // Spawner starts a seqd inside this process serving mode on loopback
@@ -26,12 +26,19 @@ const InProcess = "in-process"
 // -provider-opts, and returns once its admin plane answers: the admin
 // address, and a stop function that returns once seqd has stopped.
 // loadgen/inprocess.Spawn is one; loadgen does not import the server
-// itself, so that a binary without a Spawner does not link it.
+// itself, so that a binary without a Spawner (the loadgen command) does
+// not link it.
 type Spawner func(ctx context.Context, mode, dir, cores, providerOpts string) (admin string, stop func() error, err error)
 
-// ErrNoSpawner: an in-process seqd was asked for (or no seqd binary was
-// found) and Config.InProcess is nil.
-var ErrNoSpawner = errors.New("loadgen: no in-process seqd in this build (Config.InProcess)")
+// Errors of Spawn without a seqd to start.
+var (
+	// ErrNoSpawner: an in-process seqd was asked for and
+	// Config.InProcess is nil.
+	ErrNoSpawner = errors.New("loadgen: -seqd-binary in-process: this loadgen runs no in-process seqd; name a seqd binary with -seqd-binary")
+	// ErrNoSeqd: no seqd binary was named or found, and Config.InProcess
+	// is nil.
+	ErrNoSeqd = errors.New("loadgen: -spawn found no seqd binary")
+)
 
 // spawned is a seqd that loadgen started.
 type spawned struct {
@@ -42,26 +49,29 @@ type spawned struct {
 }
 
 // findSeqd returns the seqd binary to spawn: next to this executable, then
-// on PATH; "" when there is none.
-func findSeqd() string {
+// on PATH; "" when there is none, with where it looked.
+func findSeqd() (bin, looked string) {
+	looked = "next to loadgen or on PATH"
 	if exe, err := os.Executable(); err == nil {
-		p := filepath.Join(filepath.Dir(exe), "seqd")
+		dir := filepath.Dir(exe)
+		looked = "next to loadgen (in " + dir + ") or on PATH"
+		p := filepath.Join(dir, "seqd")
 		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
-			return p
+			return p, looked
 		}
 	}
 	if p, err := exec.LookPath("seqd"); err == nil {
-		return p
+		return p, looked
 	}
-	return ""
+	return "", looked
 }
 
 // spawn starts seqd serving mode, on loopback with free ports and a fresh
 // data directory, and waits until its admin plane answers.
 func spawn(ctx context.Context, c *Config, mode string) (*spawned, error) {
-	bin := c.SeqdBinary
+	bin, looked := c.SeqdBinary, ""
 	if bin == "" {
-		bin = findSeqd()
+		bin, looked = findSeqd()
 	}
 	dir, err := os.MkdirTemp("", "loadgen-seqd-")
 	if err != nil {
@@ -69,7 +79,7 @@ func spawn(ctx context.Context, c *Config, mode string) (*spawned, error) {
 	}
 	var s *spawned
 	if bin == "" || bin == InProcess {
-		s, err = spawnInProcess(ctx, c, mode, dir, bin)
+		s, err = spawnInProcess(ctx, c, mode, dir, bin, looked)
 	} else {
 		s, err = spawnBinary(ctx, c, bin, mode, dir)
 	}
@@ -86,10 +96,10 @@ func spawn(ctx context.Context, c *Config, mode string) (*spawned, error) {
 	return s, nil
 }
 
-func spawnInProcess(ctx context.Context, c *Config, mode, dir, bin string) (*spawned, error) {
+func spawnInProcess(ctx context.Context, c *Config, mode, dir, bin, looked string) (*spawned, error) {
 	if c.InProcess == nil {
 		if bin == "" {
-			return nil, fmt.Errorf("%w, and no seqd binary next to loadgen or on PATH", ErrNoSpawner)
+			return nil, fmt.Errorf("%w %s: install seqd beside loadgen (make build puts bin/seqd there) or name it with -seqd-binary", ErrNoSeqd, looked)
 		}
 		return nil, ErrNoSpawner
 	}

@@ -3,6 +3,7 @@ package loadgen
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -32,5 +33,15 @@ func TestSpawnInProcessNeedsSpawner(t *testing.T) {
 	}
 	if err := s.stop(); err != nil || !stopped {
 		t.Fatalf("stop: %v, stopped %v", err, stopped)
+	}
+}
+
+// TestSpawnWithoutSeqd: with no seqd binary named or found and no
+// in-process spawner, spawn says so (ErrNoSeqd) and names -seqd-binary.
+func TestSpawnWithoutSeqd(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	_, err := spawn(context.Background(), &Config{Spawn: true}, "spec-s0")
+	if !errors.Is(err, ErrNoSeqd) || !strings.Contains(err.Error(), "-seqd-binary") {
+		t.Fatalf("spawn with no seqd: %v, want ErrNoSeqd naming -seqd-binary", err)
 	}
 }

@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/seqd/seqd/e2e"
+	"github.com/seqd/seqd/loadgen/verify"
 	"github.com/seqd/seqd/pdfront"
 )
 
@@ -87,7 +87,7 @@ func compose(physical, logical int64) uint64 { return uint64(physical)<<18 + uin
 // hammer runs callers goroutines that call GetTS (or GetTSAsync for odd
 // callers) until stop closes, records every answer in v, and returns
 // how many calls failed.
-func hammer(c pd.Client, callers int, v *e2e.Verifier, stop <-chan struct{}) (errs *atomic.Uint64, wait func()) {
+func hammer(c pd.Client, callers int, v *verify.History, stop <-chan struct{}) (errs *atomic.Uint64, wait func()) {
 	errs = new(atomic.Uint64)
 	var wg sync.WaitGroup
 	for i := range callers {
@@ -115,7 +115,7 @@ func hammer(c pd.Client, callers int, v *e2e.Verifier, stop <-chan struct{}) (er
 					errs.Add(1)
 					continue
 				}
-				v.Record(e2e.Call{Caller: i, Start: start, End: end, Value: compose(p, l)})
+				v.Record(i, verify.Call{Start: start, End: end, Value: compose(p, l)})
 			}
 		}()
 	}
@@ -132,7 +132,7 @@ func TestPDClientGetsVerifiedTimestamps(t *testing.T) {
 	if got := c.GetLeaderAddr(); got != "http://"+addr {
 		t.Fatalf("leader %q, want http://%s", got, addr)
 	}
-	var v e2e.Verifier
+	var v verify.History
 	stop := make(chan struct{})
 	errs, wait := hammer(c, 64, &v, stop)
 	for v.Len() < 50000 {
@@ -143,7 +143,7 @@ func TestPDClientGetsVerifiedTimestamps(t *testing.T) {
 	if n := errs.Load(); n != 0 {
 		t.Fatalf("%d calls failed", n)
 	}
-	if err := v.Check(); err != nil {
+	if err := v.Check().Err(); err != nil {
 		t.Fatal(err)
 	}
 	st := srv.Stats()

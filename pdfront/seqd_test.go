@@ -29,8 +29,8 @@ import (
 	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/client"
-	"github.com/seqd/seqd/e2e"
 	"github.com/seqd/seqd/ha/hatest"
+	"github.com/seqd/seqd/loadgen/verify"
 	"github.com/seqd/seqd/pdfront"
 	_ "github.com/seqd/seqd/verbs/soft"
 )
@@ -39,7 +39,7 @@ import (
 // processes (the binary, built once) through the front end, and kill
 // seqd under load: a kill -9 restart of one instance, and the leader of
 // an HA group on etcd. Every value the PD client handed out is checked
-// by e2e.Verifier: unique, per-caller increasing, real-time ordered.
+// by verify.History: unique, per-caller increasing, real-time ordered.
 
 var (
 	binOnce sync.Once
@@ -193,7 +193,7 @@ func frontOver(t testing.TB, addrs []string) (*pdfront.Server, string, *client.C
 }
 
 // waitCalls waits until v holds n more calls than it held.
-func waitCalls(t *testing.T, v *e2e.Verifier, n int) {
+func waitCalls(t *testing.T, v *verify.History, n int) {
 	t.Helper()
 	want := v.Len() + n
 	deadline := time.Now().Add(30 * time.Second)
@@ -210,7 +210,7 @@ func TestPDClientAcrossSeqdRestart(t *testing.T) {
 	s.args = slices.DeleteFunc(s.args, func(a string) bool { return a == "-init" }) // later starts find the mark
 	srv, addr, c := frontOver(t, []string{s.addr})
 	pc := newPD(t, addr)
-	var v e2e.Verifier
+	var v verify.History
 	stop := make(chan struct{})
 	errs, wait := hammer(pc, 100, &v, stop)
 	for range 2 {
@@ -222,7 +222,7 @@ func TestPDClientAcrossSeqdRestart(t *testing.T) {
 	}
 	close(stop)
 	wait()
-	if err := v.Check(); err != nil {
+	if err := v.Check().Err(); err != nil {
 		t.Fatal(err)
 	}
 	st := srv.Stats()
@@ -246,7 +246,7 @@ func TestPDClientAcrossHAFailover(t *testing.T) {
 	lead := waitRole(t, ps, nil, adminclient.RoleLeader)
 	srv, addr, c := frontOver(t, addrs)
 	pc := newPD(t, addr)
-	var v e2e.Verifier
+	var v verify.History
 	stop := make(chan struct{})
 	callers := 100
 	if n, err := strconv.Atoi(os.Getenv("SEQD_PD_FAILOVER_CALLERS")); err == nil && n > 0 {
@@ -261,7 +261,7 @@ func TestPDClientAcrossHAFailover(t *testing.T) {
 	waitCalls(t, &v, 2000)
 	close(stop)
 	wait()
-	if err := v.Check(); err != nil {
+	if err := v.Check().Err(); err != nil {
 		t.Fatal(err)
 	}
 	st := srv.Stats()
@@ -282,7 +282,7 @@ func TestAmongOtherClients(t *testing.T) {
 	c := dialSeqd(ctx, t, s.addr)
 	srv, addr := startFront(t, pdfront.NewClientSource(c))
 	pc := newPD(t, addr)
-	var v e2e.Verifier
+	var v verify.History
 	stop := make(chan struct{})
 	pdErrs, wait := hammer(pc, 50, &v, stop)
 	// Native clients on the same group, callers 1000 and up.
@@ -303,7 +303,7 @@ func TestAmongOtherClients(t *testing.T) {
 				if err != nil {
 					continue
 				}
-				v.Record(e2e.Call{Caller: 1000 + i, Start: start, End: time.Since(epoch), Value: uint64(ts)})
+				v.Record(1000+i, verify.Call{Start: start, End: time.Since(epoch), Value: uint64(ts)})
 			}
 		}()
 	}
@@ -313,7 +313,7 @@ func TestAmongOtherClients(t *testing.T) {
 	close(stop)
 	wait()
 	wg.Wait()
-	if err := v.Check(); err != nil {
+	if err := v.Check().Err(); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("verified %d calls (PD through seqd-pd and 4 native clients, on one seqd): %d PD calls failed (retried)", v.Len(), pdErrs.Load())
@@ -352,7 +352,7 @@ func TestPDClientAcrossFrontEnds(t *testing.T) {
 		defer gs[i].Stop()
 	}
 	pc := newPD(t, lis[0].Addr().String(), lis[1].Addr().String())
-	var v e2e.Verifier
+	var v verify.History
 	stop := make(chan struct{})
 	errs, wait := hammer(pc, 50, &v, stop)
 	// The front end in use is the one answering now (PD's client may
@@ -370,7 +370,7 @@ func TestPDClientAcrossFrontEnds(t *testing.T) {
 	waitCalls(t, &v, 2000)
 	close(stop)
 	wait()
-	if err := v.Check(); err != nil {
+	if err := v.Check().Err(); err != nil {
 		t.Fatal(err)
 	}
 	// The 2,000 calls after the stop came from the other front end. (PD's
@@ -417,14 +417,14 @@ func TestLargeCounts(t *testing.T) {
 	c := dialSeqd(ctx, t, s.addr)
 	src := &maxCountSource{Source: pdfront.NewClientSource(c)}
 	srv, addr := startFront(t, src)
-	var v e2e.Verifier
+	var v verify.History
 	record := func(caller int, start, end time.Duration, p, l int64, count int) {
 		first := l - int64(count) + 1
 		if l >= 1<<18 || first < 0 {
 			t.Errorf("answer (%d, %d) for %d values: logical parts %d … %d leave [0, 2^18)", p, l, count, first, l)
 		}
 		for i := range int64(count) {
-			v.Record(e2e.Call{Caller: caller, Start: start, End: end, Value: compose(p, first+i)})
+			v.Record(caller, verify.Call{Start: start, End: end, Value: compose(p, first+i)})
 		}
 	}
 	// Raw streams with explicit counts, beside a native client.
@@ -474,7 +474,7 @@ func TestLargeCounts(t *testing.T) {
 				t.Error(err)
 				return
 			}
-			v.Record(e2e.Call{Caller: 100, Start: start, End: time.Since(epoch), Value: uint64(ts)})
+			v.Record(100, verify.Call{Start: start, End: time.Since(epoch), Value: uint64(ts)})
 		}
 	}()
 	wg.Wait()
@@ -495,13 +495,13 @@ func TestLargeCounts(t *testing.T) {
 			if err != nil {
 				t.Fatalf("round %d caller %d: %v", round, i, err)
 			}
-			v.Record(e2e.Call{Caller: 1000 + i, Start: cl.start, End: time.Since(epoch), Value: compose(p, l)})
+			v.Record(1000+i, verify.Call{Start: cl.start, End: time.Since(epoch), Value: compose(p, l)})
 		}
 	}
 	if t.Failed() {
 		return
 	}
-	if err := v.Check(); err != nil {
+	if err := v.Check().Err(); err != nil {
 		t.Fatal(err)
 	}
 	st := srv.Stats()

@@ -23,7 +23,6 @@ import (
 	"github.com/seqd/seqd/internal/logflag"
 	"github.com/seqd/seqd/internal/version"
 	"github.com/seqd/seqd/loadgen"
-	"github.com/seqd/seqd/loadgen/inprocess"
 	"github.com/seqd/seqd/spec"
 )
 
@@ -45,12 +44,12 @@ func fail(w io.Writer, err error) {
 
 // realMainEnv is realMain with the environment (KEY=value, as os.Environ).
 func realMainEnv(args []string, stdout, stderr io.Writer, environ []string) int {
-	c := loadgen.Config{InProcess: inprocess.Spawn} // -seqd-binary in-process, and -spawn without a seqd binary
+	var c loadgen.Config // no InProcess: -spawn starts a seqd binary, and loadgen links no server
 	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.Admin, "admin", "127.0.0.1:7070", "admin address of a running seqd")
-	fs.BoolVar(&c.Spawn, "spawn", false, "start seqd for the run (the seqd binary next to loadgen or on PATH, else in-process)")
-	fs.StringVar(&c.SeqdBinary, "seqd-binary", "", "with -spawn: the seqd binary, or \"in-process\"")
+	fs.BoolVar(&c.Spawn, "spawn", false, "start seqd for the run (-seqd-binary, else the seqd binary next to loadgen, else on PATH)")
+	fs.StringVar(&c.SeqdBinary, "seqd-binary", "", "with -spawn: the seqd binary (default: seqd next to loadgen, else on PATH)")
 	fs.StringVar(&c.SeqdCores, "seqd-cores", "", "with -spawn: seqd's -cores (its workers' cores)")
 	fs.StringVar(&c.Provider, "provider", "soft", "the clients' verbs provider")
 	fs.StringVar(&c.Device, "device", "", "the clients' verbs device, e.g. 198.51.100.2:0 for soft (default: the local address of the route to -admin's host, then to seqd's data plane)")

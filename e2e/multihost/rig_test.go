@@ -439,7 +439,7 @@ func (h *history) check(t *testing.T) outcome {
 				failed++
 				continue
 			}
-			vs = append(vs, verify.Call{Start: c.start, End: c.end, Value: c.value})
+			vs = append(vs, verify.Call{Start: time.Duration(c.start), End: time.Duration(c.end), Value: c.value})
 		}
 		all = append(all, vs)
 	}

@@ -2,38 +2,41 @@
 // has received: once, from the oracle, retrying while persistence lags,
 // and giving the batch up rather than answering it late (spec.MaxResidence:
 // a late answer could match a tag or sequence number the client has
-// reused). headeronly and herd share it.
+// reused). The CPU modes share it through package internal/worker. The
+// oracle it claims from is a dataplane.Claimer.
 package claim
 
 import (
 	"errors"
 	"runtime"
 	"time"
+
+	"github.com/seqd/seqd/dataplane"
 )
 
-// Claimer is the oracle as the data path uses it: Claim(n) returns the
-// first of n consecutive values above every value handed out before, or
-// an error; it never blocks.
-type Claimer interface {
-	Claim(n int) (first uint64, err error)
-}
-
-// AtClaimer is a Claimer that also takes the caller's reading of the
-// wall clock (Unix milliseconds) for the claim, instead of reading it
-// again (oracle.Oracle's ClaimAt).
+// AtClaimer is a dataplane.Claimer that also takes the caller's reading
+// of the wall clock (Unix milliseconds) for the claim, instead of
+// reading it again (oracle.Oracle's ClaimAt).
 type AtClaimer interface {
+	dataplane.Claimer
 	ClaimAt(n int, now int64) (first uint64, err error)
 }
 
-// At claims from an AtClaimer with the reading Now: the Claimer a worker
-// hands Batch after it read the clock for the batch.
+// At claims from an AtClaimer with the reading Now: the
+// dataplane.Claimer a worker hands Batch after it read the clock for the
+// batch.
 type At struct {
 	O   AtClaimer
 	Now int64
 }
 
-// Claim implements Claimer.
+// Claim implements dataplane.Claimer.
 func (a *At) Claim(n int) (uint64, error) { return a.O.ClaimAt(n, a.Now) }
+
+// Current implements dataplane.Claimer.
+func (a *At) Current() uint64 { return a.O.Current() }
+
+var _ dataplane.Claimer = (*At)(nil)
 
 // Outcome says how a batch claim ended.
 type Outcome uint8
@@ -50,7 +53,7 @@ const (
 // until expired reports that the batch may no longer be answered. It
 // returns the first value, how often o was behind (stalls), the outcome,
 // and, for Failed, the oracle's error.
-func Batch(o Claimer, behind error, n int, expired func() bool) (first uint64, stalls int, out Outcome, err error) {
+func Batch(o dataplane.Claimer, behind error, n int, expired func() bool) (first uint64, stalls int, out Outcome, err error) {
 	for spins := 0; ; spins++ {
 		first, err := o.Claim(n)
 		if err == nil {

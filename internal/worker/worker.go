@@ -50,7 +50,7 @@ type Config struct {
 	// Device the mode's QPs live on. Required.
 	Device verbs.Device
 	// Oracle hands out values. Required.
-	Oracle claim.Claimer
+	Oracle dataplane.Claimer
 	// Behind is the error Oracle.Claim returns when persistence lags
 	// (oracle.ErrBehind): the batch is kept and the claim retried.
 	Behind error

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seqd/seqd/internal/claim"
+	"github.com/seqd/seqd/dataplane"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 	_ "github.com/seqd/seqd/verbs/soft"
@@ -35,6 +35,8 @@ func (o *oracle) Claim(n int) (uint64, error) {
 	o.next += uint64(n)
 	return f, nil
 }
+
+func (o *oracle) Current() uint64 { return o.next - 1 }
 
 func device(t *testing.T) verbs.Device {
 	d, err := verbs.Open("soft", "127.0.0.1:0", nil)
@@ -75,7 +77,7 @@ func TestFill(t *testing.T) {
 	}
 }
 
-func base(o claim.Claimer, stopped *atomic.Bool) *Base {
+func base(o dataplane.Claimer, stopped *atomic.Bool) *Base {
 	cfg := &Config{Oracle: o, Behind: errBehind, Logger: slog.New(slog.DiscardHandler)}
 	b := &Base{Log: cfg.Logger, cfg: cfg, stopped: stopped}
 	b.initClaim()

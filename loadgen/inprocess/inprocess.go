@@ -1,8 +1,10 @@
-// Package inprocess runs seqd inside loadgen's process, for loadgen -spawn
-// with -seqd-binary in-process (loadgen.Config.InProcess). It is the one part of
-// loadgen that links the server (and, through HA, etcd's client): package
-// loadgen takes it as a loadgen.Spawner, so that only a binary that asks
-// for it (cmd/loadgen, loadgen's tests) pays for it.
+// Package inprocess runs seqd inside the process that drives it with
+// package loadgen (loadgen.Config.InProcess, with SeqdBinary "in-process"
+// or no seqd binary found). It is the one part of loadgen that links the
+// server (and, through HA, etcd's client): package loadgen takes it as a
+// loadgen.Spawner, so that only a program that asks for it pays for it.
+// loadgen's tests do; the loadgen command does not (it starts the seqd
+// binary beside it, and its TestLinksNoServer keeps it so).
 package inprocess
 
 import (

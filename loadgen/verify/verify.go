@@ -1,13 +1,24 @@
-// Package verify checks a history of timestamp calls for seqd's three
-// promises: every value is unique, each client's values increase, and
-// real time is respected (a call issued after another call returned got a
-// larger value).
+// Package verify checks timestamps against seqd's three promises: every
+// value is unique, each client's values increase, and real time is
+// respected (a call issued after another call returned got a larger
+// value). It is the one checker of the tree: loadgen, its wire engine,
+// the end-to-end tests (package e2e and the multi-host rig) and the
+// modes' own tests all use it, and Kind is the one list of the promises
+// a value can break.
 //
-// The history is a set of Calls, each with the interval in which it was
-// outstanding: Start read on a monotonic clock at or before the call was
-// issued, End at or after it returned. Call A precedes call B when
-// A.End < B.Start; only then does the order of their values matter. Calls
-// whose intervals overlap may return values in either order.
+// It checks in two ways:
+//
+//   - A history after the fact (Check, CheckChunked, History): a set of
+//     Calls, each with the interval in which it was outstanding: Start
+//     read on a monotonic clock at or before the call was issued, End at
+//     or after it returned. Call A precedes call B when A.End < B.Start;
+//     only then does the order of their values matter. Calls whose
+//     intervals overlap may return values in either order. A History
+//     records sequential callers, so it also knows the order of one
+//     caller's calls when their intervals merely touch.
+//   - Online, as answers arrive (Online), for a generator that knows, at
+//     each send, the largest value it had received before it: no clocks
+//     and no records beyond the values kept for uniqueness.
 //
 // Check runs in O(n log n) time: it sorts the calls by start and by end
 // and sweeps both orders together, keeping the largest value among the
@@ -20,11 +31,14 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"time"
 )
 
 // Call is one completed call.
 type Call struct {
-	Start, End int64 // nanoseconds on one monotonic clock; Start <= End
+	// Start and End are readings of one monotonic clock (time since an
+	// origin the history shares); Start <= End.
+	Start, End time.Duration
 	Value      uint64
 }
 
@@ -36,11 +50,14 @@ const (
 	// Duplicate: a value was handed out more than once.
 	Duplicate Kind = iota
 	// Regression: a client's call got a value not above one its own
-	// earlier (already returned) call got: per-client monotonicity.
+	// earlier (already returned) call got: per-client monotonicity. (In
+	// the wire engine a client is a flow: one client QP's requests.)
 	Regression
 	// RealTime: a call got a value not above one another client's call
 	// got, although that call returned before this one was issued.
 	RealTime
+
+	numKinds = 3
 )
 
 func (k Kind) String() string {
@@ -66,10 +83,10 @@ type Violation struct {
 func (v Violation) String() string {
 	switch v.Kind {
 	case Duplicate:
-		return fmt.Sprintf("duplicate: value %d returned to client %d [%d,%d]ns and client %d [%d,%d]ns",
+		return fmt.Sprintf("duplicate: value %d returned to client %d [%v,%v] and client %d [%v,%v]",
 			v.B.Value, v.AClient, v.A.Start, v.A.End, v.BClient, v.B.Start, v.B.End)
 	default:
-		return fmt.Sprintf("%s: client %d's call [%d,%d]ns got %d, after client %d's call [%d,%d]ns had returned %d",
+		return fmt.Sprintf("%s: client %d's call [%v,%v] got %d, after client %d's call [%v,%v] had returned %d",
 			v.Kind, v.BClient, v.B.Start, v.B.End, v.B.Value, v.AClient, v.A.Start, v.A.End, v.A.Value)
 	}
 }
@@ -123,6 +140,15 @@ func Check(clients [][]Call, maxExamples int) Report {
 // CheckChunked is Check for histories kept in chunks: clients[i] is
 // client i's calls, split over any number of slices.
 func CheckChunked(clients [][][]Call, maxExamples int) Report {
+	return check(clients, nil, maxExamples, false)
+}
+
+// check is Check. With sequential, each client's calls are in the order
+// the client made them, one after another returned (History): a call is
+// a regression when its value is not above every value the client got
+// before, whatever the clock readings. ids, when not nil, names client i
+// in examples.
+func check(clients [][][]Call, ids []int, maxExamples int, sequential bool) Report {
 	n := 0
 	for _, chunks := range clients {
 		for _, cs := range chunks {
@@ -141,29 +167,47 @@ func CheckChunked(clients [][][]Call, maxExamples int) Report {
 			}
 		}
 	}
+
+	var counts [numKinds]int
+	var have [numKinds]int
+	add := func(k Kind, a, b entry) {
+		counts[k]++
+		if have[k] < maxExamples {
+			have[k]++
+			ac, bc := int(a.client), int(b.client)
+			if ids != nil {
+				ac, bc = ids[ac], ids[bc]
+			}
+			r.Examples = append(r.Examples, Violation{Kind: k, AClient: ac, BClient: bc, A: a.Call, B: b.Call})
+		}
+	}
+
+	if sequential {
+		// Each client's calls in the order made: byStart still holds
+		// them so, client by client.
+		for i := 0; i < len(byStart); {
+			best := byStart[i]
+			for i++; i < len(byStart) && byStart[i].client == best.client; i++ {
+				if b := byStart[i]; b.Value <= best.Value {
+					add(Regression, best, b)
+				} else {
+					best = b
+				}
+			}
+		}
+	}
+
 	byEnd := slices.Clone(byStart)
 	slices.SortFunc(byStart, func(a, b entry) int { return cmp.Compare(a.Start, b.Start) })
 	slices.SortFunc(byEnd, func(a, b entry) int { return cmp.Compare(a.End, b.End) })
-
-	counts := [3]int{}
-	add := func(k Kind, a, b entry) {
-		counts[k]++
-		have := 0
-		for _, e := range r.Examples {
-			if e.Kind == k {
-				have++
-			}
-		}
-		if have < maxExamples {
-			r.Examples = append(r.Examples, Violation{Kind: k, AClient: int(a.client), BClient: int(b.client), A: a.Call, B: b.Call})
-		}
-	}
 
 	// The sweep: before looking at a call that starts at s, fold in every
 	// call that ended strictly before s. perClient[c] is the call of
 	// client c with the largest value so far; best and second are the
 	// calls with the largest values held by two distinct clients, so the
 	// largest value of any client other than c is best unless best is c's.
+	// (A sequential client's own order was checked above; it implies the
+	// order of its calls' intervals.)
 	perClient := make([]entry, len(clients))
 	seen := make([]bool, len(clients))
 	var best, second entry
@@ -190,7 +234,7 @@ func CheckChunked(clients [][][]Call, maxExamples int) Report {
 				second, haveSecond = a, true
 			}
 		}
-		if seen[b.client] && perClient[b.client].Value >= b.Value {
+		if !sequential && seen[b.client] && perClient[b.client].Value >= b.Value {
 			add(Regression, perClient[b.client], b)
 		}
 		if haveBest && best.client != b.client && best.Value >= b.Value {

@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"time"
 )
 
 // naive is the reference: it compares every pair of calls.
@@ -100,7 +101,7 @@ func TestExamplesName(t *testing.T) {
 func TestExamplesBounded(t *testing.T) {
 	var cs []Call
 	for i := range 100 {
-		cs = append(cs, Call{int64(i), 1000, 5}) // all overlapping: only duplicates
+		cs = append(cs, Call{time.Duration(i), 1000, 5}) // all overlapping: only duplicates
 	}
 	r := Check([][]Call{cs}, 2)
 	if r.Duplicates != 99 || len(r.Examples) != 2 {
@@ -118,8 +119,8 @@ func TestDifferential(t *testing.T) {
 		var counter uint64 = 100
 		for range 1 + rng.IntN(30) {
 			c := rng.IntN(nc)
-			start := int64(rng.IntN(60))
-			end := start + int64(rng.IntN(15))
+			start := time.Duration(rng.IntN(60))
+			end := start + time.Duration(rng.IntN(15))
 			// a value between the linearization points is always valid;
 			// then perturb some
 			counter += uint64(1 + rng.IntN(3))
@@ -159,7 +160,7 @@ func BenchmarkCheck(b *testing.B) {
 	for i := range perClient {
 		for c := range clients {
 			v++
-			clients[c] = append(clients[c], Call{int64(i * 10), int64(i*10 + 15), v})
+			clients[c] = append(clients[c], Call{time.Duration(i * 10), time.Duration(i*10 + 15), v})
 		}
 	}
 	b.ReportAllocs()

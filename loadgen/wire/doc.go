@@ -33,7 +33,8 @@
 // all flows, when the request was sent (real-time order; per-flow order
 // is counted separately from the flow's own largest value). Values are
 // kept in a preallocated buffer and checked for uniqueness across all
-// flows after the run (Checker). Any violation fails the run.
+// flows after the run (package loadgen/verify's Online checker, whose
+// Kinds name the violations). Any violation fails the run.
 //
 // # Loss
 //

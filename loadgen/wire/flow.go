@@ -2,7 +2,6 @@ package wire
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/seqd/seqd/spec"
 )
@@ -175,92 +174,4 @@ func (f *Flow) Expire(now, timeout int64) int {
 		f.tail++
 	}
 	return n
-}
-
-// Checker keeps what the real-time check compares with (the largest value
-// received so far, over all flows) and the values received, for the
-// uniqueness check at the end. It never allocates after NewChecker.
-type Checker struct {
-	max        uint64
-	values     []uint64
-	Unverified uint64 // values beyond the buffer, not checked for uniqueness
-}
-
-// NewChecker returns a checker that keeps up to capacity values, with
-// their pages touched now so that no fault lands in a measurement.
-func NewChecker(capacity int) *Checker {
-	v := make([]uint64, capacity)
-	for i := 0; i < len(v); i += 512 {
-		v[i] = 1
-	}
-	return &Checker{values: v[:0]}
-}
-
-// Floor is the largest value received so far: every request sent now
-// must get a larger one.
-func (c *Checker) Floor() uint64 { return c.max }
-
-// Verdict is the outcome of a value check.
-type Verdict int
-
-// What an answer can violate.
-const (
-	OK         Verdict = iota
-	RealTime           // not above a value received before the request was sent
-	Regression         // not above a value its own flow received before the request was sent
-	Duplicate          // the value was received twice
-)
-
-func (k Verdict) String() string {
-	switch k {
-	case OK:
-		return "ok"
-	case RealTime:
-		return "real-time"
-	case Regression:
-		return "flow-regression"
-	case Duplicate:
-		return "duplicate"
-	}
-	return fmt.Sprintf("verdict(%d)", int(k))
-}
-
-// Check checks value v of an answer to request s and records it. The
-// caller makes it the floor of later sends only once it is accepted.
-func (c *Checker) Check(s Sent, v uint64) Verdict {
-	if v <= s.FlowFloor && s.FlowFloor != 0 {
-		return Regression
-	}
-	if v <= s.Floor && s.Floor != 0 {
-		return RealTime
-	}
-	if len(c.values) < cap(c.values) {
-		c.values = append(c.values, v)
-	} else {
-		c.Unverified++
-	}
-	c.max = max(c.max, v)
-	return OK
-}
-
-// Reset forgets the values kept (not the floor: a server's values only
-// grow).
-func (c *Checker) Reset() { c.values, c.Unverified = c.values[:0], 0 }
-
-// Kept is the number of values kept for the uniqueness check.
-func (c *Checker) Kept() int { return len(c.values) }
-
-// Duplicates sorts the values kept and returns how many repeat one
-// before them, and the first that does.
-func (c *Checker) Duplicates() (n int, first uint64) {
-	slices.Sort(c.values)
-	for i := 1; i < len(c.values); i++ {
-		if c.values[i] == c.values[i-1] {
-			if n == 0 {
-				first = c.values[i]
-			}
-			n++
-		}
-	}
-	return n, first
 }

@@ -3,6 +3,7 @@ package wire
 import (
 	"testing"
 
+	"github.com/seqd/seqd/loadgen/verify"
 	"github.com/seqd/seqd/spec"
 )
 
@@ -120,25 +121,27 @@ func TestFlowUnsend(t *testing.T) {
 	}
 }
 
-func TestCheckerOrder(t *testing.T) {
-	c := NewChecker(16)
+// TestFlowFloors: the floors a flow notes at each send are what the
+// online checker compares answers with.
+func TestFlowFloors(t *testing.T) {
+	c := verify.NewOnline(16)
 	f := newFlow(t, 4, 0)
 	tag, _ := f.Send(0, NoHigh, c.Floor())
 	s, _ := f.Answer(1, tag)
-	if k := c.Check(s, 100); k != OK {
+	if k, bad := c.Check(s.Floor, s.FlowFloor, 100); bad {
 		t.Fatalf("first value: %v", k)
 	}
 	f.Accept(100)
 	// A request sent after 100 was received must get more.
 	tag, _ = f.Send(2, NoHigh, c.Floor())
 	s, _ = f.Answer(3, tag)
-	if k := c.Check(s, 100); k != Regression {
+	if k, bad := c.Check(s.Floor, s.FlowFloor, 100); !bad || k != verify.Regression {
 		t.Fatalf("same flow, value not above its own: %v", k)
 	}
 	g := newFlow(t, 4, 0)
 	tag, _ = g.Send(2, NoHigh, c.Floor())
 	s, _ = g.Answer(3, tag)
-	if k := c.Check(s, 99); k != RealTime {
+	if k, bad := c.Check(s.Floor, s.FlowFloor, 99); !bad || k != verify.RealTime {
 		t.Fatalf("other flow, value below one received before its send: %v", k)
 	}
 	// Requests in flight together may be answered in either order.
@@ -146,25 +149,15 @@ func TestCheckerOrder(t *testing.T) {
 	t2, _ := g.Send(4, NoHigh, c.Floor())
 	s2, _ := g.Answer(5, t2)
 	s1, _ := g.Answer(5, t1)
-	if k := c.Check(s2, 300); k != OK {
+	if k, bad := c.Check(s2.Floor, s2.FlowFloor, 300); bad {
 		t.Fatal(k)
 	}
-	if k := c.Check(s1, 200); k != OK {
+	if k, bad := c.Check(s1.Floor, s1.FlowFloor, 200); bad {
 		t.Fatal(k)
 	}
-	c.Check(Sent{}, 200) // a duplicate value
+	c.Check(0, 0, 200) // a duplicate value
 	if n, first := c.Duplicates(); n != 1 || first != 200 {
 		t.Fatalf("duplicates %d (%d)", n, first)
-	}
-}
-
-func TestCheckerFull(t *testing.T) {
-	c := NewChecker(2)
-	for v := uint64(1); v <= 4; v++ {
-		c.Check(Sent{}, v)
-	}
-	if c.Kept() != 2 || c.Unverified != 2 || c.Floor() != 4 {
-		t.Fatalf("kept %d unverified %d floor %d", c.Kept(), c.Unverified, c.Floor())
 	}
 }
 
@@ -172,7 +165,7 @@ func TestCheckerFull(t *testing.T) {
 // answer in, the value checked and kept.
 func BenchmarkFlowRoundTrip(b *testing.B) {
 	f := newFlow(b, 256, 0)
-	c := NewChecker(1 << 20)
+	c := verify.NewOnline(1 << 20)
 	b.ReportAllocs()
 	v := uint64(1)
 	for i := 0; b.Loop(); i++ {
@@ -188,7 +181,7 @@ func BenchmarkFlowRoundTrip(b *testing.B) {
 			b.Fatal("answer refused")
 		}
 		v++
-		if c.Check(s, v) != OK {
+		if _, bad := c.Check(s.Floor, s.FlowFloor, v); bad {
 			b.Fatal("check failed")
 		}
 		f.Accept(v)

@@ -13,6 +13,7 @@ import (
 	"github.com/HdrHistogram/hdrhistogram-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/seqd/seqd/loadgen/verify"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs/rocev2"
 )
@@ -189,7 +190,7 @@ type Gen struct {
 	rn      int
 	inReady []bool
 
-	chk  *Checker
+	chk  *verify.Online
 	spec spec.Speculator
 	hist *hdrhistogram.Histogram
 	st   Stats
@@ -313,7 +314,7 @@ func New(cfg Config) (*Gen, error) {
 	g.dirty = rxMsgs
 	g.ready = make([]int32, cfg.Flows)
 	g.inReady = make([]bool, cfg.Flows)
-	g.chk = NewChecker(cfg.Keep)
+	g.chk = verify.NewOnline(cfg.Keep)
 	g.hist = hdrhistogram.New(1, int64(60*time.Second), 3)
 	return g, nil
 }
@@ -615,7 +616,7 @@ func (g *Gen) Run(ctx context.Context, warmup, d time.Duration, phase Phase) (*R
 	g.st.MeasuredSeconds = float64(measEnd-measStart) / 1e9
 	if n, first := g.chk.Duplicates(); n > 0 {
 		g.st.Duplicates += uint64(n)
-		g.example(fmt.Sprintf("duplicate: value %d received twice", first))
+		g.example(fmt.Sprintf("%v: value %d received twice", verify.Duplicate, first))
 	}
 	r := &Result{Stats: g.st, Hist: g.hist, Examples: g.ex, Kept: g.chk.Kept(), Unkept: g.chk.Unverified}
 	return r, r.Err()
@@ -909,15 +910,17 @@ func (g *Gen) matchHERD(now int64, fi int, a *answer, measure bool) uint64 {
 // checkValue checks v, the value answering request s of flow fi, and
 // counts a violation.
 func (g *Gen) checkValue(fi int, s Sent, v uint64) bool {
-	switch g.chk.Check(s, v) {
-	case RealTime:
-		g.st.RealTime++
-		g.example(fmt.Sprintf("real-time: flow %d got %d, not above %d received before its request was sent", fi, v, s.Floor))
-		return false
-	case Regression:
-		g.st.Regressions++
-		g.example(fmt.Sprintf("flow-regression: flow %d got %d, not above its own %d", fi, v, s.FlowFloor))
-		return false
+	k, bad := g.chk.Check(s.Floor, s.FlowFloor, v)
+	if !bad {
+		return true
 	}
-	return true
+	switch k {
+	case verify.RealTime:
+		g.st.RealTime++
+		g.example(fmt.Sprintf("%v: flow %d got %d, not above %d received before its request was sent", k, fi, v, s.Floor))
+	case verify.Regression:
+		g.st.Regressions++
+		g.example(fmt.Sprintf("%v: flow %d got %d, not above its own %d", k, fi, v, s.FlowFloor))
+	}
+	return false
 }
