@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/seqd/seqd/admin/adminpb"
-	"github.com/seqd/seqd/dataplane"
+	"github.com/seqd/seqd/admin/handshake"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 )
@@ -99,12 +99,12 @@ func newAtomics(pd verbs.PD, dev verbs.Device, st *stats, nqps, window int) (c *
 }
 
 // endpoints names the QPs for admission.
-func (c *atomicsConn) endpoints() []dataplane.Endpoint {
+func (c *atomicsConn) endpoints() []handshake.Endpoint {
 	return endpointsOf(c.qps, func(q *atomicsQP) verbs.QP { return q.qp })
 }
 
 // attach connects the QPs to the server's.
-func (c *atomicsConn) attach(g dataplane.Grant) error {
+func (c *atomicsConn) attach(g handshake.Grant) error {
 	if len(g.ServerConnQPs) != len(c.qps) || len(g.ConnPSNs) != len(c.qps) || len(g.RemoteAddr) != 1 || len(g.RKey) != 1 {
 		return fmt.Errorf("%w: connect: malformed atomics grant (%d server QPs, %d PSNs, %d addresses for %d QPs)",
 			ErrUnavailable, len(g.ServerConnQPs), len(g.ConnPSNs), len(g.RemoteAddr), len(c.qps))

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/seqd/seqd/admin/adminpb"
-	"github.com/seqd/seqd/dataplane"
+	"github.com/seqd/seqd/admin/handshake"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 )
@@ -128,7 +128,7 @@ func newDaRPC(dev verbs.Device, pd verbs.PD, st *stats, nqps, window int) (t *da
 // attach connects QP i to g.ServerConnQPs[i], both directions starting
 // at g.ConnPSNs[i], posts its answer receives and sets up its window of
 // g.Window calls.
-func (t *darpcTransport) attach(g dataplane.Grant) error {
+func (t *darpcTransport) attach(g handshake.Grant) error {
 	granted := g.Window
 	if granted < 1 || granted > t.window || len(g.ServerConnQPs) != len(t.qps) || len(g.ConnPSNs) != len(t.qps) {
 		return fmt.Errorf("%w: connect: darpc grant of window %d, %d server QPs and %d PSNs for %d QPs (asked window %d)",

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/seqd/seqd/admin/adminpb"
-	"github.com/seqd/seqd/dataplane"
+	"github.com/seqd/seqd/admin/handshake"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 )
@@ -180,7 +180,7 @@ func newFaSST(pd verbs.PD, dev verbs.Device, nqps, window int, timeout time.Dura
 // attach reads the grant: window, request QPs and Q_Key, the answer
 // Q_Key and the QPs answers come from. It brings the QPs up with the
 // answer Q_Key and posts their RECVs before any request leaves.
-func (t *fasstTransport) attach(g dataplane.Grant) error {
+func (t *fasstTransport) attach(g handshake.Grant) error {
 	if g.Window < 1 || len(g.ServerQPs) == 0 || len(g.Assignment) != len(t.qps) || g.QKey == 0 {
 		return fmt.Errorf("%w: connect: malformed fasst grant (window %d, %d server QPs, %d assignments for %d QPs)",
 			ErrUnavailable, g.Window, len(g.ServerQPs), len(g.Assignment), len(t.qps))

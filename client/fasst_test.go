@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/seqd/seqd/admin/adminpb"
-	"github.com/seqd/seqd/dataplane"
+	"github.com/seqd/seqd/admin/handshake"
 	"github.com/seqd/seqd/fasst"
 	wk "github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/spec"
@@ -44,11 +44,11 @@ func newFaSSTRig(t testing.TB, srvOpts, cliOpts string, qps, window int) *fasstR
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.tr.Close() })
-	a := dataplane.Admission{Name: "test", Window: window}
+	a := handshake.Admission{Name: "test", Window: window}
 	for _, q := range r.tr.qps {
-		a.QPs = append(a.QPs, dataplane.Endpoint{Addr: q.qp.Address(), QPN: q.qp.QPN()})
+		a.QPs = append(a.QPs, handshake.Endpoint{Addr: q.qp.Address(), QPN: q.qp.QPN()})
 	}
-	g, err := srv.Admit(context.Background(), a, dataplane.SessionRef{})
+	g, err := srv.Admit(context.Background(), a, handshake.SessionRef{})
 	if err != nil {
 		t.Fatal(err)
 	}

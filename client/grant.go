@@ -5,14 +5,14 @@ import (
 	"fmt"
 
 	"github.com/seqd/seqd/admin/adminpb"
-	"github.com/seqd/seqd/dataplane"
+	"github.com/seqd/seqd/admin/handshake"
 	"github.com/seqd/seqd/verbs"
 )
 
 // attacher is a transport whose QPs a grant brings up.
 type attacher interface {
 	transport
-	attach(g dataplane.Grant) error
+	attach(g handshake.Grant) error
 }
 
 // admit runs the Connect for req (tr's QPs) and attaches tr to the grant;
@@ -20,7 +20,7 @@ type attacher interface {
 // fresh at every connect end with it.
 func admit(ctx context.Context, env *transportEnv, req *adminpb.ConnectRequest, tr attacher) (transport, error) {
 	resp, err := env.connect(ctx, req)
-	var g dataplane.Grant
+	var g handshake.Grant
 	if err == nil {
 		g, err = grantOf(resp)
 	}
@@ -36,8 +36,8 @@ func admit(ctx context.Context, env *transportEnv, req *adminpb.ConnectRequest, 
 
 // grantOf decodes a Connect answer into Go values: what a mode's dialer
 // attaches its QPs to (the inverse of what package modes encodes).
-func grantOf(resp *adminpb.ConnectResponse) (dataplane.Grant, error) {
-	g := dataplane.Grant{Session: resp.GetSessionId(), Epoch: resp.GetEpoch(), Window: int(resp.GetWindow()),
+func grantOf(resp *adminpb.ConnectResponse) (handshake.Grant, error) {
+	g := handshake.Grant{Session: resp.GetSessionId(), Epoch: resp.GetEpoch(), Window: int(resp.GetWindow()),
 		QKey: resp.GetQkey(), AnswerQKey: resp.GetAnswerQkey(), Assignment: resp.GetAssignment(),
 		RemoteAddr: resp.GetRemoteAddr(), RKey: resp.GetRkey(), High: resp.GetHigh()}
 	var err error
@@ -56,17 +56,17 @@ func grantOf(resp *adminpb.ConnectResponse) (dataplane.Grant, error) {
 	return g, nil
 }
 
-func endpoints(field string, eps []*adminpb.Endpoint) ([]dataplane.Endpoint, error) {
+func endpoints(field string, eps []*adminpb.Endpoint) ([]handshake.Endpoint, error) {
 	if len(eps) == 0 {
 		return nil, nil
 	}
-	out := make([]dataplane.Endpoint, len(eps))
+	out := make([]handshake.Endpoint, len(eps))
 	for i, e := range eps {
 		a, q, err := endpoint(e)
 		if err != nil {
 			return nil, fmt.Errorf("%w: connect: %s[%d]: %v", ErrUnavailable, field, i, err)
 		}
-		out[i] = dataplane.Endpoint{Addr: a, QPN: q}
+		out[i] = handshake.Endpoint{Addr: a, QPN: q}
 	}
 	return out, nil
 }
@@ -78,7 +78,7 @@ func endpoint(e *adminpb.Endpoint) (verbs.Address, verbs.QPN, error) {
 }
 
 // pbEndpoints encodes QPs for a ConnectRequest.
-func pbEndpoints(eps []dataplane.Endpoint) []*adminpb.Endpoint {
+func pbEndpoints(eps []handshake.Endpoint) []*adminpb.Endpoint {
 	out := make([]*adminpb.Endpoint, len(eps))
 	for i, e := range eps {
 		b, _ := e.Addr.MarshalBinary()
@@ -88,7 +88,7 @@ func pbEndpoints(eps []dataplane.Endpoint) []*adminpb.Endpoint {
 }
 
 // sendersOf is the set of QPs answers may come from.
-func sendersOf(eps []dataplane.Endpoint) verbs.Senders {
+func sendersOf(eps []handshake.Endpoint) verbs.Senders {
 	out := make(verbs.Senders, len(eps))
 	for i, e := range eps {
 		out[i] = verbs.SenderOf(e.Addr, e.QPN)

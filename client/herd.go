@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/seqd/seqd/admin/adminpb"
-	"github.com/seqd/seqd/dataplane"
+	"github.com/seqd/seqd/admin/handshake"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 )
@@ -129,9 +129,9 @@ func newHERD(pd verbs.PD, dev verbs.Device, st *stats, nqps, window int, timeout
 }
 
 // endpoints names the QPs for admission: the UD QPs answers go to, and
-// the UC QPs that write the requests (dataplane.Admission's QPs and
+// the UC QPs that write the requests (handshake.Admission's QPs and
 // ConnQPs).
-func (c *herdConn) endpoints() (recv, write []dataplane.Endpoint) {
+func (c *herdConn) endpoints() (recv, write []handshake.Endpoint) {
 	for _, q := range c.qps {
 		recv = append(recv, endpointOf(q.ud))
 		write = append(write, endpointOf(q.uc))
@@ -141,7 +141,7 @@ func (c *herdConn) endpoints() (recv, write []dataplane.Endpoint) {
 
 // attach brings the QPs up for grant g: RECVs first, then the UC QPs
 // connected to the server's. The window becomes min(window, g.Window).
-func (c *herdConn) attach(g dataplane.Grant) error {
+func (c *herdConn) attach(g handshake.Grant) error {
 	n := len(g.ServerConnQPs)
 	if n != len(c.qps) || len(g.RemoteAddr) != n || len(g.RKey) != n || g.Window < 1 {
 		return fmt.Errorf("%w: connect: malformed herd grant (%d server QPs, %d addresses, %d keys for %d QPs, window %d)",

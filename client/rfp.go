@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/seqd/seqd/admin/adminpb"
-	"github.com/seqd/seqd/dataplane"
+	"github.com/seqd/seqd/admin/handshake"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 )
@@ -173,14 +173,14 @@ func newRFP(pd verbs.PD, dev verbs.Device, st *stats, nqps, window, reads int, t
 }
 
 // endpoints names the QPs for admission.
-func (t *rfpTransport) endpoints() []dataplane.Endpoint {
+func (t *rfpTransport) endpoints() []handshake.Endpoint {
 	return endpointsOf(t.qps, func(q *rfpQP) verbs.QP { return q.qp })
 }
 
 // attach checks the grant and connects the QPs, their RECVs posted
 // before any request is written. For n QPs the grant has n server QPs and
 // 2n PSNs, addresses and keys (PROTOCOL.md, "RFP").
-func (t *rfpTransport) attach(g dataplane.Grant) error {
+func (t *rfpTransport) attach(g handshake.Grant) error {
 	n := len(t.qps)
 	if len(g.ServerConnQPs) != n || len(g.ConnPSNs) != 2*n || len(g.RemoteAddr) != 2*n || len(g.RKey) != 2*n || g.Window < 1 || g.AnswerQKey == 0 {
 		return fmt.Errorf("%w: connect: malformed rfp grant (%d server QPs, %d PSNs, %d addresses, %d keys for %d QPs, window %d)",

@@ -13,6 +13,7 @@ import (
 
 	"github.com/seqd/seqd/admin"
 	"github.com/seqd/seqd/admin/adminpb"
+	"github.com/seqd/seqd/admin/handshake"
 	"github.com/seqd/seqd/dataplane"
 	"github.com/seqd/seqd/internal/verbsmetrics"
 	"github.com/seqd/seqd/spec"
@@ -54,7 +55,7 @@ func (b *Backend) Replace(ctx context.Context, old *adminpb.DisconnectRequest, r
 		return nil, err
 	}
 	a.Identities = admin.CallerIdentities(ctx)
-	var ref dataplane.SessionRef // none, or not of this epoch: nothing to release
+	var ref handshake.SessionRef // none, or not of this epoch: nothing to release
 	if old != nil && admin.CheckEpoch(old, b.Epoch) == nil {
 		ref = SessionRef(old)
 	}
@@ -102,8 +103,8 @@ func (b *Backend) Status(ctx context.Context) (*adminpb.StatusResponse, error) {
 
 // Admission checks req (protocol version, mode) and turns it into Go
 // values.
-func Admission(req *adminpb.ConnectRequest, mode string) (dataplane.Admission, error) {
-	var a dataplane.Admission
+func Admission(req *adminpb.ConnectRequest, mode string) (handshake.Admission, error) {
+	var a handshake.Admission
 	if m := req.GetMode(); m != "" && m != mode {
 		return a, fmt.Errorf("%w: this server runs %s, not %s", dataplane.ErrFailedPrecondition, mode, m)
 	}
@@ -121,11 +122,11 @@ func Admission(req *adminpb.ConnectRequest, mode string) (dataplane.Admission, e
 	return a, nil
 }
 
-func endpoints(eps []*adminpb.Endpoint, field string) ([]dataplane.Endpoint, error) {
+func endpoints(eps []*adminpb.Endpoint, field string) ([]handshake.Endpoint, error) {
 	if len(eps) == 0 {
 		return nil, nil
 	}
-	out := make([]dataplane.Endpoint, len(eps))
+	out := make([]handshake.Endpoint, len(eps))
 	for i, ep := range eps {
 		if err := out[i].Addr.UnmarshalBinary(ep.GetAddress()); err != nil {
 			return nil, fmt.Errorf("%w: %s[%d]: %v", dataplane.ErrInvalidArgument, field, i, err)
@@ -139,12 +140,12 @@ func endpoints(eps []*adminpb.Endpoint, field string) ([]dataplane.Endpoint, err
 }
 
 // SessionRef names the session req names.
-func SessionRef(req *adminpb.DisconnectRequest) dataplane.SessionRef {
-	return dataplane.SessionRef{ID: req.GetSessionId(), Epoch: req.GetEpoch()}
+func SessionRef(req *adminpb.DisconnectRequest) handshake.SessionRef {
+	return handshake.SessionRef{ID: req.GetSessionId(), Epoch: req.GetEpoch()}
 }
 
 // ConnectResponse is g as the protocol carries it, for mode in format f.
-func ConnectResponse(g dataplane.Grant, mode string, f spec.Format) *adminpb.ConnectResponse {
+func ConnectResponse(g handshake.Grant, mode string, f spec.Format) *adminpb.ConnectResponse {
 	resp := &adminpb.ConnectResponse{SessionId: g.Session, Mode: mode, Format: f.String(), Qkey: g.QKey,
 		ServerQps: pbEndpoints(g.ServerQPs), Assignment: g.Assignment, Window: uint32(g.Window), High: g.High,
 		ProtocolVersion: spec.ProtocolVersion, Epoch: g.Epoch, ServerConnQps: pbEndpoints(g.ServerConnQPs),
@@ -155,7 +156,7 @@ func ConnectResponse(g dataplane.Grant, mode string, f spec.Format) *adminpb.Con
 	return resp
 }
 
-func pbEndpoints(eps []dataplane.Endpoint) []*adminpb.Endpoint {
+func pbEndpoints(eps []handshake.Endpoint) []*adminpb.Endpoint {
 	if len(eps) == 0 {
 		return nil
 	}
