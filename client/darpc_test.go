@@ -48,25 +48,16 @@ func newDaRPCRig(t testing.TB, srvOpts, cliOpts string, qps, window int) *darpcR
 	}
 	r.env = &transportEnv{dev: dev, pd: pd, qps: qps, window: window, name: "test", st: &stats{},
 		connect: func(ctx context.Context, req *adminpb.ConnectRequest) (*adminpb.ConnectResponse, error) {
-			a := handshake.Admission{Name: req.GetClientName(), Window: int(req.GetWindow())}
-			for _, e := range req.GetQps() {
-				var ad verbs.Address
-				if err := ad.UnmarshalBinary(e.GetAddress()); err != nil {
-					return nil, err
-				}
-				a.QPs = append(a.QPs, handshake.Endpoint{Addr: ad, QPN: verbs.QPN(e.GetQpn())})
+			a, err := handshake.DecodeAdmission(req, spec.ModeDaRPC)
+			if err != nil {
+				return nil, err
 			}
 			g, err := srv.Admit(ctx, a, handshake.SessionRef{})
 			if err != nil {
 				return nil, err
 			}
-			resp := &adminpb.ConnectResponse{SessionId: g.Session, Epoch: g.Epoch, Window: uint32(g.Window)}
-			for i, e := range g.ServerConnQPs {
-				b, _ := e.Addr.MarshalBinary()
-				resp.ServerConnQps = append(resp.ServerConnQps, &adminpb.Endpoint{Address: b, Qpn: uint32(e.QPN)})
-				resp.ConnPsns = append(resp.ConnPsns, uint32(g.ConnPSNs[i]))
-			}
-			return resp, nil
+			g.Mode = spec.ModeDaRPC
+			return handshake.EncodeGrant(g), nil
 		}}
 	tr, err := dialDaRPC(context.Background(), r.env)
 	if err != nil {

@@ -122,12 +122,11 @@ func newFaSSTFake(t *testing.T, window int) (*fakeServer, *fasstTransport, *stat
 		t.Fatal(err)
 	}
 	st := &stats{}
-	a, _ := f.end.QP.Address().MarshalBinary()
-	self := &adminpb.Endpoint{Address: a, Qpn: uint32(f.end.QP.QPN())}
+	self := endpointOf(f.end.QP)
 	env := &transportEnv{dev: cdev, pd: pd, qps: 1, window: window, retransmit: time.Hour, st: st,
 		connect: func(ctx context.Context, req *adminpb.ConnectRequest) (*adminpb.ConnectResponse, error) {
-			return &adminpb.ConnectResponse{Window: uint32(window), Qkey: f.qkey, AnswerQkey: f.aqkey,
-				ServerQps: []*adminpb.Endpoint{self}, Assignment: []uint32{0}, AnswerQps: []*adminpb.Endpoint{self}}, nil
+			return handshake.EncodeGrant(handshake.Grant{Mode: spec.ModeFaSST, Window: window, QKey: f.qkey, AnswerQKey: f.aqkey,
+				ServerQPs: []handshake.Endpoint{self}, Assignment: []uint32{0}, AnswerQPs: []handshake.Endpoint{self}}), nil
 		}}
 	tr, err := dialFaSST(context.Background(), env)
 	if err != nil {

@@ -24,20 +24,16 @@ import (
 	"github.com/seqd/seqd/verbs"
 )
 
-// The kinds of error a Mode returns, wrapped with detail. Package modes
-// maps each to the admin error (and gRPC code) of the same name.
+// The kinds of error a Mode returns, wrapped with detail: the
+// handshake's (one definition each, handshake.ErrUnavailable ...).
+// Package modes maps each to the admin error (and gRPC code) of the same
+// name.
 var (
-	// ErrUnavailable: the mode is stopping or failed; try again later.
-	ErrUnavailable = errors.New("unavailable")
-	// ErrNoCapacity: admitting the session would exceed a limit.
-	ErrNoCapacity = errors.New("no capacity")
-	// ErrInvalidArgument: the admission request is malformed.
-	ErrInvalidArgument = errors.New("invalid argument")
-	// ErrFailedPrecondition: well formed, but not for this mode or state
-	// (a QP already connected, the wrong QP kinds).
-	ErrFailedPrecondition = errors.New("failed precondition")
-	// ErrUnknownSession: no such session in this mode and epoch.
-	ErrUnknownSession = errors.New("unknown session")
+	ErrUnavailable        = handshake.ErrUnavailable
+	ErrNoCapacity         = handshake.ErrNoCapacity
+	ErrInvalidArgument    = handshake.ErrInvalidArgument
+	ErrFailedPrecondition = handshake.ErrFailedPrecondition
+	ErrUnknownSession     = handshake.ErrUnknownSession
 )
 
 // Stats are a mode's statistics at one moment (StatusResponse and the

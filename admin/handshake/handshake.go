@@ -28,6 +28,24 @@ import (
 	"github.com/seqd/seqd/verbs"
 )
 
+// The kinds of error a mode's Admit and Release return
+// (dataplane.Mode), wrapped with detail. The admin server maps each to
+// the admin error and gRPC code of the same name; its clients meet
+// ErrUnavailable again as adminclient.ErrUnavailable.
+var (
+	// ErrUnavailable: the mode is stopping or failed; try again later.
+	ErrUnavailable = errors.New("unavailable")
+	// ErrNoCapacity: admitting the session would exceed a limit.
+	ErrNoCapacity = errors.New("no capacity")
+	// ErrInvalidArgument: the admission request is malformed.
+	ErrInvalidArgument = errors.New("invalid argument")
+	// ErrFailedPrecondition: well formed, but not for this mode or state
+	// (a QP already connected, the wrong QP kinds).
+	ErrFailedPrecondition = errors.New("failed precondition")
+	// ErrUnknownSession: no such session in this mode and epoch.
+	ErrUnknownSession = errors.New("unknown session")
+)
+
 // The kinds of error a Decode function returns, wrapped with detail.
 var (
 	// ErrMismatch: the message is well formed but not for this end: a
@@ -229,10 +247,21 @@ func EncodeGrant(g Grant) *adminpb.ConnectResponse {
 	return resp
 }
 
+// CheckVersion refuses (ErrMismatch) a Connect answer of another
+// protocol version than this end's: a server admits a client above its
+// own version and answers with its own, so only the client can tell
+// (PROTOCOL.md, "Connecting: what the fields mean").
+func CheckVersion(resp *adminpb.ConnectResponse) error {
+	if v := resp.GetProtocolVersion(); v != spec.ProtocolVersion {
+		return fmt.Errorf("%w: the server speaks protocol version %d, this end %d", ErrMismatch, v, spec.ProtocolVersion)
+	}
+	return nil
+}
+
 // DecodeGrant reads the answer resp to the Connect req. It refuses
-// (ErrMismatch) an answer of another protocol version (a server admits a
-// client above its own version, so only the client can tell) or of
-// another mode than req asked for, or of a mode this end does not know.
+// (ErrMismatch) an answer of another protocol version (CheckVersion) or
+// of another mode than req asked for, or of a mode this end does not
+// know.
 // It refuses (ErrMalformed) an answer whose endpoints DecodeEndpoint
 // refuses; whose PSNs do not fit in 24 bits; whose window is above req's;
 // whose remote_addr and rkey differ in length; or whose fields do not
@@ -240,8 +269,8 @@ func EncodeGrant(g Grant) *adminpb.ConnectResponse {
 // an assignment naming a server QP the answer does not have included.
 func DecodeGrant(req *adminpb.ConnectRequest, resp *adminpb.ConnectResponse) (Grant, error) {
 	var g Grant
-	if v := resp.GetProtocolVersion(); v != spec.ProtocolVersion {
-		return g, fmt.Errorf("%w: the server speaks protocol version %d, this end %d", ErrMismatch, v, spec.ProtocolVersion)
+	if err := CheckVersion(resp); err != nil {
+		return g, err
 	}
 	mode := resp.GetMode()
 	if want := req.GetMode(); want != "" && mode != want {

@@ -62,7 +62,8 @@ func TestConnect(t *testing.T) {
 		"other mode":   {&adminpb.ConnectRequest{Mode: spec.ModeSpecS0, ProtocolVersion: spec.ProtocolVersion}, dataplane.ErrFailedPrecondition},
 		"old protocol": {&adminpb.ConnectRequest{ProtocolVersion: spec.ProtocolVersion - 1}, dataplane.ErrFailedPrecondition},
 		"bad address":  {&adminpb.ConnectRequest{Qps: []*adminpb.Endpoint{{Address: []byte{1}}}, ProtocolVersion: spec.ProtocolVersion}, dataplane.ErrInvalidArgument},
-		"wide QPN":     {&adminpb.ConnectRequest{ConnQps: []*adminpb.Endpoint{pb(addr(1), 1<<24)}, ProtocolVersion: spec.ProtocolVersion}, dataplane.ErrInvalidArgument},
+		"wide QPN": {&adminpb.ConnectRequest{Qps: []*adminpb.Endpoint{pb(addr(1), 1)}, ConnQps: []*adminpb.Endpoint{pb(addr(1), 1<<24)},
+			ProtocolVersion: spec.ProtocolVersion}, dataplane.ErrInvalidArgument},
 	} {
 		if _, err := b.Connect(ctx, c.req); !errors.Is(err, c.want) {
 			t.Errorf("%s: %v, want %v", name, err, c.want)
