@@ -134,15 +134,26 @@ func EncodeEndpoint(e Endpoint) *adminpb.Endpoint {
 // DecodeEndpoint reads a QP's name: a 20-byte address and a QPN in
 // 1 … verbs.MaxQPN (0 is no data QP; the wire carries 24 bits).
 func DecodeEndpoint(pb *adminpb.Endpoint) (Endpoint, error) {
-	var e Endpoint
-	if err := e.Addr.UnmarshalBinary(pb.GetAddress()); err != nil {
-		return e, fmt.Errorf("%w: %v", ErrMalformed, err)
+	e, err := decodeEndpoint(pb)
+	if err != nil {
+		return Endpoint{}, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	return e, nil
+}
+
+// decodeEndpoint is DecodeEndpoint with errors of no kind.
+func decodeEndpoint(pb *adminpb.Endpoint) (Endpoint, error) {
+	var a verbs.Address
+	if len(pb.GetAddress()) != verbs.AddressLen {
+		return Endpoint{}, fmt.Errorf("address is %d bytes, want %d", len(pb.GetAddress()), verbs.AddressLen)
+	}
+	if err := a.UnmarshalBinary(pb.GetAddress()); err != nil {
+		return Endpoint{}, err
 	}
 	if q := pb.GetQpn(); q == 0 || q > uint32(verbs.MaxQPN) {
-		return e, fmt.Errorf("%w: qpn %d outside 1..%d", ErrMalformed, q, verbs.MaxQPN)
+		return Endpoint{}, fmt.Errorf("qpn %d outside 1..%d", q, verbs.MaxQPN)
 	}
-	e.QPN = verbs.QPN(pb.GetQpn())
-	return e, nil
+	return Endpoint{Addr: a, QPN: verbs.QPN(pb.GetQpn())}, nil
 }
 
 func encodeEndpoints(eps []Endpoint) []*adminpb.Endpoint {
@@ -163,9 +174,9 @@ func decodeEndpoints(field string, pbs []*adminpb.Endpoint) ([]Endpoint, error) 
 	}
 	out := make([]Endpoint, len(pbs))
 	for i, pb := range pbs {
-		e, err := DecodeEndpoint(pb)
+		e, err := decodeEndpoint(pb)
 		if err != nil {
-			return nil, fmt.Errorf("%s[%d]: %w", field, i, err)
+			return nil, fmt.Errorf("%w: %s[%d]: %v", ErrMalformed, field, i, err)
 		}
 		out[i] = e
 	}
