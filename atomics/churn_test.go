@@ -5,7 +5,7 @@ import (
 	"net/netip"
 	"testing"
 
-	"github.com/seqd/seqd/dataplane"
+	"github.com/seqd/seqd/admin/handshake"
 	"github.com/seqd/seqd/verbs"
 )
 
@@ -25,12 +25,12 @@ func TestChurnBoundsState(t *testing.T) {
 	const cycles = 3000
 	for i := range cycles {
 		ip := netip.AddrFrom4([4]byte{127, 1, byte(i >> 8), byte(i)})
-		ep := dataplane.Endpoint{Addr: verbs.Address{GID: verbs.GIDFromAddr(ip), Port: 4791}, QPN: 0x100}
-		g, err := srv.Admit(context.Background(), dataplane.Admission{Name: "churn", QPs: []dataplane.Endpoint{ep, {Addr: ep.Addr, QPN: 0x101}}}, dataplane.SessionRef{})
+		ep := handshake.Endpoint{Addr: verbs.Address{GID: verbs.GIDFromAddr(ip), Port: 4791}, QPN: 0x100}
+		g, err := srv.Admit(context.Background(), handshake.Admission{Name: "churn", QPs: []handshake.Endpoint{ep, {Addr: ep.Addr, QPN: 0x101}}}, handshake.SessionRef{})
 		if err != nil {
 			t.Fatalf("cycle %d: Admit = %v", i, err)
 		}
-		if err := srv.Release(context.Background(), dataplane.SessionRef{ID: g.Session}); err != nil {
+		if err := srv.Release(context.Background(), handshake.SessionRef{ID: g.Session}); err != nil {
 			t.Fatalf("cycle %d: Release = %v", i, err)
 		}
 	}

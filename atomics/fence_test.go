@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seqd/seqd/dataplane"
+	"github.com/seqd/seqd/admin/handshake"
 	"github.com/seqd/seqd/oracle"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
@@ -23,13 +23,13 @@ type peer struct {
 	cq  verbs.CQ
 	res verbs.MR
 	be  bool
-	g   dataplane.Grant
+	g   handshake.Grant
 	wcs [1]verbs.WC
 }
 
 // admitPeer admits a new client of srv from its own soft device, with
 // the identities a (a.QPs is filled in here).
-func admitPeer(t testing.TB, srv *Server, a dataplane.Admission) (*peer, error) {
+func admitPeer(t testing.TB, srv *Server, a handshake.Admission) (*peer, error) {
 	t.Helper()
 	dev := open(t, "")
 	pd, err := dev.AllocPD()
@@ -48,8 +48,8 @@ func admitPeer(t testing.TB, srv *Server, a dataplane.Admission) (*peer, error) 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.qp.Close(); p.res.Close(); p.cq.Close(); pd.Close() })
-	a.QPs = []dataplane.Endpoint{{Addr: p.qp.Address(), QPN: p.qp.QPN()}}
-	if p.g, err = srv.Admit(context.Background(), a, dataplane.SessionRef{}); err != nil {
+	a.QPs = []handshake.Endpoint{{Addr: p.qp.Address(), QPN: p.qp.QPN()}}
+	if p.g, err = srv.Admit(context.Background(), a, handshake.SessionRef{}); err != nil {
 		return nil, err
 	}
 	if err := verbs.Connect(p.qp, verbs.ConnectAttr{Remote: p.g.ServerConnQPs[0].Addr, RemoteQPN: p.g.ServerConnQPs[0].QPN,
@@ -171,12 +171,12 @@ func TestHostileAtomicsRefused(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer srv.Close()
-			a, err := admitPeer(t, srv, dataplane.Admission{Name: "A"})
+			a, err := admitPeer(t, srv, handshake.Admission{Name: "A"})
 			if err != nil {
 				t.Fatal(err)
 			}
 			served := a.take(2000)
-			m, err := admitPeer(t, srv, dataplane.Admission{Name: "mallory"})
+			m, err := admitPeer(t, srv, handshake.Admission{Name: "mallory"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -184,7 +184,7 @@ func TestHostileAtomicsRefused(t *testing.T) {
 				served = append(served, v)
 				t.Errorf("hostile %s completed (fetched %d); the counter is now at %d", h.name, v, srv.Next())
 			}
-			b, err := admitPeer(t, srv, dataplane.Admission{Name: "B"})
+			b, err := admitPeer(t, srv, handshake.Admission{Name: "B"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -222,12 +222,12 @@ func TestRestartServesNoValueTwice(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			a, err := admitPeer(t, srv, dataplane.Admission{Name: "A"})
+			a, err := admitPeer(t, srv, handshake.Admission{Name: "A"})
 			if err != nil {
 				t.Fatal(err)
 			}
 			served := a.take(2000)
-			m, err := admitPeer(t, srv, dataplane.Admission{Name: "mallory"})
+			m, err := admitPeer(t, srv, handshake.Admission{Name: "mallory"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -235,7 +235,7 @@ func TestRestartServesNoValueTwice(t *testing.T) {
 				served = append(served, v)
 				t.Errorf("hostile %s completed (fetched %d)", h.name, v)
 			}
-			b, err := admitPeer(t, srv, dataplane.Admission{Name: "B"})
+			b, err := admitPeer(t, srv, handshake.Admission{Name: "B"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -253,7 +253,7 @@ func TestRestartServesNoValueTwice(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer srv2.Close()
-			c, err := admitPeer(t, srv2, dataplane.Admission{Name: "C"})
+			c, err := admitPeer(t, srv2, handshake.Admission{Name: "C"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -295,7 +295,7 @@ func TestMonitorFencesSlippedAdd(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer srv.Close()
-			a, err := admitPeer(t, srv, dataplane.Admission{Name: "A"})
+			a, err := admitPeer(t, srv, handshake.Admission{Name: "A"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -311,7 +311,7 @@ func TestMonitorFencesSlippedAdd(t *testing.T) {
 				t.Errorf("A's session survived the fence")
 			}
 			waitFor(t, "admitting again", func() bool { return !srv.Lease().Fenced })
-			b, err := admitPeer(t, srv, dataplane.Admission{Name: "B"})
+			b, err := admitPeer(t, srv, handshake.Admission{Name: "B"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -341,7 +341,7 @@ func TestNoValueBeyondLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	a, err := admitPeer(t, srv, dataplane.Admission{Name: "A"})
+	a, err := admitPeer(t, srv, handshake.Admission{Name: "A"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/seqd/seqd/admin/handshake"
 	"github.com/seqd/seqd/dataplane"
 	wk "github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/spec"
@@ -58,7 +59,7 @@ type Config struct {
 	Interval time.Duration
 	// MaxQPs is the most client QPs admitted at once. Default 1024.
 	MaxQPs int
-	// Trusted are the client identities (dataplane.Admission.Identities)
+	// Trusted are the client identities (handshake.Admission.Identities)
 	// admitted when the provider cannot refuse an atomic other than the
 	// fetch-and-add of one (it offers no verbs.AtomicPolicer: a NIC).
 	// With such a provider and no identity listed, nobody is admitted.
@@ -220,8 +221,8 @@ func (s *Server) Next() uint64 { return s.load() }
 // Admit creates one RC QP per client QP (a.QPs), connected to it, with
 // remote atomic access to the counter. A session replaces names is
 // released first.
-func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces dataplane.SessionRef) (dataplane.Grant, error) {
-	var no dataplane.Grant
+func (s *Server) Admit(ctx context.Context, a handshake.Admission, replaces handshake.SessionRef) (handshake.Grant, error) {
+	var no handshake.Grant
 	if len(a.ConnQPs) != 0 {
 		return no, fmt.Errorf("%w: atomics takes RC QPs in qps, not conn_qps", dataplane.ErrFailedPrecondition)
 	}
@@ -247,7 +248,7 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 		return no, fmt.Errorf("%w: %d QPs admitted, the maximum is %d", ErrArgument, s.nqps, s.cfg.MaxQPs)
 	}
 	var mine []verbs.QP
-	g := dataplane.Grant{RemoteAddr: []uint64{s.mr.Addr()}, RKey: []uint32{s.mr.RKey()}, Epoch: s.cfg.Epoch,
+	g := handshake.Grant{RemoteAddr: []uint64{s.mr.Addr()}, RKey: []uint32{s.mr.RKey()}, Epoch: s.cfg.Epoch,
 		Window: a.Window, High: s.load()}
 	for i, q := range a.QPs {
 		qp, err := s.pd.CreateQP(verbs.QPInitAttr{Type: verbs.RC, SendCQ: s.cq, RecvCQ: s.cq,
@@ -268,7 +269,7 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 			return no, fmt.Errorf("%w: qps[%d]: %v", ErrArgument, i, err)
 		}
 		mine = append(mine, qp)
-		g.ServerConnQPs = append(g.ServerConnQPs, dataplane.Endpoint{Addr: qp.Address(), QPN: qp.QPN()})
+		g.ServerConnQPs = append(g.ServerConnQPs, handshake.Endpoint{Addr: qp.Address(), QPN: qp.QPN()})
 		g.Assignment = append(g.Assignment, uint32(i))
 	}
 	s.nextID++
@@ -280,7 +281,7 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 }
 
 // Release closes a session's QPs.
-func (s *Server) Release(ctx context.Context, r dataplane.SessionRef) error {
+func (s *Server) Release(ctx context.Context, r handshake.SessionRef) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	qps, ok := s.sessions[r.ID]

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seqd/seqd/admin/handshake"
 	"github.com/seqd/seqd/dataplane"
 	"github.com/seqd/seqd/verbs"
 )
@@ -66,7 +67,7 @@ func TestAdmitWithoutPolicyNeedsTrust(t *testing.T) {
 		{[]string{"eve"}, false},
 		{[]string{"eve", "spiffe://seq/client"}, true},
 	} {
-		_, err := admitPeer(t, nic, dataplane.Admission{Name: "c", Identities: c.ids})
+		_, err := admitPeer(t, nic, handshake.Admission{Name: "c", Identities: c.ids})
 		if c.ok && err != nil {
 			t.Errorf("identities %q: Admit = %v, want admitted", c.ids, err)
 		}
@@ -82,7 +83,7 @@ func TestAdmitWithoutPolicyNeedsTrust(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer soft.Close()
-	if _, err := admitPeer(t, soft, dataplane.Admission{Name: "anyone"}); err != nil {
+	if _, err := admitPeer(t, soft, handshake.Admission{Name: "anyone"}); err != nil {
 		t.Errorf("with the policy enforced, Admit = %v", err)
 	}
 	if !soft.Lease().Policed {
@@ -105,7 +106,7 @@ func TestTrustedClientBreachOnNIC(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer srv.Close()
-			trusted := dataplane.Admission{Name: "A", Identities: []string{"svc"}}
+			trusted := handshake.Admission{Name: "A", Identities: []string{"svc"}}
 			a, err := admitPeer(t, srv, trusted)
 			if err != nil {
 				t.Fatal(err)

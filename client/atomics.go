@@ -6,8 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/seqd/seqd/admin/adminpb"
-	"github.com/seqd/seqd/dataplane"
+	"github.com/seqd/seqd/admin/handshake"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 )
@@ -60,8 +59,7 @@ func dialAtomics(ctx context.Context, env *transportEnv) (transport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: atomics QPs: %w", err)
 	}
-	req := &adminpb.ConnectRequest{Window: uint32(env.window), Mode: spec.ModeAtomics, Qps: pbEndpoints(a.endpoints())}
-	return admit(ctx, env, req, a)
+	return admit(ctx, env, handshake.Admission{Window: env.window, QPs: a.endpoints()}, spec.ModeAtomics, a)
 }
 
 // newAtomics creates nqps RC QPs in RESET with window outstanding
@@ -99,19 +97,15 @@ func newAtomics(pd verbs.PD, dev verbs.Device, st *stats, nqps, window int) (c *
 }
 
 // endpoints names the QPs for admission.
-func (c *atomicsConn) endpoints() []dataplane.Endpoint {
+func (c *atomicsConn) endpoints() []handshake.Endpoint {
 	return endpointsOf(c.qps, func(q *atomicsQP) verbs.QP { return q.qp })
 }
 
 // attach connects the QPs to the server's.
-func (c *atomicsConn) attach(g dataplane.Grant) error {
-	if len(g.ServerConnQPs) != len(c.qps) || len(g.ConnPSNs) != len(c.qps) || len(g.RemoteAddr) != 1 || len(g.RKey) != 1 {
-		return fmt.Errorf("%w: connect: malformed atomics grant (%d server QPs, %d PSNs, %d addresses for %d QPs)",
-			ErrUnavailable, len(g.ServerConnQPs), len(g.ConnPSNs), len(g.RemoteAddr), len(c.qps))
-	}
+func (c *atomicsConn) attach(g handshake.Grant) error {
 	for i, q := range c.qps {
 		if err := verbs.Connect(q.qp, verbs.ConnectAttr{Remote: g.ServerConnQPs[i].Addr, RemoteQPN: g.ServerConnQPs[i].QPN,
-			SQPSN: g.ConnPSNs[i] & verbs.PSNMask, Timeout: rcTimeout, RetryCnt: rcRetryCnt, RNRRetry: rcRNRRetry}); err != nil {
+			SQPSN: g.ConnPSNs[i], Timeout: rcTimeout, RetryCnt: rcRetryCnt, RNRRetry: rcRNRRetry}); err != nil {
 			return fmt.Errorf("atomics: client QP %d connect: %w", i, err)
 		}
 	}

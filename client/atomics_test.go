@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seqd/seqd/admin/handshake"
 	"github.com/seqd/seqd/atomics"
-	"github.com/seqd/seqd/dataplane"
 )
 
 type atomicsRig struct {
@@ -35,7 +35,7 @@ func newAtomicsRig(t testing.TB, cfg atomics.Config, srvOpts, cliOpts string, qp
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.conn.Close(); pd.Close() })
-	g, err := r.srv.Admit(context.Background(), dataplane.Admission{Name: "test", QPs: r.conn.endpoints()}, dataplane.SessionRef{})
+	g, err := r.srv.Admit(context.Background(), handshake.Admission{Name: "test", QPs: r.conn.endpoints()}, handshake.SessionRef{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +136,7 @@ func TestAtomicsLeaseRenewsAndFences(t *testing.T) {
 	if st := r.srv.Lease(); !st.Fenced || st.Fences != 1 {
 		t.Fatalf("stats %+v", st)
 	}
-	if _, err := r.srv.Admit(context.Background(), dataplane.Admission{Name: "x", QPs: r.conn.endpoints()}, dataplane.SessionRef{}); !errors.Is(err, atomics.ErrFenced) {
+	if _, err := r.srv.Admit(context.Background(), handshake.Admission{Name: "x", QPs: r.conn.endpoints()}, handshake.SessionRef{}); !errors.Is(err, atomics.ErrFenced) {
 		t.Fatalf("Admit while fenced = %v", err)
 	}
 	r.orc.SetRefuse(false)
@@ -167,7 +167,7 @@ func TestAtomicsStopNoLateAnswers(t *testing.T) {
 			failed++
 		}
 	}
-	if _, err := r.srv.Admit(context.Background(), dataplane.Admission{Name: "x", QPs: r.conn.endpoints()}, dataplane.SessionRef{}); !errors.Is(err, atomics.ErrClosed) {
+	if _, err := r.srv.Admit(context.Background(), handshake.Admission{Name: "x", QPs: r.conn.endpoints()}, handshake.SessionRef{}); !errors.Is(err, atomics.ErrClosed) {
 		t.Fatalf("Admit after Stop = %v", err)
 	}
 }

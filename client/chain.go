@@ -3,7 +3,7 @@ package client
 import (
 	"fmt"
 
-	"github.com/seqd/seqd/dataplane"
+	"github.com/seqd/seqd/admin/handshake"
 	"github.com/seqd/seqd/verbs"
 )
 
@@ -87,14 +87,14 @@ func reapSends[Q chained](cq verbs.CQ, wcs []verbs.WC, qs []Q) int {
 }
 
 // endpointOf names qp for admission.
-func endpointOf(qp verbs.QP) dataplane.Endpoint {
-	return dataplane.Endpoint{Addr: qp.Address(), QPN: qp.QPN()}
+func endpointOf(qp verbs.QP) handshake.Endpoint {
+	return handshake.Endpoint{Addr: qp.Address(), QPN: qp.QPN()}
 }
 
 // endpointsOf names, for admission, the QP qp(q) of each of a
 // transport's qps.
-func endpointsOf[Q any](qps []Q, qp func(Q) verbs.QP) []dataplane.Endpoint {
-	eps := make([]dataplane.Endpoint, len(qps))
+func endpointsOf[Q any](qps []Q, qp func(Q) verbs.QP) []handshake.Endpoint {
+	eps := make([]handshake.Endpoint, len(qps))
 	for i, q := range qps {
 		eps[i] = endpointOf(qp(q))
 	}

@@ -8,8 +8,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/seqd/seqd/admin/adminpb"
-	"github.com/seqd/seqd/dataplane"
+	"github.com/seqd/seqd/admin/handshake"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 )
@@ -88,8 +87,7 @@ func dialDaRPC(ctx context.Context, env *transportEnv) (transport, error) {
 		return nil, err
 	}
 	eps := endpointsOf(t.qps, func(q *darpcQP) verbs.QP { return q.qp })
-	req := &adminpb.ConnectRequest{Mode: spec.ModeDaRPC, Window: uint32(window), Qps: pbEndpoints(eps)}
-	return admit(ctx, env, req, t)
+	return admit(ctx, env, handshake.Admission{Window: window, QPs: eps}, spec.ModeDaRPC, t)
 }
 
 // newDaRPC creates nqps RC QPs in RESET, a CQ and the buffers for a
@@ -128,12 +126,8 @@ func newDaRPC(dev verbs.Device, pd verbs.PD, st *stats, nqps, window int) (t *da
 // attach connects QP i to g.ServerConnQPs[i], both directions starting
 // at g.ConnPSNs[i], posts its answer receives and sets up its window of
 // g.Window calls.
-func (t *darpcTransport) attach(g dataplane.Grant) error {
+func (t *darpcTransport) attach(g handshake.Grant) error {
 	granted := g.Window
-	if granted < 1 || granted > t.window || len(g.ServerConnQPs) != len(t.qps) || len(g.ConnPSNs) != len(t.qps) {
-		return fmt.Errorf("%w: connect: darpc grant of window %d, %d server QPs and %d PSNs for %d QPs (asked window %d)",
-			ErrUnavailable, granted, len(g.ServerConnQPs), len(g.ConnPSNs), len(t.qps), t.window)
-	}
 	t.window = granted
 	t.loc = make([]darpcLoc, len(t.qps)*granted)
 	t.out = make([]result, 0, len(t.loc))
@@ -143,9 +137,6 @@ func (t *darpcTransport) attach(g dataplane.Grant) error {
 	per := min(granted, spec.DaRPCMaxCalls)
 	for i, q := range t.qps {
 		p, psn := g.ServerConnQPs[i], g.ConnPSNs[i]
-		if p.QPN > verbs.MaxQPN || psn > verbs.PSNMask {
-			return fmt.Errorf("%w: connect: darpc server QP %d: %v %v", ErrUnavailable, i, p.QPN, psn)
-		}
 		if err := verbs.Connect(q.qp, verbs.ConnectAttr{Remote: p.Addr, RemoteQPN: p.QPN, RQPSN: psn, SQPSN: psn,
 			Timeout: darpcRCTimeout, RetryCnt: darpcRCRetryCnt}); err != nil {
 			return fmt.Errorf("%w: connect: darpc QP %d: %v", ErrUnavailable, i, err)

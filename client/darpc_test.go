@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/seqd/seqd/admin/adminpb"
+	"github.com/seqd/seqd/admin/handshake"
 	"github.com/seqd/seqd/darpc"
 	"github.com/seqd/seqd/dataplane"
 	"github.com/seqd/seqd/spec"
@@ -47,25 +48,16 @@ func newDaRPCRig(t testing.TB, srvOpts, cliOpts string, qps, window int) *darpcR
 	}
 	r.env = &transportEnv{dev: dev, pd: pd, qps: qps, window: window, name: "test", st: &stats{},
 		connect: func(ctx context.Context, req *adminpb.ConnectRequest) (*adminpb.ConnectResponse, error) {
-			a := dataplane.Admission{Name: req.GetClientName(), Window: int(req.GetWindow())}
-			for _, e := range req.GetQps() {
-				var ad verbs.Address
-				if err := ad.UnmarshalBinary(e.GetAddress()); err != nil {
-					return nil, err
-				}
-				a.QPs = append(a.QPs, dataplane.Endpoint{Addr: ad, QPN: verbs.QPN(e.GetQpn())})
-			}
-			g, err := srv.Admit(ctx, a, dataplane.SessionRef{})
+			a, err := handshake.DecodeAdmission(req, spec.ModeDaRPC)
 			if err != nil {
 				return nil, err
 			}
-			resp := &adminpb.ConnectResponse{SessionId: g.Session, Epoch: g.Epoch, Window: uint32(g.Window)}
-			for i, e := range g.ServerConnQPs {
-				b, _ := e.Addr.MarshalBinary()
-				resp.ServerConnQps = append(resp.ServerConnQps, &adminpb.Endpoint{Address: b, Qpn: uint32(e.QPN)})
-				resp.ConnPsns = append(resp.ConnPsns, uint32(g.ConnPSNs[i]))
+			g, err := srv.Admit(ctx, a, handshake.SessionRef{})
+			if err != nil {
+				return nil, err
 			}
-			return resp, nil
+			g.Mode = spec.ModeDaRPC
+			return handshake.EncodeGrant(g), nil
 		}}
 	tr, err := dialDaRPC(context.Background(), r.env)
 	if err != nil {
@@ -268,7 +260,7 @@ func TestDaRPCServerStop(t *testing.T) {
 	if r.tr.Free() != 0 || r.tr.Outstanding() != 0 {
 		t.Fatalf("free %d outstanding %d", r.tr.Free(), r.tr.Outstanding())
 	}
-	if _, err := r.srv.Admit(context.Background(), dataplane.Admission{QPs: []dataplane.Endpoint{{}}}, dataplane.SessionRef{}); !errors.Is(err, dataplane.ErrUnavailable) {
+	if _, err := r.srv.Admit(context.Background(), handshake.Admission{QPs: []handshake.Endpoint{{}}}, handshake.SessionRef{}); !errors.Is(err, dataplane.ErrUnavailable) {
 		t.Fatalf("admit after stop: %v", err)
 	}
 }
@@ -279,10 +271,10 @@ func TestDaRPCRelease(t *testing.T) {
 	r := newDaRPCRig(t, "", "", 2, 4)
 	r.run(t, 20)
 	ctx := context.Background()
-	if err := r.srv.Release(ctx, dataplane.SessionRef{ID: 1, Epoch: 77}); err != nil {
+	if err := r.srv.Release(ctx, handshake.SessionRef{ID: 1, Epoch: 77}); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.srv.Release(ctx, dataplane.SessionRef{ID: 1, Epoch: 77}); !errors.Is(err, dataplane.ErrUnknownSession) {
+	if err := r.srv.Release(ctx, handshake.SessionRef{ID: 1, Epoch: 77}); !errors.Is(err, dataplane.ErrUnknownSession) {
 		t.Fatalf("second release: %v", err)
 	}
 	if st := r.srv.Stats(); st.Sessions != 0 {
@@ -362,7 +354,7 @@ func TestDaRPCMatching(t *testing.T) {
 	if _, err := sqp.PostRecv([]verbs.RecvWR{{ID: 1, SG: []verbs.SGE{{Addr: smr.Addr(), Length: 64, LKey: smr.LKey()}}}}); err != nil {
 		t.Fatal(err)
 	}
-	g := dataplane.Grant{Window: 4, ServerConnQPs: []dataplane.Endpoint{{Addr: sqp.Address(), QPN: sqp.QPN()}}, ConnPSNs: []verbs.PSN{psn}}
+	g := handshake.Grant{Window: 4, ServerConnQPs: []handshake.Endpoint{{Addr: sqp.Address(), QPN: sqp.QPN()}}, ConnPSNs: []verbs.PSN{psn}}
 	if err := tr.attach(g); err != nil {
 		t.Fatal(err)
 	}

@@ -5,8 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/seqd/seqd/admin/adminpb"
-	"github.com/seqd/seqd/dataplane"
+	"github.com/seqd/seqd/admin/handshake"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 )
@@ -118,7 +117,7 @@ func dialFaSST(ctx context.Context, env *transportEnv) (transport, error) {
 		return nil, fmt.Errorf("client: fasst QPs: %w", err)
 	}
 	qps := endpointsOf(t.qps, func(q *fasstQP) verbs.QP { return q.qp })
-	return admit(ctx, env, &adminpb.ConnectRequest{Mode: spec.ModeFaSST, Window: uint32(window), Qps: pbEndpoints(qps)}, t)
+	return admit(ctx, env, handshake.Admission{Window: window, QPs: qps}, spec.ModeFaSST, t)
 }
 
 func newFaSST(pd verbs.PD, dev verbs.Device, nqps, window int, timeout time.Duration, st *stats) (t *fasstTransport, err error) {
@@ -180,20 +179,10 @@ func newFaSST(pd verbs.PD, dev verbs.Device, nqps, window int, timeout time.Dura
 // attach reads the grant: window, request QPs and Q_Key, the answer
 // Q_Key and the QPs answers come from. It brings the QPs up with the
 // answer Q_Key and posts their RECVs before any request leaves.
-func (t *fasstTransport) attach(g dataplane.Grant) error {
-	if g.Window < 1 || len(g.ServerQPs) == 0 || len(g.Assignment) != len(t.qps) || g.QKey == 0 {
-		return fmt.Errorf("%w: connect: malformed fasst grant (window %d, %d server QPs, %d assignments for %d QPs)",
-			ErrUnavailable, g.Window, len(g.ServerQPs), len(g.Assignment), len(t.qps))
-	}
-	if len(g.AnswerQPs) == 0 || g.AnswerQKey == 0 {
-		return fmt.Errorf("%w: connect: fasst grant without answer QPs or answer Q_Key", ErrUnavailable)
-	}
+func (t *fasstTransport) attach(g handshake.Grant) error {
 	t.answerFrom = sendersOf(g.AnswerQPs)
 	t.window = min(t.window, g.Window)
 	for i, q := range t.qps {
-		if int(g.Assignment[i]) >= len(g.ServerQPs) {
-			return fmt.Errorf("%w: connect: assignment[%d] = %d of %d server QPs", ErrUnavailable, i, g.Assignment[i], len(g.ServerQPs))
-		}
 		srv := g.ServerQPs[g.Assignment[i]]
 		var err error
 		if q.ah, err = t.pd.CreateAH(verbs.AHAttr{Dest: srv.Addr, PortNum: 1}); err != nil {

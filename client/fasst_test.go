@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/seqd/seqd/admin/adminpb"
-	"github.com/seqd/seqd/dataplane"
+	"github.com/seqd/seqd/admin/handshake"
 	"github.com/seqd/seqd/fasst"
 	wk "github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/spec"
@@ -44,11 +44,11 @@ func newFaSSTRig(t testing.TB, srvOpts, cliOpts string, qps, window int) *fasstR
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.tr.Close() })
-	a := dataplane.Admission{Name: "test", Window: window}
+	a := handshake.Admission{Name: "test", Window: window}
 	for _, q := range r.tr.qps {
-		a.QPs = append(a.QPs, dataplane.Endpoint{Addr: q.qp.Address(), QPN: q.qp.QPN()})
+		a.QPs = append(a.QPs, handshake.Endpoint{Addr: q.qp.Address(), QPN: q.qp.QPN()})
 	}
-	g, err := srv.Admit(context.Background(), a, dataplane.SessionRef{})
+	g, err := srv.Admit(context.Background(), a, handshake.SessionRef{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,12 +122,11 @@ func newFaSSTFake(t *testing.T, window int) (*fakeServer, *fasstTransport, *stat
 		t.Fatal(err)
 	}
 	st := &stats{}
-	a, _ := f.end.QP.Address().MarshalBinary()
-	self := &adminpb.Endpoint{Address: a, Qpn: uint32(f.end.QP.QPN())}
+	self := endpointOf(f.end.QP)
 	env := &transportEnv{dev: cdev, pd: pd, qps: 1, window: window, retransmit: time.Hour, st: st,
 		connect: func(ctx context.Context, req *adminpb.ConnectRequest) (*adminpb.ConnectResponse, error) {
-			return &adminpb.ConnectResponse{Window: uint32(window), Qkey: f.qkey, AnswerQkey: f.aqkey,
-				ServerQps: []*adminpb.Endpoint{self}, Assignment: []uint32{0}, AnswerQps: []*adminpb.Endpoint{self}}, nil
+			return handshake.EncodeGrant(handshake.Grant{Mode: spec.ModeFaSST, Window: window, QKey: f.qkey, AnswerQKey: f.aqkey,
+				ServerQPs: []handshake.Endpoint{self}, Assignment: []uint32{0}, AnswerQPs: []handshake.Endpoint{self}}), nil
 		}}
 	tr, err := dialFaSST(context.Background(), env)
 	if err != nil {

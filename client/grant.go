@@ -4,26 +4,24 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/seqd/seqd/admin/adminpb"
-	"github.com/seqd/seqd/dataplane"
+	"github.com/seqd/seqd/admin/handshake"
 	"github.com/seqd/seqd/verbs"
 )
 
-// attacher is a transport whose QPs a grant brings up.
+// attacher is a transport whose QPs a grant brings up. The grant attach
+// gets was decoded by handshake.DecodeGrant for the transport's QPs: it
+// has the mode's shape (spec.ModeFacts.Grant), so attach indexes it
+// without checking it again.
 type attacher interface {
 	transport
-	attach(g dataplane.Grant) error
+	attach(g handshake.Grant) error
 }
 
-// admit runs the Connect for req (tr's QPs) and attaches tr to the grant;
-// tr is closed when either fails. The dialers of the modes whose QPs are
+// admit asks mode to admit a (tr's QPs) and attaches tr to the grant; tr
+// is closed when either fails. The dialers of the modes whose QPs are
 // fresh at every connect end with it.
-func admit(ctx context.Context, env *transportEnv, req *adminpb.ConnectRequest, tr attacher) (transport, error) {
-	resp, err := env.connect(ctx, req)
-	var g dataplane.Grant
-	if err == nil {
-		g, err = grantOf(resp)
-	}
+func admit(ctx context.Context, env *transportEnv, a handshake.Admission, mode string, tr attacher) (transport, error) {
+	g, err := grant(ctx, env, a, mode)
 	if err == nil {
 		err = tr.attach(g)
 	}
@@ -34,70 +32,27 @@ func admit(ctx context.Context, env *transportEnv, req *adminpb.ConnectRequest, 
 	return tr, nil
 }
 
-// grantOf decodes a Connect answer into Go values: what a mode's dialer
-// attaches its QPs to (the inverse of what package modes encodes).
-func grantOf(resp *adminpb.ConnectResponse) (dataplane.Grant, error) {
-	g := dataplane.Grant{Session: resp.GetSessionId(), Epoch: resp.GetEpoch(), Window: int(resp.GetWindow()),
-		QKey: resp.GetQkey(), AnswerQKey: resp.GetAnswerQkey(), Assignment: resp.GetAssignment(),
-		RemoteAddr: resp.GetRemoteAddr(), RKey: resp.GetRkey(), High: resp.GetHigh()}
-	var err error
-	if g.ServerQPs, err = endpoints("server_qps", resp.GetServerQps()); err != nil {
-		return g, err
+// grant runs the Connect asking mode to admit a and decodes the answer:
+// the one way from a Connect answer to the grant a transport attaches to,
+// for every mode.
+func grant(ctx context.Context, env *transportEnv, a handshake.Admission, mode string) (handshake.Grant, error) {
+	req := handshake.EncodeAdmission(a, mode)
+	resp, err := env.connect(ctx, req)
+	if err != nil {
+		return handshake.Grant{}, err
 	}
-	if g.ServerConnQPs, err = endpoints("server_conn_qps", resp.GetServerConnQps()); err != nil {
-		return g, err
-	}
-	if g.AnswerQPs, err = endpoints("answer_qps", resp.GetAnswerQps()); err != nil {
-		return g, err
-	}
-	for _, p := range resp.GetConnPsns() {
-		g.ConnPSNs = append(g.ConnPSNs, verbs.PSN(p))
+	g, err := handshake.DecodeGrant(req, resp)
+	if err != nil {
+		return handshake.Grant{}, fmt.Errorf("%w: connect: %w", ErrUnavailable, err)
 	}
 	return g, nil
 }
 
-func endpoints(field string, eps []*adminpb.Endpoint) ([]dataplane.Endpoint, error) {
-	if len(eps) == 0 {
-		return nil, nil
-	}
-	out := make([]dataplane.Endpoint, len(eps))
-	for i, e := range eps {
-		a, q, err := endpoint(e)
-		if err != nil {
-			return nil, fmt.Errorf("%w: connect: %s[%d]: %v", ErrUnavailable, field, i, err)
-		}
-		out[i] = dataplane.Endpoint{Addr: a, QPN: q}
-	}
-	return out, nil
-}
-
-func endpoint(e *adminpb.Endpoint) (verbs.Address, verbs.QPN, error) {
-	var a verbs.Address
-	err := a.UnmarshalBinary(e.GetAddress())
-	return a, verbs.QPN(e.GetQpn()), err
-}
-
-// pbEndpoints encodes QPs for a ConnectRequest.
-func pbEndpoints(eps []dataplane.Endpoint) []*adminpb.Endpoint {
-	out := make([]*adminpb.Endpoint, len(eps))
-	for i, e := range eps {
-		b, _ := e.Addr.MarshalBinary()
-		out[i] = &adminpb.Endpoint{Address: b, Qpn: uint32(e.QPN)}
-	}
-	return out
-}
-
 // sendersOf is the set of QPs answers may come from.
-func sendersOf(eps []dataplane.Endpoint) verbs.Senders {
+func sendersOf(eps []handshake.Endpoint) verbs.Senders {
 	out := make(verbs.Senders, len(eps))
 	for i, e := range eps {
 		out[i] = verbs.SenderOf(e.Addr, e.QPN)
 	}
 	return out
-}
-
-// senders decodes the server's response QPs (ConnectResponse.answer_qps).
-func senders(eps []*adminpb.Endpoint) (verbs.Senders, error) {
-	des, err := endpoints("answer_qps", eps)
-	return sendersOf(des), err
 }

@@ -5,8 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/seqd/seqd/admin/adminpb"
-	"github.com/seqd/seqd/dataplane"
+	"github.com/seqd/seqd/admin/handshake"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 )
@@ -72,10 +71,8 @@ func dialHERD(ctx context.Context, env *transportEnv) (transport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: herd QPs: %w", err)
 	}
-	req := &adminpb.ConnectRequest{Window: uint32(window), Mode: spec.ModeHERD}
 	qps, conn := h.endpoints()
-	req.Qps, req.ConnQps = pbEndpoints(qps), pbEndpoints(conn)
-	return admit(ctx, env, req, h)
+	return admit(ctx, env, handshake.Admission{Window: window, QPs: qps, ConnQPs: conn}, spec.ModeHERD, h)
 }
 
 // newHERD creates the QPs in RESET: nqps pairs of a UC write QP and a UD
@@ -129,9 +126,9 @@ func newHERD(pd verbs.PD, dev verbs.Device, st *stats, nqps, window int, timeout
 }
 
 // endpoints names the QPs for admission: the UD QPs answers go to, and
-// the UC QPs that write the requests (dataplane.Admission's QPs and
+// the UC QPs that write the requests (handshake.Admission's QPs and
 // ConnQPs).
-func (c *herdConn) endpoints() (recv, write []dataplane.Endpoint) {
+func (c *herdConn) endpoints() (recv, write []handshake.Endpoint) {
 	for _, q := range c.qps {
 		recv = append(recv, endpointOf(q.ud))
 		write = append(write, endpointOf(q.uc))
@@ -141,15 +138,7 @@ func (c *herdConn) endpoints() (recv, write []dataplane.Endpoint) {
 
 // attach brings the QPs up for grant g: RECVs first, then the UC QPs
 // connected to the server's. The window becomes min(window, g.Window).
-func (c *herdConn) attach(g dataplane.Grant) error {
-	n := len(g.ServerConnQPs)
-	if n != len(c.qps) || len(g.RemoteAddr) != n || len(g.RKey) != n || g.Window < 1 {
-		return fmt.Errorf("%w: connect: malformed herd grant (%d server QPs, %d addresses, %d keys for %d QPs, window %d)",
-			ErrUnavailable, n, len(g.RemoteAddr), len(g.RKey), len(c.qps), g.Window)
-	}
-	if len(g.AnswerQPs) == 0 || g.AnswerQKey == 0 {
-		return fmt.Errorf("%w: connect: herd grant without answer QPs or answer Q_Key", ErrUnavailable)
-	}
+func (c *herdConn) attach(g handshake.Grant) error {
 	c.window = min(c.window, g.Window)
 	c.answerFrom = sendersOf(g.AnswerQPs)
 	for i, q := range c.qps {

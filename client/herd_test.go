@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seqd/seqd/admin/handshake"
 	"github.com/seqd/seqd/dataplane"
 	"github.com/seqd/seqd/herd"
 	wk "github.com/seqd/seqd/internal/worker"
@@ -59,7 +60,7 @@ func (r *herdRig) admit(t testing.TB, name string, nqps, window int) *herdConn {
 	}
 	t.Cleanup(func() { c.Close() })
 	recv, write := c.endpoints()
-	g, err := r.srv.Admit(context.Background(), dataplane.Admission{Name: name, Window: window, QPs: recv, ConnQPs: write}, dataplane.SessionRef{})
+	g, err := r.srv.Admit(context.Background(), handshake.Admission{Name: name, Window: window, QPs: recv, ConnQPs: write}, handshake.SessionRef{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,8 +197,8 @@ func TestHERDStopMovesToErr(t *testing.T) {
 		t.Fatalf("served %d after Stop", got-served)
 	}
 	recv, write := r.conn.endpoints()
-	a := dataplane.Admission{Name: "late", Window: 4, QPs: recv[:1], ConnQPs: write[:1]}
-	if _, err := r.srv.Admit(context.Background(), a, dataplane.SessionRef{}); !errors.Is(err, herd.ErrClosed) {
+	a := handshake.Admission{Name: "late", Window: 4, QPs: recv[:1], ConnQPs: write[:1]}
+	if _, err := r.srv.Admit(context.Background(), a, handshake.SessionRef{}); !errors.Is(err, herd.ErrClosed) {
 		t.Fatalf("Admit after Stop = %v", err)
 	}
 }

@@ -6,8 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/seqd/seqd/admin/adminpb"
-	"github.com/seqd/seqd/dataplane"
+	"github.com/seqd/seqd/admin/handshake"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 )
@@ -119,8 +118,7 @@ func dialRFP(ctx context.Context, env *transportEnv) (transport, error) {
 	if err != nil {
 		return nil, err
 	}
-	req := &adminpb.ConnectRequest{Window: uint32(window), Mode: spec.ModeRFP, Qps: pbEndpoints(t.endpoints())}
-	return admit(ctx, env, req, t)
+	return admit(ctx, env, handshake.Admission{Window: window, QPs: t.endpoints()}, spec.ModeRFP, t)
 }
 
 // newRFP creates nqps RC QPs in RESET for up to window requests each;
@@ -173,25 +171,21 @@ func newRFP(pd verbs.PD, dev verbs.Device, st *stats, nqps, window, reads int, t
 }
 
 // endpoints names the QPs for admission.
-func (t *rfpTransport) endpoints() []dataplane.Endpoint {
+func (t *rfpTransport) endpoints() []handshake.Endpoint {
 	return endpointsOf(t.qps, func(q *rfpQP) verbs.QP { return q.qp })
 }
 
-// attach checks the grant and connects the QPs, their RECVs posted
-// before any request is written. For n QPs the grant has n server QPs and
-// 2n PSNs, addresses and keys (PROTOCOL.md, "RFP").
-func (t *rfpTransport) attach(g dataplane.Grant) error {
+// attach connects the QPs, their RECVs posted before any request is
+// written. For n QPs the grant has n server QPs and 2n PSNs, addresses
+// and keys (PROTOCOL.md, "RFP").
+func (t *rfpTransport) attach(g handshake.Grant) error {
 	n := len(t.qps)
-	if len(g.ServerConnQPs) != n || len(g.ConnPSNs) != 2*n || len(g.RemoteAddr) != 2*n || len(g.RKey) != 2*n || g.Window < 1 || g.AnswerQKey == 0 {
-		return fmt.Errorf("%w: connect: malformed rfp grant (%d server QPs, %d PSNs, %d addresses, %d keys for %d QPs, window %d)",
-			ErrUnavailable, len(g.ServerConnQPs), len(g.ConnPSNs), len(g.RemoteAddr), len(g.RKey), n, g.Window)
-	}
 	t.window = min(t.window, g.Window)
 	t.tag = g.AnswerQKey
 	for i, q := range t.qps {
 		s := g.ServerConnQPs[i]
 		if err := verbs.Connect(q.qp, verbs.ConnectAttr{Remote: s.Addr, RemoteQPN: s.QPN,
-			SQPSN: g.ConnPSNs[i] & verbs.PSNMask, RQPSN: g.ConnPSNs[n+i] & verbs.PSNMask,
+			SQPSN: g.ConnPSNs[i], RQPSN: g.ConnPSNs[n+i],
 			Timeout: rfpRCTimeout, RetryCnt: rfpRCRetryCnt}); err != nil {
 			return fmt.Errorf("client: rfp QP %d connect: %w", i, err)
 		}

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seqd/seqd/dataplane"
+	"github.com/seqd/seqd/admin/handshake"
 	wk "github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/rfp"
 	"github.com/seqd/seqd/spec"
@@ -19,7 +19,7 @@ type rfpRig struct {
 	st  *stats
 	t0  time.Time
 	// grants are the grants of every admission, in order.
-	grants []dataplane.Grant
+	grants []handshake.Grant
 }
 
 // newRFPRig starts an rfp server on one soft device and admits a
@@ -52,7 +52,7 @@ func (r *rfpRig) admit(t testing.TB, cliOpts string, qps, window, reads int) *rf
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { tr.Close() })
-	g, err := r.srv.Admit(context.Background(), dataplane.Admission{Name: "test", Window: window, QPs: tr.endpoints()}, dataplane.SessionRef{})
+	g, err := r.srv.Admit(context.Background(), handshake.Admission{Name: "test", Window: window, QPs: tr.endpoints()}, handshake.SessionRef{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/admin/adminpb"
-	"github.com/seqd/seqd/spec"
+	"github.com/seqd/seqd/admin/handshake"
 )
 
 // session is the session the client's last Connect was granted. Dial,
@@ -49,15 +49,15 @@ func (s *session) replaces() []byte {
 // disconnectReq releases the session: by its token, which names only
 // that session.
 func (s *session) disconnectReq() *adminpb.DisconnectRequest {
-	return &adminpb.DisconnectRequest{SessionId: s.id, SessionToken: s.token, Epoch: s.epoch}
+	return handshake.EncodeSessionRef(handshake.SessionRef{ID: s.id, Epoch: s.epoch}, s.token)
 }
 
-// checkVersion refuses a Connect reply of another protocol version: a
-// server admits a client asking for a higher version than its own, so only
-// the client can tell (PROTOCOL.md, "Connecting: what the fields mean").
+// checkVersion refuses a Connect reply of another protocol version
+// (handshake.CheckVersion) before the session is recorded; the grant's
+// decoder checks it again for the dialer.
 func checkVersion(resp *adminpb.ConnectResponse) error {
-	if v := resp.GetProtocolVersion(); v != spec.ProtocolVersion {
-		return fmt.Errorf("%w: connect: the server speaks protocol version %d, this client %d", ErrUnavailable, v, spec.ProtocolVersion)
+	if err := handshake.CheckVersion(resp); err != nil {
+		return fmt.Errorf("%w: connect: %w", ErrUnavailable, err)
 	}
 	return nil
 }

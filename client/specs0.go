@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/seqd/seqd/admin/adminpb"
+	"github.com/seqd/seqd/admin/handshake"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 )
@@ -188,77 +188,63 @@ func (s *specS0) recvSGE(slot uint64) verbs.SGE {
 	return verbs.SGE{Addr: s.recvMR.Addr() + slot*recvSlot, Length: recvSlot, LKey: s.recvMR.LKey()}
 }
 
-// connect runs Connect with the QPs, brings them up (with the session's
-// answer Q_Key) and builds the address handles.
+// connect runs Connect with the QPs through the shared grant path and
+// attaches them to the grant.
 func (s *specS0) connect(ctx context.Context) error {
-	req := &adminpb.ConnectRequest{Window: uint32(s.env.window), Mode: spec.ModeSpecS0}
-	for _, q := range s.qps {
-		a, _ := q.qp.Address().MarshalBinary()
-		req.Qps = append(req.Qps, &adminpb.Endpoint{Address: a, Qpn: uint32(q.qp.QPN())})
-	}
+	a := handshake.Admission{Window: s.env.window, QPs: endpointsOf(s.qps, func(q *s0QP) verbs.QP { return q.qp })}
 	sent := s.env.now() // Connect's high is at least this fresh (PROTOCOL.md)
-	resp, err := s.env.connect(ctx, req)
+	g, err := grant(ctx, s.env, a, spec.ModeSpecS0)
 	if err != nil {
 		return err
 	}
-	if len(resp.GetAssignment()) != len(s.qps) || len(resp.GetServerQps()) == 0 || resp.GetWindow() == 0 ||
-		len(resp.GetAnswerQps()) == 0 || resp.GetAnswerQkey() == 0 {
-		return fmt.Errorf("%w: connect: malformed answer (%d assignments for %d QPs, %d server QPs, window %d, %d answer QPs, answer Q_Key %#x)",
-			ErrUnavailable, len(resp.GetAssignment()), len(s.qps), len(resp.GetServerQps()), resp.GetWindow(),
-			len(resp.GetAnswerQps()), resp.GetAnswerQkey())
-	}
-	from, err := senders(resp.GetAnswerQps())
-	if err != nil {
-		return err
-	}
+	return s.attach(g, sent)
+}
+
+// attach brings the QPs up for grant g (with the session's answer Q_Key)
+// and builds the address handles; g.High is knowledge as of sent, when
+// the Connect was sent. The QPs outlive a failed attach: the next
+// connect attaches them again.
+func (s *specS0) attach(g handshake.Grant, sent time.Duration) error {
 	for _, ah := range s.ahs {
 		ah.Close()
 	}
 	s.ahs, s.srvQPN = s.ahs[:0], s.srvQPN[:0]
-	for i, ep := range resp.GetServerQps() {
-		a, qpn, err := endpoint(ep)
+	for _, ep := range g.ServerQPs {
+		ah, err := s.env.pd.CreateAH(verbs.AHAttr{Dest: ep.Addr, PortNum: 1})
 		if err != nil {
-			return fmt.Errorf("%w: connect: server QP %d: %v", ErrUnavailable, i, err)
-		}
-		ah, err := s.env.pd.CreateAH(verbs.AHAttr{Dest: a, PortNum: 1})
-		if err != nil {
-			return fmt.Errorf("client: address handle for %v: %w", a, err)
+			return fmt.Errorf("client: address handle for %v: %w", ep.Addr, err)
 		}
 		s.ahs = append(s.ahs, ah)
-		s.srvQPN = append(s.srvQPN, qpn)
+		s.srvQPN = append(s.srvQPN, ep.QPN)
 	}
 	for i, q := range s.qps {
 		if q.qp.State() == verbs.StateReset {
-			if err := verbs.BringUpUD(q.qp, resp.GetAnswerQkey(), 0); err != nil {
+			if err := verbs.BringUpUD(q.qp, g.AnswerQKey, 0); err != nil {
 				return fmt.Errorf("client: QP %d bring-up: %w", i, err)
 			}
 			if err := s.postInitialRecvs(i); err != nil {
 				return err
 			}
-		} else if resp.GetAnswerQkey() != s.ansQKey {
-			if err := q.qp.Modify(&verbs.QPAttr{QKey: resp.GetAnswerQkey()}, verbs.AttrQKey); err != nil {
+		} else if g.AnswerQKey != s.ansQKey {
+			if err := q.qp.Modify(&verbs.QPAttr{QKey: g.AnswerQKey}, verbs.AttrQKey); err != nil {
 				return fmt.Errorf("client: QP %d Q_Key: %w", i, err)
 			}
 		}
-		srv := int(resp.GetAssignment()[i])
-		if srv >= len(s.ahs) {
-			return fmt.Errorf("%w: connect: assignment %d out of range", ErrUnavailable, srv)
-		}
-		q.server = srv
-		q.granted = min(int(resp.GetWindow()), s.env.window)
+		q.server = int(g.Assignment[i])
+		q.granted = min(g.Window, s.env.window)
 	}
-	if s.epoch != resp.GetEpoch() {
+	if s.epoch != g.Epoch {
 		s.spec.Forget()
 	}
 	period := time.Duration(0)
-	if f, err := spec.ParseFormat(resp.GetFormat()); err == nil && predictHigh {
-		period = spec.HighPeriod(f)
+	if predictHigh {
+		period = spec.HighPeriod(g.Format)
 	}
 	s.spec.SetPeriod(period) // predict the high part's advance (PROTOCOL.md)
-	s.epoch = resp.GetEpoch()
-	s.qkey, s.ansQKey, s.srvResp = resp.GetQkey(), resp.GetAnswerQkey(), from
-	if h := resp.GetHigh(); h != 0 {
-		s.spec.Learn(sent, h)
+	s.epoch = g.Epoch
+	s.qkey, s.ansQKey, s.srvResp = g.QKey, g.AnswerQKey, sendersOf(g.AnswerQPs)
+	if g.High != 0 {
+		s.spec.Learn(sent, g.High)
 	}
 	return nil
 }

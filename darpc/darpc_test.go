@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seqd/seqd/admin/handshake"
 	"github.com/seqd/seqd/dataplane"
 	"github.com/seqd/seqd/internal/claimtest"
 	wk "github.com/seqd/seqd/internal/worker"
@@ -40,11 +41,11 @@ func newRaw(t testing.TB, dev verbs.Device) *rawConn {
 	return &rawConn{End: verbstest.NewEndAttr(t, dev, verbs.QPInitAttr{Type: verbs.RC, SendCQ: cq, RecvCQ: cq}), wcs: make([]verbs.WC, 8)}
 }
 
-func (r *rawConn) ep() dataplane.Endpoint {
-	return dataplane.Endpoint{Addr: r.QP.Address(), QPN: r.QP.QPN()}
+func (r *rawConn) ep() handshake.Endpoint {
+	return handshake.Endpoint{Addr: r.QP.Address(), QPN: r.QP.QPN()}
 }
 
-func (r *rawConn) attach(t testing.TB, g dataplane.Grant, i int) {
+func (r *rawConn) attach(t testing.TB, g handshake.Grant, i int) {
 	t.Helper()
 	if err := verbs.Connect(r.QP, verbs.ConnectAttr{Remote: g.ServerConnQPs[i].Addr, RemoteQPN: g.ServerConnQPs[i].QPN,
 		RQPSN: g.ConnPSNs[i], SQPSN: g.ConnPSNs[i]}); err != nil {
@@ -113,7 +114,7 @@ func counter(st dataplane.Stats, name string) uint64 {
 func TestMalformedCalls(t *testing.T) {
 	s := newTestServer(t, 1, 0)
 	r := newRaw(t, open(t))
-	g, err := s.Admit(context.Background(), dataplane.Admission{Name: "raw", Window: 4, QPs: []dataplane.Endpoint{r.ep()}}, dataplane.SessionRef{})
+	g, err := s.Admit(context.Background(), handshake.Admission{Name: "raw", Window: 4, QPs: []handshake.Endpoint{r.ep()}}, handshake.SessionRef{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,9 +164,9 @@ func TestLeastLoadedAndChurn(t *testing.T) {
 	for range 4 {
 		rs = append(rs, newRaw(t, dev))
 	}
-	var grants []dataplane.Grant
+	var grants []handshake.Grant
 	for _, r := range rs {
-		g, err := s.Admit(ctx, dataplane.Admission{QPs: []dataplane.Endpoint{r.ep()}}, dataplane.SessionRef{})
+		g, err := s.Admit(ctx, handshake.Admission{QPs: []handshake.Endpoint{r.ep()}}, handshake.SessionRef{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -178,32 +179,32 @@ func TestLeastLoadedAndChurn(t *testing.T) {
 		t.Fatalf("connections per cluster %d and %d, want 2 and 2", n0, n1)
 	}
 	// Over the limit: refused with no capacity.
-	many := make([]dataplane.Endpoint, 5)
+	many := make([]handshake.Endpoint, 5)
 	for i := range many {
 		many[i] = rs[0].ep()
 	}
-	if _, err := s.Admit(ctx, dataplane.Admission{QPs: many}, dataplane.SessionRef{}); !errors.Is(err, dataplane.ErrNoCapacity) {
+	if _, err := s.Admit(ctx, handshake.Admission{QPs: many}, handshake.SessionRef{}); !errors.Is(err, dataplane.ErrNoCapacity) {
 		t.Fatalf("admit beyond MaxClients: %v", err)
 	}
 	// Replacing a session frees its room in the same step.
-	g, err := s.Admit(ctx, dataplane.Admission{QPs: many[:4]}, dataplane.SessionRef{ID: grants[0].Session, Epoch: 9})
+	g, err := s.Admit(ctx, handshake.Admission{QPs: many[:4]}, handshake.SessionRef{ID: grants[0].Session, Epoch: 9})
 	if err != nil {
 		t.Fatalf("replacing admit: %v", err)
 	}
-	if err := s.Release(ctx, dataplane.SessionRef{ID: grants[0].Session, Epoch: 9}); !errors.Is(err, dataplane.ErrUnknownSession) {
+	if err := s.Release(ctx, handshake.SessionRef{ID: grants[0].Session, Epoch: 9}); !errors.Is(err, dataplane.ErrUnknownSession) {
 		t.Fatalf("the replaced session is still there: %v", err)
 	}
 	for _, x := range append(grants[1:], g) {
-		if err := s.Release(ctx, dataplane.SessionRef{ID: x.Session, Epoch: 9}); err != nil {
+		if err := s.Release(ctx, handshake.SessionRef{ID: x.Session, Epoch: 9}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for i := range 300 {
-		g, err := s.Admit(ctx, dataplane.Admission{QPs: []dataplane.Endpoint{rs[i%4].ep(), rs[(i+1)%4].ep()}, Window: 8}, dataplane.SessionRef{})
+		g, err := s.Admit(ctx, handshake.Admission{QPs: []handshake.Endpoint{rs[i%4].ep(), rs[(i+1)%4].ep()}, Window: 8}, handshake.SessionRef{})
 		if err != nil {
 			t.Fatalf("cycle %d: %v", i, err)
 		}
-		if err := s.Release(ctx, dataplane.SessionRef{ID: g.Session, Epoch: 9}); err != nil {
+		if err := s.Release(ctx, handshake.SessionRef{ID: g.Session, Epoch: 9}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -251,7 +252,7 @@ func TestConfig(t *testing.T) {
 func TestNoValuesAfterMaxResidence(t *testing.T) {
 	s := newTestServer(t, 1, 0)
 	r := newRaw(t, open(t))
-	g, err := s.Admit(context.Background(), dataplane.Admission{Window: 4, QPs: []dataplane.Endpoint{r.ep()}}, dataplane.SessionRef{})
+	g, err := s.Admit(context.Background(), handshake.Admission{Window: 4, QPs: []handshake.Endpoint{r.ep()}}, handshake.SessionRef{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/seqd/seqd/admin/handshake"
 	"github.com/seqd/seqd/dataplane"
 	wk "github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/spec"
@@ -145,15 +146,15 @@ func New(cfg Config) (*Server, error) {
 // loaded worker, with window receives posted, and connects it to the
 // client QP. Both directions of connection i start at the random PSN
 // Grant.ConnPSNs[i].
-func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces dataplane.SessionRef) (dataplane.Grant, error) {
+func (s *Server) Admit(ctx context.Context, a handshake.Admission, replaces handshake.SessionRef) (handshake.Grant, error) {
 	if err := wk.CheckQPs(a.QPs); err != nil {
-		return dataplane.Grant{}, err
+		return handshake.Grant{}, err
 	}
 	window := wk.Window(a.Window, DefaultWindow, s.cfg.MaxWindow)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stopped.Load() {
-		return dataplane.Grant{}, fmt.Errorf("%w: darpc stopped", dataplane.ErrUnavailable)
+		return handshake.Grant{}, fmt.Errorf("%w: darpc stopped", dataplane.ErrUnavailable)
 	}
 	for _, w := range s.Workers {
 		w.reclaim()
@@ -164,24 +165,24 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 		have -= len(old.conns)
 	}
 	if have+len(a.QPs) > s.cfg.MaxClients {
-		return dataplane.Grant{}, fmt.Errorf("%w: %d client QPs admitted, the maximum is %d", dataplane.ErrNoCapacity, have, s.cfg.MaxClients)
+		return handshake.Grant{}, fmt.Errorf("%w: %d client QPs admitted, the maximum is %d", dataplane.ErrNoCapacity, have, s.cfg.MaxClients)
 	}
 	sess := &session{name: a.Name}
-	g := dataplane.Grant{Epoch: s.cfg.Epoch, Window: window}
+	g := handshake.Grant{Epoch: s.cfg.Epoch, Window: window}
 	for i, q := range a.QPs {
 		w := s.leastLoaded(window)
 		if w == nil {
 			s.drop(sess)
-			return dataplane.Grant{}, fmt.Errorf("%w: no worker has room for a connection of window %d", dataplane.ErrNoCapacity, window)
+			return handshake.Grant{}, fmt.Errorf("%w: no worker has room for a connection of window %d", dataplane.ErrNoCapacity, window)
 		}
 		psn := verbs.RandomPSN()
 		c, err := w.admit(q, window, psn)
 		if err != nil {
 			s.drop(sess)
-			return dataplane.Grant{}, fmt.Errorf("qps[%d]: %w", i, err)
+			return handshake.Grant{}, fmt.Errorf("qps[%d]: %w", i, err)
 		}
 		sess.conns = append(sess.conns, c)
-		g.ServerConnQPs = append(g.ServerConnQPs, dataplane.Endpoint{Addr: c.qp.Address(), QPN: c.qp.QPN()})
+		g.ServerConnQPs = append(g.ServerConnQPs, handshake.Endpoint{Addr: c.qp.Address(), QPN: c.qp.QPN()})
 		g.ConnPSNs = append(g.ConnPSNs, psn)
 	}
 	if old != nil {
@@ -234,7 +235,7 @@ func (s *Server) drop(sess *session) {
 
 // Release ends a session: its QPs move to ERR at once and are destroyed
 // once their worker can no longer touch them.
-func (s *Server) Release(ctx context.Context, ref dataplane.SessionRef) error {
+func (s *Server) Release(ctx context.Context, ref handshake.SessionRef) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sess, err := wk.Lookup(s.sessions, ref, s.cfg.Epoch, "darpc session")

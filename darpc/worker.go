@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/seqd/seqd/admin/handshake"
 	"github.com/seqd/seqd/dataplane"
 	wk "github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/spec"
@@ -138,7 +139,7 @@ func newWorker(s *Server, id int) (*worker, error) {
 
 // admit creates connection q's server QP on this worker. Called with
 // Server.mu held; publish makes it visible to the worker.
-func (w *worker) admit(q dataplane.Endpoint, window int, psn verbs.PSN) (c *conn, err error) {
+func (w *worker) admit(q handshake.Endpoint, window int, psn verbs.PSN) (c *conn, err error) {
 	sq := 4 * window
 	c = &conn{w: w, window: window, sqDepth: sq}
 	defer func() {

@@ -3,9 +3,10 @@
 // A mode (spec-s0, herd, atomics, fasst, darpc, rfp) lives in a folder of
 // its own and exposes one Start function of type Factory. The Mode it
 // returns admits and releases sessions, serves them on its own goroutines,
-// reports Stats and stops. It speaks Go values only: package modes is the
-// one package that translates them to and from the admin protocol
-// (adminpb), keeps the registry of modes, and turns Stats into metrics.
+// reports Stats and stops. It speaks Go values only: the handshake's
+// (admin/handshake: Admission, Grant, SessionRef, whose one translation
+// to and from the admin protocol is there) and its own. Package modes
+// keeps the registry of modes and turns Stats into metrics.
 //
 // Adding a mode takes one server folder implementing Mode, one client
 // file (client/<mode>.go) and one registration line in each registry
@@ -17,86 +18,23 @@ import (
 	"errors"
 	"log/slog"
 
+	"github.com/seqd/seqd/admin/handshake"
 	"github.com/seqd/seqd/internal/hist"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 )
 
-// The kinds of error a Mode returns, wrapped with detail. Package modes
-// maps each to the admin error (and gRPC code) of the same name.
+// The kinds of error a Mode returns, wrapped with detail: the
+// handshake's (one definition each, handshake.ErrUnavailable ...).
+// Package modes maps each to the admin error (and gRPC code) of the same
+// name.
 var (
-	// ErrUnavailable: the mode is stopping or failed; try again later.
-	ErrUnavailable = errors.New("unavailable")
-	// ErrNoCapacity: admitting the session would exceed a limit.
-	ErrNoCapacity = errors.New("no capacity")
-	// ErrInvalidArgument: the admission request is malformed.
-	ErrInvalidArgument = errors.New("invalid argument")
-	// ErrFailedPrecondition: well formed, but not for this mode or state
-	// (a QP already connected, the wrong QP kinds).
-	ErrFailedPrecondition = errors.New("failed precondition")
-	// ErrUnknownSession: no such session in this mode and epoch.
-	ErrUnknownSession = errors.New("unknown session")
+	ErrUnavailable        = handshake.ErrUnavailable
+	ErrNoCapacity         = handshake.ErrNoCapacity
+	ErrInvalidArgument    = handshake.ErrInvalidArgument
+	ErrFailedPrecondition = handshake.ErrFailedPrecondition
+	ErrUnknownSession     = handshake.ErrUnknownSession
 )
-
-// Endpoint names a queue pair: its address and number.
-type Endpoint struct {
-	Addr verbs.Address
-	QPN  verbs.QPN
-}
-
-// Admission is a client's request to be admitted (ConnectRequest in Go
-// values; the protocol version and mode name were checked by modes).
-type Admission struct {
-	Name string
-	// Window is the outstanding requests asked for per client QP (0: the
-	// mode's default). The mode grants at most its maximum.
-	Window int
-	// QPs are the client's QPs: those the server answers (UD) or
-	// connects to (RC, UC). ConnQPs is a second set for modes that need
-	// two kinds (herd: the UC QPs that WRITE requests).
-	QPs, ConnQPs []Endpoint
-	// Identities are the caller's verified identities (its admin-plane
-	// client certificate's); empty for an anonymous caller. A mode that
-	// cannot hold every client to its protocol admits only trusted ones
-	// (atomics on a NIC).
-	Identities []string
-}
-
-// SessionRef names one session of one epoch (DisconnectRequest, and the
-// session a Connect replaces).
-type SessionRef struct {
-	ID    uint64
-	Epoch uint64
-}
-
-// Grant is what an admitted client learns (ConnectResponse in Go values;
-// modes fills in mode, format, protocol version and token). Fields a mode
-// does not use stay empty.
-type Grant struct {
-	Session uint64
-	Epoch   uint64
-	Window  int
-	// QKey is the request Q_Key (the server's request QPs'); AnswerQKey
-	// the session's own, carried by every answer.
-	QKey, AnswerQKey uint32
-	// ServerQPs are the server's request QPs; client QP i sends to
-	// ServerQPs[Assignment[i]].
-	ServerQPs  []Endpoint
-	Assignment []uint32
-	// ServerConnQPs are the server's connected QPs (RC/UC), one per
-	// client QP, with the first PSN each expects in ConnPSNs.
-	ServerConnQPs []Endpoint
-	ConnPSNs      []verbs.PSN
-	// AnswerQPs are the QPs answers come from: the client drops any
-	// other sender.
-	AnswerQPs []Endpoint
-	// RemoteAddr and RKey name server memory the client accesses with
-	// one-sided verbs (per client QP, or one region).
-	RemoteAddr []uint64
-	RKey       []uint32
-	// High is a recent value (the initial speculation); 0: none.
-	High uint64
-}
 
 // Stats are a mode's statistics at one moment (StatusResponse and the
 // metrics, in Go values).
@@ -135,9 +73,9 @@ type Mode interface {
 	// Admit admits a session. When replaces names a session this mode
 	// and epoch still hold, it is released in the same step, and a on
 	// failure keeps it.
-	Admit(ctx context.Context, a Admission, replaces SessionRef) (Grant, error)
+	Admit(ctx context.Context, a handshake.Admission, replaces handshake.SessionRef) (handshake.Grant, error)
 	// Release releases a session: ErrUnknownSession when there is none.
-	Release(ctx context.Context, s SessionRef) error
+	Release(ctx context.Context, s handshake.SessionRef) error
 	Stats() Stats
 	// Stop drains the mode and moves its QPs to ERR; it returns the
 	// highest value the mode could have handed out outside the oracle
@@ -194,7 +132,7 @@ type Factory func(ctx context.Context, cfg Config) (Mode, error)
 // a mode whose sessions never share resources, so that Admit may release
 // the session it replaces before it admits the new one. A session
 // already gone is no error.
-func ReleaseReplaced(ctx context.Context, m Mode, r SessionRef) error {
+func ReleaseReplaced(ctx context.Context, m Mode, r handshake.SessionRef) error {
 	if r.ID == 0 {
 		return nil
 	}

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/seqd/seqd/admin/handshake"
 	"github.com/seqd/seqd/dataplane"
 	wk "github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/verbs"
@@ -71,34 +72,34 @@ func New(cfg Config) (*Server, error) {
 // admitted to it. The client QPs send to their worker's request QP
 // (Grant.ServerQPs[Grant.Assignment[i]]) with Grant.QKey; answers come
 // from Grant.AnswerQPs with Grant.AnswerQKey, the session's own.
-func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces dataplane.SessionRef) (dataplane.Grant, error) {
+func (s *Server) Admit(ctx context.Context, a handshake.Admission, replaces handshake.SessionRef) (handshake.Grant, error) {
 	if s.stopped.Load() {
-		return dataplane.Grant{}, fmt.Errorf("%w: fasst: stopping", dataplane.ErrUnavailable)
+		return handshake.Grant{}, fmt.Errorf("%w: fasst: stopping", dataplane.ErrUnavailable)
 	}
 	if len(a.QPs) == 0 {
-		return dataplane.Grant{}, fmt.Errorf("%w: fasst: no queue pairs", dataplane.ErrInvalidArgument)
+		return handshake.Grant{}, fmt.Errorf("%w: fasst: no queue pairs", dataplane.ErrInvalidArgument)
 	}
 	if a.Window < 0 {
-		return dataplane.Grant{}, fmt.Errorf("%w: fasst: window %d", dataplane.ErrInvalidArgument, a.Window)
+		return handshake.Grant{}, fmt.Errorf("%w: fasst: window %d", dataplane.ErrInvalidArgument, a.Window)
 	}
 	window, err := wk.SessionWindow(a.Window, DefaultWindow, s.cfg.MaxWindow, len(a.QPs), s.cfg.SessionCap(s.cfg.budget()))
 	if err != nil {
-		return dataplane.Grant{}, err
+		return handshake.Grant{}, err
 	}
 	ids, err := s.cfg.PeerIDs(a.QPs)
 	if err != nil {
-		return dataplane.Grant{}, fmt.Errorf("fasst: %w", err)
+		return handshake.Grant{}, fmt.Errorf("fasst: %w", err)
 	}
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stopped.Load() {
-		return dataplane.Grant{}, fmt.Errorf("%w: fasst: stopping", dataplane.ErrUnavailable)
+		return handshake.Grant{}, fmt.Errorf("%w: fasst: stopping", dataplane.ErrUnavailable)
 	}
 	if err := ctx.Err(); err != nil {
 		// The caller gave up while waiting for the lock: admitting it
 		// now would leave a session nobody knows of.
-		return dataplane.Grant{}, fmt.Errorf("%w: fasst: connect: %v", dataplane.ErrUnavailable, err)
+		return handshake.Grant{}, fmt.Errorf("%w: fasst: connect: %v", dataplane.ErrUnavailable, err)
 	}
 	prev, _ := wk.Replaced(s.sessions, replaces, s.cfg.Epoch)
 	n := len(s.sessions)
@@ -110,12 +111,12 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 		}
 	}
 	if n >= s.cfg.MaxClients {
-		return dataplane.Grant{}, fmt.Errorf("%w: fasst: %d sessions, the maximum", dataplane.ErrNoCapacity, n)
+		return handshake.Grant{}, fmt.Errorf("%w: fasst: %d sessions, the maximum", dataplane.ErrNoCapacity, n)
 	}
 	for i, id := range ids {
 		for _, w := range s.Workers {
 			if p := w.peers.Get(id); p != nil && (prev == nil || p.Session != prev.id) {
-				return dataplane.Grant{}, fmt.Errorf("%w: fasst: QP %v at %v is already connected", dataplane.ErrFailedPrecondition, a.QPs[i].QPN, a.QPs[i].Addr)
+				return handshake.Grant{}, fmt.Errorf("%w: fasst: QP %v at %v is already connected", dataplane.ErrFailedPrecondition, a.QPs[i].QPN, a.QPs[i].Addr)
 			}
 		}
 	}
@@ -128,7 +129,7 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 	}
 	for wi, e := range extra {
 		if b := s.Workers[wi].budget + e - freed[wi]; b > s.cfg.budget() {
-			return dataplane.Grant{}, fmt.Errorf("%w: fasst: worker %d would take windows of %d, the maximum is %d", dataplane.ErrNoCapacity, wi, b, s.cfg.budget())
+			return handshake.Grant{}, fmt.Errorf("%w: fasst: worker %d would take windows of %d, the maximum is %d", dataplane.ErrNoCapacity, wi, b, s.cfg.budget())
 		}
 	}
 	now := time.Now()
@@ -139,7 +140,7 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 	qkey := verbs.RandomQKey(s.cfg.QKey)
 	admitted, err := wk.AdmitPeers(s.AHs, a.QPs, ids, sess.id, qkey, window, now)
 	if err != nil {
-		return dataplane.Grant{}, fmt.Errorf("fasst: %w", err)
+		return handshake.Grant{}, fmt.Errorf("fasst: %w", err)
 	}
 	for i, p := range admitted {
 		sess.peers = append(sess.peers, &peer{Peer: p})
@@ -156,17 +157,17 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 	}
 	s.sessions[sess.id] = sess
 	s.nsessions.Store(int64(len(s.sessions)))
-	g := dataplane.Grant{Session: sess.id, Epoch: s.cfg.Epoch, Window: window, QKey: s.cfg.QKey, AnswerQKey: qkey,
+	g := handshake.Grant{Session: sess.id, Epoch: s.cfg.Epoch, Window: window, QKey: s.cfg.QKey, AnswerQKey: qkey,
 		Assignment: assign, AnswerQPs: s.AnswerQPs} // High: the admin adapter reads it from the oracle
 	for _, w := range s.Workers {
-		g.ServerQPs = append(g.ServerQPs, dataplane.Endpoint{Addr: w.reqQP.Address(), QPN: w.reqQP.QPN()})
+		g.ServerQPs = append(g.ServerQPs, handshake.Endpoint{Addr: w.reqQP.Address(), QPN: w.reqQP.QPN()})
 	}
 	s.log.Debug("fasst client admitted", "session", sess.id, "name", a.Name, "qps", len(ids), "window", window)
 	return g, nil
 }
 
 // Release ends a session of this epoch.
-func (s *Server) Release(ctx context.Context, r dataplane.SessionRef) error {
+func (s *Server) Release(ctx context.Context, r handshake.SessionRef) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sess, err := wk.Lookup(s.sessions, r, s.cfg.Epoch, "fasst: session")

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seqd/seqd/admin/handshake"
 	"github.com/seqd/seqd/dataplane"
 	"github.com/seqd/seqd/internal/claimtest"
 	wk "github.com/seqd/seqd/internal/worker"
@@ -31,7 +32,7 @@ func newServer(t testing.TB, orc *claimtest.Oracle, workers, maxClients int) *Se
 	return s
 }
 
-func ep(a verbs.Address, q verbs.QPN) dataplane.Endpoint { return dataplane.Endpoint{Addr: a, QPN: q} }
+func ep(a verbs.Address, q verbs.QPN) handshake.Endpoint { return handshake.Endpoint{Addr: a, QPN: q} }
 
 func addr(i int) verbs.Address {
 	return verbs.Address{GID: verbs.GIDFromAddr(netip.AddrFrom4([4]byte{127, 1, byte(i >> 8), byte(i)})), Port: 4791}
@@ -40,8 +41,8 @@ func addr(i int) verbs.Address {
 func TestAdmitRefusals(t *testing.T) {
 	s := newServer(t, &claimtest.Oracle{}, 2, 2)
 	ctx := context.Background()
-	ok := dataplane.Admission{QPs: []dataplane.Endpoint{ep(addr(1), 0x10)}, Window: 4}
-	g, err := s.Admit(ctx, ok, dataplane.SessionRef{})
+	ok := handshake.Admission{QPs: []handshake.Endpoint{ep(addr(1), 0x10)}, Window: 4}
+	g, err := s.Admit(ctx, ok, handshake.SessionRef{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,45 +55,45 @@ func TestAdmitRefusals(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		ctx  context.Context
-		a    dataplane.Admission
+		a    handshake.Admission
 		want error
 	}{
-		{"no-qps", ctx, dataplane.Admission{}, dataplane.ErrInvalidArgument},
-		{"negative-window", ctx, dataplane.Admission{QPs: ok.QPs, Window: -1}, dataplane.ErrInvalidArgument},
-		{"qpn-too-big", ctx, dataplane.Admission{QPs: []dataplane.Endpoint{ep(addr(2), 1<<24)}}, dataplane.ErrInvalidArgument},
-		{"same-qp-twice", ctx, dataplane.Admission{QPs: []dataplane.Endpoint{ep(addr(2), 1), ep(addr(2), 1)}}, dataplane.ErrInvalidArgument},
+		{"no-qps", ctx, handshake.Admission{}, dataplane.ErrInvalidArgument},
+		{"negative-window", ctx, handshake.Admission{QPs: ok.QPs, Window: -1}, dataplane.ErrInvalidArgument},
+		{"qpn-too-big", ctx, handshake.Admission{QPs: []handshake.Endpoint{ep(addr(2), 1<<24)}}, dataplane.ErrInvalidArgument},
+		{"same-qp-twice", ctx, handshake.Admission{QPs: []handshake.Endpoint{ep(addr(2), 1), ep(addr(2), 1)}}, dataplane.ErrInvalidArgument},
 		{"already-connected", ctx, ok, dataplane.ErrFailedPrecondition},
-		{"caller-gone", cancelled, dataplane.Admission{QPs: []dataplane.Endpoint{ep(addr(3), 1)}}, dataplane.ErrUnavailable},
-		{"windows-beyond-receives", ctx, dataplane.Admission{QPs: manyQPs(2 * DefaultRecvQueue / DefaultMaxWindow), Window: DefaultMaxWindow}, dataplane.ErrNoCapacity},
+		{"caller-gone", cancelled, handshake.Admission{QPs: []handshake.Endpoint{ep(addr(3), 1)}}, dataplane.ErrUnavailable},
+		{"windows-beyond-receives", ctx, handshake.Admission{QPs: manyQPs(2 * DefaultRecvQueue / DefaultMaxWindow), Window: DefaultMaxWindow}, dataplane.ErrNoCapacity},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if _, err := s.Admit(c.ctx, c.a, dataplane.SessionRef{}); !errors.Is(err, c.want) {
+			if _, err := s.Admit(c.ctx, c.a, handshake.SessionRef{}); !errors.Is(err, c.want) {
 				t.Fatalf("Admit = %v, want %v", err, c.want)
 			}
 		})
 	}
 	// Replacing takes the old session's QPs; a wrong epoch replaces
 	// nothing.
-	if _, err := s.Admit(ctx, ok, dataplane.SessionRef{ID: g.Session, Epoch: 6}); !errors.Is(err, dataplane.ErrFailedPrecondition) {
+	if _, err := s.Admit(ctx, ok, handshake.SessionRef{ID: g.Session, Epoch: 6}); !errors.Is(err, dataplane.ErrFailedPrecondition) {
 		t.Fatalf("replace in another epoch: %v", err)
 	}
-	g2, err := s.Admit(ctx, ok, dataplane.SessionRef{ID: g.Session, Epoch: 7})
+	g2, err := s.Admit(ctx, ok, handshake.SessionRef{ID: g.Session, Epoch: 7})
 	if err != nil {
 		t.Fatalf("replace: %v", err)
 	}
-	if err := s.Release(ctx, dataplane.SessionRef{ID: g.Session, Epoch: 7}); !errors.Is(err, dataplane.ErrUnknownSession) {
+	if err := s.Release(ctx, handshake.SessionRef{ID: g.Session, Epoch: 7}); !errors.Is(err, dataplane.ErrUnknownSession) {
 		t.Fatalf("release the replaced session: %v", err)
 	}
-	if err := s.Release(ctx, dataplane.SessionRef{ID: g2.Session, Epoch: 6}); !errors.Is(err, dataplane.ErrUnknownSession) {
+	if err := s.Release(ctx, handshake.SessionRef{ID: g2.Session, Epoch: 6}); !errors.Is(err, dataplane.ErrUnknownSession) {
 		t.Fatalf("release in another epoch: %v", err)
 	}
-	if _, err := s.Admit(ctx, dataplane.Admission{QPs: []dataplane.Endpoint{ep(addr(4), 1)}}, dataplane.SessionRef{}); err != nil {
+	if _, err := s.Admit(ctx, handshake.Admission{QPs: []handshake.Endpoint{ep(addr(4), 1)}}, handshake.SessionRef{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Admit(ctx, dataplane.Admission{QPs: []dataplane.Endpoint{ep(addr(5), 1)}}, dataplane.SessionRef{}); !errors.Is(err, dataplane.ErrNoCapacity) {
+	if _, err := s.Admit(ctx, handshake.Admission{QPs: []handshake.Endpoint{ep(addr(5), 1)}}, handshake.SessionRef{}); !errors.Is(err, dataplane.ErrNoCapacity) {
 		t.Fatalf("third session of MaxClients 2: %v", err)
 	}
-	if err := s.Release(ctx, dataplane.SessionRef{ID: g2.Session, Epoch: 7}); err != nil {
+	if err := s.Release(ctx, handshake.SessionRef{ID: g2.Session, Epoch: 7}); err != nil {
 		t.Fatal(err)
 	}
 	if st := s.Stats(); st.Sessions != 1 {
@@ -101,13 +102,13 @@ func TestAdmitRefusals(t *testing.T) {
 	if _, err := s.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Admit(ctx, ok, dataplane.SessionRef{}); !errors.Is(err, dataplane.ErrUnavailable) {
+	if _, err := s.Admit(ctx, ok, handshake.SessionRef{}); !errors.Is(err, dataplane.ErrUnavailable) {
 		t.Fatalf("Admit after Stop: %v", err)
 	}
 }
 
-func manyQPs(n int) []dataplane.Endpoint {
-	out := make([]dataplane.Endpoint, n)
+func manyQPs(n int) []handshake.Endpoint {
+	out := make([]handshake.Endpoint, n)
 	for i := range out {
 		out[i] = ep(addr(100), verbs.QPN(0x1000+i))
 	}
@@ -123,11 +124,11 @@ func TestChurnBoundsState(t *testing.T) {
 	const cycles = 3000
 	peak := 0
 	for i := range cycles {
-		g, err := s.Admit(ctx, dataplane.Admission{QPs: []dataplane.Endpoint{ep(addr(i), 0x100), ep(addr(i), 0x101)}, Window: 8}, dataplane.SessionRef{})
+		g, err := s.Admit(ctx, handshake.Admission{QPs: []handshake.Endpoint{ep(addr(i), 0x100), ep(addr(i), 0x101)}, Window: 8}, handshake.SessionRef{})
 		if err != nil {
 			t.Fatalf("cycle %d: %v", i, err)
 		}
-		if err := s.Release(ctx, dataplane.SessionRef{ID: g.Session, Epoch: g.Epoch}); err != nil {
+		if err := s.Release(ctx, handshake.SessionRef{ID: g.Session, Epoch: g.Epoch}); err != nil {
 			t.Fatalf("cycle %d: %v", i, err)
 		}
 		peak = max(peak, s.AddressHandles())
@@ -167,8 +168,8 @@ func admitRaw(t *testing.T, s *Server, window int) *rawClient {
 func admitRawOn(t *testing.T, s *Server, dev verbs.Device, window int) *rawClient {
 	t.Helper()
 	e := verbstest.NewEnd(t, dev, verbs.UD)
-	g, err := s.Admit(context.Background(), dataplane.Admission{QPs: []dataplane.Endpoint{ep(e.QP.Address(), e.QP.QPN())}, Window: window},
-		dataplane.SessionRef{})
+	g, err := s.Admit(context.Background(), handshake.Admission{QPs: []handshake.Endpoint{ep(e.QP.Address(), e.QP.QPN())}, Window: window},
+		handshake.SessionRef{})
 	if err != nil {
 		t.Fatal(err)
 	}

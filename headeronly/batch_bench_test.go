@@ -14,7 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/seqd/seqd/dataplane"
+	"github.com/seqd/seqd/admin/handshake"
 	"github.com/seqd/seqd/internal/ahcache"
 	"github.com/seqd/seqd/internal/claimtest"
 	wk "github.com/seqd/seqd/internal/worker"
@@ -121,8 +121,8 @@ func newNullWorkerRecv(b testing.TB, flows, per int, shared bool) (*worker, *nul
 	for f := range flows {
 		addr := verbs.Address{GID: verbs.GIDFromAddr(netip.MustParseAddr("10.0.0.1")), Port: uint16(10000 + f)}
 		qpn := verbs.QPN(0x1000 + f)
-		_, rqs, err := s.admitLocked(context.Background(), dataplane.Admission{Window: per,
-			QPs: []dataplane.Endpoint{{Addr: addr, QPN: qpn}}}, dataplane.SessionRef{})
+		_, rqs, err := s.admitLocked(context.Background(), handshake.Admission{Window: per,
+			QPs: []handshake.Endpoint{{Addr: addr, QPN: qpn}}}, handshake.SessionRef{})
 		if err != nil {
 			b.Fatal(err)
 		}

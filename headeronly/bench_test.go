@@ -16,7 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/seqd/seqd/dataplane"
+	"github.com/seqd/seqd/admin/handshake"
 	"github.com/seqd/seqd/internal/claimtest"
 	wk "github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/spec"
@@ -292,8 +292,8 @@ func newBenchFlow(s *Server) (f *benchFlow, err error) {
 		Cap: verbs.QPCap{MaxSendWR: depth, MaxRecvWR: depth, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
 		return nil, err
 	}
-	g, err := s.Admit(context.Background(), dataplane.Admission{Name: "bench", Window: echo.Window,
-		QPs: []dataplane.Endpoint{{Addr: f.qp.Address(), QPN: f.qp.QPN()}}}, dataplane.SessionRef{})
+	g, err := s.Admit(context.Background(), handshake.Admission{Name: "bench", Window: echo.Window,
+		QPs: []handshake.Endpoint{{Addr: f.qp.Address(), QPN: f.qp.QPN()}}}, handshake.SessionRef{})
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/seqd/seqd/admin/handshake"
 	"github.com/seqd/seqd/dataplane"
 	wk "github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/verbs"
@@ -67,10 +68,10 @@ func New(cfg Config) (*Server, error) {
 }
 
 // Endpoints returns the request QP of each worker.
-func (s *Server) Endpoints() []dataplane.Endpoint {
-	eps := make([]dataplane.Endpoint, len(s.Workers))
+func (s *Server) Endpoints() []handshake.Endpoint {
+	eps := make([]handshake.Endpoint, len(s.Workers))
 	for i, w := range s.Workers {
-		eps[i] = dataplane.Endpoint{Addr: w.reqQP.Address(), QPN: w.reqQP.QPN()}
+		eps[i] = handshake.Endpoint{Addr: w.reqQP.Address(), QPN: w.reqQP.QPN()}
 	}
 	return eps
 }
@@ -102,17 +103,17 @@ func (s *Server) Stop() (uint64, error) { return 0, s.Close() }
 // client hears yes, so that its first requests find their receives; that
 // wait is outside s.mu, so a storm of Connects is not serialised behind
 // the workers' batches (each worker adopts every QP handed to it at once).
-func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces dataplane.SessionRef) (dataplane.Grant, error) {
+func (s *Server) Admit(ctx context.Context, a handshake.Admission, replaces handshake.SessionRef) (handshake.Grant, error) {
 	g, rqs, err := s.admitLocked(ctx, a, replaces)
 	if err != nil {
-		return dataplane.Grant{}, err
+		return handshake.Grant{}, err
 	}
 	s.awaitAdopted(ctx, rqs)
 	return g, nil
 }
 
-func (s *Server) admitLocked(ctx context.Context, a dataplane.Admission, old dataplane.SessionRef) (dataplane.Grant, []*recvQ, error) {
-	var no dataplane.Grant
+func (s *Server) admitLocked(ctx context.Context, a handshake.Admission, old handshake.SessionRef) (handshake.Grant, []*recvQ, error) {
+	var no handshake.Grant
 	if s.closed.Load() {
 		return no, nil, fmt.Errorf("%w: server closing", dataplane.ErrUnavailable)
 	}
@@ -223,10 +224,10 @@ func (s *Server) admitLocked(ctx context.Context, a dataplane.Admission, old dat
 		// Each client QP sends to its own request QP, whose receives are
 		// posted already; the worker adopts it before its first batch
 		// that could hold a completion of it.
-		serverQPs = make([]dataplane.Endpoint, len(sess.rqs))
+		serverQPs = make([]handshake.Endpoint, len(sess.rqs))
 		for i, q := range sess.rqs {
 			q.peer = sess.peers[i] // its client QP's requests only
-			serverQPs[i] = dataplane.Endpoint{Addr: q.qp.Address(), QPN: q.qpn}
+			serverQPs[i] = handshake.Endpoint{Addr: q.qp.Address(), QPN: q.qpn}
 			assign[i] = uint32(i)
 			s.Workers[sess.worker[i]].inbox.add([]*recvQ{q}, nil)
 			s.Workers[sess.worker[i]].wake()
@@ -235,7 +236,7 @@ func (s *Server) admitLocked(ctx context.Context, a dataplane.Admission, old dat
 	s.sessions[sess.id] = sess
 	s.nsessions.Store(int64(len(s.sessions)))
 	s.log.Debug("client connected", "session", sess.id, "name", sess.name, "qps", len(ids), "window", window)
-	g := dataplane.Grant{Session: sess.id, Epoch: s.cfg.Epoch, Window: window, QKey: reqQKey, AnswerQKey: sess.qkey,
+	g := handshake.Grant{Session: sess.id, Epoch: s.cfg.Epoch, Window: window, QKey: reqQKey, AnswerQKey: sess.qkey,
 		ServerQPs: serverQPs, Assignment: assign, AnswerQPs: s.AnswerQPs, High: s.cfg.Oracle.Current()}
 	return g, sess.rqs, nil
 }
@@ -354,7 +355,7 @@ func (s *Server) OverrunSessions() (n int, ok bool) {
 
 // Release releases a session (its epoch is checked by the caller,
 // package modes).
-func (s *Server) Release(ctx context.Context, r dataplane.SessionRef) error {
+func (s *Server) Release(ctx context.Context, r handshake.SessionRef) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sess, ok := s.sessions[r.ID]

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seqd/seqd/dataplane"
+	"github.com/seqd/seqd/admin/handshake"
 	"github.com/seqd/seqd/internal/ahcache"
 	wk "github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/spec"
@@ -53,8 +53,8 @@ func TestWindowAtAllTimes(t *testing.T) {
 		s.PD.Close()
 	})
 	cli := newRawClient(t, 0x7100)
-	g, rqs, err := s.admitLocked(context.Background(), dataplane.Admission{Window: window,
-		QPs: []dataplane.Endpoint{{Addr: cli.addr, QPN: verbs.QPN(cli.qpn)}}}, dataplane.SessionRef{})
+	g, rqs, err := s.admitLocked(context.Background(), handshake.Admission{Window: window,
+		QPs: []handshake.Endpoint{{Addr: cli.addr, QPN: verbs.QPN(cli.qpn)}}}, handshake.SessionRef{})
 	if err != nil {
 		t.Fatal(err)
 	}

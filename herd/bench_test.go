@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/seqd/seqd/dataplane"
+	"github.com/seqd/seqd/admin/handshake"
 	wk "github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
@@ -28,9 +28,9 @@ func sweepRig(b *testing.B, nqps, window int) (*worker, []*hclient) {
 	for i := range nqps {
 		ip := netip.AddrFrom4([4]byte{127, 2, byte(i >> 8), byte(i)})
 		a := verbs.Address{GID: verbs.GIDFromAddr(ip), Port: 4791}
-		adm := dataplane.Admission{Name: fmt.Sprint("bench", i), Window: window, ConnQPs: []dataplane.Endpoint{{Addr: a, QPN: 0x100}},
-			QPs: []dataplane.Endpoint{{Addr: a, QPN: 0x101}}}
-		if _, err := srv.Admit(context.Background(), adm, dataplane.SessionRef{}); err != nil {
+		adm := handshake.Admission{Name: fmt.Sprint("bench", i), Window: window, ConnQPs: []handshake.Endpoint{{Addr: a, QPN: 0x100}},
+			QPs: []handshake.Endpoint{{Addr: a, QPN: 0x101}}}
+		if _, err := srv.Admit(context.Background(), adm, handshake.SessionRef{}); err != nil {
 			b.Fatal(err)
 		}
 	}

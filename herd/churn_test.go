@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seqd/seqd/dataplane"
+	"github.com/seqd/seqd/admin/handshake"
 	wk "github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/verbs"
 )
@@ -27,12 +27,12 @@ func TestChurnBoundsState(t *testing.T) {
 	for i := range cycles {
 		ip := netip.AddrFrom4([4]byte{127, 1, byte(i >> 8), byte(i)})
 		a := verbs.Address{GID: verbs.GIDFromAddr(ip), Port: 4791}
-		adm := dataplane.Admission{Name: "churn", Window: 4, ConnQPs: []dataplane.Endpoint{{Addr: a, QPN: 0x100}},
-			QPs: []dataplane.Endpoint{{Addr: a, QPN: 0x101}}}
-		var g dataplane.Grant
+		adm := handshake.Admission{Name: "churn", Window: 4, ConnQPs: []handshake.Endpoint{{Addr: a, QPN: 0x100}},
+			QPs: []handshake.Endpoint{{Addr: a, QPN: 0x101}}}
+		var g handshake.Grant
 		deadline := time.Now().Add(5 * time.Second)
 		for {
-			if g, err = srv.Admit(context.Background(), adm, dataplane.SessionRef{}); err == nil {
+			if g, err = srv.Admit(context.Background(), adm, handshake.SessionRef{}); err == nil {
 				break
 			}
 			if !errors.Is(err, ErrNoRoom) || time.Now().After(deadline) {
@@ -40,7 +40,7 @@ func TestChurnBoundsState(t *testing.T) {
 			}
 			time.Sleep(100 * time.Microsecond) // the worker frees released blocks after its next sweep
 		}
-		if err := srv.Release(context.Background(), dataplane.SessionRef{ID: g.Session}); err != nil {
+		if err := srv.Release(context.Background(), handshake.SessionRef{ID: g.Session}); err != nil {
 			t.Fatalf("cycle %d: Release = %v", i, err)
 		}
 		peak = max(peak, srv.AddressHandles())

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seqd/seqd/dataplane"
+	"github.com/seqd/seqd/admin/handshake"
 	wk "github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
@@ -31,9 +31,9 @@ func TestTwoCrossingsPerBatch(t *testing.T) {
 	cdev := open(t, "")
 	uc := verbstest.NewEndAttr(t, cdev, verbs.QPInitAttr{Type: verbs.UC, Cap: verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: spec.SlotLen}})
 	ud := verbstest.NewEndAttr(t, cdev, verbs.QPInitAttr{Type: verbs.UD, Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 64, MaxSendSGE: 1, MaxRecvSGE: 1}})
-	g, err := srv.Admit(context.Background(), dataplane.Admission{Name: "count", Window: window,
-		ConnQPs: []dataplane.Endpoint{{Addr: uc.QP.Address(), QPN: uc.QP.QPN()}},
-		QPs:     []dataplane.Endpoint{{Addr: ud.QP.Address(), QPN: ud.QP.QPN()}}}, dataplane.SessionRef{})
+	g, err := srv.Admit(context.Background(), handshake.Admission{Name: "count", Window: window,
+		ConnQPs: []handshake.Endpoint{{Addr: uc.QP.Address(), QPN: uc.QP.QPN()}},
+		QPs:     []handshake.Endpoint{{Addr: ud.QP.Address(), QPN: ud.QP.QPN()}}}, handshake.SessionRef{})
 	if err != nil {
 		t.Fatal(err)
 	}

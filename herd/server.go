@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/seqd/seqd/admin/handshake"
 	"github.com/seqd/seqd/dataplane"
 	wk "github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/spec"
@@ -84,8 +85,8 @@ func (s *Server) Epoch() uint64 { return s.cfg.Epoch }
 // write the block. A session replaces names is released first (herd's
 // sessions never share QPs, so its resources need not pass to the new
 // one).
-func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces dataplane.SessionRef) (dataplane.Grant, error) {
-	var no dataplane.Grant
+func (s *Server) Admit(ctx context.Context, a handshake.Admission, replaces handshake.SessionRef) (handshake.Grant, error) {
+	var no handshake.Grant
 	if len(a.QPs) == 0 {
 		return no, fmt.Errorf("%w: no queue pairs", ErrArgument)
 	}
@@ -109,10 +110,10 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 	sess := &session{name: a.Name, window: window}
 	// The session's own answer Q_Key: no other client can address its
 	// answers (spec/PROTOCOL.md, "Sessions").
-	g := dataplane.Grant{QKey: s.cfg.QKey, AnswerQKey: verbs.RandomQKey(s.cfg.QKey), Window: window, Epoch: s.cfg.Epoch,
+	g := handshake.Grant{QKey: s.cfg.QKey, AnswerQKey: verbs.RandomQKey(s.cfg.QKey), Window: window, Epoch: s.cfg.Epoch,
 		AnswerQPs: s.AnswerQPs}
 	now := time.Now()
-	fail := func(err error) (dataplane.Grant, error) {
+	fail := func(err error) (handshake.Grant, error) {
 		for _, c := range sess.clients {
 			s.Workers[c.worker].release(c)
 		}
@@ -136,7 +137,7 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 		}
 		c.qkey = g.AnswerQKey // before publish: the worker sees c only then
 		sess.clients = append(sess.clients, c)
-		g.ServerConnQPs = append(g.ServerConnQPs, dataplane.Endpoint{Addr: c.uc.Address(), QPN: c.uc.QPN()})
+		g.ServerConnQPs = append(g.ServerConnQPs, handshake.Endpoint{Addr: c.uc.Address(), QPN: c.uc.QPN()})
 		g.RemoteAddr = append(g.RemoteAddr, c.mr.Addr())
 		g.RKey = append(g.RKey, c.mr.RKey())
 		g.Assignment = append(g.Assignment, uint32(i))
@@ -155,7 +156,7 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 
 // Release ends a session: its server UC QPs move to ERR and its slots are
 // freed once the worker no longer looks at them.
-func (s *Server) Release(ctx context.Context, r dataplane.SessionRef) error {
+func (s *Server) Release(ctx context.Context, r handshake.SessionRef) error {
 	id := r.ID
 	s.mu.Lock()
 	defer s.mu.Unlock()

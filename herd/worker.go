@@ -7,6 +7,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/seqd/seqd/admin/handshake"
 	"github.com/seqd/seqd/dataplane"
 	wk "github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/spec"
@@ -114,7 +115,7 @@ func newWorker(s *Server, id int) (w *worker, err error) {
 // block of window slots and a server UC QP connected to the client's.
 // Released clients count against MaxQPs until reclaimed. Called with
 // Server.mu held; publish makes it visible to the worker.
-func (w *worker) admit(write, recv dataplane.Endpoint, ah verbs.AH, window int) (c *hclient, err error) {
+func (w *worker) admit(write, recv handshake.Endpoint, ah verbs.AH, window int) (c *hclient, err error) {
 	w.reclaim()
 	if len(w.all)+len(w.limbo) >= w.s.cfg.MaxQPs {
 		return nil, fmt.Errorf("%w: worker %d serves %d client QPs", ErrNoRoom, w.ID, w.s.cfg.MaxQPs)

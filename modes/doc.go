@@ -5,10 +5,11 @@
 // Every mode is a dataplane.Mode started by its dataplane.Factory, listed
 // by one line in registry; a name not there is an unknown mode. modes is
 // the one place that speaks the admin protocol for them: package
-// modes/adminmode turns ConnectRequest into dataplane.Admission, Grant
-// into ConnectResponse, DisconnectRequest into SessionRef, and Stats into
-// StatusResponse and the metrics seqd_<Metrics>_* (the table's
-// metrics prefix: Spec-S0's are seqd_headeronly_*).
+// modes/adminmode turns ConnectRequest into handshake.Admission, Grant
+// into ConnectResponse and DisconnectRequest into SessionRef (through
+// admin/handshake, their one codec), and Stats into StatusResponse and
+// the metrics seqd_<Metrics>_* (the table's metrics prefix: Spec-S0's are
+// seqd_headeronly_*).
 //
 // # Switching
 //

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seqd/seqd/admin/handshake"
 	"github.com/seqd/seqd/dataplane"
 	"github.com/seqd/seqd/internal/claimtest"
 	wk "github.com/seqd/seqd/internal/worker"
@@ -23,9 +24,9 @@ func newServer(t *testing.T, maxClients int) *Server {
 	return s
 }
 
-func endpoint(i int, qpn verbs.QPN) dataplane.Endpoint {
+func endpoint(i int, qpn verbs.QPN) handshake.Endpoint {
 	ip := netip.AddrFrom4([4]byte{127, 1, byte(i >> 8), byte(i)})
-	return dataplane.Endpoint{Addr: verbs.Address{GID: verbs.GIDFromAddr(ip), Port: 4791}, QPN: qpn}
+	return handshake.Endpoint{Addr: verbs.Address{GID: verbs.GIDFromAddr(ip), Port: 4791}, QPN: qpn}
 }
 
 // held is the number of sessions the server still holds resources of.
@@ -46,15 +47,15 @@ func TestChurnBoundsState(t *testing.T) {
 	const cycles = 3000
 	peak := 0
 	for i := range cycles {
-		g, err := s.Admit(ctx, dataplane.Admission{Name: "churn", Window: 4, QPs: []dataplane.Endpoint{endpoint(i, 0x100), endpoint(i, 0x101)}},
-			dataplane.SessionRef{})
+		g, err := s.Admit(ctx, handshake.Admission{Name: "churn", Window: 4, QPs: []handshake.Endpoint{endpoint(i, 0x100), endpoint(i, 0x101)}},
+			handshake.SessionRef{})
 		if err != nil {
 			t.Fatalf("cycle %d: Admit = %v", i, err)
 		}
 		if len(g.ConnPSNs) != 4 || len(g.RemoteAddr) != 4 || len(g.RKey) != 4 || len(g.ServerConnQPs) != 2 || g.AnswerQKey == 0 || g.Window != 4 {
 			t.Fatalf("cycle %d: grant %+v", i, g)
 		}
-		if err := s.Release(ctx, dataplane.SessionRef{ID: g.Session, Epoch: g.Epoch}); err != nil {
+		if err := s.Release(ctx, handshake.SessionRef{ID: g.Session, Epoch: g.Epoch}); err != nil {
 			t.Fatalf("cycle %d: Release = %v", i, err)
 		}
 		_, r := s.held()
@@ -78,62 +79,62 @@ func TestChurnBoundsState(t *testing.T) {
 func TestAdmitRules(t *testing.T) {
 	s := newServer(t, 2)
 	ctx := context.Background()
-	a := dataplane.Admission{Name: "a", QPs: []dataplane.Endpoint{endpoint(1, 0x100), endpoint(1, 0x101)}}
-	g1, err := s.Admit(ctx, a, dataplane.SessionRef{})
+	a := handshake.Admission{Name: "a", QPs: []handshake.Endpoint{endpoint(1, 0x100), endpoint(1, 0x101)}}
+	g1, err := s.Admit(ctx, a, handshake.SessionRef{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if g1.Window != 4 {
 		t.Fatalf("window %d, want the maximum 4 (asked for the default)", g1.Window)
 	}
-	if _, err := s.Admit(ctx, dataplane.Admission{QPs: []dataplane.Endpoint{endpoint(2, 0x100)}}, dataplane.SessionRef{}); !errors.Is(err, dataplane.ErrNoCapacity) {
+	if _, err := s.Admit(ctx, handshake.Admission{QPs: []handshake.Endpoint{endpoint(2, 0x100)}}, handshake.SessionRef{}); !errors.Is(err, dataplane.ErrNoCapacity) {
 		t.Fatalf("third QP on one worker with room for two: %v", err)
 	}
-	if _, err := s.Admit(ctx, dataplane.Admission{}, dataplane.SessionRef{}); !errors.Is(err, dataplane.ErrInvalidArgument) {
+	if _, err := s.Admit(ctx, handshake.Admission{}, handshake.SessionRef{}); !errors.Is(err, dataplane.ErrInvalidArgument) {
 		t.Fatalf("no QPs: %v", err)
 	}
-	if err := s.Release(ctx, dataplane.SessionRef{ID: g1.Session, Epoch: g1.Epoch + 1}); !errors.Is(err, dataplane.ErrUnknownSession) {
+	if err := s.Release(ctx, handshake.SessionRef{ID: g1.Session, Epoch: g1.Epoch + 1}); !errors.Is(err, dataplane.ErrUnknownSession) {
 		t.Fatalf("release of another epoch: %v", err)
 	}
 	// Naming it in another epoch releases nothing, and a refused Admit
 	// keeps it.
-	if _, err := s.Admit(ctx, dataplane.Admission{QPs: []dataplane.Endpoint{endpoint(3, 0x100)}},
-		dataplane.SessionRef{ID: g1.Session, Epoch: g1.Epoch + 1}); !errors.Is(err, dataplane.ErrNoCapacity) {
+	if _, err := s.Admit(ctx, handshake.Admission{QPs: []handshake.Endpoint{endpoint(3, 0x100)}},
+		handshake.SessionRef{ID: g1.Session, Epoch: g1.Epoch + 1}); !errors.Is(err, dataplane.ErrNoCapacity) {
 		t.Fatalf("replace of another epoch while full: %v", err)
 	}
 	if s.Sessions() != 1 {
 		t.Fatal("a refused Admit released the session it names")
 	}
 	// Replacing it takes its capacity (a reconnect to a full server).
-	g2, err := s.Admit(ctx, dataplane.Admission{QPs: []dataplane.Endpoint{endpoint(3, 0x100), endpoint(3, 0x101)}},
-		dataplane.SessionRef{ID: g1.Session, Epoch: g1.Epoch})
+	g2, err := s.Admit(ctx, handshake.Admission{QPs: []handshake.Endpoint{endpoint(3, 0x100), endpoint(3, 0x101)}},
+		handshake.SessionRef{ID: g1.Session, Epoch: g1.Epoch})
 	if err != nil {
 		t.Fatalf("replace while full: %v", err)
 	}
-	if err := s.Release(ctx, dataplane.SessionRef{ID: g1.Session, Epoch: g1.Epoch}); !errors.Is(err, dataplane.ErrUnknownSession) {
+	if err := s.Release(ctx, handshake.SessionRef{ID: g1.Session, Epoch: g1.Epoch}); !errors.Is(err, dataplane.ErrUnknownSession) {
 		t.Fatalf("the replaced session is still there: %v", err)
 	}
-	if err := s.Release(ctx, dataplane.SessionRef{ID: g2.Session, Epoch: g2.Epoch}); err != nil {
+	if err := s.Release(ctx, handshake.SessionRef{ID: g2.Session, Epoch: g2.Epoch}); err != nil {
 		t.Fatal(err)
 	}
-	g3, err := s.Admit(ctx, dataplane.Admission{QPs: []dataplane.Endpoint{endpoint(4, 0x100)}}, dataplane.SessionRef{})
+	g3, err := s.Admit(ctx, handshake.Admission{QPs: []handshake.Endpoint{endpoint(4, 0x100)}}, handshake.SessionRef{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	g4, err := s.Admit(ctx, dataplane.Admission{QPs: []dataplane.Endpoint{endpoint(4, 0x101)}}, dataplane.SessionRef{ID: g3.Session, Epoch: g3.Epoch})
+	g4, err := s.Admit(ctx, handshake.Admission{QPs: []handshake.Endpoint{endpoint(4, 0x101)}}, handshake.SessionRef{ID: g3.Session, Epoch: g3.Epoch})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Release(ctx, dataplane.SessionRef{ID: g3.Session, Epoch: g3.Epoch}); !errors.Is(err, dataplane.ErrUnknownSession) {
+	if err := s.Release(ctx, handshake.SessionRef{ID: g3.Session, Epoch: g3.Epoch}); !errors.Is(err, dataplane.ErrUnknownSession) {
 		t.Fatalf("the replaced session is still there: %v", err)
 	}
 	if high, err := s.Stop(); high != 0 || err != nil {
 		t.Fatal(high, err)
 	}
-	if _, err := s.Admit(ctx, a, dataplane.SessionRef{}); !errors.Is(err, dataplane.ErrUnavailable) {
+	if _, err := s.Admit(ctx, a, handshake.SessionRef{}); !errors.Is(err, dataplane.ErrUnavailable) {
 		t.Fatalf("Admit after Stop: %v", err)
 	}
-	if err := s.Release(ctx, dataplane.SessionRef{ID: g4.Session, Epoch: g4.Epoch}); err != nil {
+	if err := s.Release(ctx, handshake.SessionRef{ID: g4.Session, Epoch: g4.Epoch}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/seqd/seqd/admin/handshake"
 	"github.com/seqd/seqd/dataplane"
 	wk "github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/spec"
@@ -116,21 +117,21 @@ func New(cfg Config) (*Server, error) {
 // server QP sends); RemoteAddr and RKey (2n: [0,n) the request blocks,
 // [n,2n) the response blocks); AnswerQKey, the session's answer tag
 // every record is checked with.
-func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces dataplane.SessionRef) (dataplane.Grant, error) {
+func (s *Server) Admit(ctx context.Context, a handshake.Admission, replaces handshake.SessionRef) (handshake.Grant, error) {
 	if len(a.QPs) != 0 && len(a.ConnQPs) != 0 {
-		return dataplane.Grant{}, fmt.Errorf("%w: rfp takes its RC QPs in qps, not conn_qps", dataplane.ErrFailedPrecondition)
+		return handshake.Grant{}, fmt.Errorf("%w: rfp takes its RC QPs in qps, not conn_qps", dataplane.ErrFailedPrecondition)
 	}
 	if err := wk.CheckQPs(a.QPs); err != nil {
-		return dataplane.Grant{}, err
+		return handshake.Grant{}, err
 	}
 	window := wk.Window(a.Window, DefaultWindow, s.cfg.MaxWindow)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stopped.Load() {
-		return dataplane.Grant{}, fmt.Errorf("%w: rfp stopped", dataplane.ErrUnavailable)
+		return handshake.Grant{}, fmt.Errorf("%w: rfp stopped", dataplane.ErrUnavailable)
 	}
 	if err := ctx.Err(); err != nil {
-		return dataplane.Grant{}, fmt.Errorf("%w: %v", dataplane.ErrUnavailable, err)
+		return handshake.Grant{}, fmt.Errorf("%w: %v", dataplane.ErrUnavailable, err)
 	}
 	s.reclaim()
 	// The session replaced, if this mode and epoch hold it: released once
@@ -144,11 +145,11 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 	}
 	pd, err := s.cfg.Device.AllocPD()
 	if err != nil {
-		return dataplane.Grant{}, fmt.Errorf("%w: protection domain: %v", dataplane.ErrUnavailable, err)
+		return handshake.Grant{}, fmt.Errorf("%w: protection domain: %v", dataplane.ErrUnavailable, err)
 	}
 	sess := &session{name: a.Name, pd: pd}
 	n := len(a.QPs)
-	g := dataplane.Grant{Epoch: s.cfg.Epoch, Window: window, AnswerQKey: verbs.RandomQKey(),
+	g := handshake.Grant{Epoch: s.cfg.Epoch, Window: window, AnswerQKey: verbs.RandomQKey(),
 		ConnPSNs: make([]verbs.PSN, 2*n), RemoteAddr: make([]uint64, 2*n), RKey: make([]uint32, 2*n)}
 	for i, q := range a.QPs {
 		w := s.Workers[(s.rr+i)%len(s.Workers)]
@@ -159,10 +160,10 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 				c.close()
 			}
 			pd.Close()
-			return dataplane.Grant{}, err
+			return handshake.Grant{}, err
 		}
 		sess.clients = append(sess.clients, c)
-		g.ServerConnQPs = append(g.ServerConnQPs, dataplane.Endpoint{Addr: c.qp.Address(), QPN: c.qp.QPN()})
+		g.ServerConnQPs = append(g.ServerConnQPs, handshake.Endpoint{Addr: c.qp.Address(), QPN: c.qp.QPN()})
 		g.ConnPSNs[i], g.ConnPSNs[n+i] = c.rqPSN, c.sqPSN
 		g.RemoteAddr[i], g.RKey[i] = c.req.Addr(), c.req.RKey()
 		g.RemoteAddr[n+i], g.RKey[n+i] = c.resp.Addr(), c.resp.RKey()
@@ -184,7 +185,7 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 
 // Release ends a session: its QPs move to ERR at once (no more WRITEs or
 // READs) and its memory is freed once no worker sweep can still see it.
-func (s *Server) Release(ctx context.Context, ref dataplane.SessionRef) error {
+func (s *Server) Release(ctx context.Context, ref handshake.SessionRef) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sess, err := wk.Lookup(s.sessions, ref, s.cfg.Epoch, "rfp session")

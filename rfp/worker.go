@@ -7,6 +7,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/seqd/seqd/admin/handshake"
 	"github.com/seqd/seqd/dataplane"
 	wk "github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/spec"
@@ -118,7 +119,7 @@ func newWorker(s *Server, id int) (w *worker, err error) {
 // admit creates client QP q's server QP and blocks in pd; spare of the
 // worker's clients are about to be released. Called with Server.mu held;
 // publish makes it visible to the worker.
-func (w *worker) admit(pd verbs.PD, q dataplane.Endpoint, window int, tag uint32, spare int) (c *client, err error) {
+func (w *worker) admit(pd verbs.PD, q handshake.Endpoint, window int, tag uint32, spare int) (c *client, err error) {
 	if len(w.all)-spare >= w.s.cfg.MaxQPs {
 		return nil, fmt.Errorf("%w: rfp worker %d serves %d client QPs", dataplane.ErrNoCapacity, w.ID, len(w.all))
 	}

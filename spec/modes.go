@@ -44,6 +44,8 @@ type ModeFacts struct {
 	Metrics string
 	// Help is a one-line description for flag help and docs.
 	Help string
+	// Grant is the shape of the mode's Connect answer.
+	Grant GrantShape
 }
 
 // HA reports whether an HA group can run the mode.
@@ -53,20 +55,26 @@ func (f ModeFacts) HA() bool { return f.NoHA == "" }
 // tables. It is the one hand-written list of modes.
 var ModeTable = []ModeFacts{
 	{Name: ModeSpecS0, Wire: true, Metrics: "headeronly",
-		Help: "header-only UD SENDs, the value speculated from the immediate"},
+		Help:  "header-only UD SENDs, the value speculated from the immediate",
+		Grant: GrantShape{RequestQPs: true, AnswerQPs: true, AnswerQKey: true, Window: true}},
 	{Name: ModeHERD, Wire: true, Metrics: "herd",
-		Help: "requests RDMA-written into server slots, answers by UD SEND"},
+		Help:  "requests RDMA-written into server slots, answers by UD SEND",
+		Grant: GrantShape{ConnQPs: true, Regions: 1, AnswerQPs: true, AnswerQKey: true, Window: true}},
 	{Name: ModeAtomics, Metrics: "atomics",
 		NoHA: "its counter lives in the NIC, which hands out values without the CPU: " +
 			"the lease gate cannot stop it in time when the leader is paused or cut off, " +
 			"so a deposed leader could answer after its successor did",
-		Help: "RDMA fetch-and-add on a counter in server memory"},
+		Help:  "RDMA fetch-and-add on a counter in server memory",
+		Grant: GrantShape{ConnQPs: true, ConnPSNs: 1, SharedRegion: true}},
 	{Name: ModeFaSST, Ranges: true, Metrics: "fasst",
-		Help: "UD SEND requests and answers with a payload; ranges of k values"},
+		Help:  "UD SEND requests and answers with a payload; ranges of k values",
+		Grant: GrantShape{RequestQPs: true, QKey: true, AnswerQPs: true, AnswerQKey: true, Window: true}},
 	{Name: ModeDaRPC, Metrics: "darpc",
-		Help: "RC SEND/RECV, batched calls and combined answers"},
+		Help:  "RC SEND/RECV, batched calls and combined answers",
+		Grant: GrantShape{ConnQPs: true, ConnPSNs: 1, Window: true}},
 	{Name: ModeRFP, Metrics: "rfp",
-		Help: "requests RDMA-written into server slots, answers fetched by RDMA READ"},
+		Help:  "requests RDMA-written into server slots, answers fetched by RDMA READ",
+		Grant: GrantShape{ConnQPs: true, ConnPSNs: 2, Regions: 2, AnswerQKey: true, Window: true}},
 }
 
 // Modes lists every mode, in the order of ModeTable.

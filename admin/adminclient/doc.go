@@ -10,7 +10,7 @@
 // uses the same definitions.
 package adminclient
 
-import "github.com/seqd/seqd/dataplane"
+import "github.com/seqd/seqd/admin/handshake"
 
 // Roles reported in StatusResponse.role.
 const (
@@ -34,5 +34,5 @@ const TokenLen = 16
 // ErrUnavailable: the admin server or its data plane cannot serve right
 // now; retrying later may work (gRPC Unavailable). Dial returns it when
 // the first attempt to connect fails. It is the data plane's error kind
-// of the same name (one definition).
-var ErrUnavailable = dataplane.ErrUnavailable
+// of the same name (one definition, handshake's).
+var ErrUnavailable = handshake.ErrUnavailable

@@ -11,5 +11,5 @@ import (
 // and admin.DefaultAddr. It must import only the client side.
 func TestLinksNoAdminServer(t *testing.T) {
 	depstest.Forbid(t, ".", []string{"github.com/seqd/seqd/admin", "github.com/seqd/seqd/server", "go.etcd.io"},
-		[]string{"github.com/seqd/seqd/admin/adminclient", "github.com/seqd/seqd/admin/adminpb"})
+		[]string{"github.com/seqd/seqd/admin/adminclient", "github.com/seqd/seqd/admin/adminpb", "github.com/seqd/seqd/admin/handshake"})
 }

@@ -3,6 +3,7 @@ package worker
 import (
 	"fmt"
 
+	"github.com/seqd/seqd/admin/handshake"
 	"github.com/seqd/seqd/dataplane"
 	"github.com/seqd/seqd/verbs"
 )
@@ -61,7 +62,7 @@ func SessionWindow(asked, def, most, qps, limit int) (int, error) {
 
 // CheckQPs checks the client QPs of an admission: at least one, each
 // QPN within 24 bits. Its errors wrap dataplane.ErrInvalidArgument.
-func CheckQPs(qps []dataplane.Endpoint) error {
+func CheckQPs(qps []handshake.Endpoint) error {
 	if len(qps) == 0 {
 		return fmt.Errorf("%w: no queue pairs", dataplane.ErrInvalidArgument)
 	}
@@ -76,7 +77,7 @@ func CheckQPs(qps []dataplane.Endpoint) error {
 // Lookup is the session ref names among sessions, those of epoch: an
 // error wrapping dataplane.ErrUnknownSession, "<what> <id> of epoch <e>",
 // if there is none.
-func Lookup[S any](sessions map[uint64]S, ref dataplane.SessionRef, epoch uint64, what string) (S, error) {
+func Lookup[S any](sessions map[uint64]S, ref handshake.SessionRef, epoch uint64, what string) (S, error) {
 	s, ok := sessions[ref.ID]
 	if !ok || ref.Epoch != epoch {
 		var none S
@@ -87,7 +88,7 @@ func Lookup[S any](sessions map[uint64]S, ref dataplane.SessionRef, epoch uint64
 
 // Replaced is the session an admission replaces (dataplane.Admit's
 // replaces), if sessions, those of epoch, hold it.
-func Replaced[S any](sessions map[uint64]S, replaces dataplane.SessionRef, epoch uint64) (S, bool) {
+func Replaced[S any](sessions map[uint64]S, replaces handshake.SessionRef, epoch uint64) (S, bool) {
 	if replaces.ID == 0 || replaces.Epoch != epoch {
 		var none S
 		return none, false

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/seqd/seqd/admin/handshake"
 	"github.com/seqd/seqd/dataplane"
 )
 
@@ -22,20 +23,20 @@ func TestCheckQPs(t *testing.T) {
 	if err := CheckQPs(nil); !errors.Is(err, dataplane.ErrInvalidArgument) {
 		t.Errorf("no QPs: %v", err)
 	}
-	if err := CheckQPs([]dataplane.Endpoint{{QPN: 1}, {QPN: 1 << 24}}); !errors.Is(err, dataplane.ErrInvalidArgument) {
+	if err := CheckQPs([]handshake.Endpoint{{QPN: 1}, {QPN: 1 << 24}}); !errors.Is(err, dataplane.ErrInvalidArgument) {
 		t.Errorf("QPN of 25 bits: %v", err)
 	}
-	if err := CheckQPs([]dataplane.Endpoint{{QPN: 1<<24 - 1}}); err != nil {
+	if err := CheckQPs([]handshake.Endpoint{{QPN: 1<<24 - 1}}); err != nil {
 		t.Errorf("QPN of 24 bits: %v", err)
 	}
 }
 
 func TestLookupReplaced(t *testing.T) {
 	m := map[uint64]string{1: "a"}
-	if s, err := Lookup(m, dataplane.SessionRef{ID: 1, Epoch: 7}, 7, "x session"); err != nil || s != "a" {
+	if s, err := Lookup(m, handshake.SessionRef{ID: 1, Epoch: 7}, 7, "x session"); err != nil || s != "a" {
 		t.Errorf("Lookup of a session held: %q, %v", s, err)
 	}
-	for _, ref := range []dataplane.SessionRef{{ID: 1, Epoch: 8}, {ID: 2, Epoch: 7}} {
+	for _, ref := range []handshake.SessionRef{{ID: 1, Epoch: 8}, {ID: 2, Epoch: 7}} {
 		if _, err := Lookup(m, ref, 7, "x session"); !errors.Is(err, dataplane.ErrUnknownSession) {
 			t.Errorf("Lookup(%+v): %v", ref, err)
 		}
@@ -43,7 +44,7 @@ func TestLookupReplaced(t *testing.T) {
 			t.Errorf("Replaced(%+v) found a session", ref)
 		}
 	}
-	if s, ok := Replaced(m, dataplane.SessionRef{ID: 1, Epoch: 7}, 7); !ok || s != "a" {
+	if s, ok := Replaced(m, handshake.SessionRef{ID: 1, Epoch: 7}, 7); !ok || s != "a" {
 		t.Errorf("Replaced of a session held: %q, %v", s, ok)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/seqd/seqd/admin/handshake"
 	"github.com/seqd/seqd/dataplane"
 	"github.com/seqd/seqd/internal/ahcache"
 	"github.com/seqd/seqd/verbs"
@@ -22,7 +23,7 @@ func (c *Config) PeerID(a verbs.Address, q verbs.QPN) verbs.Sender {
 // each one's PeerID. Two QPs with the same identity on the wire are an
 // error: the server could not tell their requests apart. Its errors wrap
 // dataplane.ErrInvalidArgument.
-func (c *Config) PeerIDs(qps []dataplane.Endpoint) ([]verbs.Sender, error) {
+func (c *Config) PeerIDs(qps []handshake.Endpoint) ([]verbs.Sender, error) {
 	if err := CheckQPs(qps); err != nil {
 		return nil, err
 	}
@@ -65,7 +66,7 @@ func (p *Peer) Address(wr *verbs.SendWR) {
 // from ahs. If one cannot be had, the handles taken are given back and
 // the error wraps dataplane.ErrInvalidArgument. The caller holds the
 // mutex that guards ahs.
-func AdmitPeers(ahs *ahcache.Cache, qps []dataplane.Endpoint, ids []verbs.Sender, session uint64, qkey uint32, window int, now time.Time) ([]Peer, error) {
+func AdmitPeers(ahs *ahcache.Cache, qps []handshake.Endpoint, ids []verbs.Sender, session uint64, qkey uint32, window int, now time.Time) ([]Peer, error) {
 	out := make([]Peer, len(qps))
 	for i, q := range qps {
 		ah, err := ahs.Get(q.Addr, now)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seqd/seqd/admin/handshake"
 	"github.com/seqd/seqd/dataplane"
 	"github.com/seqd/seqd/internal/ahcache"
 	"github.com/seqd/seqd/verbs"
@@ -28,17 +29,17 @@ func TestPeerIDs(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		cfg  *Config
-		qps  []dataplane.Endpoint
+		qps  []handshake.Endpoint
 		ok   bool
 	}{
-		{"soft: two ports, one QPN", soft, []dataplane.Endpoint{{Addr: a5000, QPN: 7}, {Addr: a5001, QPN: 7}}, true},
-		{"soft: one port, two QPNs", soft, []dataplane.Endpoint{{Addr: a5000, QPN: 7}, {Addr: a5000, QPN: 8}}, true},
-		{"soft: the same QP twice", soft, []dataplane.Endpoint{{Addr: a5000, QPN: 7}, {Addr: a5000, QPN: 7}}, false},
-		{"4791 is port 0", soft, []dataplane.Endpoint{{Addr: a0, QPN: 7}, {Addr: a4791, QPN: 7}}, false},
-		{"NIC: ports are no part of it", nic, []dataplane.Endpoint{{Addr: a5000, QPN: 7}, {Addr: a5001, QPN: 7}}, false},
-		{"NIC: two QPNs", nic, []dataplane.Endpoint{{Addr: a5000, QPN: 7}, {Addr: a5001, QPN: 8}}, true},
+		{"soft: two ports, one QPN", soft, []handshake.Endpoint{{Addr: a5000, QPN: 7}, {Addr: a5001, QPN: 7}}, true},
+		{"soft: one port, two QPNs", soft, []handshake.Endpoint{{Addr: a5000, QPN: 7}, {Addr: a5000, QPN: 8}}, true},
+		{"soft: the same QP twice", soft, []handshake.Endpoint{{Addr: a5000, QPN: 7}, {Addr: a5000, QPN: 7}}, false},
+		{"4791 is port 0", soft, []handshake.Endpoint{{Addr: a0, QPN: 7}, {Addr: a4791, QPN: 7}}, false},
+		{"NIC: ports are no part of it", nic, []handshake.Endpoint{{Addr: a5000, QPN: 7}, {Addr: a5001, QPN: 7}}, false},
+		{"NIC: two QPNs", nic, []handshake.Endpoint{{Addr: a5000, QPN: 7}, {Addr: a5001, QPN: 8}}, true},
 		{"no QPs", soft, nil, false},
-		{"QPN of 25 bits", soft, []dataplane.Endpoint{{Addr: a5000, QPN: 1 << 24}}, false},
+		{"QPN of 25 bits", soft, []handshake.Endpoint{{Addr: a5000, QPN: 1 << 24}}, false},
 	} {
 		ids, err := c.cfg.PeerIDs(c.qps)
 		if c.ok != (err == nil) || err != nil && !errors.Is(err, dataplane.ErrInvalidArgument) {
@@ -205,7 +206,7 @@ func (p ahPD) CreateAH(a verbs.AHAttr) (verbs.AH, error) {
 func TestAdmitPeers(t *testing.T) {
 	bad := ipAddr("10.0.0.9", 0)
 	ahs := ahcache.New(ahPD{bad: bad}, time.Millisecond)
-	qps := []dataplane.Endpoint{{Addr: ipAddr("10.0.0.1", 5000), QPN: 1}, {Addr: ipAddr("10.0.0.2", 0), QPN: 2}}
+	qps := []handshake.Endpoint{{Addr: ipAddr("10.0.0.1", 5000), QPN: 1}, {Addr: ipAddr("10.0.0.2", 0), QPN: 2}}
 	ids := []verbs.Sender{verbs.SenderOf(qps[0].Addr, 1), verbs.SenderOf(qps[1].Addr, 2)}
 	now := time.Now()
 	ps, err := AdmitPeers(ahs, qps, ids, 7, 0x1234, 16, now)
@@ -225,7 +226,7 @@ func TestAdmitPeers(t *testing.T) {
 	for _, p := range ps {
 		ahs.Put(p.Addr, now)
 	}
-	qps = append(qps, dataplane.Endpoint{Addr: bad, QPN: 3})
+	qps = append(qps, handshake.Endpoint{Addr: bad, QPN: 3})
 	ids = append(ids, verbs.SenderOf(bad, 3))
 	if ps, err := AdmitPeers(ahs, qps, ids, 8, 1, 1, now); !errors.Is(err, dataplane.ErrInvalidArgument) || ps != nil {
 		t.Fatalf("AdmitPeers with an address without a handle = %v, %v", ps, err)

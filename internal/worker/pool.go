@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/seqd/seqd/dataplane"
+	"github.com/seqd/seqd/admin/handshake"
 	"github.com/seqd/seqd/internal/ahcache"
 	"github.com/seqd/seqd/verbs"
 )
@@ -20,7 +20,7 @@ type Pool[W Worker] struct {
 	// Workers, and the response QPs of all of them (AnswerQPs: a client
 	// drops answers from any other sender).
 	Workers   []W
-	AnswerQPs []dataplane.Endpoint
+	AnswerQPs []handshake.Endpoint
 	wg        sync.WaitGroup
 	stopOnce  sync.Once
 	closed    bool // under the mode's admission lock (CloseOnce)

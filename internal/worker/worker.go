@@ -28,6 +28,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/seqd/seqd/admin/handshake"
 	"github.com/seqd/seqd/dataplane"
 	"github.com/seqd/seqd/internal/claim"
 	"github.com/seqd/seqd/internal/hist"
@@ -635,7 +636,7 @@ func (b *Base) base() *Base { return b }
 // of them (the QPs answers come from: a client drops any other sender).
 // On an error it returns the workers made so far, for the caller to
 // close.
-func Create[W Worker](n int, create func(id int) (W, error)) (ws []W, answerQPs []dataplane.Endpoint, err error) {
+func Create[W Worker](n int, create func(id int) (W, error)) (ws []W, answerQPs []handshake.Endpoint, err error) {
 	for i := range n {
 		w, err := create(i)
 		if err != nil {
@@ -648,7 +649,7 @@ func Create[W Worker](n int, create func(id int) (W, error)) (ws []W, answerQPs 
 			continue
 		}
 		for _, qp := range w.base().Resp.QPs() {
-			answerQPs = append(answerQPs, dataplane.Endpoint{Addr: qp.Address(), QPN: qp.QPN()})
+			answerQPs = append(answerQPs, handshake.Endpoint{Addr: qp.Address(), QPN: qp.QPN()})
 		}
 	}
 	return ws, answerQPs, nil

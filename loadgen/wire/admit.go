@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/seqd/seqd/admin/adminpb"
+	"github.com/seqd/seqd/admin/handshake"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 )
@@ -56,16 +57,16 @@ func Admit(ctx context.Context, adm adminpb.AdminClient, g *Gen, mode string, pe
 	var lease time.Duration
 	for lo := 0; lo < g.Flows(); lo += perSession {
 		hi := min(lo+perSession, g.Flows())
-		req := &adminpb.ConnectRequest{Window: uint32(window), Mode: mode,
-			ClientName: fmt.Sprintf("%s-%d", name, lo/perSession), ProtocolVersion: spec.ProtocolVersion}
+		a := handshake.Admission{Name: fmt.Sprintf("%s-%d", name, lo/perSession), Window: window}
 		for i := lo; i < hi; i++ {
 			ap, qpn := g.FlowAddr(i)
-			a, _ := verbs.Address{GID: verbs.GIDFromAddr(ap.Addr()), Port: ap.Port()}.MarshalBinary()
-			req.Qps = append(req.Qps, &adminpb.Endpoint{Address: a, Qpn: qpn})
+			addr := verbs.Address{GID: verbs.GIDFromAddr(ap.Addr()), Port: ap.Port()}
+			a.QPs = append(a.QPs, handshake.Endpoint{Addr: addr, QPN: verbs.QPN(qpn)})
 			if kind == HERD {
-				req.ConnQps = append(req.ConnQps, &adminpb.Endpoint{Address: a, Qpn: qpn + UCOffset})
+				a.ConnQPs = append(a.ConnQPs, handshake.Endpoint{Addr: addr, QPN: verbs.QPN(qpn + UCOffset)})
 			}
 		}
+		req := handshake.EncodeAdmission(a, mode)
 		resp, err := adm.Connect(ctx, req)
 		if err != nil {
 			ss.Close(ctx)
@@ -74,13 +75,15 @@ func Admit(ctx context.Context, adm adminpb.AdminClient, g *Gen, mode string, pe
 		ss.tokens = append(ss.tokens, resp.GetSessionToken())
 		ss.ids = append(ss.ids, resp.GetSessionId())
 		ss.epoch = resp.GetEpoch()
-		grantf := grant
-		if kind == HERD {
-			grantf = grantHERD
+		gr, err := handshake.DecodeGrant(req, resp)
+		if err == nil && kind == HERD {
+			err = grantHERD(gr, &t, lo, hi)
+		} else if err == nil {
+			err = grant(gr, &t, lo, hi)
 		}
-		if err := grantf(resp, &t, lo, hi); err != nil {
+		if err != nil {
 			ss.Close(ctx)
-			return nil, err
+			return nil, fmt.Errorf("%w: flows %d-%d: %w", ErrAdmit, lo, hi-1, err)
 		}
 		if ms := resp.GetLeaseMs(); ms > 0 {
 			lease = time.Duration(ms) * time.Millisecond
@@ -97,81 +100,54 @@ func Admit(ctx context.Context, adm adminpb.AdminClient, g *Gen, mode string, pe
 	return ss, nil
 }
 
-// grant fills flows lo..hi-1 of t from a ConnectResponse.
-func grant(resp *adminpb.ConnectResponse, t *Target, lo, hi int) error {
-	if v := resp.GetProtocolVersion(); v != spec.ProtocolVersion {
-		return fmt.Errorf("%w: server speaks protocol version %d", ErrAdmit, v)
+// grant fills flows lo..hi-1 of t from a Spec-S0 grant (decoded for
+// them, so it has their assignments).
+func grant(g handshake.Grant, t *Target, lo, hi int) error {
+	for _, ep := range g.AnswerQPs {
+		t.AnswerQPNs = appendNew(t.AnswerQPNs, uint32(ep.QPN))
 	}
-	if resp.GetMode() != spec.ModeSpecS0 {
-		return fmt.Errorf("%w: server serves %q, not %s", ErrAdmit, resp.GetMode(), spec.ModeSpecS0)
+	t.High = max(t.High, g.High)
+	if g.Format.Valid() {
+		t.HighPeriod = spec.HighPeriod(g.Format)
 	}
-	if len(resp.GetAssignment()) != hi-lo || len(resp.GetServerQps()) == 0 || resp.GetWindow() == 0 ||
-		len(resp.GetAnswerQps()) == 0 || resp.GetAnswerQkey() == 0 {
-		return fmt.Errorf("%w: malformed grant (%d assignments for %d QPs, %d server QPs, window %d, %d answer QPs)",
-			ErrAdmit, len(resp.GetAssignment()), hi-lo, len(resp.GetServerQps()), resp.GetWindow(), len(resp.GetAnswerQps()))
-	}
-	for _, ep := range resp.GetAnswerQps() {
-		t.AnswerQPNs = appendNew(t.AnswerQPNs, ep.GetQpn())
-	}
-	if h := resp.GetHigh(); h > t.High {
-		t.High = h
-	}
-	if f, err := spec.ParseFormat(resp.GetFormat()); err == nil {
-		t.HighPeriod = spec.HighPeriod(f)
-	}
-	srv := resp.GetServerQps()
 	for i := lo; i < hi; i++ {
-		k := int(resp.GetAssignment()[i-lo])
-		if k >= len(srv) {
-			return fmt.Errorf("%w: assignment %d out of range", ErrAdmit, k)
+		k := g.Assignment[i-lo]
+		srv := g.ServerQPs[k]
+		ip, err := ipv4(srv.Addr)
+		if err != nil {
+			return fmt.Errorf("server QP %d: %w", k, err)
 		}
-		var a verbs.Address
-		if err := a.UnmarshalBinary(srv[k].GetAddress()); err != nil {
-			return fmt.Errorf("%w: server QP %d: %v", ErrAdmit, k, err)
-		}
-		ip := a.GID.Addr()
-		if !ip.Is4() {
-			return fmt.Errorf("%w: server QP %d at %v: IPv4 only", ErrAdmit, k, a)
-		}
-		t.Flows[i] = FlowTarget{Server: netip.AddrPortFrom(ip, a.RoCEPort()), QPN: srv[k].GetQpn(),
-			QKey: resp.GetQkey(), Window: int(resp.GetWindow()), AnswerQKey: resp.GetAnswerQkey()}
+		t.Flows[i] = FlowTarget{Server: netip.AddrPortFrom(ip, srv.Addr.RoCEPort()), QPN: uint32(srv.QPN),
+			QKey: g.QKey, Window: g.Window, AnswerQKey: g.AnswerQKey}
 	}
 	return nil
 }
 
-// grantHERD fills flows lo..hi-1 of t from a herd ConnectResponse: per
-// client QP the server's UC QP, the address of its slot 0 and the R_Key.
-func grantHERD(resp *adminpb.ConnectResponse, t *Target, lo, hi int) error {
-	if v := resp.GetProtocolVersion(); v != spec.ProtocolVersion {
-		return fmt.Errorf("%w: server speaks protocol version %d", ErrAdmit, v)
-	}
-	if resp.GetMode() != spec.ModeHERD {
-		return fmt.Errorf("%w: server serves %q, not %s", ErrAdmit, resp.GetMode(), spec.ModeHERD)
-	}
-	n := hi - lo
-	srv := resp.GetServerConnQps()
-	if len(srv) != n || len(resp.GetRemoteAddr()) != n || len(resp.GetRkey()) != n || resp.GetWindow() == 0 ||
-		len(resp.GetAnswerQps()) == 0 || resp.GetAnswerQkey() == 0 {
-		return fmt.Errorf("%w: malformed herd grant (%d server QPs, %d addresses, %d keys for %d QPs, window %d, %d answer QPs)",
-			ErrAdmit, len(srv), len(resp.GetRemoteAddr()), len(resp.GetRkey()), n, resp.GetWindow(), len(resp.GetAnswerQps()))
-	}
-	for _, ep := range resp.GetAnswerQps() {
-		t.AnswerQPNs = appendNew(t.AnswerQPNs, ep.GetQpn())
+// grantHERD fills flows lo..hi-1 of t from a herd grant: per client QP
+// the server's UC QP, the address of its slot 0 and the R_Key.
+func grantHERD(g handshake.Grant, t *Target, lo, hi int) error {
+	for _, ep := range g.AnswerQPs {
+		t.AnswerQPNs = appendNew(t.AnswerQPNs, uint32(ep.QPN))
 	}
 	for i := lo; i < hi; i++ {
-		var a verbs.Address
-		if err := a.UnmarshalBinary(srv[i-lo].GetAddress()); err != nil {
-			return fmt.Errorf("%w: server UC QP %d: %v", ErrAdmit, i-lo, err)
+		srv := g.ServerConnQPs[i-lo]
+		ip, err := ipv4(srv.Addr)
+		if err != nil {
+			return fmt.Errorf("server UC QP %d: %w", i-lo, err)
 		}
-		ip := a.GID.Addr()
-		if !ip.Is4() {
-			return fmt.Errorf("%w: server UC QP at %v: IPv4 only", ErrAdmit, a)
-		}
-		t.Flows[i] = FlowTarget{Server: netip.AddrPortFrom(ip, a.RoCEPort()), QPN: srv[i-lo].GetQpn(),
-			Window: int(resp.GetWindow()), RemoteAddr: resp.GetRemoteAddr()[i-lo], RKey: resp.GetRkey()[i-lo],
-			AnswerQKey: resp.GetAnswerQkey()}
+		t.Flows[i] = FlowTarget{Server: netip.AddrPortFrom(ip, srv.Addr.RoCEPort()), QPN: uint32(srv.QPN),
+			Window: g.Window, RemoteAddr: g.RemoteAddr[i-lo], RKey: g.RKey[i-lo], AnswerQKey: g.AnswerQKey}
 	}
 	return nil
+}
+
+// ipv4 is a's IPv4 address: the generator sends IPv4 only.
+func ipv4(a verbs.Address) (netip.Addr, error) {
+	ip := a.GID.Addr()
+	if !ip.Is4() {
+		return netip.Addr{}, fmt.Errorf("at %v: IPv4 only", a)
+	}
+	return ip, nil
 }
 
 func appendNew(s []uint32, v uint32) []uint32 {
@@ -210,7 +186,7 @@ func (ss *Sessions) Close(ctx context.Context) error {
 	ss.wg.Wait()
 	var errs []error
 	for i, tok := range ss.tokens {
-		if _, err := ss.adm.Disconnect(ctx, &adminpb.DisconnectRequest{SessionId: ss.ids[i], SessionToken: tok, Epoch: ss.epoch}); err != nil {
+		if _, err := ss.adm.Disconnect(ctx, handshake.EncodeSessionRef(handshake.SessionRef{ID: ss.ids[i], Epoch: ss.epoch}, tok)); err != nil {
 			errs = append(errs, err)
 		}
 	}

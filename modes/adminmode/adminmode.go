@@ -1,18 +1,21 @@
 // Package adminmode serves one running dataplane.Mode as an admin
-// backend: it is the one translation between the admin protocol
-// (adminpb) and the Go values every mode speaks, for every mode alike.
+// backend, for every mode alike: it decodes the requests and encodes the
+// answers through admin/handshake, the one translation between the admin
+// protocol (adminpb) and the Go values every mode speaks.
 // Package modes uses it for the mode it runs; a mode's own tests use it
 // to reach their server through the protocol.
 package adminmode
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/seqd/seqd/admin"
 	"github.com/seqd/seqd/admin/adminpb"
+	"github.com/seqd/seqd/admin/handshake"
 	"github.com/seqd/seqd/dataplane"
 	"github.com/seqd/seqd/internal/verbsmetrics"
 	"github.com/seqd/seqd/spec"
@@ -49,14 +52,14 @@ func (b *Backend) Connect(ctx context.Context, req *adminpb.ConnectRequest) (*ad
 // Replace admits req, releasing the session old names (nil: none) in the
 // same step.
 func (b *Backend) Replace(ctx context.Context, old *adminpb.DisconnectRequest, req *adminpb.ConnectRequest) (*adminpb.ConnectResponse, error) {
-	a, err := Admission(req, b.Name)
+	a, err := admission(req, b.Name)
 	if err != nil {
 		return nil, err
 	}
 	a.Identities = admin.CallerIdentities(ctx)
-	var ref dataplane.SessionRef // none, or not of this epoch: nothing to release
+	var ref handshake.SessionRef // none, or not of this epoch: nothing to release
 	if old != nil && admin.CheckEpoch(old, b.Epoch) == nil {
-		ref = SessionRef(old)
+		ref = handshake.DecodeSessionRef(old)
 	}
 	g, err := b.Mode.Admit(ctx, a, ref)
 	if err != nil {
@@ -65,7 +68,8 @@ func (b *Backend) Replace(ctx context.Context, old *adminpb.DisconnectRequest, r
 	if g.High == 0 && b.Oracle != nil {
 		g.High = b.Oracle.Current()
 	}
-	return ConnectResponse(g, b.Name, b.Format), nil
+	g.Mode, g.Format = b.Name, b.Format
+	return handshake.EncodeGrant(g), nil
 }
 
 // Disconnect releases a session of this epoch.
@@ -73,7 +77,7 @@ func (b *Backend) Disconnect(ctx context.Context, req *adminpb.DisconnectRequest
 	if err := admin.CheckEpoch(req, b.Epoch); err != nil {
 		return err
 	}
-	return b.Mode.Release(ctx, SessionRef(req))
+	return b.Mode.Release(ctx, handshake.DecodeSessionRef(req))
 }
 
 // Status reports the mode.
@@ -100,71 +104,17 @@ func (b *Backend) Status(ctx context.Context) (*adminpb.StatusResponse, error) {
 	return resp, nil
 }
 
-// Admission checks req (protocol version, mode) and turns it into Go
-// values.
-func Admission(req *adminpb.ConnectRequest, mode string) (dataplane.Admission, error) {
-	var a dataplane.Admission
-	if m := req.GetMode(); m != "" && m != mode {
-		return a, fmt.Errorf("%w: this server runs %s, not %s", dataplane.ErrFailedPrecondition, mode, m)
-	}
-	if v := req.GetProtocolVersion(); v < spec.ProtocolVersion {
-		return a, fmt.Errorf("%w: protocol version %d, server speaks %d", dataplane.ErrFailedPrecondition, v, spec.ProtocolVersion)
-	}
-	a.Name, a.Window = req.GetClientName(), int(req.GetWindow())
-	var err error
-	if a.QPs, err = endpoints(req.GetQps(), "qps"); err != nil {
-		return a, err
-	}
-	if a.ConnQPs, err = endpoints(req.GetConnQps(), "conn_qps"); err != nil {
-		return a, err
+// admission decodes req for mode: a request for another mode or an
+// older protocol is FailedPrecondition, a malformed one InvalidArgument.
+func admission(req *adminpb.ConnectRequest, mode string) (handshake.Admission, error) {
+	a, err := handshake.DecodeAdmission(req, mode)
+	switch {
+	case errors.Is(err, handshake.ErrMismatch):
+		return a, fmt.Errorf("%w: %w", dataplane.ErrFailedPrecondition, err)
+	case err != nil:
+		return a, fmt.Errorf("%w: %w", dataplane.ErrInvalidArgument, err)
 	}
 	return a, nil
-}
-
-func endpoints(eps []*adminpb.Endpoint, field string) ([]dataplane.Endpoint, error) {
-	if len(eps) == 0 {
-		return nil, nil
-	}
-	out := make([]dataplane.Endpoint, len(eps))
-	for i, ep := range eps {
-		if err := out[i].Addr.UnmarshalBinary(ep.GetAddress()); err != nil {
-			return nil, fmt.Errorf("%w: %s[%d]: %v", dataplane.ErrInvalidArgument, field, i, err)
-		}
-		if ep.GetQpn() > uint32(verbs.MaxQPN) {
-			return nil, fmt.Errorf("%w: %s[%d]: QPN %d above 24 bits", dataplane.ErrInvalidArgument, field, i, ep.GetQpn())
-		}
-		out[i].QPN = verbs.QPN(ep.GetQpn())
-	}
-	return out, nil
-}
-
-// SessionRef names the session req names.
-func SessionRef(req *adminpb.DisconnectRequest) dataplane.SessionRef {
-	return dataplane.SessionRef{ID: req.GetSessionId(), Epoch: req.GetEpoch()}
-}
-
-// ConnectResponse is g as the protocol carries it, for mode in format f.
-func ConnectResponse(g dataplane.Grant, mode string, f spec.Format) *adminpb.ConnectResponse {
-	resp := &adminpb.ConnectResponse{SessionId: g.Session, Mode: mode, Format: f.String(), Qkey: g.QKey,
-		ServerQps: pbEndpoints(g.ServerQPs), Assignment: g.Assignment, Window: uint32(g.Window), High: g.High,
-		ProtocolVersion: spec.ProtocolVersion, Epoch: g.Epoch, ServerConnQps: pbEndpoints(g.ServerConnQPs),
-		RemoteAddr: g.RemoteAddr, Rkey: g.RKey, AnswerQkey: g.AnswerQKey, AnswerQps: pbEndpoints(g.AnswerQPs)}
-	for _, p := range g.ConnPSNs {
-		resp.ConnPsns = append(resp.ConnPsns, uint32(p))
-	}
-	return resp
-}
-
-func pbEndpoints(eps []dataplane.Endpoint) []*adminpb.Endpoint {
-	if len(eps) == 0 {
-		return nil
-	}
-	out := make([]*adminpb.Endpoint, len(eps))
-	for i, e := range eps {
-		a, _ := e.Addr.MarshalBinary()
-		out[i] = &adminpb.Endpoint{Address: a, Qpn: uint32(e.QPN)}
-	}
-	return out
 }
 
 // Collect sends the mode's metrics, read from one Stats at scrape time:

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/seqd/seqd/admin/adminpb"
+	"github.com/seqd/seqd/admin/handshake"
 	"github.com/seqd/seqd/dataplane"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
@@ -15,19 +16,19 @@ import (
 
 // fakeMode records what it was asked and grants g.
 type fakeMode struct {
-	admitted []dataplane.Admission
-	replaced []dataplane.SessionRef
-	released []dataplane.SessionRef
-	g        dataplane.Grant
+	admitted []handshake.Admission
+	replaced []handshake.SessionRef
+	released []handshake.SessionRef
+	g        handshake.Grant
 	st       dataplane.Stats
 }
 
-func (m *fakeMode) Admit(ctx context.Context, a dataplane.Admission, r dataplane.SessionRef) (dataplane.Grant, error) {
+func (m *fakeMode) Admit(ctx context.Context, a handshake.Admission, r handshake.SessionRef) (handshake.Grant, error) {
 	m.admitted, m.replaced = append(m.admitted, a), append(m.replaced, r)
 	return m.g, nil
 }
 
-func (m *fakeMode) Release(ctx context.Context, r dataplane.SessionRef) error {
+func (m *fakeMode) Release(ctx context.Context, r handshake.SessionRef) error {
 	m.released = append(m.released, r)
 	return nil
 }
@@ -47,8 +48,8 @@ func pb(a verbs.Address, q verbs.QPN) *adminpb.Endpoint {
 }
 
 func TestConnect(t *testing.T) {
-	m := &fakeMode{g: dataplane.Grant{Session: 7, Epoch: 9, Window: 16, QKey: 0x11, AnswerQKey: 0x22,
-		ServerQPs: []dataplane.Endpoint{{Addr: addr(1), QPN: 5}}, Assignment: []uint32{0},
+	m := &fakeMode{g: handshake.Grant{Session: 7, Epoch: 9, Window: 16, QKey: 0x11, AnswerQKey: 0x22,
+		ServerQPs: []handshake.Endpoint{{Addr: addr(1), QPN: 5}}, Assignment: []uint32{0},
 		ConnPSNs: []verbs.PSN{3}, RemoteAddr: []uint64{0x1000}, RKey: []uint32{4}}}
 	b := &Backend{Mode: m, Name: spec.ModeHERD, Metrics: "herd", Format: spec.FormatCounter, Epoch: 9, Oracle: current(42)}
 	ctx := context.Background()
@@ -61,7 +62,8 @@ func TestConnect(t *testing.T) {
 		"other mode":   {&adminpb.ConnectRequest{Mode: spec.ModeSpecS0, ProtocolVersion: spec.ProtocolVersion}, dataplane.ErrFailedPrecondition},
 		"old protocol": {&adminpb.ConnectRequest{ProtocolVersion: spec.ProtocolVersion - 1}, dataplane.ErrFailedPrecondition},
 		"bad address":  {&adminpb.ConnectRequest{Qps: []*adminpb.Endpoint{{Address: []byte{1}}}, ProtocolVersion: spec.ProtocolVersion}, dataplane.ErrInvalidArgument},
-		"wide QPN":     {&adminpb.ConnectRequest{ConnQps: []*adminpb.Endpoint{pb(addr(1), 1<<24)}, ProtocolVersion: spec.ProtocolVersion}, dataplane.ErrInvalidArgument},
+		"wide QPN": {&adminpb.ConnectRequest{Qps: []*adminpb.Endpoint{pb(addr(1), 1)}, ConnQps: []*adminpb.Endpoint{pb(addr(1), 1<<24)},
+			ProtocolVersion: spec.ProtocolVersion}, dataplane.ErrInvalidArgument},
 	} {
 		if _, err := b.Connect(ctx, c.req); !errors.Is(err, c.want) {
 			t.Errorf("%s: %v, want %v", name, err, c.want)
@@ -75,8 +77,8 @@ func TestConnect(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := m.admitted[0]
-	if a.Name != "c" || a.Window != 16 || a.QPs[0] != (dataplane.Endpoint{Addr: addr(2), QPN: 8}) ||
-		a.ConnQPs[0] != (dataplane.Endpoint{Addr: addr(2), QPN: 9}) || m.replaced[0] != (dataplane.SessionRef{ID: 3, Epoch: 9}) {
+	if a.Name != "c" || a.Window != 16 || a.QPs[0] != (handshake.Endpoint{Addr: addr(2), QPN: 8}) ||
+		a.ConnQPs[0] != (handshake.Endpoint{Addr: addr(2), QPN: 9}) || m.replaced[0] != (handshake.SessionRef{ID: 3, Epoch: 9}) {
 		t.Fatalf("admission %+v replacing %+v", a, m.replaced[0])
 	}
 	if resp.GetSessionId() != 7 || resp.GetMode() != spec.ModeHERD || resp.GetFormat() != "counter" || resp.GetQkey() != 0x11 ||
@@ -86,13 +88,13 @@ func TestConnect(t *testing.T) {
 		t.Fatalf("response %v", resp)
 	}
 	// A session of another epoch is not the mode's to replace or release.
-	if _, err := b.Replace(ctx, &adminpb.DisconnectRequest{SessionId: 3, Epoch: 8}, ok); err != nil || m.replaced[1] != (dataplane.SessionRef{}) {
+	if _, err := b.Replace(ctx, &adminpb.DisconnectRequest{SessionId: 3, Epoch: 8}, ok); err != nil || m.replaced[1] != (handshake.SessionRef{}) {
 		t.Fatalf("replacing another epoch's session: %v, mode asked to replace %+v", err, m.replaced[1])
 	}
 	if err := b.Disconnect(ctx, &adminpb.DisconnectRequest{SessionId: 3, Epoch: 8}); !errors.Is(err, dataplane.ErrUnknownSession) || len(m.released) != 0 {
 		t.Fatalf("Disconnect(other epoch) = %v, released %v", err, m.released)
 	}
-	if err := b.Disconnect(ctx, &adminpb.DisconnectRequest{SessionId: 3}); err != nil || m.released[0] != (dataplane.SessionRef{ID: 3}) {
+	if err := b.Disconnect(ctx, &adminpb.DisconnectRequest{SessionId: 3}); err != nil || m.released[0] != (handshake.SessionRef{ID: 3}) {
 		t.Fatalf("Disconnect = %v, released %v", err, m.released)
 	}
 }
