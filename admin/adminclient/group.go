@@ -213,7 +213,53 @@ func (m memberErrs) Unwrap() []error { return m }
 // that keeps one (loadgen): it asks the members in turn for their Status
 // and goes to the member that leads (or runs alone, role single), or to
 // the leader a standby names. The caller closes the connection.
+//
+// While the group elects (a member answered as a standby that knows no
+// leader, and every other failure is ErrUnavailable), it asks again after a pause that doubles from 50 ms to
+// 1 s, until ctx ends: a failover takes about half a second, and a caller
+// started during one should wait it out, not fail. Any other failure (a
+// bad address, refused credentials) returns at once.
 func (g *Group) DialLeader(ctx context.Context) (string, *grpc.ClientConn, error) {
+	pause := 50 * time.Millisecond
+	for {
+		a, cc, err := g.dialLeaderOnce(ctx)
+		if err == nil || !electing(err) {
+			return a, cc, err
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return "", nil, err
+		case <-t.C:
+		}
+		pause = min(2*pause, time.Second)
+	}
+}
+
+// errNoLeaderYet marks a standby's answer that it knows no leader.
+var errNoLeaderYet = errors.New("is a standby that knows no leader yet")
+
+// electing reports whether err, from one round of dialLeaderOnce, says
+// that the group is electing: some member is a standby that knows no
+// leader yet, and every other failure is ErrUnavailable. A group none of
+// whose members answers is not electing; that fails at once.
+func electing(err error) bool {
+	if !errors.Is(err, errNoLeaderYet) {
+		return false
+	}
+	var m memberErrs
+	if errors.As(err, &m) {
+		for _, e := range m {
+			if !errors.Is(e, ErrUnavailable) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func (g *Group) dialLeaderOnce(ctx context.Context) (string, *grpc.ClientConn, error) {
 	var errs []error
 	tried := map[string]bool{}
 	queue := append([]string(nil), g.Addrs...)
@@ -245,7 +291,7 @@ func (g *Group) DialLeader(ctx context.Context) (string, *grpc.ClientConn, error
 		cc.Close()
 		l := st.GetLeader()
 		if l == "" {
-			errs = append(errs, fmt.Errorf("%w: %s is a standby that knows no leader yet", ErrUnavailable, a))
+			errs = append(errs, fmt.Errorf("%w: %s %w", ErrUnavailable, a, errNoLeaderYet))
 			continue
 		}
 		if !tried[l] && hops < maxHops*len(g.Addrs) && checkAddr(l) == nil {

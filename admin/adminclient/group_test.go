@@ -80,11 +80,19 @@ type fakeGroup struct {
 	mu     sync.Mutex
 	leader string         // "" when none is known
 	served map[string]int // SetModes served, by member
+	// elect, when set, is called under mu on each Status: an election
+	// that ends while a caller asks.
+	elect func(statuses int)
+	statuses int
 }
 
 func (m *fakeMember) Status(context.Context, *adminpb.StatusRequest) (*adminpb.StatusResponse, error) {
 	m.g.mu.Lock()
 	defer m.g.mu.Unlock()
+	m.g.statuses++
+	if m.g.elect != nil {
+		m.g.elect(m.g.statuses)
+	}
 	role := adminclient.RoleStandby
 	if m.g.leader == m.addr {
 		role = adminclient.RoleLeader
@@ -203,8 +211,49 @@ func TestGroupNoLeader(t *testing.T) {
 	if len(calls) != 2 {
 		t.Errorf("called %q, want both members", calls)
 	}
-	if _, _, err := grp.DialLeader(ctx); err == nil || !strings.Contains(err.Error(), "knows no leader") {
+	// DialLeader waits out an election until its context ends, then
+	// says why it found no leader.
+	short, cancelShort := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancelShort()
+	if _, _, err := grp.DialLeader(short); err == nil || !strings.Contains(err.Error(), "knows no leader") {
 		t.Fatalf("DialLeader with no leader = %v", err)
+	}
+}
+
+// DialLeader started while the group elects waits for the leader, as a
+// loadgen started during a failover must, instead of failing on the
+// first round in which every member is a standby that knows no leader.
+func TestDialLeaderWaitsOutElection(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	g, addrs := startGroup(t, 3, -1)
+	g.elect = func(n int) {
+		if n == 7 { // in the third round: two found no leader
+			g.leader = addrs[1]
+		}
+	}
+	a, cc, err := (&adminclient.Group{Addrs: addrs}).DialLeader(ctx)
+	if err != nil || a != addrs[1] {
+		t.Fatalf("DialLeader during an election = %s, %v; want the elected %s", a, err, addrs[1])
+	}
+	cc.Close()
+}
+
+// A group none of whose members answers is not electing: DialLeader
+// fails at once, not at its context's end.
+func TestDialLeaderDeadGroupFailsAtOnce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	grp := &adminclient.Group{Addrs: []string{deadAddr(t), deadAddr(t)}}
+	done := make(chan error, 1)
+	go func() { _, _, err := grp.DialLeader(ctx); done <- err }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("DialLeader to dead members succeeded")
+		}
+	case <-ctx.Done():
+		t.Fatal("DialLeader to dead members waited for its context: it took them for an election")
 	}
 }
 

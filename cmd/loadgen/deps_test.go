@@ -15,5 +15,5 @@ func TestLinksNoServer(t *testing.T) {
 	depstest.Forbid(t, ".", []string{"github.com/seqd/seqd/server", "github.com/seqd/seqd/admin",
 		"github.com/seqd/seqd/ha", "github.com/seqd/seqd/modes", "github.com/seqd/seqd/loadgen/inprocess",
 		"github.com/seqd/seqd/oracle", "go.etcd.io"},
-		[]string{"github.com/seqd/seqd/admin/adminclient", "github.com/seqd/seqd/admin/adminpb"})
+		[]string{"github.com/seqd/seqd/admin/adminclient", "github.com/seqd/seqd/admin/adminpb", "github.com/seqd/seqd/admin/handshake"})
 }
