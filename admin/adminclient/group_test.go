@@ -82,7 +82,7 @@ type fakeGroup struct {
 	served map[string]int // SetModes served, by member
 	// elect, when set, is called under mu on each Status: an election
 	// that ends while a caller asks.
-	elect func(statuses int)
+	elect    func(statuses int)
 	statuses int
 }
 
