@@ -130,13 +130,19 @@ type Counter struct {
 	Gauge              bool
 }
 
-// Mode is a running data path.
+// Mode is a running data path. The mode is the one layer that checks the
+// epoch of a SessionRef: a ref whose Epoch is not the one the mode was
+// started with (Config.Epoch) names no session, whatever its ID, so that
+// a session of an earlier start is never taken for one of this start
+// that got the same ID. Package dataplane/dataplanetest is the suite
+// every mode passes.
 type Mode interface {
 	// Admit admits a session. When replaces names a session this mode
-	// and epoch still hold, it is released in the same step, and a on
-	// failure keeps it.
+	// and epoch still hold, it is released in the same step, and a
+	// refused admission keeps it.
 	Admit(ctx context.Context, a Admission, replaces SessionRef) (Grant, error)
-	// Release releases a session: ErrUnknownSession when there is none.
+	// Release releases a session of the mode's epoch: ErrUnknownSession
+	// when there is none.
 	Release(ctx context.Context, s SessionRef) error
 	Stats() Stats
 	// Stop drains the mode and moves its QPs to ERR; it returns the
