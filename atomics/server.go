@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/bits"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,6 +31,7 @@ var (
 	ErrClosed    = fmt.Errorf("atomics: server stopped: %w", dataplane.ErrUnavailable)
 	ErrArgument  = fmt.Errorf("atomics: %w", dataplane.ErrInvalidArgument)
 	ErrNoSession = fmt.Errorf("atomics: %w", dataplane.ErrUnknownSession)
+	ErrNoRoom    = fmt.Errorf("atomics: %w", dataplane.ErrNoCapacity)
 	ErrFenced    = fmt.Errorf("atomics: fenced until the lease is renewed: %w", dataplane.ErrUnavailable)
 	// ErrUntrusted refuses a client on a provider that cannot hold it to
 	// fetch-and-add of one (verbs.AtomicPolicer) when its identity is
@@ -58,6 +60,9 @@ type Config struct {
 	Interval time.Duration
 	// MaxQPs is the most client QPs admitted at once. Default 1024.
 	MaxQPs int
+	// MaxWindow is the most fetch-and-adds a client QP is granted to keep
+	// outstanding. Default 1024 (the client's bound).
+	MaxWindow int
 	// Trusted are the client identities (dataplane.Admission.Identities)
 	// admitted when the provider cannot refuse an atomic other than the
 	// fetch-and-add of one (it offers no verbs.AtomicPolicer: a NIC).
@@ -74,6 +79,9 @@ func (c Config) validate() (Config, error) {
 	}
 	if c.Block == 0 {
 		c.Block = DefaultBlock
+	}
+	if c.MaxWindow <= 0 {
+		c.MaxWindow = 1024
 	}
 	if c.FenceMargin == 0 {
 		c.FenceMargin = c.Block / 4
@@ -125,6 +133,9 @@ type Server struct {
 
 	mu       sync.Mutex
 	sessions map[uint64][]verbs.QP
+	// holders: which session holds each client QP; eps: each session's.
+	holders  wk.Held
+	eps      map[uint64][]dataplane.Endpoint
 	nqps     int
 	nextID   uint64
 	stopOnce sync.Once
@@ -148,7 +159,7 @@ func Start(ctx context.Context, c dataplane.Config) (dataplane.Mode, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: the oracle %T cannot wait for a lease", ErrConfig, c.Oracle)
 	}
-	return New(ctx, Config{Device: c.Device, Oracle: l, Block: c.AtomicsBlock, MaxQPs: c.MaxClients * 16,
+	return New(ctx, Config{Device: c.Device, Oracle: l, Block: c.AtomicsBlock, MaxQPs: c.MaxClients * 16, MaxWindow: c.MaxWindow,
 		Trusted: c.AtomicsTrusted, Epoch: c.Epoch, Logger: c.Logger})
 }
 
@@ -244,11 +255,14 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 		return no, fmt.Errorf("%w: client %q, identities %q", ErrUntrusted, a.Name, a.Identities)
 	}
 	if s.nqps+len(a.QPs) > s.cfg.MaxQPs {
-		return no, fmt.Errorf("%w: %d QPs admitted, the maximum is %d", ErrArgument, s.nqps, s.cfg.MaxQPs)
+		return no, fmt.Errorf("%w: %d QPs admitted, the maximum is %d", ErrNoRoom, s.nqps, s.cfg.MaxQPs)
+	}
+	if err := s.holders.Check(a.QPs, 0); err != nil { // the session replaced is released already
+		return no, fmt.Errorf("atomics: %w", err)
 	}
 	var mine []verbs.QP
 	g := dataplane.Grant{RemoteAddr: []uint64{s.mr.Addr()}, RKey: []uint32{s.mr.RKey()}, Epoch: s.cfg.Epoch,
-		Window: a.Window, High: s.load()}
+		Window: wk.Window(a.Window, 1, s.cfg.MaxWindow), High: s.load()}
 	for i, q := range a.QPs {
 		qp, err := s.pd.CreateQP(verbs.QPInitAttr{Type: verbs.RC, SendCQ: s.cq, RecvCQ: s.cq,
 			Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
@@ -274,6 +288,11 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 	s.nextID++
 	g.Session = s.nextID
 	s.sessions[g.Session] = mine
+	if s.holders == nil {
+		s.holders, s.eps = wk.Held{}, map[uint64][]dataplane.Endpoint{}
+	}
+	s.eps[g.Session] = slices.Clone(a.QPs)
+	s.holders.Add(a.QPs, g.Session)
 	s.nqps += len(mine)
 	s.log.Debug("atomics client admitted", "session", g.Session, "name", a.Name, "qps", len(a.QPs))
 	return g, nil
@@ -284,10 +303,12 @@ func (s *Server) Release(ctx context.Context, r dataplane.SessionRef) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	qps, ok := s.sessions[r.ID]
-	if !ok {
-		return fmt.Errorf("%w: %d", ErrNoSession, r.ID)
+	if !ok || r.Epoch != s.cfg.Epoch {
+		return fmt.Errorf("%w: %d of epoch %d", ErrNoSession, r.ID, r.Epoch)
 	}
 	delete(s.sessions, r.ID)
+	s.holders.Remove(s.eps[r.ID], r.ID)
+	delete(s.eps, r.ID)
 	s.nqps -= len(qps)
 	for _, qp := range qps {
 		qp.Close()

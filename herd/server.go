@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +34,7 @@ type Server struct {
 
 	mu       sync.Mutex
 	sessions map[uint64]*session
+	holders  wk.Held // which session holds each client write QP
 	nextID   uint64
 	rr       int
 }
@@ -42,7 +44,8 @@ type session struct {
 	name    string
 	window  int
 	clients []*hclient
-	addrs   []verbs.Address // the answer address of each client QP (its handle's key)
+	addrs   []verbs.Address      // the answer address of each client QP (its handle's key)
+	conn    []dataplane.Endpoint // the client's write QPs, as held in Server.holders
 }
 
 var _ dataplane.Mode = (*Server)(nil)
@@ -106,6 +109,9 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 	if s.stopped.Load() {
 		return no, ErrClosed
 	}
+	if err := s.holders.Check(a.ConnQPs, 0); err != nil { // the session replaced is released already
+		return no, fmt.Errorf("herd: %w", err)
+	}
 	sess := &session{name: a.Name, window: window}
 	// The session's own answer Q_Key: no other client can address its
 	// answers (spec/PROTOCOL.md, "Sessions").
@@ -146,6 +152,11 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 	sess.id = s.nextID
 	g.Session = sess.id
 	s.sessions[sess.id] = sess
+	sess.conn = slices.Clone(a.ConnQPs)
+	if s.holders == nil {
+		s.holders = wk.Held{}
+	}
+	s.holders.Add(sess.conn, sess.id)
 	for _, c := range sess.clients {
 		s.Workers[c.worker].publish()
 	}
@@ -160,10 +171,11 @@ func (s *Server) Release(ctx context.Context, r dataplane.SessionRef) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sess, ok := s.sessions[id]
-	if !ok {
-		return fmt.Errorf("%w: %d", ErrNoSession, id)
+	if !ok || r.Epoch != s.cfg.Epoch {
+		return fmt.Errorf("%w: %d of epoch %d", ErrNoSession, id, r.Epoch)
 	}
 	delete(s.sessions, id)
+	s.holders.Remove(sess.conn, id)
 	for _, c := range sess.clients {
 		s.Workers[c.worker].release(c)
 	}
@@ -202,7 +214,9 @@ func (s *Server) Stop() (high uint64, err error) {
 // Close stops the server and releases every verbs resource.
 func (s *Server) Close() error {
 	s.Stop()
-	s.Pool.CloseOnce(&s.mu, nil)
+	// The workers close every client's resources: no session is left to
+	// release (a Release after Close finds none).
+	s.Pool.CloseOnce(&s.mu, func() { clear(s.sessions); clear(s.holders) })
 	return nil
 }
 
