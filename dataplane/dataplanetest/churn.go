@@ -20,7 +20,7 @@ type addressHandler interface{ AddressHandles() int }
 
 // settle bounds the wait for state a mode frees after a grace period
 // (address handles, ahcache.Grace) or its workers' next sweep.
-const settle = 10 * time.Second
+var settle = 10 * time.Second
 
 // testChurn admits and releases clients of two QPs each from thousands
 // of distinct addresses, with room for only maxClients at once: every
