@@ -23,18 +23,18 @@ import (
 type breakage int
 
 const (
-	correct        breakage = iota
-	noEpochCheck            // Release and replaces ignore the epoch
-	stopTwiceFails          // a second Stop reports an error
-	closeNeedsStop          // Close before Stop panics on a nil channel (as herd's Release after Close did)
-	leaksCapacity           // Release forgets the session but not its capacity
-	leaksState              // Release leaves a per-client entry behind
-	wrongKind               // capacity refused as an invalid argument
-	badCounter              // a counter named against the rules
-	noWindowBound           // grants the window asked for
-	acceptsTwice            // one QP in two sessions
-	replaceDropsOld         // the old session is released before the new admission is checked
-	admitsAfterStop         // Stop stops nothing
+	correct         breakage = iota
+	noEpochCheck             // Release and replaces ignore the epoch
+	stopTwiceFails           // a second Stop reports an error
+	closeNeedsStop           // Close before Stop panics on a nil channel (as herd's Release after Close did)
+	leaksCapacity            // Release forgets the session but not its capacity
+	leaksState               // Release leaves a per-client entry behind
+	wrongKind                // capacity refused as an invalid argument
+	badCounter               // a counter named against the rules
+	noWindowBound            // grants the window asked for
+	acceptsTwice             // one QP in two sessions
+	replaceDropsOld          // the old session is released before the new admission is checked
+	admitsAfterStop          // Stop stops nothing
 )
 
 // ref is the reference mode: sessions in a map, nothing served.
@@ -221,11 +221,15 @@ func (r *recorder) Fail()                     { r.fail("Fail") }
 func (r *recorder) Fatalf(f string, a ...any) { r.fail(fmt.Sprintf(f, a...)); runtime.Goexit() }
 func (r *recorder) Fatal(a ...any)            { r.fail(fmt.Sprint(a...)); runtime.Goexit() }
 func (r *recorder) FailNow()                  { r.fail("FailNow"); runtime.Goexit() }
-func (r *recorder) Skipf(f string, a ...any)  { r.log(fmt.Sprintf(f, a...)); r.skipped = true; runtime.Goexit() }
-func (r *recorder) Skip(a ...any)             { r.log(fmt.Sprint(a...)); r.skipped = true; runtime.Goexit() }
-func (r *recorder) SkipNow()                  { r.skipped = true; runtime.Goexit() }
-func (r *recorder) Logf(f string, a ...any)   { r.log(fmt.Sprintf(f, a...)) }
-func (r *recorder) Log(a ...any)              { r.log(fmt.Sprint(a...)) }
+func (r *recorder) Skipf(f string, a ...any) {
+	r.log(fmt.Sprintf(f, a...))
+	r.skipped = true
+	runtime.Goexit()
+}
+func (r *recorder) Skip(a ...any)           { r.log(fmt.Sprint(a...)); r.skipped = true; runtime.Goexit() }
+func (r *recorder) SkipNow()                { r.skipped = true; runtime.Goexit() }
+func (r *recorder) Logf(f string, a ...any) { r.log(fmt.Sprintf(f, a...)) }
+func (r *recorder) Log(a ...any)            { r.log(fmt.Sprint(a...)) }
 func (r *recorder) Failed() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
