@@ -24,7 +24,10 @@
 //   - Errors: every error is one of dataplane's kinds, the right one;
 //     Stats counters are named as Prometheus expects, once each.
 //   - Hostile: admissions asking for too much are refused or cut down
-//     to the configured bounds.
+//     to the configured bounds; an admitted client that forges packets
+//     of every operation on every transport to the QPs its grant names
+//     (right ICRC, Q_Key and PSN; random payloads, keys and operands)
+//     neither crashes the mode nor stops it serving an honest client.
 //   - Serve, SourcePorts, Switch and Wire run real clients over the soft
 //     provider: calls are answered in order, also for a NIC-like peer
 //     that sends from a random source port, across a stop and restart

@@ -68,6 +68,7 @@ func Parts() []Part {
 		{"Errors/Capacity", testCapacity},
 		{"Errors/Counters", testCounters},
 		{"Hostile/Admissions", testHostile},
+		{"Hostile/Packets", testHostilePackets},
 		{"Serve", testServe},
 		{"SourcePorts", testSourcePorts},
 		{"Switch", testSwitch},

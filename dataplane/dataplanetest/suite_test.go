@@ -265,7 +265,7 @@ func part(t *testing.T, name string) Part {
 }
 
 // dataPath are the parts that need a mode that serves calls.
-var dataPath = map[string]bool{"Serve": true, "SourcePorts": true, "Switch": true, "Wire": true}
+var dataPath = map[string]bool{"Hostile/Packets": true, "Serve": true, "SourcePorts": true, "Switch": true, "Wire": true}
 
 func harness(b breakage) *Harness {
 	return &Harness{Name: spec.ModeFaSST, Start: refFactory(b), State: refState}
@@ -309,7 +309,8 @@ func TestSuiteCatchesBrokenModes(t *testing.T) {
 		{"Errors/Counters", badCounter, "not a lowercase metric name"},
 		{"Hostile/Admissions", noWindowBound, "beyond MaxWindow"},
 		{"Hostile/Admissions", acceptsTwice, "one QP twice"},
-		{"Serve", correct, "Dial"}, // the reference serves nothing
+		{"Serve", correct, "Dial"},           // the reference serves nothing
+		{"Hostile/Packets", correct, "Dial"}, // nor, after the forged packets, an honest client
 	} {
 		t.Run(c.part, func(t *testing.T) {
 			r := runPart(t, part(t, c.part), harness(c.b))
