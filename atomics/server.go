@@ -229,8 +229,9 @@ func (s *Server) Epoch() uint64 { return s.cfg.Epoch }
 func (s *Server) Next() uint64 { return s.load() }
 
 // Admit creates one RC QP per client QP (a.QPs), connected to it, with
-// remote atomic access to the counter. A session replaces names is
-// released first.
+// remote atomic access to the counter. A session replaces names (of
+// this epoch) is released once the admission is checked, its QPs
+// counted as free.
 func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces dataplane.SessionRef) (dataplane.Grant, error) {
 	var no dataplane.Grant
 	if len(a.ConnQPs) != 0 {
@@ -238,9 +239,6 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 	}
 	if len(a.QPs) == 0 {
 		return no, fmt.Errorf("%w: no queue pairs", ErrArgument)
-	}
-	if err := dataplane.ReleaseReplaced(ctx, s, replaces); err != nil {
-		return no, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -254,11 +252,19 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 		s.untrusted.Add(1)
 		return no, fmt.Errorf("%w: client %q, identities %q", ErrUntrusted, a.Name, a.Identities)
 	}
-	if s.nqps+len(a.QPs) > s.cfg.MaxQPs {
-		return no, fmt.Errorf("%w: %d QPs admitted, the maximum is %d", ErrNoRoom, s.nqps, s.cfg.MaxQPs)
+	old, replacing := wk.Replaced(s.sessions, replaces, s.cfg.Epoch)
+	var oldID uint64
+	if replacing {
+		oldID = replaces.ID
 	}
-	if err := s.holders.Check(a.QPs, 0); err != nil { // the session replaced is released already
+	if have := s.nqps - len(old); have+len(a.QPs) > s.cfg.MaxQPs {
+		return no, fmt.Errorf("%w: %d QPs admitted, the maximum is %d", ErrNoRoom, have, s.cfg.MaxQPs)
+	}
+	if err := s.holders.Check(a.QPs, oldID); err != nil {
 		return no, fmt.Errorf("atomics: %w", err)
+	}
+	if replacing {
+		s.release(replaces.ID, old)
 	}
 	var mine []verbs.QP
 	g := dataplane.Grant{RemoteAddr: []uint64{s.mr.Addr()}, RKey: []uint32{s.mr.RKey()}, Epoch: s.cfg.Epoch,
@@ -306,14 +312,19 @@ func (s *Server) Release(ctx context.Context, r dataplane.SessionRef) error {
 	if !ok || r.Epoch != s.cfg.Epoch {
 		return fmt.Errorf("%w: %d of epoch %d", ErrNoSession, r.ID, r.Epoch)
 	}
-	delete(s.sessions, r.ID)
-	s.holders.Remove(s.eps[r.ID], r.ID)
-	delete(s.eps, r.ID)
+	s.release(r.ID, qps)
+	return nil
+}
+
+// release closes session id's QPs. Called with s.mu held.
+func (s *Server) release(id uint64, qps []verbs.QP) {
+	delete(s.sessions, id)
+	s.holders.Remove(s.eps[id], id)
+	delete(s.eps, id)
 	s.nqps -= len(qps)
 	for _, qp := range qps {
 		qp.Close()
 	}
-	return nil
 }
 
 // Sessions is the number of admitted sessions.

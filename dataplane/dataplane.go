@@ -190,17 +190,3 @@ type Config struct {
 
 // Factory starts a mode.
 type Factory func(ctx context.Context, cfg Config) (Mode, error)
-
-// ReleaseReplaced releases the session r names (none when r.ID is 0) for
-// a mode whose sessions never share resources, so that Admit may release
-// the session it replaces before it admits the new one. A session
-// already gone is no error.
-func ReleaseReplaced(ctx context.Context, m Mode, r SessionRef) error {
-	if r.ID == 0 {
-		return nil
-	}
-	if err := m.Release(ctx, r); err != nil && !errors.Is(err, ErrUnknownSession) {
-		return err
-	}
-	return nil
-}

@@ -84,9 +84,10 @@ func (s *Server) Epoch() uint64 { return s.cfg.Epoch }
 // its UC write QPs, one per answer QP. Each gets, on a worker
 // (round-robin), a protection domain of its own holding a block of window
 // slots and a server UC QP connected to its write QP: only that QP can
-// write the block. A session replaces names is released first (herd's
-// sessions never share QPs, so its resources need not pass to the new
-// one).
+// write the block. A session replaces names (of this epoch) is released
+// once the admission is checked, before the new session takes slots
+// (herd's sessions never share QPs, so its resources need not pass to
+// the new one).
 func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces dataplane.SessionRef) (dataplane.Grant, error) {
 	var no dataplane.Grant
 	if len(a.QPs) == 0 {
@@ -101,16 +102,25 @@ func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces data
 			return no, fmt.Errorf("%w: qps[%d]: QPN above 24 bits", ErrArgument, i)
 		}
 	}
-	if err := dataplane.ReleaseReplaced(ctx, s, replaces); err != nil {
-		return no, err
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stopped.Load() {
 		return no, ErrClosed
 	}
-	if err := s.holders.Check(a.ConnQPs, 0); err != nil { // the session replaced is released already
+	old, replacing := wk.Replaced(s.sessions, replaces, s.cfg.Epoch)
+	var oldID uint64
+	if replacing {
+		oldID = old.id
+	}
+	if err := s.holders.Check(a.ConnQPs, oldID); err != nil {
 		return no, fmt.Errorf("herd: %w", err)
+	}
+	if replacing {
+		// Released before the admission: its blocks return to the
+		// workers only after their next sweep, so a full worker may
+		// still refuse the new session, which then does not get the old
+		// one back (dataplane.Mode allows it for herd).
+		s.release(old)
 	}
 	sess := &session{name: a.Name, window: window}
 	// The session's own answer Q_Key: no other client can address its
@@ -174,8 +184,14 @@ func (s *Server) Release(ctx context.Context, r dataplane.SessionRef) error {
 	if !ok || r.Epoch != s.cfg.Epoch {
 		return fmt.Errorf("%w: %d of epoch %d", ErrNoSession, id, r.Epoch)
 	}
-	delete(s.sessions, id)
-	s.holders.Remove(sess.conn, id)
+	s.release(sess)
+	return nil
+}
+
+// release ends sess. Called with s.mu held.
+func (s *Server) release(sess *session) {
+	delete(s.sessions, sess.id)
+	s.holders.Remove(sess.conn, sess.id)
 	for _, c := range sess.clients {
 		s.Workers[c.worker].release(c)
 	}
@@ -184,8 +200,7 @@ func (s *Server) Release(ctx context.Context, r dataplane.SessionRef) error {
 		s.AHs.Put(a, now) // closed ahcache.Grace later: a worker may hold it in a batch
 	}
 	s.AHs.Reap(now)
-	s.log.Debug("herd client released", "session", id, "name", sess.name)
-	return nil
+	s.log.Debug("herd client released", "session", sess.id, "name", sess.name)
 }
 
 // AddressHandles is the number of open address handles: those of the

@@ -94,20 +94,28 @@ func testReplaceOtherEpoch(t testing.TB, h *Harness) {
 	}
 }
 
-// testReplaceRefused: when the replacing admission is refused, the old
-// session is kept.
+// testReplaceRefused: when the replacing admission is refused, for a
+// malformed request or for a QP another session holds, the old session
+// is kept.
 func testReplaceRefused(t testing.TB, h *Harness) {
 	in := h.start(t, nil, nil)
 	ctx := context.Background()
 	old := in.admit(t, h.admission(1, 1), dataplane.SessionRef{})
+	other := in.admit(t, h.admission(2, 1), dataplane.SessionRef{})
 	bad := h.admission(1, 1)
 	bad.QPs, bad.ConnQPs = nil, nil
 	if _, err := in.Admit(ctx, bad, ref(old)); err == nil {
 		t.Fatalf("an admission without QPs replacing session %d was granted", old.Session)
 	}
-	in.wantSessions(t, 1, "after a refused replacing admission")
-	if err := in.Release(ctx, ref(old)); err != nil {
-		t.Fatalf("Release of the session a refused admission named = %v; it must be kept", err)
+	in.wantSessions(t, 2, "after a refused replacing admission (no QPs)")
+	if _, err := in.Admit(ctx, h.admission(2, 1), ref(old)); err == nil {
+		t.Fatalf("an admission of session %d's QPs replacing session %d was granted", other.Session, old.Session)
+	}
+	in.wantSessions(t, 2, "after a refused replacing admission (QPs of another session)")
+	for _, g := range []dataplane.Grant{old, other} {
+		if err := in.Release(ctx, ref(g)); err != nil {
+			t.Fatalf("Release of session %d = %v; a refused replacing admission must keep it", g.Session, err)
+		}
 	}
 }
 
