@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/bits"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,6 +32,7 @@ var (
 	ErrClosed    = fmt.Errorf("atomics: server stopped: %w", dataplane.ErrUnavailable)
 	ErrArgument  = fmt.Errorf("atomics: %w", dataplane.ErrInvalidArgument)
 	ErrNoSession = fmt.Errorf("atomics: %w", dataplane.ErrUnknownSession)
+	ErrNoRoom    = fmt.Errorf("atomics: %w", dataplane.ErrNoCapacity)
 	ErrFenced    = fmt.Errorf("atomics: fenced until the lease is renewed: %w", dataplane.ErrUnavailable)
 	// ErrUntrusted refuses a client on a provider that cannot hold it to
 	// fetch-and-add of one (verbs.AtomicPolicer) when its identity is
@@ -59,6 +61,9 @@ type Config struct {
 	Interval time.Duration
 	// MaxQPs is the most client QPs admitted at once. Default 1024.
 	MaxQPs int
+	// MaxWindow is the most fetch-and-adds a client QP is granted to keep
+	// outstanding. Default 1024 (the client's bound).
+	MaxWindow int
 	// Trusted are the client identities (handshake.Admission.Identities)
 	// admitted when the provider cannot refuse an atomic other than the
 	// fetch-and-add of one (it offers no verbs.AtomicPolicer: a NIC).
@@ -75,6 +80,9 @@ func (c Config) validate() (Config, error) {
 	}
 	if c.Block == 0 {
 		c.Block = DefaultBlock
+	}
+	if c.MaxWindow <= 0 {
+		c.MaxWindow = 1024
 	}
 	if c.FenceMargin == 0 {
 		c.FenceMargin = c.Block / 4
@@ -126,6 +134,9 @@ type Server struct {
 
 	mu       sync.Mutex
 	sessions map[uint64][]verbs.QP
+	// holders: which session holds each client QP; eps: each session's.
+	holders  wk.Held
+	eps      map[uint64][]handshake.Endpoint
 	nqps     int
 	nextID   uint64
 	stopOnce sync.Once
@@ -149,7 +160,7 @@ func Start(ctx context.Context, c dataplane.Config) (dataplane.Mode, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: the oracle %T cannot wait for a lease", ErrConfig, c.Oracle)
 	}
-	return New(ctx, Config{Device: c.Device, Oracle: l, Block: c.AtomicsBlock, MaxQPs: c.MaxClients * 16,
+	return New(ctx, Config{Device: c.Device, Oracle: l, Block: c.AtomicsBlock, MaxQPs: c.MaxClients * 16, MaxWindow: c.MaxWindow,
 		Trusted: c.AtomicsTrusted, Epoch: c.Epoch, Logger: c.Logger})
 }
 
@@ -219,8 +230,9 @@ func (s *Server) Epoch() uint64 { return s.cfg.Epoch }
 func (s *Server) Next() uint64 { return s.load() }
 
 // Admit creates one RC QP per client QP (a.QPs), connected to it, with
-// remote atomic access to the counter. A session replaces names is
-// released first.
+// remote atomic access to the counter. A session replaces names (of
+// this epoch) is released once the admission is checked, its QPs
+// counted as free.
 func (s *Server) Admit(ctx context.Context, a handshake.Admission, replaces handshake.SessionRef) (handshake.Grant, error) {
 	var no handshake.Grant
 	if len(a.ConnQPs) != 0 {
@@ -228,9 +240,6 @@ func (s *Server) Admit(ctx context.Context, a handshake.Admission, replaces hand
 	}
 	if len(a.QPs) == 0 {
 		return no, fmt.Errorf("%w: no queue pairs", ErrArgument)
-	}
-	if err := dataplane.ReleaseReplaced(ctx, s, replaces); err != nil {
-		return no, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -244,12 +253,23 @@ func (s *Server) Admit(ctx context.Context, a handshake.Admission, replaces hand
 		s.untrusted.Add(1)
 		return no, fmt.Errorf("%w: client %q, identities %q", ErrUntrusted, a.Name, a.Identities)
 	}
-	if s.nqps+len(a.QPs) > s.cfg.MaxQPs {
-		return no, fmt.Errorf("%w: %d QPs admitted, the maximum is %d", ErrArgument, s.nqps, s.cfg.MaxQPs)
+	old, replacing := wk.Replaced(s.sessions, replaces, s.cfg.Epoch)
+	var oldID uint64
+	if replacing {
+		oldID = replaces.ID
+	}
+	if have := s.nqps - len(old); have+len(a.QPs) > s.cfg.MaxQPs {
+		return no, fmt.Errorf("%w: %d QPs admitted, the maximum is %d", ErrNoRoom, have, s.cfg.MaxQPs)
+	}
+	if err := s.holders.Check(a.QPs, oldID); err != nil {
+		return no, fmt.Errorf("atomics: %w", err)
+	}
+	if replacing {
+		s.release(replaces.ID, old)
 	}
 	var mine []verbs.QP
 	g := handshake.Grant{RemoteAddr: []uint64{s.mr.Addr()}, RKey: []uint32{s.mr.RKey()}, Epoch: s.cfg.Epoch,
-		Window: a.Window, High: s.load()}
+		Window: wk.Window(a.Window, 1, s.cfg.MaxWindow), High: s.load()}
 	for i, q := range a.QPs {
 		qp, err := s.pd.CreateQP(verbs.QPInitAttr{Type: verbs.RC, SendCQ: s.cq, RecvCQ: s.cq,
 			Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
@@ -275,6 +295,11 @@ func (s *Server) Admit(ctx context.Context, a handshake.Admission, replaces hand
 	s.nextID++
 	g.Session = s.nextID
 	s.sessions[g.Session] = mine
+	if s.holders == nil {
+		s.holders, s.eps = wk.Held{}, map[uint64][]handshake.Endpoint{}
+	}
+	s.eps[g.Session] = slices.Clone(a.QPs)
+	s.holders.Add(a.QPs, g.Session)
 	s.nqps += len(mine)
 	s.log.Debug("atomics client admitted", "session", g.Session, "name", a.Name, "qps", len(a.QPs))
 	return g, nil
@@ -285,15 +310,22 @@ func (s *Server) Release(ctx context.Context, r handshake.SessionRef) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	qps, ok := s.sessions[r.ID]
-	if !ok {
-		return fmt.Errorf("%w: %d", ErrNoSession, r.ID)
+	if !ok || r.Epoch != s.cfg.Epoch {
+		return fmt.Errorf("%w: %d of epoch %d", ErrNoSession, r.ID, r.Epoch)
 	}
-	delete(s.sessions, r.ID)
+	s.release(r.ID, qps)
+	return nil
+}
+
+// release closes session id's QPs. Called with s.mu held.
+func (s *Server) release(id uint64, qps []verbs.QP) {
+	delete(s.sessions, id)
+	s.holders.Remove(s.eps[id], id)
+	delete(s.eps, id)
 	s.nqps -= len(qps)
 	for _, qp := range qps {
 		qp.Close()
 	}
-	return nil
 }
 
 // Sessions is the number of admitted sessions.

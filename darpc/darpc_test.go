@@ -179,9 +179,12 @@ func TestLeastLoadedAndChurn(t *testing.T) {
 		t.Fatalf("connections per cluster %d and %d, want 2 and 2", n0, n1)
 	}
 	// Over the limit: refused with no capacity.
-	many := make([]handshake.Endpoint, 5)
+	many := make([]handshake.Endpoint, 5) // rs[0]'s QP and four more at its address
 	for i := range many {
 		many[i] = rs[0].ep()
+		if i > 0 {
+			many[i].QPN = 0x7000 + verbs.QPN(i)
+		}
 	}
 	if _, err := s.Admit(ctx, handshake.Admission{QPs: many}, handshake.SessionRef{}); !errors.Is(err, dataplane.ErrNoCapacity) {
 		t.Fatalf("admit beyond MaxClients: %v", err)

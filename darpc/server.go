@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -105,6 +106,7 @@ type Server struct {
 
 	mu       sync.Mutex
 	sessions map[uint64]*session
+	holders  wk.Held // which session holds each client QP
 	nconns   int
 	nextID   uint64
 }
@@ -113,6 +115,7 @@ type session struct {
 	id    uint64
 	name  string
 	conns []*conn
+	qps   []handshake.Endpoint // the client's, as held in Server.held
 }
 
 var _ dataplane.Mode = (*Server)(nil)
@@ -160,12 +163,15 @@ func (s *Server) Admit(ctx context.Context, a handshake.Admission, replaces hand
 		w.reclaim()
 	}
 	old, _ := wk.Replaced(s.sessions, replaces, s.cfg.Epoch)
-	have := s.nconns
+	have, oldID := s.nconns, uint64(0)
 	if old != nil {
-		have -= len(old.conns)
+		have, oldID = have-len(old.conns), old.id
 	}
 	if have+len(a.QPs) > s.cfg.MaxClients {
 		return handshake.Grant{}, fmt.Errorf("%w: %d client QPs admitted, the maximum is %d", dataplane.ErrNoCapacity, have, s.cfg.MaxClients)
+	}
+	if err := s.holders.Check(a.QPs, oldID); err != nil {
+		return handshake.Grant{}, fmt.Errorf("darpc: %w", err)
 	}
 	sess := &session{name: a.Name}
 	g := handshake.Grant{Epoch: s.cfg.Epoch, Window: window}
@@ -194,6 +200,11 @@ func (s *Server) Admit(ctx context.Context, a handshake.Admission, replaces hand
 	g.Session = sess.id
 	s.sessions[sess.id] = sess
 	s.nconns += len(sess.conns)
+	sess.qps = slices.Clone(a.QPs)
+	if s.holders == nil {
+		s.holders = wk.Held{}
+	}
+	s.holders.Add(sess.qps, sess.id)
 	for _, w := range s.Workers {
 		w.publish()
 	}
@@ -222,6 +233,7 @@ func (s *Server) leastLoaded(window int) *worker {
 
 // drop releases the connections of sess. Called with s.mu held.
 func (s *Server) drop(sess *session) {
+	s.holders.Remove(sess.qps, sess.id)
 	for _, c := range sess.conns {
 		c.w.release(c)
 	}

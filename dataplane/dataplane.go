@@ -15,7 +15,6 @@ package dataplane
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 
 	"github.com/seqd/seqd/admin/handshake"
@@ -68,13 +67,19 @@ type Counter struct {
 	Gauge              bool
 }
 
-// Mode is a running data path.
+// Mode is a running data path. The mode is the one layer that checks the
+// epoch of a SessionRef: a ref whose Epoch is not the one the mode was
+// started with (Config.Epoch) names no session, whatever its ID, so that
+// a session of an earlier start is never taken for one of this start
+// that got the same ID. Package dataplane/dataplanetest is the suite
+// every mode passes.
 type Mode interface {
 	// Admit admits a session. When replaces names a session this mode
-	// and epoch still hold, it is released in the same step, and a on
-	// failure keeps it.
+	// and epoch still hold, it is released in the same step, and a
+	// refused admission keeps it.
 	Admit(ctx context.Context, a handshake.Admission, replaces handshake.SessionRef) (handshake.Grant, error)
-	// Release releases a session: ErrUnknownSession when there is none.
+	// Release releases a session of the mode's epoch: ErrUnknownSession
+	// when there is none.
 	Release(ctx context.Context, s handshake.SessionRef) error
 	Stats() Stats
 	// Stop drains the mode and moves its QPs to ERR; it returns the
@@ -127,17 +132,3 @@ type Config struct {
 
 // Factory starts a mode.
 type Factory func(ctx context.Context, cfg Config) (Mode, error)
-
-// ReleaseReplaced releases the session r names (none when r.ID is 0) for
-// a mode whose sessions never share resources, so that Admit may release
-// the session it replaces before it admits the new one. A session
-// already gone is no error.
-func ReleaseReplaced(ctx context.Context, m Mode, r handshake.SessionRef) error {
-	if r.ID == 0 {
-		return nil
-	}
-	if err := m.Release(ctx, r); err != nil && !errors.Is(err, ErrUnknownSession) {
-		return err
-	}
-	return nil
-}

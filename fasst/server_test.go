@@ -115,42 +115,6 @@ func manyQPs(n int) []handshake.Endpoint {
 	return out
 }
 
-// TestChurnBoundsState admits and releases clients from 3,000 distinct
-// addresses: afterwards no session is left, and the address handles
-// return to zero once their grace period is over.
-func TestChurnBoundsState(t *testing.T) {
-	s := newServer(t, &claimtest.Oracle{}, 2, 0)
-	ctx := context.Background()
-	const cycles = 3000
-	peak := 0
-	for i := range cycles {
-		g, err := s.Admit(ctx, handshake.Admission{QPs: []handshake.Endpoint{ep(addr(i), 0x100), ep(addr(i), 0x101)}, Window: 8}, handshake.SessionRef{})
-		if err != nil {
-			t.Fatalf("cycle %d: %v", i, err)
-		}
-		if err := s.Release(ctx, handshake.SessionRef{ID: g.Session, Epoch: g.Epoch}); err != nil {
-			t.Fatalf("cycle %d: %v", i, err)
-		}
-		peak = max(peak, s.AddressHandles())
-	}
-	if n := s.Stats().Sessions; n != 0 {
-		t.Fatalf("%d sessions after %d cycles", n, cycles)
-	}
-	for _, w := range s.Workers {
-		if w.budget != 0 || len(*w.peers.Load()) != 0 {
-			t.Fatalf("worker %d: budget %d, %d peers after churn", w.ID, w.budget, len(*w.peers.Load()))
-		}
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for s.AddressHandles() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d address handles left after %d cycles", s.AddressHandles(), cycles)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Logf("%d cycles: peak %d address handles, 0 after the grace period", cycles, peak)
-}
-
 // rawClient is an admitted UD QP that sends hand-made requests.
 type rawClient struct {
 	e    *verbstest.End

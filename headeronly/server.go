@@ -135,11 +135,8 @@ func (s *Server) admitLocked(ctx context.Context, a handshake.Admission, old han
 	}
 	// The session being replaced, whose QPs and budget the new one may
 	// take (nil: none, or not of this epoch, or gone already).
-	var prev *session
+	prev, _ := wk.Replaced(s.sessions, old, s.cfg.Epoch)
 	freed := make([]int, len(s.Workers)) // windows the replaced session frees
-	if old.ID != 0 {
-		prev = s.sessions[old.ID]
-	}
 	n := len(s.sessions)
 	if prev != nil {
 		n--
@@ -353,14 +350,13 @@ func (s *Server) OverrunSessions() (n int, ok bool) {
 	return n, true
 }
 
-// Release releases a session (its epoch is checked by the caller,
-// package modes).
+// Release releases a session of this epoch.
 func (s *Server) Release(ctx context.Context, r handshake.SessionRef) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	sess, ok := s.sessions[r.ID]
-	if !ok {
-		return fmt.Errorf("%w: %d", dataplane.ErrUnknownSession, r.ID)
+	sess, err := wk.Lookup(s.sessions, r, s.cfg.Epoch, "spec-s0 session")
+	if err != nil {
+		return err
 	}
 	s.release(sess)
 	return nil

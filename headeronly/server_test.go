@@ -82,10 +82,10 @@ func TestConnectRefusals(t *testing.T) {
 	if resp.GetWindow() != 64 || len(resp.GetAssignment()) != 2 || resp.GetAssignment()[0] == resp.GetAssignment()[1] {
 		t.Fatalf("granted window %d, assignment %v", resp.GetWindow(), resp.GetAssignment())
 	}
-	if err := pb(s).Disconnect(ctx, &adminpb.DisconnectRequest{SessionId: resp.GetSessionId()}); err != nil {
+	if err := pb(s).Disconnect(ctx, &adminpb.DisconnectRequest{SessionId: resp.GetSessionId(), Epoch: resp.GetEpoch()}); err != nil {
 		t.Fatal(err)
 	}
-	if err := pb(s).Disconnect(ctx, &adminpb.DisconnectRequest{SessionId: resp.GetSessionId()}); !errors.Is(err, admin.ErrUnknownSession) {
+	if err := pb(s).Disconnect(ctx, &adminpb.DisconnectRequest{SessionId: resp.GetSessionId(), Epoch: resp.GetEpoch()}); !errors.Is(err, admin.ErrUnknownSession) {
 		t.Fatalf("second Disconnect = %v", err)
 	}
 }

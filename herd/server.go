@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,6 +35,7 @@ type Server struct {
 
 	mu       sync.Mutex
 	sessions map[uint64]*session
+	holders  wk.Held // which session holds each client write QP
 	nextID   uint64
 	rr       int
 }
@@ -43,7 +45,8 @@ type session struct {
 	name    string
 	window  int
 	clients []*hclient
-	addrs   []verbs.Address // the answer address of each client QP (its handle's key)
+	addrs   []verbs.Address      // the answer address of each client QP (its handle's key)
+	conn    []handshake.Endpoint // the client's write QPs, as held in Server.holders
 }
 
 var _ dataplane.Mode = (*Server)(nil)
@@ -82,9 +85,10 @@ func (s *Server) Epoch() uint64 { return s.cfg.Epoch }
 // its UC write QPs, one per answer QP. Each gets, on a worker
 // (round-robin), a protection domain of its own holding a block of window
 // slots and a server UC QP connected to its write QP: only that QP can
-// write the block. A session replaces names is released first (herd's
-// sessions never share QPs, so its resources need not pass to the new
-// one).
+// write the block. A session replaces names (of this epoch) is released
+// once the admission is checked, before the new session takes slots
+// (herd's sessions never share QPs, so its resources need not pass to
+// the new one).
 func (s *Server) Admit(ctx context.Context, a handshake.Admission, replaces handshake.SessionRef) (handshake.Grant, error) {
 	var no handshake.Grant
 	if len(a.QPs) == 0 {
@@ -99,13 +103,25 @@ func (s *Server) Admit(ctx context.Context, a handshake.Admission, replaces hand
 			return no, fmt.Errorf("%w: qps[%d]: QPN above 24 bits", ErrArgument, i)
 		}
 	}
-	if err := dataplane.ReleaseReplaced(ctx, s, replaces); err != nil {
-		return no, err
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stopped.Load() {
 		return no, ErrClosed
+	}
+	old, replacing := wk.Replaced(s.sessions, replaces, s.cfg.Epoch)
+	var oldID uint64
+	if replacing {
+		oldID = old.id
+	}
+	if err := s.holders.Check(a.ConnQPs, oldID); err != nil {
+		return no, fmt.Errorf("herd: %w", err)
+	}
+	if replacing {
+		// Released before the admission: its blocks return to the
+		// workers only after their next sweep, so a full worker may
+		// still refuse the new session, which then does not get the old
+		// one back (dataplane.Mode allows it for herd).
+		s.release(old)
 	}
 	sess := &session{name: a.Name, window: window}
 	// The session's own answer Q_Key: no other client can address its
@@ -147,6 +163,11 @@ func (s *Server) Admit(ctx context.Context, a handshake.Admission, replaces hand
 	sess.id = s.nextID
 	g.Session = sess.id
 	s.sessions[sess.id] = sess
+	sess.conn = slices.Clone(a.ConnQPs)
+	if s.holders == nil {
+		s.holders = wk.Held{}
+	}
+	s.holders.Add(sess.conn, sess.id)
 	for _, c := range sess.clients {
 		s.Workers[c.worker].publish()
 	}
@@ -161,10 +182,17 @@ func (s *Server) Release(ctx context.Context, r handshake.SessionRef) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sess, ok := s.sessions[id]
-	if !ok {
-		return fmt.Errorf("%w: %d", ErrNoSession, id)
+	if !ok || r.Epoch != s.cfg.Epoch {
+		return fmt.Errorf("%w: %d of epoch %d", ErrNoSession, id, r.Epoch)
 	}
-	delete(s.sessions, id)
+	s.release(sess)
+	return nil
+}
+
+// release ends sess. Called with s.mu held.
+func (s *Server) release(sess *session) {
+	delete(s.sessions, sess.id)
+	s.holders.Remove(sess.conn, sess.id)
 	for _, c := range sess.clients {
 		s.Workers[c.worker].release(c)
 	}
@@ -173,8 +201,7 @@ func (s *Server) Release(ctx context.Context, r handshake.SessionRef) error {
 		s.AHs.Put(a, now) // closed ahcache.Grace later: a worker may hold it in a batch
 	}
 	s.AHs.Reap(now)
-	s.log.Debug("herd client released", "session", id, "name", sess.name)
-	return nil
+	s.log.Debug("herd client released", "session", sess.id, "name", sess.name)
 }
 
 // AddressHandles is the number of open address handles: those of the
@@ -203,7 +230,9 @@ func (s *Server) Stop() (high uint64, err error) {
 // Close stops the server and releases every verbs resource.
 func (s *Server) Close() error {
 	s.Stop()
-	s.Pool.CloseOnce(&s.mu, nil)
+	// The workers close every client's resources: no session is left to
+	// release (a Release after Close finds none).
+	s.Pool.CloseOnce(&s.mu, func() { clear(s.sessions); clear(s.holders) })
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -68,6 +69,7 @@ type Server struct {
 
 	mu       sync.Mutex
 	sessions map[uint64]*session
+	holders  wk.Held    // which session holds each client QP
 	limbo    []*session // released, freed once no sweep can see them
 	nextID   uint64
 	rr       int
@@ -79,6 +81,7 @@ var _ dataplane.Mode = (*Server)(nil)
 type session struct {
 	id      uint64
 	name    string
+	qps     []handshake.Endpoint // the client's, as held in Server.held
 	pd      verbs.PD
 	clients []*client
 	// sweeps[i] is worker i's sweep count when the session was released.
@@ -137,6 +140,13 @@ func (s *Server) Admit(ctx context.Context, a handshake.Admission, replaces hand
 	// The session replaced, if this mode and epoch hold it: released once
 	// this one is admitted, its capacity counted as free meanwhile.
 	old, replacing := wk.Replaced(s.sessions, replaces, s.cfg.Epoch)
+	var oldID uint64
+	if replacing {
+		oldID = old.id
+	}
+	if err := s.holders.Check(a.QPs, oldID); err != nil {
+		return handshake.Grant{}, fmt.Errorf("rfp: %w", err)
+	}
 	spare := make([]int, len(s.Workers))
 	if replacing {
 		for _, c := range old.clients {
@@ -176,6 +186,11 @@ func (s *Server) Admit(ctx context.Context, a handshake.Admission, replaces hand
 	sess.id = s.nextID
 	g.Session = sess.id
 	s.sessions[sess.id] = sess
+	sess.qps = slices.Clone(a.QPs)
+	if s.holders == nil {
+		s.holders = wk.Held{}
+	}
+	s.holders.Add(sess.qps, sess.id)
 	for _, c := range sess.clients {
 		s.Workers[c.worker].publish()
 	}
@@ -201,6 +216,7 @@ func (s *Server) Release(ctx context.Context, ref handshake.SessionRef) error {
 // release takes sess out of service. Called with s.mu held.
 func (s *Server) release(sess *session) {
 	delete(s.sessions, sess.id)
+	s.holders.Remove(sess.qps, sess.id)
 	for _, c := range sess.clients {
 		c.qp.Modify(&verbs.QPAttr{State: verbs.StateErr}, verbs.AttrState)
 		s.Workers[c.worker].remove(c)
