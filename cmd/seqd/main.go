@@ -174,14 +174,15 @@ func realMainEnv(args []string, stderr io.Writer, environ []string) int {
 // describe renders err in seqd's words: the package prefixes its layers
 // each add once ("seqd: oracle in DIR: oracle: loading mark: oracle: ...")
 // dropped, as main adds "seqd: ", and the oracle package's Config fields
-// named by the flags that set them.
+// and the listeners named by the flags that set them.
 func describe(err error) string {
 	msg := err.Error()
 	for _, p := range []string{"seqd: ", "oracle: "} {
 		msg = strings.TrimPrefix(msg, p)
 		msg = strings.ReplaceAll(msg, ": "+p, ": ")
 	}
-	return strings.NewReplacer("Config.Floor", "-advance", "Config.Init", "-init").Replace(msg)
+	return strings.NewReplacer("Config.Floor", "-advance", "Config.Init", "-init",
+		"admin listener: admin: listen: ", "-admin: ", "admin listener: ", "-admin: ", "metrics listener: admin: metrics: listen: ", "-metrics: ").Replace(msg)
 }
 
 // loadConfig applies name=value lines of path to fs, skipping flags set on
