@@ -9,9 +9,11 @@
 //	status [-o text|json]           print a member's status (-json: -o json)
 //	health [-service S]             exit 0 if the server reports SERVING
 //	set-mode MODE                   switch the data-path mode (mutating)
-//	advance VALUE                   move the counter forward to VALUE (mutating)
+//	advance VALUE                   move the counter forward past VALUE: a time or
+//	                                +DURATION (hybrid), +N (counter), a raw value (mutating)
 //	transfer-leader                 hand HA leadership to a standby (mutating)
-//	get [-n N] [-o text|json]       get timestamps through the data path
+//	get [-n N] [-o text|json]       get timestamps through the data path, read in the
+//	                                server's format
 //	decode [-o text|json] TS        a hybrid timestamp's physical time and logical part
 //	members [-o text|json] [ADDR..] an HA group's leader and standbys
 //	version                         print seqctl's version
@@ -87,7 +89,7 @@ var commands = []command{
 	{"status", "[-o text|json]", "print the status of the first -admin member that answers (-json: the same as -o json)", runStatus},
 	{"health", "[-service name]", "exit 0 if the server reports SERVING", runHealth},
 	{"set-mode", strings.Join(spec.Modes, "|"), "switch the data-path mode at run time (to one the server registers)", runSetMode},
-	{"advance", "VALUE", "move the counter forward: every later value is above VALUE", runAdvance},
+	{"advance", "VALUE", "move the counter forward: every later value is above VALUE, a time or +DURATION (hybrid), +N (counter), or a raw value", runAdvance},
 	{"transfer-leader", "", "hand HA leadership to a standby and print the new leader", runTransferLeader},
 	{"get", "[-n N] [-o text|json]", "get timestamps through the data path (the client library)", runGet},
 	{"decode", "[-o text|json] TS", "print a hybrid timestamp's physical time and logical part", runDecode},
