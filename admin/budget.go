@@ -2,10 +2,10 @@ package admin
 
 import (
 	"fmt"
-	"math"
 	"sync"
 	"time"
 
+	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/spec"
 )
 
@@ -118,19 +118,5 @@ func (b *advanceBudget) roll(now time.Time) {
 // count for counter.
 func (b *advanceBudget) human(v uint64) string { return humanStep(b.format, v) }
 
-func humanStep(f spec.Format, v uint64) string {
-	if f == spec.FormatCounter {
-		if v == 1 {
-			return "1 value"
-		}
-		return fmt.Sprintf("%d values", v)
-	}
-	ms := v >> spec.HybridLogicalBits
-	if ms == 0 && v > 0 {
-		return fmt.Sprintf("under 1ms (%d logical values)", v)
-	}
-	if ms > uint64(math.MaxInt64/int64(time.Millisecond)) {
-		return fmt.Sprintf("%d days", ms/uint64(24*time.Hour/time.Millisecond))
-	}
-	return (time.Duration(ms) * time.Millisecond).String()
-}
+// humanStep is adminclient.Step: seqctl prints values and steps alike.
+func humanStep(f spec.Format, v uint64) string { return adminclient.Step(f, v) }

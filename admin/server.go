@@ -505,8 +505,9 @@ func (s *Server) reserveAdvance(ctx context.Context, to uint64) (reservation, ui
 		case to <= cur:
 			return reservation{}, 0, nil // the backend refuses: never backward
 		case to-cur > s.cfg.MaxAdvance:
-			return reservation{}, 0, fmt.Errorf("%w: advance: %d is %s above the current value %d, more than one Advance may move it (%s)",
-				ErrInvalidArgument, to, humanStep(s.cfg.Format, to-cur), cur, humanStep(s.cfg.Format, s.cfg.MaxAdvance))
+			return reservation{}, 0, fmt.Errorf("%w: advance: %s is %s above the current value %s, more than one Advance may move it (%s)",
+				ErrInvalidArgument, adminclient.Value(s.cfg.Format, to), humanStep(s.cfg.Format, to-cur), adminclient.Value(s.cfg.Format, cur),
+				humanStep(s.cfg.Format, s.cfg.MaxAdvance))
 		default:
 			step = to - cur
 		}

@@ -99,7 +99,7 @@ func TestRunSpawned(t *testing.T) {
 	if err := json.Unmarshal(b, &top); err != nil {
 		t.Fatal(err)
 	}
-	if got := slices.Sorted(maps.Keys(top)); !slices.Equal(got, []string{"echo_floor_ops", "results", "violations"}) {
+	if got := slices.Sorted(maps.Keys(top)); !slices.Equal(got, []string{"echo_floor_ops", "params", "results", "violations"}) {
 		t.Fatalf("top-level keys %v", got)
 	}
 	var doc struct {

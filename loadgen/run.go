@@ -60,6 +60,9 @@ type Report struct {
 	Wire  []WireResult `json:"wire,omitempty"`
 	Redis *RedisResult `json:"redis,omitempty"`
 
+	// Params are the run's parameters, for the plot's heading.
+	Params Params `json:"params"`
+
 	Echo     Echo      `json:"-"`
 	Skipped  []Skipped `json:"-"`
 	Examples []string  `json:"-"` // violation examples, a few per kind
@@ -74,7 +77,7 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 		return nil, err
 	}
 	log := c.Logger
-	rep := &Report{}
+	rep := &Report{Params: c.params()}
 	if c.Engine == EngineWire {
 		return rep, runWire(ctx, &c, rep)
 	}
@@ -103,31 +106,8 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 		if err := ctx.Err(); err != nil {
 			return rep, err
 		}
-		if err := r.useMode(ctx, mode); err != nil {
-			if errors.Is(err, ErrModeSwitch) {
-				log.Warn("mode skipped", "mode", mode, "err", err)
-				rep.Skipped = append(rep.Skipped, Skipped{mode, err})
-				continue
-			}
+		if err := r.clientMode(ctx, mode); err != nil {
 			return rep, err
-		}
-		for _, p := range c.Points() {
-			res, err := r.runPoint(ctx, mode, p)
-			if errors.Is(err, ErrModeSwitch) {
-				log.Warn("mode skipped", "mode", mode, "err", err)
-				rep.Skipped = append(rep.Skipped, Skipped{mode, err})
-				break
-			}
-			if err != nil {
-				return rep, err
-			}
-			rep.Results = append(rep.Results, res)
-			if res.Check != nil {
-				rep.Violations += res.Check.Violations()
-				for _, v := range res.Check.Examples {
-					rep.Examples = append(rep.Examples, fmt.Sprintf("%s clients=%d window=%d: %v", mode, p.Clients, p.Window, v))
-				}
-			}
 		}
 	}
 	if err := r.closeServer(); err != nil {
@@ -149,6 +129,41 @@ type runner struct {
 	adm     adminpb.AdminClient
 	cc      interface{ Close() error }
 	pool    chunkPool
+}
+
+// clientMode switches the server to mode and runs every point through
+// the client library, adding the results to the report. A mode that
+// cannot be switched to is skipped and listed.
+func (r *runner) clientMode(ctx context.Context, mode string) error {
+	skip := func(err error) {
+		r.log.Warn("mode skipped", "mode", mode, "err", err)
+		r.rep.Skipped = append(r.rep.Skipped, Skipped{mode, err})
+	}
+	if err := r.useMode(ctx, mode); err != nil {
+		if errors.Is(err, ErrModeSwitch) {
+			skip(err)
+			return nil
+		}
+		return err
+	}
+	for _, p := range r.c.Points() {
+		res, err := r.runPoint(ctx, mode, p)
+		if errors.Is(err, ErrModeSwitch) {
+			skip(err)
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		r.rep.Results = append(r.rep.Results, res)
+		if res.Check != nil {
+			r.rep.Violations += res.Check.Violations()
+			for _, v := range res.Check.Examples {
+				r.rep.Examples = append(r.rep.Examples, fmt.Sprintf("%s clients=%d window=%d: %v", mode, p.Clients, p.Window, v))
+			}
+		}
+	}
+	return nil
 }
 
 func (r *runner) closeServer() error {

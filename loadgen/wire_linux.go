@@ -226,7 +226,16 @@ func runWire(ctx context.Context, c *Config, rep *Report) error {
 	r := &runner{c: c, log: log, rep: rep}
 	defer r.closeServer()
 	floors := map[int]*[2]float64{} // by flow count: provider echo, raw echo
-	for mi, mode := range c.Modes {
+	first := true                   // the floors are measured with the first wire mode
+	for _, mode := range c.Modes {
+		if f, _ := spec.Facts(mode); !f.Wire {
+			log.Info("the wire generator does not speak this mode: measuring it through the client library",
+				"mode", mode, "clients", c.Clients, "window", c.Window)
+			if err := r.clientMode(ctx, mode); err != nil {
+				return err
+			}
+			continue
+		}
 		if err := r.useMode(ctx, mode); err != nil {
 			return err
 		}
@@ -257,10 +266,11 @@ func runWire(ctx context.Context, c *Config, rep *Report) error {
 				fl = new([2]float64)
 				floors[f] = fl
 			}
-			if err := measureFlows(ctx, c, r, rep, mode, cpu, f, w, fl, mi == 0 && !c.NoFloors); err != nil {
+			if err := measureFlows(ctx, c, r, rep, mode, cpu, f, w, fl, first && !c.NoFloors); err != nil {
 				return err
 			}
 		}
+		first = false
 	}
 	if !c.NoRedis {
 		rep.Redis = measureRedis(ctx, c)

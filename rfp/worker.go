@@ -89,9 +89,9 @@ type worker struct {
 	stats workerStats
 }
 
-func newWorker(s *Server, id int) (w *worker, err error) {
+func newWorker(s *Server, id int) (_ *worker, err error) {
 	c := &s.cfg
-	w = &worker{s: s}
+	w := &worker{s: s} // closed on failure: the named result is nil then
 	defer func() {
 		if err != nil {
 			w.Close()

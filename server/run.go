@@ -22,6 +22,7 @@ import (
 	"github.com/seqd/seqd/admin"
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/headeronly"
+	"github.com/seqd/seqd/internal/respq"
 	"github.com/seqd/seqd/modes"
 	"github.com/seqd/seqd/oracle"
 	"github.com/seqd/seqd/spec"
@@ -170,6 +171,13 @@ func (c *Config) Validate() error {
 	}
 	if c.Workers == 0 {
 		c.Workers = 1
+	}
+	// Bounds the data path would refuse later, said here in flag terms.
+	switch {
+	case c.MaxWindow > spec.MaxWindow:
+		return fmt.Errorf("%w: -max-window %d is above the protocol's %d", ErrConfig, c.MaxWindow, spec.MaxWindow)
+	case c.RespQPs > respq.MaxQPs:
+		return fmt.Errorf("%w: -resp-qps %d: at most %d response QPs per worker", ErrConfig, c.RespQPs, respq.MaxQPs)
 	}
 	if err := c.fillQuotas(); err != nil {
 		return err

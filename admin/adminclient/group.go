@@ -31,7 +31,10 @@ func ParseAddrs(list string) ([]string, error) {
 	for i, a := range strings.Split(list, ",") {
 		a = strings.TrimSpace(a)
 		if err := checkAddr(a); err != nil {
-			return nil, fmt.Errorf("%w (entry %d of %q)", err, i+1, list)
+			if strings.Contains(list, ",") {
+				err = fmt.Errorf("%w (entry %d of %q)", err, i+1, list)
+			}
+			return nil, err
 		}
 		if !seen[a] {
 			seen[a] = true
@@ -202,7 +205,8 @@ type memberErrs []error
 func (m memberErrs) Error() string {
 	msgs := make([]string, len(m))
 	for i, e := range m {
-		msgs[i] = e.Error()
+		// The list's error says the kind once.
+		msgs[i] = strings.TrimPrefix(e.Error(), ErrUnavailable.Error()+": ")
 	}
 	return strings.Join(msgs, "; ")
 }

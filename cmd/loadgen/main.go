@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/pprof"
 	"strings"
 	"syscall"
@@ -42,6 +43,14 @@ func fail(w io.Writer, err error) {
 	fmt.Fprintf(w, "loadgen: %s\n", strings.TrimPrefix(err.Error(), "loadgen: "))
 }
 
+// where names a file written for a person: its absolute path.
+func where(path string) string {
+	if abs, err := filepath.Abs(path); err == nil {
+		return abs
+	}
+	return path
+}
+
 // realMainEnv is realMain with the environment (KEY=value, as os.Environ).
 func realMainEnv(args []string, stdout, stderr io.Writer, environ []string) int {
 	var c loadgen.Config // no InProcess: -spawn starts a seqd binary, and loadgen links no server
@@ -68,11 +77,11 @@ func realMainEnv(args []string, stdout, stderr io.Writer, environ []string) int 
 	cores := fs.String("cores", "", "pin loadgen's threads to these cores, comma-separated")
 	fs.BoolVar(&c.Verify, "verify", true, "check every timestamp received (uniqueness, per-client order, real-time order)")
 	fs.IntVar(&c.VerifyMax, "verify-max", 200<<20, "most calls kept for verification per point (24 bytes each)")
-	fs.StringVar(&c.Engine, "engine", "client", "load engine: client (the client library) or wire (the lean wire-level generator, in "+spec.ModeList(spec.WireModes())+", with the floors and Redis INCR measured in the same run)")
+	fs.StringVar(&c.Engine, "engine", "client", "load engine: client (the client library) or wire (the lean wire-level generator, in "+spec.ModeList(spec.WireModes())+", with the floors and Redis INCR measured in the same run; other modes run through the client library at -clients × -window)")
 	flows := fs.String("flows", "1,64,1024", "with -engine wire: flow counts (emulated client QPs) to run")
 	fs.IntVar(&c.FlowWindow, "flow-window", 0, "with -engine wire: window per flow (0: -inflight/flows, 1..256)")
 	fs.IntVar(&c.InFlight, "inflight", 256, "with -engine wire: requests outstanding over all flows at most (flows take turns): more only queue in the server's socket, where one waiting past 4 ms is dropped")
-	fs.DurationVar(&c.FlowTimeout, "flow-timeout", 0, "with -engine wire: a request unanswered this long is given up and counted as lost (0: 8ms, spec.MaxAnswerDelay: no answer comes later)")
+	fs.DurationVar(&c.FlowTimeout, "flow-timeout", 0, "with -engine wire: a request unanswered this long is given up and counted as lost (0: 8ms, the protocol's bound on an answer's delay: no answer comes later)")
 	fs.IntVar(&c.ServerCore, "server-core", -1, "with -engine wire: core of the server under test (a spawned seqd's threads, the floor servers, redis-server); -1 unpinned")
 	fs.IntVar(&c.ServerPID, "server-pid", 0, "with -engine wire and a seqd not spawned: its pid, for its CPU time per request")
 	fs.BoolVar(&c.NoFloors, "no-floors", false, "with -engine wire: skip the echo floors")
@@ -94,6 +103,8 @@ func realMainEnv(args []string, stdout, stderr io.Writer, environ []string) int 
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: loadgen [flags]\n\nflags:\n")
 		envflag.Usage(fs.Output(), fs, envflag.PrefixLoadgen)
+		fmt.Fprint(fs.Output(), loadgen.Columns())
+		fmt.Fprint(fs.Output(), "\nthe plot (-plot) labels each point of a sweep clients×window: client threads × requests outstanding per client\n")
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -132,6 +143,13 @@ func realMainEnv(args []string, stdout, stderr io.Writer, environ []string) int 
 			if c.Cores, err = loadgen.ParseInts(*cores); err == nil {
 				c.Flows, err = loadgen.ParseInts(*flows)
 			}
+		}
+	}
+	for _, m := range c.Modes {
+		if _, ok := spec.Facts(m); !ok && err == nil {
+			// Config accepts any name (a server may register more modes
+			// than this build knows); the command line wants one of ours.
+			err = fmt.Errorf("%w: -modes: unknown mode %q: want %s, comma-separated", loadgen.ErrConfig, m, spec.ModeList(spec.Modes))
 		}
 	}
 	// Config treats zero as "the default"; on the command line zero is a
@@ -183,23 +201,28 @@ func realMainEnv(args []string, stdout, stderr io.Writer, environ []string) int 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	rep, err := loadgen.Run(ctx, c)
-	if rep != nil {
+	if rep != nil && !rep.Empty() {
 		rep.WriteTable(stdout)
 		if *jsonPath != "" {
 			if jerr := rep.WriteJSON(*jsonPath); jerr != nil {
 				fail(stderr, jerr)
 				return 1
 			}
+			fmt.Fprintf(stdout, "results (JSON) written to %s\n", where(*jsonPath))
 		}
 		if *plotPath != "" && (len(rep.Results) > 0 || len(rep.Wire) > 0) {
 			if perr := rep.Plot(*plotPath); perr != nil {
 				fail(stderr, perr)
 				return 1
 			}
+			fmt.Fprintf(stdout, "plot written to %s\n", where(*plotPath))
 		}
 	}
 	switch {
 	case err != nil:
+		if errors.Is(err, adminclient.ErrUnavailable) && !c.Spawn {
+			err = fmt.Errorf("%w (is seqd running at -admin %s? Start it, give its address with -admin HOST:PORT, or let loadgen start one with -spawn)", err, c.Admin)
+		}
 		fail(stderr, err)
 		if errors.Is(err, context.Canceled) {
 			return 130

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"net"
 	"strings"
 	"testing"
 )
@@ -57,5 +58,52 @@ func TestOneLoadgenPrefix(t *testing.T) {
 	errb.Reset()
 	if code := realMainEnv([]string{"-h"}, &out, &errb, nil); code != 0 || strings.Contains(errb.String(), "floor-server") || strings.Contains(errb.String(), "floor-depth") || !strings.Contains(errb.String(), "env LOADGEN_QUEUE_PAIRS\n") {
 		t.Fatalf("-h: exit %d, stderr %q", code, errb.String())
+	}
+}
+
+// TestHelpAndErrorsReadable is issue 29 items 2 and 4: -h explains the
+// table's columns and the plot's clients×window labels; an unknown mode
+// is refused with the modes there are; a missing server names the way
+// out; no help text names a Go identifier.
+func TestHelpAndErrorsReadable(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := realMainEnv([]string{"-h"}, &out, &errb, nil); code != 0 {
+		t.Fatalf("-h: exit %d", code)
+	}
+	help := errb.String()
+	for _, want := range []string{"columns of the table (-engine client)", "columns of the table (-engine wire)",
+		"\n  lost ", "\n  stale ", "\n  spec misses ", "\n  retransmits ", "\n  drops ", "clients×window: client threads × requests outstanding per client"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("-h lacks %q", want)
+		}
+	}
+	for _, bad := range []string{"spec.", "Config."} {
+		if strings.Contains(help, bad) {
+			t.Errorf("-h names a Go identifier (%q)", bad)
+		}
+	}
+	errb.Reset()
+	if code := realMainEnv([]string{"-modes", "spec-s0,fast"}, &out, &errb, nil); code != 2 ||
+		!strings.Contains(errb.String(), `-modes: unknown mode "fast": want spec-s0, herd, atomics, fasst, darpc or rfp`) {
+		t.Errorf("-modes fast: exit %d, %q", code, errb.String())
+	}
+	errb.Reset()
+	if code := realMainEnv([]string{"-queue-pairs", "100000"}, &out, &errb, nil); code != 2 || !strings.Contains(errb.String(), "-queue-pairs 100000") {
+		t.Errorf("-queue-pairs 100000: exit %d, %q", code, errb.String())
+	}
+	errb.Reset()
+	out.Reset()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close()
+	code := realMainEnv([]string{"-admin", addr, "-echo", "-1s", "-quiet"}, &out, &errb, nil)
+	if code != 1 || !strings.Contains(errb.String(), "is seqd running at -admin "+addr+"?") || !strings.Contains(errb.String(), "-spawn") {
+		t.Errorf("no server: exit %d, %q", code, errb.String())
+	}
+	if out.Len() != 0 {
+		t.Errorf("no server: an empty table printed:\n%s", out.String())
 	}
 }

@@ -9,9 +9,11 @@
 //	status [-o text|json]           print a member's status (-json: -o json)
 //	health [-service S]             exit 0 if the server reports SERVING
 //	set-mode MODE                   switch the data-path mode (mutating)
-//	advance VALUE                   move the counter forward to VALUE (mutating)
+//	advance VALUE                   move the counter forward past VALUE: a time or
+//	                                +DURATION (hybrid), +N (counter), a raw value (mutating)
 //	transfer-leader                 hand HA leadership to a standby (mutating)
-//	get [-n N] [-o text|json]       get timestamps through the data path
+//	get [-n N] [-o text|json]       get timestamps through the data path, read in the
+//	                                server's format
 //	decode [-o text|json] TS        a hybrid timestamp's physical time and logical part
 //	members [-o text|json] [ADDR..] an HA group's leader and standbys
 //	version                         print seqctl's version
@@ -46,12 +48,15 @@ import (
 	"os"
 	"strings"
 	"time"
+	"unicode"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/admin/adminpb"
+	"github.com/seqd/seqd/client"
 	"github.com/seqd/seqd/internal/envflag"
 	"github.com/seqd/seqd/internal/logflag"
 	"github.com/seqd/seqd/internal/version"
@@ -84,7 +89,7 @@ var commands = []command{
 	{"status", "[-o text|json]", "print the status of the first -admin member that answers (-json: the same as -o json)", runStatus},
 	{"health", "[-service name]", "exit 0 if the server reports SERVING", runHealth},
 	{"set-mode", strings.Join(spec.Modes, "|"), "switch the data-path mode at run time (to one the server registers)", runSetMode},
-	{"advance", "VALUE", "move the counter forward: every later value is above VALUE", runAdvance},
+	{"advance", "VALUE", "move the counter forward: every later value is above VALUE, a time or +DURATION (hybrid), +N (counter), or a raw value", runAdvance},
 	{"transfer-leader", "", "hand HA leadership to a standby and print the new leader", runTransferLeader},
 	{"get", "[-n N] [-o text|json]", "get timestamps through the data path (the client library)", runGet},
 	{"decode", "[-o text|json] TS", "print a hybrid timestamp's physical time and logical part", runDecode},
@@ -106,7 +111,7 @@ type env struct {
 func (e *env) group() (*adminclient.Group, error) {
 	g, err := adminclient.NewGroup(e.addr, e.opts...)
 	if err != nil {
-		return nil, usageError{fmt.Sprintf("-admin: %v", err)}
+		return nil, usageError{"-admin: " + strings.TrimPrefix(err.Error(), "admin: ")}
 	}
 	g.Redirected = func(from, to string) {
 		fmt.Fprintf(e.stderr, "seqctl: %s is a standby; the leader is %s\n", from, to)
@@ -226,18 +231,55 @@ func runEnv(args []string, stdout, stderr io.Writer, environ []string) int {
 		fmt.Fprintf(stderr, "seqctl %s: %v\nusage: seqctl [flags] %s %s\n", cmd.name, err, cmd.name, cmd.args)
 		return exitUsage
 	default:
-		fmt.Fprintf(stderr, "seqctl %s: %s\n", cmd.name, describe(err))
+		msg := describe(cmd.name, err)
+		if w := wayOut(*addr, err); w != "" {
+			msg += " (" + w + ")"
+		}
+		fmt.Fprintf(stderr, "seqctl %s: %s\n", cmd.name, msg)
 		return exitFail
 	}
 }
 
-// describe renders err for a person: a gRPC status as "Code: message"
-// rather than the "rpc error: code = ... desc = ..." form.
-func describe(err error) string {
+// describe renders err, the failure of command cmd, for a person: a gRPC
+// status as "Code: message" (not "rpc error: code = ... desc = ..."),
+// with the kind and the command said once (the server's messages start
+// with the kind in words, "invalid argument: set-mode: ...").
+func describe(cmd string, err error) string {
+	msg := err.Error()
 	if s, ok := status.FromError(err); ok {
-		return fmt.Sprintf("%s: %s", s.Code(), s.Message())
+		rest := strings.TrimPrefix(s.Message(), codeWords(s.Code())+": ")
+		rest = strings.TrimPrefix(rest, cmd+": ")
+		msg = s.Code().String() + ": " + rest
 	}
-	return err.Error()
+	return msg
+}
+
+// wayOut is what to do about err, the failure of a command against the
+// servers at admin; empty when err says it already.
+func wayOut(admin string, err error) string {
+	switch {
+	case errors.Is(err, adminclient.ErrUnavailable) || errors.Is(err, client.ErrUnavailable) || status.Code(err) == codes.Unavailable:
+		return fmt.Sprintf("is seqd running at -admin %s? Start it, or give its admin address with -admin HOST:PORT", admin)
+	case status.Code(err) == codes.Unauthenticated || status.Code(err) == codes.PermissionDenied:
+		return "pass the server's token with -token-file FILE, or a client certificate it allows with -tls-cert and -tls-key"
+	}
+	return ""
+}
+
+// codeWords is a gRPC code as words: FailedPrecondition is "failed
+// precondition", the form the server's messages start with.
+func codeWords(c codes.Code) string {
+	var b strings.Builder
+	for i, r := range c.String() {
+		if unicode.IsUpper(r) {
+			if i > 0 {
+				b.WriteByte(' ')
+			}
+			r = unicode.ToLower(r)
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // parseFlags parses a command's flags, turning errors into usageErrors.

@@ -22,7 +22,7 @@ import (
 var testStatus = &adminpb.StatusResponse{
 	Version:       "v0.1.0-test",
 	Mode:          spec.ModeSpecS0,
-	Format:        "hybrid",
+	Format:        "counter",
 	Current:       1_000_000,
 	PersistedMark: 1_500_000,
 	Served:        42,
@@ -61,7 +61,7 @@ func TestStatusTable(t *testing.T) {
 		"mode +spec-s0\n",
 		"epoch +3\n",
 		"persisted_mark +1500000\n",
-		"headroom +500000\n",
+		"headroom +500000 values\n",
 		"sessions +0\n",
 		"WORKER +CORE +BATCHES",
 		"\n0 +2 +10 +40 +4.00 +0 +0 +1\n",
@@ -127,7 +127,7 @@ func TestHealth(t *testing.T) {
 		t.Fatalf("health while not serving = %d %q %q, want 1 and NOT_SERVING", code, out, errs)
 	}
 	code, _, errs = seqctl("-admin", addr, "-timeout", "30s", "health", "-service", "no.such.Service")
-	if code != exitFail || !strings.Contains(errs, "NotFound") {
+	if code != exitFail || !strings.Contains(errs, "NotFound: unknown service") {
 		t.Fatalf("health of unknown service = %d %q", code, errs)
 	}
 }
@@ -151,7 +151,9 @@ func TestBackendError(t *testing.T) {
 	_, b, addr := startServer(t)
 	b.Fail(fmt.Errorf("%w: recovering", admin.ErrUnavailable))
 	code, _, errs := seqctl("-admin", addr, "-timeout", "30s", "status")
-	if code != exitFail || !strings.Contains(errs, "Unavailable: unavailable: recovering") {
+	// The kind is said once, and the way out follows.
+	if code != exitFail || !strings.Contains(errs, "seqctl status: Unavailable: recovering (is seqd running at -admin") ||
+		strings.Count(strings.ToLower(errs), "unavailable") != 1 {
 		t.Fatalf("status = %d %q", code, errs)
 	}
 }

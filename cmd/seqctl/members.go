@@ -111,13 +111,13 @@ func (e *env) member(ctx context.Context, addr string) member {
 	m := member{Address: addr, Role: "unreachable"}
 	cc, err := adminclient.Dial(ctx, addr, e.opts...)
 	if err != nil {
-		m.Error = describe(err)
+		m.Error = describe("members", err)
 		return m
 	}
 	defer cc.Close()
 	st, err := adminpb.NewAdminClient(cc).Status(ctx, &adminpb.StatusRequest{})
 	if err != nil {
-		m.Error = describe(err)
+		m.Error = describe("members", err)
 		return m
 	}
 	m.Role, m.Leader, m.Term, m.Epoch = st.GetRole(), st.GetLeader(), st.GetTerm(), st.GetEpoch()

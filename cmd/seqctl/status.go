@@ -13,7 +13,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/admin/adminpb"
+	"github.com/seqd/seqd/spec"
 )
 
 // runStatus prints the status of one member: the first of -admin that
@@ -57,10 +59,7 @@ func runStatus(ctx context.Context, e *env, args []string) error {
 // provider's counters in name order.
 func printStatus(w io.Writer, addr string, st *adminpb.StatusResponse) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	headroom := "-"
-	if st.GetPersistedMark() >= st.GetCurrent() {
-		headroom = fmt.Sprint(st.GetPersistedMark() - st.GetCurrent())
-	}
+	current, mark, headroom := readable(st, time.Now())
 	leader := st.GetLeader()
 	if leader == "" {
 		leader = "-"
@@ -75,8 +74,8 @@ func printStatus(w io.Writer, addr string, st *adminpb.StatusResponse) error {
 		{"mode", st.GetMode()},
 		{"format", st.GetFormat()},
 		{"epoch", st.GetEpoch()},
-		{"current", st.GetCurrent()},
-		{"persisted_mark", st.GetPersistedMark()},
+		{"current", current},
+		{"persisted_mark", mark},
 		{"headroom", headroom},
 		{"sessions", st.GetSessions()},
 		{"served", st.GetServed()},
@@ -110,6 +109,48 @@ func printStatus(w io.Writer, addr string, st *adminpb.StatusResponse) error {
 		}
 	}
 	return tw.Flush()
+}
+
+// readable renders the current value, the persisted mark and the
+// headroom between them as the server's format reads them: times and a
+// duration in hybrid, counts in counter, each raw value in brackets. A
+// hybrid server that has handed out nothing yet will start at its clock,
+// so its headroom is counted from now (this host's clock).
+func readable(st *adminpb.StatusResponse, now time.Time) (current, mark, headroom string) {
+	f, err := spec.ParseFormat(st.GetFormat())
+	if err != nil {
+		// A format this seqctl does not know: the raw numbers.
+		cur, m := st.GetCurrent(), st.GetPersistedMark()
+		headroom = "-"
+		if m >= cur {
+			headroom = fmt.Sprint(m - cur)
+		}
+		return fmt.Sprint(cur), fmt.Sprint(m), headroom
+	}
+	cur, m := st.GetCurrent(), st.GetPersistedMark()
+	raw := func(v uint64) string {
+		if f == spec.FormatHybrid {
+			return fmt.Sprintf("%s  (%d)", adminclient.Value(f, v), v)
+		}
+		return fmt.Sprint(v)
+	}
+	current, mark = raw(cur), raw(m)
+	from, note := cur, ""
+	if cur == 0 {
+		current = "0  (none handed out yet)"
+		if f == spec.FormatHybrid {
+			from, note = spec.HybridFloor(now.UnixMilli()), "  (from now: none handed out yet)"
+		}
+	}
+	switch {
+	case m > from:
+		headroom = adminclient.Step(f, m-from) + note
+	case f == spec.FormatHybrid && cur == 0:
+		headroom = "none: the mark is behind this host's clock"
+	default:
+		headroom = adminclient.Step(f, 0)
+	}
+	return current, mark, headroom
 }
 
 // uptime renders milliseconds as a duration: tenths of a second in the

@@ -9,26 +9,36 @@ import (
 	"strconv"
 	"strings"
 
+	"google.golang.org/grpc"
+
+	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/client"
 	"github.com/seqd/seqd/spec"
 )
 
-// tsJSON is one timestamp in -o json form.
+// tsJSON is one timestamp in -o json form. A counter-format value has
+// no physical or logical part.
 type tsJSON struct {
-	Timestamp  uint64 `json:"timestamp"`
-	Physical   string `json:"physical"`    // RFC 3339, UTC, milliseconds
-	PhysicalMs int64  `json:"physical_ms"` // Unix milliseconds
-	Logical    uint32 `json:"logical"`
+	Timestamp  uint64  `json:"timestamp"`
+	Format     string  `json:"format"`
+	Physical   string  `json:"physical,omitempty"`    // hybrid: RFC 3339, UTC, milliseconds
+	PhysicalMs int64   `json:"physical_ms,omitempty"` // hybrid: Unix milliseconds
+	Logical    *uint32 `json:"logical,omitempty"`     // hybrid
 }
 
-func decodeTS(v uint64) tsJSON {
-	p := spec.HybridPhysical(v)
-	return tsJSON{Timestamp: v, Physical: p.UTC().Format("2006-01-02T15:04:05.000Z07:00"), PhysicalMs: p.UnixMilli(),
-		Logical: spec.HybridLogical(v)}
+// decodeTS decodes v as format f lays it out.
+func decodeTS(f spec.Format, v uint64) tsJSON {
+	if f != spec.FormatHybrid {
+		return tsJSON{Timestamp: v, Format: f.String()}
+	}
+	p, l := spec.HybridPhysical(v), spec.HybridLogical(v)
+	return tsJSON{Timestamp: v, Format: f.String(), Physical: p.UTC().Format("2006-01-02T15:04:05.000Z07:00"),
+		PhysicalMs: p.UnixMilli(), Logical: &l}
 }
 
-// printTS writes ts as text (one "TS  physical  logical" line each) or
-// as JSON (one object, or an array for several).
+// printTS writes ts as text (one "TS  physical  logical" line each for
+// hybrid, the bare value for counter) or as JSON (one object, or an
+// array for several).
 func printTS(w io.Writer, output string, ts []tsJSON) error {
 	if output == "json" {
 		var x any = ts
@@ -43,7 +53,13 @@ func printTS(w io.Writer, output string, ts []tsJSON) error {
 		return err
 	}
 	for _, t := range ts {
-		if _, err := fmt.Fprintf(w, "%d\tphysical %s\tlogical %d\n", t.Timestamp, t.Physical, t.Logical); err != nil {
+		var err error
+		if t.Logical == nil {
+			_, err = fmt.Fprintf(w, "%d\n", t.Timestamp)
+		} else {
+			_, err = fmt.Fprintf(w, "%d\tphysical %s\tlogical %d\n", t.Timestamp, t.Physical, *t.Logical)
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -76,6 +92,19 @@ func runGet(ctx context.Context, e *env, args []string) error {
 	if *n < 1 || *n > 1<<16 {
 		return usageError{fmt.Sprintf("-n %d: want 1..65536", *n)}
 	}
+	// The server's format says how to read its values.
+	var st *adminpb.StatusResponse
+	_, err := e.onAny(ctx, func(_ string, cc *grpc.ClientConn) (err error) {
+		st, err = adminpb.NewAdminClient(cc).Status(ctx, &adminpb.StatusRequest{})
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	f, err := spec.ParseFormat(st.GetFormat())
+	if err != nil {
+		return fmt.Errorf("the server's format: %w", err)
+	}
 	g, err := e.group()
 	if err != nil {
 		return err
@@ -93,7 +122,7 @@ func runGet(ctx context.Context, e *env, args []string) error {
 	}
 	out := make([]tsJSON, len(dst))
 	for i, t := range dst {
-		out[i] = decodeTS(uint64(t))
+		out[i] = decodeTS(f, uint64(t))
 	}
 	return printTS(e.stdout, *output, out)
 }
@@ -112,7 +141,7 @@ func runDecode(_ context.Context, e *env, args []string) error {
 	}
 	v, err := strconv.ParseUint(strings.ReplaceAll(pos[0], "_", ""), 0, 64)
 	if err != nil {
-		return usageError{fmt.Sprintf("timestamp %q: %v", pos[0], err)}
+		return usageError{fmt.Sprintf("timestamp %q: want a 64-bit value, decimal or 0x hex (as seqctl get prints it)", pos[0])}
 	}
-	return printTS(e.stdout, *output, []tsJSON{decodeTS(v)})
+	return printTS(e.stdout, *output, []tsJSON{decodeTS(spec.FormatHybrid, v)})
 }

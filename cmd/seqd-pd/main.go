@@ -115,7 +115,27 @@ func run(ctx context.Context, args []string, stderr io.Writer, hup <-chan os.Sig
 		return 2
 	}
 	if _, err := adminclient.ParseAddrs(*seqd); err != nil {
-		fmt.Fprintf(stderr, "seqd-pd: -admin: %v\n", err)
+		fmt.Fprintf(stderr, "seqd-pd: -admin: %s\n", strings.TrimPrefix(err.Error(), "admin: "))
+		return 2
+	}
+	// What can be checked before dialling seqd is checked here.
+	var bad string
+	switch {
+	case *clusterID == 0:
+		bad = "-cluster-id 0: want a nonzero PD cluster ID"
+	case *timeout <= 0:
+		bad = fmt.Sprintf("-timeout %v: want a positive duration", *timeout)
+	}
+	for _, a := range []struct{ flag, v string }{{"listen", *listen}, {"metrics", *metrics}} {
+		if a.flag == "metrics" && a.v == "off" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(a.v); err != nil && bad == "" {
+			bad = fmt.Sprintf("-%s %q: want host:port", a.flag, a.v)
+		}
+	}
+	if bad != "" {
+		fmt.Fprintf(stderr, "seqd-pd: %s\n", bad)
 		return 2
 	}
 	log, err := lf.Logger(stderr)
@@ -124,7 +144,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, hup <-chan os.Sig
 		return 2
 	}
 	if err := serve(ctx, log, *listen, *seqd, *clusterID, *name, *url, *timeout, *peers, *metrics, &sec, hup, ready); err != nil {
-		log.Error("seqd-pd stopped", "err", err)
+		fmt.Fprintf(stderr, "seqd-pd: %v\n", err)
 		return 1
 	}
 	return 0
@@ -155,8 +175,14 @@ func serve(ctx context.Context, log *slog.Logger, listen, seqd string, clusterID
 	c, err := client.Dial(dctx, eps[0], client.WithEndpoints(eps[1:]...), client.WithAdminDialOptions(dialOpts...),
 		client.WithName("seqd-pd"), client.WithLogger(log))
 	cancel()
+	if errors.Is(err, client.ErrUnavailable) {
+		// The kind once, and the way out.
+		msg := strings.TrimPrefix(err.Error(), client.ErrUnavailable.Error()+": ")
+		msg = strings.TrimPrefix(msg, adminclient.ErrUnavailable.Error()+": ")
+		return fmt.Errorf("no seqd answers at -admin %s: %s (is seqd running there? Start it, or give its admin address with -admin HOST:PORT)", seqd, msg)
+	}
 	if err != nil {
-		return fmt.Errorf("dial seqd %s: %w", seqd, err)
+		return fmt.Errorf("-admin %s: %w", seqd, err)
 	}
 	defer c.Close()
 	if m := c.Mode(); m != spec.ModeFaSST {
@@ -164,7 +190,7 @@ func serve(ctx context.Context, log *slog.Logger, listen, seqd string, clusterID
 	}
 	lis, err := net.Listen("tcp", listen)
 	if err != nil {
-		return err
+		return fmt.Errorf("-listen: %w", err)
 	}
 	if url == "" {
 		url = "http://" + lis.Addr().String()
@@ -191,7 +217,7 @@ func serve(ctx context.Context, log *slog.Logger, listen, seqd string, clusterID
 		mlis, err := net.Listen("tcp", metrics)
 		if err != nil {
 			lis.Close()
-			return err
+			return fmt.Errorf("-metrics: %w", err)
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))

@@ -60,6 +60,8 @@ func realMain(args []string, stderr io.Writer) int {
 func realMainEnv(args []string, stderr io.Writer, environ []string) int {
 	var c server.Config
 	var lf logflag.Config
+	// A worker's receive budget (spec-s0's), for the help texts.
+	recvBudget := server.DefaultMaxRecv(1) * server.DefaultRecvShare
 	fs := flag.NewFlagSet("seqd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfgFile := fs.String("config", "", "read flags from `FILE`, one name=value per line")
@@ -80,7 +82,7 @@ func realMainEnv(args []string, stderr io.Writer, environ []string) int {
 	fs.StringVar(&c.Format, "format", "hybrid", "value format: hybrid or counter")
 	fs.StringVar(&c.Mode, "mode", "spec-s0", "data-path mode (switch at run time with seqctl set-mode):"+spec.ModeHelp())
 	fs.IntVar(&c.MaxWindow, "max-window", 256, "largest window granted per client QP")
-	fs.IntVar(&c.MaxClients, "max-clients", server.DefaultMaxClients, "most concurrent client sessions (spec-s0: about 2.3 KB of server heap per one-QP client, e2e.TestManyClientsMemory; each worker also bounds the sum of its clients' windows at 32768)")
+	fs.IntVar(&c.MaxClients, "max-clients", server.DefaultMaxClients, fmt.Sprintf("most concurrent client sessions (spec-s0: about 2.3 KB of server heap per one-QP client, as measured with 10,000 clients in e2e; each worker also bounds the sum of its clients' windows at %d)", recvBudget))
 	fs.DurationVar(&c.SessionLease, "session-lease", 30*time.Second, "a client session not renewed within this lease (the client library renews every third of it) is disconnected; negative: no leases")
 	fs.IntVar(&c.AdminMaxConnects, "admin-max-connects", 0, "Connects the admin plane handles at once; a few more wait up to 250 ms, the rest are refused with a retry-after, which clients honour (0: 32; negative: no bound)")
 	fs.IntVar(&c.AdminMaxHandshakes, "admin-max-handshakes", 0, "TLS handshakes the admin plane runs at once; more wait up to 1s for a slot (0: 4; negative: no bound)")
@@ -88,7 +90,7 @@ func realMainEnv(args []string, stderr io.Writer, environ []string) int {
 	fs.IntVar(&c.PeerMaxSessions, "peer-max-sessions", server.DefaultPeerQuota.MaxSessions, "most sessions one unauthenticated peer (source IP; IPv6 by /64) may hold (negative: no limit)")
 	fs.Float64Var(&c.PeerConnectRate, "peer-connect-rate", server.DefaultPeerQuota.ConnectRate, "Connects a second one unauthenticated peer may make (negative: no limit)")
 	fs.IntVar(&c.PeerConnectBurst, "peer-connect-burst", server.DefaultPeerQuota.ConnectBurst, "Connects one unauthenticated peer may make at once")
-	fs.IntVar(&c.PeerMaxRecv, "peer-max-recv", 0, "most receives (QPs × window, over all its sessions) one unauthenticated peer may hold; a Connect beyond gets a smaller window, or is refused (0: a quarter of all workers' receive budget, workers × 32768 / 4; negative: no limit)")
+	fs.IntVar(&c.PeerMaxRecv, "peer-max-recv", 0, fmt.Sprintf("most receives (QPs × window, over all its sessions) one unauthenticated peer may hold; a Connect beyond gets a smaller window, or is refused (0: a share of all workers' receive budget, workers × %d / %d; negative: no limit)", recvBudget, server.DefaultRecvShare))
 	fs.IntVar(&c.IdentityMaxSessions, "identity-max-sessions", server.DefaultIdentityQuota.MaxSessions, "most sessions one authenticated identity (bearer token or client certificate) may hold (negative: no limit)")
 	fs.Float64Var(&c.IdentityConnectRate, "identity-connect-rate", server.DefaultIdentityQuota.ConnectRate, "Connects a second one authenticated identity may make (negative: no limit)")
 	fs.IntVar(&c.IdentityMaxRecv, "identity-max-recv", 0, "most receives (QPs × window, over all its sessions) one authenticated identity may hold (0: as -peer-max-recv; negative: no limit)")
@@ -174,14 +176,15 @@ func realMainEnv(args []string, stderr io.Writer, environ []string) int {
 // describe renders err in seqd's words: the package prefixes its layers
 // each add once ("seqd: oracle in DIR: oracle: loading mark: oracle: ...")
 // dropped, as main adds "seqd: ", and the oracle package's Config fields
-// named by the flags that set them.
+// and the listeners named by the flags that set them.
 func describe(err error) string {
 	msg := err.Error()
 	for _, p := range []string{"seqd: ", "oracle: "} {
 		msg = strings.TrimPrefix(msg, p)
 		msg = strings.ReplaceAll(msg, ": "+p, ": ")
 	}
-	return strings.NewReplacer("Config.Floor", "-advance", "Config.Init", "-init").Replace(msg)
+	return strings.NewReplacer("Config.Floor", "-advance", "Config.Init", "-init",
+		"admin listener: admin: listen: ", "-admin: ", "admin listener: ", "-admin: ", "metrics listener: admin: metrics: listen: ", "-metrics: ").Replace(msg)
 }
 
 // loadConfig applies name=value lines of path to fs, skipping flags set on

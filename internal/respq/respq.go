@@ -71,10 +71,13 @@ type Set struct {
 	failed, late int
 }
 
+// MaxQPs is the most response QPs a Set holds.
+const MaxQPs = 255
+
 // New creates the QPs, brings them to RTS and registers their payload
 // rings. On error it releases what it made.
 func New(c Config) (s *Set, err error) {
-	if c.QPs < 1 || c.Depth < 2 || c.SignalEvery < 1 || c.SignalEvery >= c.Depth || c.SlotLen < 0 || c.QPs > 255 {
+	if c.QPs < 1 || c.Depth < 2 || c.SignalEvery < 1 || c.SignalEvery >= c.Depth || c.SlotLen < 0 || c.QPs > MaxQPs {
 		return nil, fmt.Errorf("respq: invalid config %+v", c)
 	}
 	s = &Set{cfg: c, wcs: make([]verbs.WC, max(c.Batch, 16))}
