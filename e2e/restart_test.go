@@ -17,6 +17,7 @@ import (
 
 	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/client"
+	"github.com/seqd/seqd/internal/testbin"
 	"github.com/seqd/seqd/loadgen/verify"
 )
 
@@ -178,15 +179,8 @@ func seqdBinary(t *testing.T) (string, func() *exec.Cmd) {
 	if testing.Short() {
 		t.Skip("builds and runs the seqd binary")
 	}
-	if _, err := exec.LookPath("go"); err != nil {
-		t.Skip("go tool not on PATH: cannot build cmd/seqd")
-	}
+	bin := testbin.Seqd(t)
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "seqd")
-	build := exec.Command("go", "build", "-o", bin, "github.com/seqd/seqd/cmd/seqd")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
 	data := filepath.Join(dir, "data")
 	adminAddr, dev := freePort(t, "tcp"), freePort(t, "udp")
 	starts := 0

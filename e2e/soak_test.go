@@ -22,6 +22,7 @@ import (
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/admin/admintest"
 	"github.com/seqd/seqd/client"
+	"github.com/seqd/seqd/internal/testbin"
 	"github.com/seqd/seqd/loadgen/verify"
 	"github.com/seqd/seqd/spec"
 )
@@ -45,10 +46,7 @@ func TestSoak(t *testing.T) {
 	}
 	period := min(max(dur/20, 3*time.Second), 30*time.Second)
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "seqd")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/seqd/seqd/cmd/seqd").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := testbin.Seqd(t)
 	data := filepath.Join(dir, "data")
 	adminAddr, dev, metrics := freePort(t, "tcp"), freePort(t, "udp"), freePort(t, "tcp")
 	ctx, cancel := context.WithTimeout(context.Background(), dur+3*time.Minute)

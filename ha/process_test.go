@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -17,6 +15,7 @@ import (
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/client"
 	"github.com/seqd/seqd/ha/hatest"
+	"github.com/seqd/seqd/internal/testbin"
 	"github.com/seqd/seqd/loadgen/verify"
 	_ "github.com/seqd/seqd/verbs/soft"
 )
@@ -49,34 +48,10 @@ func (w syncWriter) Write(p []byte) (int, error) {
 	return w.buf.Write(p)
 }
 
-var (
-	seqdBinOnce sync.Once
-	seqdBin     string
-	seqdBinErr  error
-)
-
 // buildSeqd builds cmd/seqd once per test binary run.
 func buildSeqd(t *testing.T) string {
 	t.Helper()
-	if _, err := exec.LookPath("go"); err != nil {
-		t.Skip("go tool not on PATH: cannot build the seqd binary")
-	}
-	seqdBinOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "seqd-ha-bin")
-		if err != nil {
-			seqdBinErr = err
-			return
-		}
-		seqdBin = filepath.Join(dir, "seqd")
-		out, err := exec.Command("go", "build", "-o", seqdBin, "github.com/seqd/seqd/cmd/seqd").CombinedOutput()
-		if err != nil {
-			seqdBinErr = fmt.Errorf("go build ./cmd/seqd: %v\n%s", err, out)
-		}
-	})
-	if seqdBinErr != nil {
-		t.Fatal(seqdBinErr)
-	}
-	return seqdBin
+	return testbin.Seqd(t)
 }
 
 // startSeqd starts an instance of a new group (-init).

@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -30,6 +29,7 @@ import (
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/client"
 	"github.com/seqd/seqd/ha/hatest"
+	"github.com/seqd/seqd/internal/testbin"
 	"github.com/seqd/seqd/loadgen/verify"
 	"github.com/seqd/seqd/pdfront"
 	_ "github.com/seqd/seqd/verbs/soft"
@@ -41,35 +41,12 @@ import (
 // an HA group on etcd. Every value the PD client handed out is checked
 // by verify.History: unique, per-caller increasing, real-time ordered.
 
-var (
-	binOnce sync.Once
-	bin     string
-	binErr  error
-)
-
 func seqdBin(t testing.TB) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds and runs the seqd binary")
 	}
-	if _, err := exec.LookPath("go"); err != nil {
-		t.Skip("go tool not on PATH: cannot build cmd/seqd")
-	}
-	binOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "seqd-pd-bin")
-		if err != nil {
-			binErr = err
-			return
-		}
-		bin = filepath.Join(dir, "seqd")
-		if out, err := exec.Command("go", "build", "-o", bin, "github.com/seqd/seqd/cmd/seqd").CombinedOutput(); err != nil {
-			binErr = fmt.Errorf("go build ./cmd/seqd: %v\n%s", err, out)
-		}
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
-	}
-	return bin
+	return testbin.Seqd(t)
 }
 
 // proc is one seqd process, restartable with the same arguments.

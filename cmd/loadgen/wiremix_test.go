@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/seqd/seqd/internal/testbin"
 )
 
 // TestWireWithClientMode is issue 29 items 4 and 5: -engine wire with a
@@ -19,7 +21,7 @@ func TestWireWithClientMode(t *testing.T) {
 	}
 	dir := t.TempDir()
 	jsonPath, plotPath := filepath.Join(dir, "out.json"), filepath.Join(dir, "out.svg")
-	args := []string{"-engine", "wire", "-spawn", "-seqd-binary", "in-process", "-modes", "spec-s0,fasst", "-flows", "1",
+	args := []string{"-engine", "wire", "-spawn", "-seqd-binary", testbin.Seqd(t), "-modes", "spec-s0,fasst", "-flows", "1",
 		"-duration", "200ms", "-warmup", "100ms", "-no-floors", "-no-redis", "-window", "8", "-quiet",
 		"-json-file", jsonPath, "-plot", plotPath}
 	var out, errb bytes.Buffer
