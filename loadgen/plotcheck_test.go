@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"html"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -20,12 +21,11 @@ func sweepReport() *Report {
 	r := &Report{EchoFloorOps: 9e6, Echo: Echo{RawUDP: 9e6, Provider: 4.5e6},
 		Params: Params{Engine: EngineClient, Duration: "5s", Warmup: "1s", Provider: "soft", ServerCore: -1,
 			Clients: []int{1}, Windows: []int{1, 4, 16, 64}}}
-	share := map[string]float64{spec.ModeSpecS0: 0.08, spec.ModeHERD: 0.05, spec.ModeAtomics: 0.01,
-		spec.ModeFaSST: 0.03, spec.ModeDaRPC: 0.02, spec.ModeRFP: 0.015}
-	for _, m := range spec.Modes {
+	for k, m := range spec.Modes {
+		share := 0.08 * math.Pow(1.0/8, float64(k)/float64(len(spec.Modes)-1)) // 8% of the floor down to 1%
 		for i, w := range []int{1, 4, 16, 64} {
 			r.Results = append(r.Results, Result{Mode: m, Clients: 1, Window: w,
-				ThroughputOps: share[m] * 9e6 * float64(1+i) / 4, P50us: float64(20 + 15*i*i), P99us: float64(60 + 90*i*i)})
+				ThroughputOps: share * 9e6 * float64(1+i) / 4, P50us: float64(20 + 15*i*i), P99us: float64(60 + 90*i*i)})
 		}
 	}
 	return r
@@ -37,7 +37,11 @@ func wireReport() *Report {
 	r := &Report{Redis: &RedisResult{Ops: 1.02e6, Conns: 50, Pipeline: 64, UserNsPerReq: 667, SysNsPerReq: 98},
 		Params: Params{Engine: EngineWire, Duration: "1s", Warmup: "200ms", Slices: 1, InFlight: 256, ServerCore: 1, Provider: "soft",
 			Clients: []int{1}, Windows: []int{64}}}
-	for _, mode := range []string{spec.ModeSpecS0, spec.ModeHERD} {
+	for _, facts := range spec.ModeTable {
+		if !facts.Wire {
+			continue
+		}
+		mode := facts.Name
 		for i, f := range []int{1, 64, 1024} {
 			w := 256 / f
 			if w == 0 {
@@ -154,8 +158,7 @@ func TestPlotSeriesAndLabels(t *testing.T) {
 			[]string{"seqd", "1 flows"}},
 		{"sweep", sweepReport(),
 			// A mode's name: both legends and the throughput panel's axis.
-			map[string]int{"spec-s0": 3, "herd": 3, "atomics": 3, "fasst": 3, "darpc": 3, "rfp": 3,
-				"p50 (solid, circles)": 1, "p99 (dashed, triangles)": 1},
+			everyMode(3, map[string]int{"p50 (solid, circles)": 1, "p99 (dashed, triangles)": 1}),
 			[]string{"million timestamps per second, log scale", "every point, labelled clients×window", "1×64", "1×1"},
 			[]string{"-engine client", "5s measured after 1s warm-up", "clients 1, window 1,4,16,64"},
 			[]string{"spec-s0 p50"}},
@@ -306,4 +309,12 @@ func legendNames(r *Report) []string {
 		}
 	}
 	return ns
+}
+
+// everyMode returns m with each mode's name drawn n times.
+func everyMode(n int, m map[string]int) map[string]int {
+	for _, mode := range spec.Modes {
+		m[mode] = n
+	}
+	return m
 }

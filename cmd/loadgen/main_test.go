@@ -5,6 +5,8 @@ import (
 	"net"
 	"strings"
 	"testing"
+
+	"github.com/seqd/seqd/spec"
 )
 
 func TestBadFlags(t *testing.T) {
@@ -84,7 +86,7 @@ func TestHelpAndErrorsReadable(t *testing.T) {
 	}
 	errb.Reset()
 	if code := realMainEnv([]string{"-modes", "spec-s0,fast"}, &out, &errb, nil); code != 2 ||
-		!strings.Contains(errb.String(), `-modes: unknown mode "fast": want spec-s0, herd, atomics, fasst, darpc or rfp`) {
+		!strings.Contains(errb.String(), `-modes: unknown mode "fast": want `+spec.ModeList(spec.Modes)) {
 		t.Errorf("-modes fast: exit %d, %q", code, errb.String())
 	}
 	errb.Reset()

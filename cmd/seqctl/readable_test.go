@@ -137,7 +137,7 @@ func TestErrorsOnce(t *testing.T) {
 		want string
 		not  []string
 	}{
-		{[]string{"-admin", addr, "set-mode", "foo"}, `seqctl set-mode: unknown mode "foo": want spec-s0, herd, atomics, fasst, darpc or rfp`,
+		{[]string{"-admin", addr, "set-mode", "foo"}, `seqctl set-mode: unknown mode "foo": want ` + spec.ModeList(spec.Modes),
 			[]string{"InvalidArgument", `["`}},
 		{[]string{"decode", "zz"}, `seqctl decode: timestamp "zz": want a 64-bit value`, []string{"strconv"}},
 		{[]string{"-admin", "bad", "status"}, `seqctl status: -admin: bad address: "bad": want host:port`, []string{"admin: admin", "entry 1"}},

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/seqd/seqd/admin"
+	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/admin/adminpb"
 	"github.com/seqd/seqd/client"
 	"github.com/seqd/seqd/ha"
@@ -152,8 +153,18 @@ func TestGroupKeepsMode(t *testing.T) {
 				case "crash":
 					lead.crash()
 				case "transfer":
-					if _, err := lead.srv.TransferLeader(ctx); err != nil {
-						t.Fatalf("TransferLeader: %v", err)
+					// On a loaded host the lease may have moved since
+					// leaderOf (a missed beat): then transfer from the
+					// member that leads now.
+					for {
+						_, err := lead.srv.TransferLeader(ctx)
+						if err == nil {
+							break
+						}
+						if _, moved := adminclient.LeaderFromError(err); !moved || ctx.Err() != nil {
+							t.Fatalf("TransferLeader: %v", err)
+						}
+						lead = leaderOf(t, ms...)
 					}
 				case "group-restart":
 					for _, m := range ms {
