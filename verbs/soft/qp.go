@@ -45,10 +45,12 @@ type qp struct {
 	state atomic.Uint32 // verbs.QPState
 
 	// Attributes, set by Modify under mu; read by the data path, which
-	// only runs once the QP has reached RTR/RTS.
+	// only runs once the QP has reached RTR/RTS. The Q_Key and the access
+	// flags may change in RTS, while the data path reads them (a client
+	// given a new answer Q_Key by the next leader): they are atomic.
 	mu       sync.Mutex
-	qkey     uint32
-	access   verbs.Access
+	qkey     atomic.Uint32
+	access   atomic.Uint32 // verbs.Access
 	mtu      int
 	destQPN  uint32
 	peer     *peer
@@ -202,10 +204,10 @@ func (x *qp) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 		}
 	}
 	if mask&verbs.AttrQKey != 0 {
-		x.qkey = attr.QKey
+		x.qkey.Store(attr.QKey)
 	}
 	if mask&verbs.AttrAccessFlags != 0 {
-		x.access = attr.AccessFlags
+		x.access.Store(uint32(attr.AccessFlags))
 	}
 	if mask&verbs.AttrPathMTU != 0 {
 		x.mtu = attr.PathMTU.Bytes()

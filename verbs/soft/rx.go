@@ -263,7 +263,7 @@ func grh(g *[verbs.GRHLen]byte, src, dst [4]byte, n int) {
 // the GRH, then the payload.
 func (x *qp) recvUD(pk *rocev2.Packet, c *rxFlow) {
 	d := x.d
-	if pk.QKey != x.qkey {
+	if pk.QKey != x.qkey.Load() {
 		d.ctr.dropQKey.Add(1)
 		return
 	}
@@ -346,7 +346,7 @@ func (r *responder) reset() {
 // nil when the R_Key, bounds, PD or access rights forbid it.
 func (x *qp) checkRKey(rkey uint32, va uint64, n uint32, need verbs.Access) (*mr, []byte) {
 	m := x.d.lookupMR(rkey, true)
-	if m == nil || m.pd != x.pd || m.access&need != need || x.access&need != need {
+	if m == nil || m.pd != x.pd || m.access&need != need || verbs.Access(x.access.Load())&need != need {
 		return nil, nil
 	}
 	b, ok := m.slice(va, n)

@@ -102,7 +102,7 @@ func (x *qp) postUD(wrs []verbs.SendWR) (int, error) {
 		}
 		qkey := wr.RemoteQKey
 		if qkey&0x80000000 != 0 {
-			qkey = x.qkey
+			qkey = x.qkey.Load()
 		}
 		b := q.reserve(rocev2.UDImmLen)
 		fastPeer.udimm.Put(b, fastPeer.prefix(rocev2.UDImmLen), uint32(wr.RemoteQPN), x.spsn, qkey, x.qpn, wr.Imm)
@@ -166,7 +166,7 @@ func (x *qp) postUDOne(wr *verbs.SendWR, i int) (*ah, *peer, error) {
 	}
 	qkey := wr.RemoteQKey
 	if qkey&0x80000000 != 0 {
-		qkey = x.qkey // a "controlled" Q_Key means: use the QP's own
+		qkey = x.qkey.Load() // a "controlled" Q_Key means: use the QP's own
 	}
 	pe := a.peers[q.idx]
 	hl := op.HeaderLen()
