@@ -448,3 +448,23 @@ func BenchmarkCoalesced(b *testing.B) {
 		})
 	}
 }
+
+// TestFaSSTSingle: with coalescing off the fasst transport sends every
+// caller as a request of its own (the server answers as many requests as
+// values), filling each QP's window; on, it coalesces them.
+func TestFaSSTSingle(t *testing.T) {
+	for _, single := range []bool{true, false} {
+		r := newFaSSTRig(t, "", "", 2, 8)
+		r.tr.single = single
+		checkUnique(t, drive(t, r.tr, r.st, 2000, r.now))
+		st := r.srv.Stats()
+		reqs := counter(st, "requests_total", "")
+		t.Logf("single %v: %d values in %d requests", single, st.Served, reqs)
+		if single && reqs != st.Served {
+			t.Errorf("single: %d requests for %d values", reqs, st.Served)
+		}
+		if !single && reqs >= st.Served {
+			t.Errorf("coalescing: %d requests for %d values", reqs, st.Served)
+		}
+	}
+}

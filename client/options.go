@@ -118,9 +118,8 @@ const DefaultCoalescing = 1
 // most MaxRange), each given its own value of the answer's range, in
 // arrival order. A caller that finds fewer than n in flight goes out at
 // once, with no wait. n = 0 turns coalescing off: every call is a request
-// of its own (fasst's transport still puts callers handed to it in one
-// Send into one request, up to the window's values per QP). Modes
-// without ranges never coalesce.
+// of its own, for one value (fasst's transport then puts no two callers
+// in one request either). Modes without ranges never coalesce.
 func WithCoalescing(n int) Option {
 	return func(o *options) error { o.coalesce, o.coalesceSet = n, true; return nil }
 }
