@@ -14,6 +14,7 @@ import (
 	"github.com/seqd/seqd/client"
 	"github.com/seqd/seqd/loadgen/verify"
 	"github.com/seqd/seqd/spec"
+	"github.com/seqd/seqd/verbs"
 	_ "github.com/seqd/seqd/verbs/soft" // the default provider
 )
 
@@ -44,6 +45,10 @@ type Result struct {
 	// (a seqd neither spawned nor named by -server-pid, or not Linux).
 	ServerCPU        float64 `json:"server_cpu_s,omitempty"`
 	OpsPerServerCore float64 `json:"ops_per_server_core,omitempty"`
+	// ServerPackets: the packets seqd's provider received in the
+	// measured interval (its rx_packets; 0 when it counts none): the
+	// requests, so Answers / ServerPackets is the values per request.
+	ServerPackets uint64 `json:"-"`
 
 	P90us      float64        `json:"-"`
 	Answers    uint64         `json:"-"` // answers inside the measured interval
@@ -458,6 +463,7 @@ func (r *runner) runPoint(ctx context.Context, mode string, p Point, coalesce in
 		res.SpecMisses = cm // a mode whose server does not count them
 	}
 	res.Drops = after.st.GetDrops() - before.st.GetDrops()
+	res.ServerPackets = after.st.GetProviderCounters()[verbs.CounterRxPackets] - before.st.GetProviderCounters()[verbs.CounterRxPackets]
 	if before.cpuOK && after.cpuOK && after.cpu > before.cpu {
 		res.ServerCPU = (after.cpu - before.cpu).Seconds()
 		res.OpsPerServerCore = float64(res.Answers) / res.ServerCPU
@@ -476,6 +482,7 @@ func (r *runner) runPoint(ctx context.Context, mode string, p Point, coalesce in
 			"unverified", res.Unverified, "took", time.Since(t0).Round(time.Millisecond))
 	}
 	r.log.Info("point done", "mode", mode, "clients", p.Clients, "window", p.Window, "coalesce", coalesce,
+		"server_packets", res.ServerPackets, "server_cpu_s", res.ServerCPU,
 		"throughput_ops", int64(res.ThroughputOps), "p50_us", res.P50us, "p99_us", res.P99us)
 	return res, nil
 }
