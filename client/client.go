@@ -42,6 +42,8 @@ type Request struct {
 	// sets ownDone instead of sending on Done (no channel hand-off on a
 	// lone caller's round trip). Both guarded by Client.drive.
 	own, ownDone bool
+	// counted: a coalesced caller counted in Stats.Requests (coalesce.go).
+	counted bool
 }
 
 // Stats are the client's counters.
@@ -125,6 +127,7 @@ type Client struct {
 	sess  session
 	lease lease
 	sub   submissions
+	co    coalescer // callers coalesced into ranged requests (coalesce.go)
 	// drive is held by whoever drives the engine (eng and its
 	// transport): the engine goroutine, or a lone caller (driveOwn).
 	drive sync.Mutex
@@ -244,6 +247,7 @@ func dial(ctx context.Context, adminAddr, device string, opts []Option) (_ *Clie
 		return nil, fmt.Errorf("client: protection domain: %w", err)
 	}
 	c.initEngine()
+	c.co.init(c.opts.coalesce, coalesceEnv{send: c.submit, now: c.now, defTimeout: c.opts.timeout, start: c.start, pool: &c.pool, st: &c.st})
 	// A first connect may take its time (a loaded server); a paused one
 	// must not eat the whole budget when others are known.
 	perTry := 5 * time.Second
@@ -290,7 +294,7 @@ func (c *Client) connect(ctx context.Context) error {
 	}
 	c.eng.requeue()
 	env := &transportEnv{dev: c.dev, pd: c.pd, qps: c.opts.qps, window: c.opts.window, retransmit: c.opts.retransmit,
-		rfpReads: c.opts.rfpReads, name: c.opts.name, connect: c.admit, st: &c.st, prev: c.eng.tr, log: c.log, now: c.now}
+		rfpReads: c.opts.rfpReads, single: c.opts.coalesce == 0, name: c.opts.name, connect: c.admit, st: &c.st, prev: c.eng.tr, log: c.log, now: c.now}
 	tr, err := d(ctx, env)
 	if err != nil {
 		return err
@@ -300,6 +304,8 @@ func (c *Client) connect(ctx context.Context) error {
 	}
 	c.eng.use(tr, mode)
 	c.mode.Store(mode)
+	facts, _ := spec.Facts(mode)
+	c.co.ranged.Store(facts.Ranges)
 	c.log.Debug("connected", "mode", mode, "session", c.sess.id, "epoch", c.sess.epoch)
 	return nil
 }
@@ -346,11 +352,22 @@ func (c *Client) kickNow() {
 }
 
 // Submit hands r to the engine. It never blocks; r completes later on
-// r.Done or r.Callback.
+// r.Done or r.Callback. With coalescing on, in a mode that serves ranges
+// (WithCoalescing), r may wait for the request in flight to complete and
+// go out with the other requests submitted meanwhile, as one ranged
+// request.
 func (c *Client) Submit(r *Request) error {
 	if r.Done == nil && r.Callback == nil {
 		return fmt.Errorf("%w: request without Done or Callback", ErrConfig)
 	}
+	if r.n <= 1 && c.co.active() {
+		return c.co.submit(r)
+	}
+	return c.submit(r)
+}
+
+// submit is Submit without coalescing.
+func (c *Client) submit(r *Request) error {
 	if err := c.enqueue(r); err != nil {
 		return err
 	}
@@ -402,17 +419,28 @@ func (c *Client) wakeEngine() {
 //
 // A caller alone (nothing else in flight) drives the engine itself, on
 // its own goroutine (driveOwn); otherwise it hands its request to the
-// engine goroutine and waits.
+// engine goroutine and waits. With coalescing on, in a mode that serves
+// ranges (WithCoalescing), callers that come while a request is in
+// flight wait for it and then go out together, as one ranged request,
+// each with its own value of the range (coalesce.go).
 func (c *Client) GetTimestamp(ctx context.Context) (Timestamp, error) {
 	r := c.pool.Get().(*Request)
 	// No deadline: the engine's default timeout from when it takes r in.
 	r.Deadline, _ = ctx.Deadline()
+	if c.co.active() {
+		return c.getCoalesced(ctx, r)
+	}
+	return c.getOne(ctx, r)
+}
+
+// getOne is GetTimestamp for r alone, not coalesced.
+func (c *Client) getOne(ctx context.Context, r *Request) (Timestamp, error) {
 	if c.drive.TryLock() {
 		if ts, ok, err := c.driveOwn(ctx, r); ok {
 			return ts, err
 		}
 	}
-	if err := c.Submit(r); err != nil {
+	if err := c.submit(r); err != nil {
 		c.pool.Put(r)
 		return 0, err
 	}
@@ -443,7 +471,7 @@ func (c *Client) GetTimestamps(ctx context.Context, dst []Timestamp) error {
 	done := make(chan *Request, len(dst))
 	for range dst {
 		r := &Request{Deadline: dl, Done: done}
-		if err := c.Submit(r); err != nil {
+		if err := c.submit(r); err != nil { // one chain: not coalesced
 			return err
 		}
 		reqs = append(reqs, r)

@@ -29,6 +29,17 @@
 // ErrUnsupported: their values could only be pieced together from
 // several requests, and consecutiveness would not be guaranteed.
 //
+// In modes that serve ranges (fasst), concurrent calls are coalesced
+// (coalesce.go, WithCoalescing): while a ranged request is in flight,
+// callers queue, and the next request asks for as many values as wait,
+// each caller getting its own value of the answer's range, in arrival
+// order. A lone caller goes out at once, as without coalescing. Every
+// value of a range is claimed by the server after the request arrived,
+// hence after every caller in it began: above every value returned
+// before any of them began. The callers of one range are concurrent, so
+// real-time order allows any order among them (PROTOCOL.md, FaSST,
+// "Callers coalesced into ranges").
+//
 // The package links no server code: the admin plane's client side is
 // admin/adminclient (deps_test.go keeps it so).
 //

@@ -22,6 +22,8 @@ func init() { transports[spec.ModeFaSST] = dialFaSST }
 // order. Every QP keeps at most window values in flight (the server
 // answers no more per QP and batch), in at most window requests (its
 // request-ID slots, spec.FaSSTSlots).
+// With coalescing off (WithCoalescing(0): single) every caller is a
+// request of its own, as many per QP as its window has room for.
 //
 // Loss: a request unanswered after the retransmission timeout is sent
 // again under a fresh ID, for the callers still waiting in it; an answer
@@ -52,6 +54,8 @@ type fasstTransport struct {
 	where       []fasstRef // by engine ID
 	outstanding int
 	rr          int // the QP the next Send starts with
+	// single: one caller per request (WithCoalescing(0)).
+	single bool
 
 	// carry holds accepted answers whose values did not fit in Poll's
 	// result slice: delivered first by the next Poll. An accepted
@@ -117,6 +121,7 @@ func dialFaSST(ctx context.Context, env *transportEnv) (transport, error) {
 		return nil, fmt.Errorf("client: fasst QPs: %w", err)
 	}
 	qps := endpointsOf(t.qps, func(q *fasstQP) verbs.QP { return q.qp })
+	t.single = env.single
 	return admit(ctx, env, handshake.Admission{Window: window, QPs: qps}, spec.ModeFaSST, t)
 }
 
@@ -258,29 +263,39 @@ func (t *fasstTransport) Send(now time.Duration, ids []int) (int, error) {
 	for k := 0; k < len(t.qps) && took < len(ids); k++ {
 		qi := (t.rr + k) % len(t.qps)
 		q := t.qps[qi]
-		m := min(t.window-q.values, len(ids)-took)
-		if m <= 0 {
+		sent := false
+		for took < len(ids) {
+			m := min(t.window-q.values, len(ids)-took)
+			if t.single {
+				m = min(m, 1) // one caller per request, as many requests as the QP has room for
+			}
+			if m <= 0 || !t.room(q) {
+				break
+			}
+			slot, rid, ok := q.slots.Take(m)
+			if !ok {
+				break
+			}
+			q.due[slot].busy, q.live[slot] = true, m
+			q.calls[slot] = append(q.calls[slot][:0], ids[took:took+m]...)
+			for i, id := range q.calls[slot] {
+				t.where[id] = fasstRef{qi, slot, i}
+			}
+			q.values += m
+			t.outstanding += m
+			t.queue(now, qi, slot, rid, m)
+			took += m
+			sent = true
+			if !t.single {
+				break // the callers coalesced into one request per QP
+			}
+		}
+		if !sent {
 			continue
 		}
-		if !t.room(q) {
-			continue
-		}
-		slot, rid, ok := q.slots.Take(m)
-		if !ok {
-			continue
-		}
-		q.due[slot].busy, q.live[slot] = true, m
-		q.calls[slot] = append(q.calls[slot][:0], ids[took:took+m]...)
-		for i, id := range q.calls[slot] {
-			t.where[id] = fasstRef{qi, slot, i}
-		}
-		q.values += m
-		t.outstanding += m
-		t.queue(now, qi, slot, rid, m)
 		if err := t.flush(q); err != nil && ferr == nil {
 			ferr = err
 		}
-		took += m
 	}
 	t.rr = (t.rr + 1) % len(t.qps)
 	return took, ferr

@@ -14,19 +14,21 @@ import (
 )
 
 type options struct {
-	provider   string
-	byRoute    bool // no WithDevice: soft on the route's local address
-	device     string
-	provOpts   verbs.Options
-	qps        int
-	window     int
-	timeout    time.Duration
-	retransmit time.Duration
-	rfpReads   int // WithRFPReads (rfp.go); 0: spec.RFPDefaultReads
-	name       string
-	logger     *slog.Logger
-	endpoints  []string
-	dialOpts   []grpc.DialOption
+	provider    string
+	byRoute     bool // no WithDevice: soft on the route's local address
+	device      string
+	provOpts    verbs.Options
+	qps         int
+	window      int
+	timeout     time.Duration
+	retransmit  time.Duration
+	rfpReads    int // WithRFPReads (rfp.go); 0: spec.RFPDefaultReads
+	name        string
+	logger      *slog.Logger
+	endpoints   []string
+	dialOpts    []grpc.DialOption
+	coalesce    int // WithCoalescing: ranged requests in flight; 0 off
+	coalesceSet bool
 }
 
 // DefaultTimeout is the deadline of a call whose context has none. It
@@ -105,6 +107,23 @@ func WithInsecure() Option {
 	return func(o *options) error { o.dialOpts = append(o.dialOpts, adminclient.Insecure()); return nil }
 }
 
+// DefaultCoalescing is how many coalesced ranged requests a client keeps
+// in flight without WithCoalescing.
+const DefaultCoalescing = 1
+
+// WithCoalescing sets how calls are coalesced in modes that serve ranges
+// (fasst): while n ranged requests are in flight (default
+// DefaultCoalescing), further GetTimestamp and Submit callers wait, and
+// go out together as one request for as many values as they are (at
+// most MaxRange), each given its own value of the answer's range, in
+// arrival order. A caller that finds fewer than n in flight goes out at
+// once, with no wait. n = 0 turns coalescing off: every call is a request
+// of its own, for one value (fasst's transport then puts no two callers
+// in one request either). Modes without ranges never coalesce.
+func WithCoalescing(n int) Option {
+	return func(o *options) error { o.coalesce, o.coalesceSet = n, true; return nil }
+}
+
 // WithLogger sets the logger the client logs to (connects, failovers,
 // warnings). Without it (or with nil) the client logs nothing: a library
 // does not write to the process's default logger uninvited.
@@ -133,7 +152,12 @@ func (o *options) validate() error {
 	if o.logger == nil {
 		o.logger = discard
 	}
+	if !o.coalesceSet {
+		o.coalesce = DefaultCoalescing
+	}
 	switch {
+	case o.coalesce < 0 || o.coalesce > 64:
+		return fmt.Errorf("%w: coalescing %d (0..64 ranged requests in flight)", ErrConfig, o.coalesce)
 	case o.qps < 1 || o.qps > 64:
 		return fmt.Errorf("%w: %d QPs (1..64)", ErrConfig, o.qps)
 	case o.window < 1 || o.window > spec.MaxWindow:

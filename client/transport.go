@@ -67,6 +67,9 @@ type transportEnv struct {
 	name        string
 	// rfpReads is WithRFPReads' R (0: spec.RFPDefaultReads).
 	rfpReads int
+	// single: WithCoalescing(0), every call a request of its own (a
+	// transport that coalesces callers does not).
+	single bool
 	// connect runs the admin Connect for req (filling in the protocol
 	// version, client name and the session it replaces), checks the
 	// reply's version and, on success, records the session: the

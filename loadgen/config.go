@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/seqd/seqd/admin/adminclient"
+	"github.com/seqd/seqd/client"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
 )
@@ -45,6 +46,11 @@ type Config struct {
 	// with every combination: one result per point, per mode.
 	SweepWindow  []int
 	SweepClients []int
+	// Coalesce lists the clients' client.WithCoalescing settings (ranged
+	// requests in flight at most, 0: off) to compare, each point of a
+	// mode that serves ranges run once per setting, in order; empty: the
+	// client's default. Other modes ignore it.
+	Coalesce []int
 
 	Duration time.Duration // measured interval per point
 	Warmup   time.Duration // before each point's measurement
@@ -207,6 +213,11 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("%w: -sweep-window %d (1..%d per QP)", ErrConfig, w, spec.MaxWindow)
 		}
 	}
+	for _, n := range c.Coalesce {
+		if n < 0 || n > 64 {
+			return fmt.Errorf("%w: -coalesce %d (off, on, or 0..64 ranged requests in flight)", ErrConfig, n)
+		}
+	}
 	for _, n := range c.SweepClients {
 		if n < 1 || n > 256 {
 			return fmt.Errorf("%w: -sweep-clients %d (1..256)", ErrConfig, n)
@@ -286,6 +297,27 @@ func ParseInts(s string) ([]int, error) {
 			return nil, fmt.Errorf("%w: %q is not an integer", ErrConfig, f)
 		}
 		out = append(out, n)
+	}
+	return out, nil
+}
+
+// ParseCoalesce reads -coalesce: on, off or a number of ranged requests
+// in flight, comma-separated.
+func ParseCoalesce(s string) ([]int, error) {
+	var out []int
+	for _, f := range ParseList(s) {
+		switch f {
+		case "on":
+			out = append(out, client.DefaultCoalescing)
+		case "off":
+			out = append(out, 0)
+		default:
+			n, err := strconv.Atoi(f)
+			if err != nil {
+				return nil, fmt.Errorf("%w: -coalesce %q: want on, off or a number, comma-separated", ErrConfig, f)
+			}
+			out = append(out, n)
+		}
 	}
 	return out, nil
 }

@@ -22,7 +22,9 @@ var clientColumns = []column{
 	{"mode", "the data-path mode (seqd -mode)"},
 	{"clients", "client threads, each its own client (-clients)"},
 	{"window", "requests outstanding per client (-window)"},
+	{"coalesce", "modes with ranges: callers coalesced into ranged requests, this many in flight per client (-coalesce; off: one request per call)"},
 	{"Mops/s", "answers per second, millions"},
+	{"Mops/core", "answers per second of seqd's CPU time (user + system), millions: timestamps/s per server core (a spawned seqd, or -server-pid)"},
 	{"p50 µs", "latency, median"},
 	{"p90 µs", "latency, 90th percentile"},
 	{"p99 µs", "latency, 99th percentile"},
@@ -124,14 +126,25 @@ func (r *Report) WriteTable(w io.Writer) error {
 		if x.AvgBatch > 0 {
 			batch = fmt.Sprintf("%.1f", x.AvgBatch)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.3f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%s\t%d\t%d\t%d\t%s\t\n",
-			x.Mode, x.Clients, x.Window, x.ThroughputOps/1e6, x.P50us, x.P90us, x.P99us, x.P999us, x.Maxus,
+		co := "-"
+		if x.Coalesce != nil {
+			co = "off"
+			if *x.Coalesce > 0 {
+				co = fmt.Sprint(*x.Coalesce)
+			}
+		}
+		perCore := "-"
+		if x.OpsPerServerCore > 0 {
+			perCore = fmt.Sprintf("%.3f", x.OpsPerServerCore/1e6)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%.3f\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%s\t%d\t%d\t%d\t%s\t\n",
+			x.Mode, x.Clients, x.Window, co, x.ThroughputOps/1e6, perCore, x.P50us, x.P90us, x.P99us, x.P999us, x.Maxus,
 			batch, x.SpecMisses, x.Retransmits, x.Drops, frac)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	legend(w, clientColumns, "avg batch", "spec misses", "retransmits", "drops", "of echo floor")
+	legend(w, clientColumns, "coalesce", "Mops/core", "avg batch", "spec misses", "retransmits", "drops", "of echo floor")
 	if r.EchoFloorOps > 0 {
 		fmt.Fprintf(w, "echo floor (same run): raw UDP GSO/GRO %.3f Mops/s, provider UD echo %.3f Mops/s\n",
 			r.Echo.RawUDP/1e6, r.Echo.Provider/1e6)

@@ -14,6 +14,7 @@ import (
 	"github.com/seqd/seqd/client"
 	"github.com/seqd/seqd/loadgen/verify"
 	"github.com/seqd/seqd/spec"
+	"github.com/seqd/seqd/verbs"
 	_ "github.com/seqd/seqd/verbs/soft" // the default provider
 )
 
@@ -34,6 +35,20 @@ type Result struct {
 	Window        int     `json:"window"`
 	MinTS         uint64  `json:"min_ts"`
 	MaxTS         uint64  `json:"max_ts"`
+	// Coalesce is the clients' client.WithCoalescing in a mode that
+	// serves ranges: ranged requests in flight at most, 0 off; nil in
+	// the other modes, which never coalesce.
+	Coalesce *int `json:"coalesce,omitempty"`
+	// ServerCPU is the CPU time (user + system, seconds) seqd used in
+	// the measured interval, and OpsPerServerCore the answers per second
+	// of it: timestamps per second per server core. 0 when not measured
+	// (a seqd neither spawned nor named by -server-pid, or not Linux).
+	ServerCPU        float64 `json:"server_cpu_s,omitempty"`
+	OpsPerServerCore float64 `json:"ops_per_server_core,omitempty"`
+	// ServerPackets: the packets seqd's provider received in the
+	// measured interval (its rx_packets; 0 when it counts none): the
+	// requests, so Answers / ServerPackets is the values per request.
+	ServerPackets uint64 `json:"-"`
 
 	P90us      float64        `json:"-"`
 	Answers    uint64         `json:"-"` // answers inside the measured interval
@@ -146,20 +161,26 @@ func (r *runner) clientMode(ctx context.Context, mode string) error {
 		}
 		return err
 	}
+	cos := r.c.Coalesce
+	if f, _ := spec.Facts(mode); !f.Ranges || len(cos) == 0 {
+		cos = []int{client.DefaultCoalescing}
+	}
 	for _, p := range r.c.Points() {
-		res, err := r.runPoint(ctx, mode, p)
-		if errors.Is(err, ErrModeSwitch) {
-			skip(err)
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		r.rep.Results = append(r.rep.Results, res)
-		if res.Check != nil {
-			r.rep.Violations += res.Check.Violations()
-			for _, v := range res.Check.Examples {
-				r.rep.Examples = append(r.rep.Examples, fmt.Sprintf("%s clients=%d window=%d: %v", mode, p.Clients, p.Window, v))
+		for _, co := range cos {
+			res, err := r.runPoint(ctx, mode, p, co)
+			if errors.Is(err, ErrModeSwitch) {
+				skip(err)
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			r.rep.Results = append(r.rep.Results, res)
+			if res.Check != nil {
+				r.rep.Violations += res.Check.Violations()
+				for _, v := range res.Check.Examples {
+					r.rep.Examples = append(r.rep.Examples, fmt.Sprintf("%s clients=%d window=%d coalesce=%d: %v", mode, p.Clients, p.Window, co, v))
+				}
 			}
 		}
 	}
@@ -232,6 +253,8 @@ type snapshot struct {
 	answers, retransmits, specMisses, timeouts uint64
 	st                                         *adminpb.StatusResponse
 	batches, requests                          uint64
+	cpu                                        time.Duration // seqd's CPU time so far
+	cpuOK                                      bool
 }
 
 func (r *runner) snap(ctx context.Context, cls []*client.Client) (snapshot, error) {
@@ -250,6 +273,11 @@ func (r *runner) snap(ctx context.Context, cls []*client.Client) (snapshot, erro
 		return s, fmt.Errorf("loadgen: status: %w", err)
 	}
 	s.st = st
+	pid := r.c.ServerPID
+	if r.srv != nil {
+		pid = r.srv.pid
+	}
+	s.cpu, s.cpuOK = serverCPU(pid)
 	for _, w := range st.GetWorkers() {
 		s.batches += w.GetBatches()
 		s.requests += w.GetRequests()
@@ -264,9 +292,12 @@ func (r *runner) reserve(rate float64, d time.Duration, clients int) {
 	r.pool.reserve(int(total)/chunkCalls + 2*clients)
 }
 
-func (r *runner) runPoint(ctx context.Context, mode string, p Point) (Result, error) {
+func (r *runner) runPoint(ctx context.Context, mode string, p Point, coalesce int) (Result, error) {
 	c := r.c
 	res := Result{Mode: mode, Clients: p.Clients, Window: p.Window}
+	if f, _ := spec.Facts(mode); f.Ranges {
+		res.Coalesce = &coalesce
+	}
 	qps := c.QPsFor(mode, p.Window)
 	perQP := (p.Window + qps - 1) / qps
 	quiet := slog.New(slog.NewTextHandler(logWriter{r.log}, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -280,7 +311,8 @@ func (r *runner) runPoint(ctx context.Context, mode string, p Point) (Result, er
 		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		cl, err := client.Dial(dctx, r.addr, client.WithEndpoints(r.members...), client.WithDevice(c.Provider, c.Device, c.ProviderOpts),
 			client.WithAdminDialOptions(c.adminOpts()...), client.WithQPs(qps),
-			client.WithWindow(perQP), client.WithName(fmt.Sprintf("loadgen-%d", i)), client.WithLogger(quiet))
+			client.WithWindow(perQP), client.WithName(fmt.Sprintf("loadgen-%d", i)), client.WithLogger(quiet),
+			client.WithCoalescing(coalesce))
 		cancel()
 		if err != nil {
 			return res, fmt.Errorf("loadgen: %s: client %d: %w", mode, i, err)
@@ -359,8 +391,8 @@ func (r *runner) runPoint(ctx context.Context, mode string, p Point) (Result, er
 				if phase == 2 {
 					what = "measuring"
 				}
-				fmt.Fprintf(c.Progress, "loadgen: %-8s clients=%d window=%d %-9s %5.1fs  %7.3f Mops/s  %d answers\n",
-					mode, p.Clients, p.Window, what, now.Sub(base).Seconds(),
+				fmt.Fprintf(c.Progress, "loadgen: %-8s clients=%d window=%d coalesce=%d %-9s %5.1fs  %7.3f Mops/s  %d answers\n",
+					mode, p.Clients, p.Window, coalesce, what, now.Sub(base).Seconds(),
 					float64(ans-lastAns)/now.Sub(lastT).Seconds()/1e6, ans)
 				lastAns, lastT = ans, now
 			}
@@ -431,6 +463,11 @@ func (r *runner) runPoint(ctx context.Context, mode string, p Point) (Result, er
 		res.SpecMisses = cm // a mode whose server does not count them
 	}
 	res.Drops = after.st.GetDrops() - before.st.GetDrops()
+	res.ServerPackets = after.st.GetProviderCounters()[verbs.CounterRxPackets] - before.st.GetProviderCounters()[verbs.CounterRxPackets]
+	if before.cpuOK && after.cpuOK && after.cpu > before.cpu {
+		res.ServerCPU = (after.cpu - before.cpu).Seconds()
+		res.OpsPerServerCore = float64(res.Answers) / res.ServerCPU
+	}
 	if db := after.batches - before.batches; db > 0 {
 		res.AvgBatch = float64(after.requests-before.requests) / float64(db)
 	}
@@ -444,7 +481,8 @@ func (r *runner) runPoint(ctx context.Context, mode string, p Point) (Result, er
 		r.log.Info("verified", "mode", mode, "calls", rp.Calls, "violations", rp.Violations(),
 			"unverified", res.Unverified, "took", time.Since(t0).Round(time.Millisecond))
 	}
-	r.log.Info("point done", "mode", mode, "clients", p.Clients, "window", p.Window,
+	r.log.Info("point done", "mode", mode, "clients", p.Clients, "window", p.Window, "coalesce", coalesce,
+		"server_packets", res.ServerPackets, "server_cpu_s", res.ServerCPU,
 		"throughput_ops", int64(res.ThroughputOps), "p50_us", res.P50us, "p99_us", res.P99us)
 	return res, nil
 }
