@@ -3,20 +3,69 @@ package client_test
 import (
 	"context"
 	"os"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
 
 	"github.com/seqd/seqd/client"
+	"github.com/seqd/seqd/verbs"
 )
 
-// reportCPU reports the process's CPU time per operation since from. It
-// is the client's alone when the server runs in another process
-// (SEQD_BENCH_ADMIN, as scripts/bench-client.sh runs it), else client's
-// and server's together.
-func reportCPU(b *testing.B, from time.Duration) {
-	b.ReportMetric(float64(cpuTime()-from)/float64(b.N), "cpu_ns/op")
+// cost measures what a benchmark's calls cost the client and the server:
+// the process's CPU time (cpu_ns/op: the client's alone when the server
+// runs in another process, SEQD_BENCH_ADMIN, as scripts/bench-client.sh
+// runs it, else client's and server's together), its context switches
+// (csw/op: blocks and preemptions) and its provider's syscalls
+// (rxsys/op receiving, txsys/op sending); and, when SEQD_BENCH_PID names the server's process, the
+// server's CPU time per call over the same interval (srv_cpu_ns/op) and
+// the ratio of the two (cpu_ratio: client over server, same run).
+type cost struct {
+	c        *client.Client
+	cpu      time.Duration
+	csw      int64
+	rx, tx   uint64
+	srvPID   int
+	srv      time.Duration
+	srvKnown bool
+}
+
+func startCost(c *client.Client) *cost {
+	m := &cost{c: c}
+	if pid, err := strconv.Atoi(os.Getenv("SEQD_BENCH_PID")); err == nil {
+		m.srvPID = pid
+		m.srv, m.srvKnown = procCPU(pid)
+	}
+	m.rx, m.tx = m.syscalls()
+	m.csw = switches()
+	m.cpu = cpuTime()
+	return m
+}
+
+func (m *cost) syscalls() (rx, tx uint64) {
+	return client.ProviderCounter(m.c, verbs.CounterRxSyscalls), client.ProviderCounter(m.c, verbs.CounterTxSyscalls)
+}
+
+// report reports the costs per call since startCost.
+func (m *cost) report(b *testing.B) {
+	cpu := cpuTime() - m.cpu
+	csw := switches() - m.csw
+	n := float64(b.N)
+	b.ReportMetric(float64(cpu)/n, "cpu_ns/op")
+	b.ReportMetric(float64(csw)/n, "csw/op")
+	rx, tx := m.syscalls()
+	b.ReportMetric(float64(rx-m.rx)/n, "rxsys/op")
+	b.ReportMetric(float64(tx-m.tx)/n, "txsys/op")
+	if !m.srvKnown {
+		return
+	}
+	srv, ok := procCPU(m.srvPID)
+	if !ok || srv <= m.srv {
+		return
+	}
+	b.ReportMetric(float64(srv-m.srv)/n, "srv_cpu_ns/op")
+	b.ReportMetric(float64(cpu)/float64(srv-m.srv), "cpu_ratio")
 }
 
 func benchClient(b *testing.B, opts ...client.Option) *client.Client {
@@ -53,7 +102,7 @@ func BenchmarkGetTimestamp(b *testing.B) {
 	h := hdrhistogram.New(1, int64(time.Second), 3)
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu := cpuTime()
+	m := startCost(c)
 	for b.Loop() {
 		t := time.Now()
 		if _, err := c.GetTimestamp(ctx); err != nil {
@@ -61,7 +110,7 @@ func BenchmarkGetTimestamp(b *testing.B) {
 		}
 		h.RecordValue(min(time.Since(t).Nanoseconds(), int64(time.Second)))
 	}
-	reportCPU(b, cpu)
+	m.report(b)
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds()/1e6, "Mops")
 	for _, q := range []struct {
 		p    float64
@@ -80,7 +129,7 @@ func BenchmarkPipelined(b *testing.B) {
 	reqs := make([]client.Request, w)
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu := cpuTime()
+	m := startCost(c)
 	inflight := 0
 	issued := 0
 	for i := range reqs {
@@ -109,7 +158,7 @@ func BenchmarkPipelined(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	reportCPU(b, cpu)
+	m.report(b)
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds()/1e6, "Mops")
 	if s := c.Stats(); s.Regressions != 0 {
 		b.Fatalf("regressions: %+v", s)
