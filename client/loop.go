@@ -73,7 +73,7 @@ func (c *Client) engine() {
 			c.sub.idle.Store(false)
 			continue
 		}
-		if sp.at(now) < e.spinFor() {
+		if sp.at(now) < e.loopSpinFor() {
 			sp.pause()
 			continue
 		}
