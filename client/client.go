@@ -32,7 +32,7 @@ type Request struct {
 	Err error
 
 	deadline  time.Duration // engine clock
-	born      time.Duration // engine clock at Submit
+	born      time.Duration // engine clock at Submit, or before it by at most the engine's step (submitClock)
 	floor     uint64        // the largest value returned when it was submitted
 	n         int           // values asked: > 1 for GetRange (reserve.go), TS the first
 	abandoned atomic.Bool
@@ -161,6 +161,11 @@ type submissions struct {
 	// timer kicks a sleeping engine when a retransmission is due
 	// (Client.sleep).
 	timer *time.Timer
+	// clock is the engine goroutine's clock reading at the start of its
+	// latest step while it polls (0 while it idles, sleeps or
+	// reconnects): Submit takes it for a request's birth instead of
+	// reading the clock (submitClock).
+	clock atomic.Int64
 }
 
 // Dial connects to the seqd admin server at adminAddr, creates the
@@ -385,7 +390,7 @@ func (c *Client) submit(r *Request) error {
 // value returned before the call), and its birth on the client's clock,
 // which it returns. The request counts from here.
 func (c *Client) begin(r *Request) time.Duration {
-	now := c.now()
+	now := c.submitClock()
 	c.eng.begin(r, now)
 	return now
 }

@@ -19,6 +19,16 @@ const (
 	spinLong  = 200 * time.Microsecond
 	spinShort = 30 * time.Microsecond
 	shortRTT  = 50 * time.Microsecond
+	// With deepPipeline requests or more in flight, the engine goroutine
+	// spins spinDeep at most before it blocks: answers come in bursts
+	// (the server answers a batch, then waits for the next), a wake-up is
+	// paid once per burst, and polling through the gap between bursts
+	// cost the pipelined client about 8 empty receive syscalls per burst
+	// (issue 31: 0.37 receive syscalls per call spinning, 0.09 with
+	// spinDeep, 0.04 blocking at once; the client's CPU per call 15 %
+	// lower with spinDeep, in interleaved runs).
+	deepPipeline = 32
+	spinDeep     = 5 * time.Microsecond
 	// reconnectAfter: with requests outstanding and no answer for this
 	// long, the client assumes the server restarted and re-runs Connect.
 	// It first asks for the server's epoch: only a new epoch (a restart
@@ -228,6 +238,18 @@ func nextRTT(avg, sample time.Duration) time.Duration {
 
 // spinFor is how long to busy-poll before blocking (spinLong, spinShort).
 func (e *engine) spinFor() time.Duration { return spinFor(e.rtt) }
+
+// loopSpinFor is how long the engine goroutine busy-polls before
+// blocking: spinFor, or spinDeep at most while a deep pipeline is in
+// flight.
+func (e *engine) loopSpinFor() time.Duration { return loopSpinFor(e.rtt, e.inflight()) }
+
+func loopSpinFor(rtt time.Duration, inflight int) time.Duration {
+	if inflight >= deepPipeline {
+		return min(spinDeep, spinFor(rtt))
+	}
+	return spinFor(rtt)
+}
 
 func spinFor(rtt time.Duration) time.Duration {
 	if rtt < shortRTT {

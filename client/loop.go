@@ -41,6 +41,7 @@ func (c *Client) engine() {
 	defer sp.stop()
 	for c.ctx.Err() == nil {
 		now := c.now()
+		c.sub.clock.Store(int64(now))
 		did := c.intake(now)
 		if e.connFailed {
 			e.expireBacklog(now)
@@ -48,6 +49,7 @@ func (c *Client) engine() {
 			did = e.step(now) || did
 		}
 		if due, force := e.reconnectDue(now); due {
+			c.sub.clock.Store(0) // a reconnect takes its time
 			c.reconnect(now, force)
 		}
 		if did {
@@ -56,6 +58,7 @@ func (c *Client) engine() {
 		}
 		if !e.busy() {
 			sp.stop()
+			c.sub.clock.Store(0)
 			// Submit wakes the engine only while idle is set; a
 			// request queued before it was set is seen here.
 			c.sub.idle.Store(true)
@@ -70,13 +73,15 @@ func (c *Client) engine() {
 			c.sub.idle.Store(false)
 			continue
 		}
-		if sp.at(now) < e.spinFor() {
+		if sp.at(now) < e.loopSpinFor() {
 			sp.pause()
 			continue
 		}
 		sp.stop()
+		c.sub.clock.Store(0)
 		c.sleep(now)
 	}
+	c.sub.clock.Store(0)
 	c.failAll(ErrNotConnected)
 }
 
@@ -220,6 +225,22 @@ func (c *Client) sleep(now time.Duration) {
 	if kctx.Err() != nil && c.ctx.Err() == nil {
 		c.newKick()
 	}
+}
+
+// submitClock is the clock reading a request submitted now is born at
+// (engine.begin): while the engine goroutine polls (steps, or spins
+// between them), the reading its latest step began with, which the
+// step's callbacks and the callers it woke submit shortly after, saving
+// each of them a clock read (a pipelined caller's one read per call,
+// issue 31); else (the engine idles, sleeps or reconnects) the clock. A
+// birth is never later than the Submit: a request's latency and round
+// trip are measured from no later than its Submit, and from no earlier
+// than the start of the engine's latest poll.
+func (c *Client) submitClock() time.Duration {
+	if t := c.sub.clock.Load(); t > 0 {
+		return time.Duration(t)
+	}
+	return c.now()
 }
 
 // queued reports whether requests wait to be taken in.

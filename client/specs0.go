@@ -44,16 +44,20 @@ type specS0 struct {
 	// cq takes the receives and the sends of every QP: the engine's step
 	// polls it once, and posts receives and sends together in one call
 	// (Flush): two provider crossings per batch (issue 16).
-	cq      verbs.CQ
-	recvMR  verbs.MR
-	qps     []*s0QP
-	ahs     []verbs.AH
-	srvQPN  []verbs.QPN
-	qkey    uint32        // the request Q_Key (the server QPs')
-	ansQKey uint32        // the session's answer Q_Key, set on every client QP
-	srvResp verbs.Senders // the server's response QPs: answers come only from these
-	epoch   uint64
-	spec    spec.Speculator
+	cq     verbs.CQ
+	recvMR verbs.MR
+	// recvBase and recvKey are recvMR's address and LKey, read once:
+	// every receive posted again gathers into it (recvSGE).
+	recvBase uint64
+	recvKey  uint32
+	qps      []*s0QP
+	ahs      []verbs.AH
+	srvQPN   []verbs.QPN
+	qkey     uint32        // the request Q_Key (the server QPs')
+	ansQKey  uint32        // the session's answer Q_Key, set on every client QP
+	srvResp  verbs.Senders // the server's response QPs: answers come only from these
+	epoch    uint64
+	spec     spec.Speculator
 
 	// By engine request ID: the QP and tag it is in flight under, and
 	// the high part its answer completes (^0: sent without a guess).
@@ -133,6 +137,7 @@ func newSpecS0(env *transportEnv) (s *specS0, err error) {
 	if s.recvMR, err = env.pd.RegMR(env.qps*perQP*recvSlot, verbs.AccessLocalWrite); err != nil {
 		return nil, fmt.Errorf("client: receive buffers: %w", err)
 	}
+	s.recvBase, s.recvKey = s.recvMR.Addr(), s.recvMR.LKey()
 	s.wcs = make([]verbs.WC, 64)
 	s.chains = make([]verbs.RecvChain, 0, env.qps)
 	n := env.qps * env.window
@@ -185,7 +190,7 @@ func (s *specS0) postInitialRecvs(i int) error {
 
 // recvSGE is the buffer of receive slot slot.
 func (s *specS0) recvSGE(slot uint64) verbs.SGE {
-	return verbs.SGE{Addr: s.recvMR.Addr() + slot*recvSlot, Length: recvSlot, LKey: s.recvMR.LKey()}
+	return verbs.SGE{Addr: s.recvBase + slot*recvSlot, Length: recvSlot, LKey: s.recvKey}
 }
 
 // connect runs Connect with the QPs through the shared grant path and

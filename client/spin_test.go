@@ -98,3 +98,24 @@ func TestNextRTT(t *testing.T) {
 		t.Fatalf("after 200 answers of 500µs the average is %v", avg)
 	}
 }
+
+// TestLoopSpinDeepPipeline: the engine goroutine spins as long as a
+// lone caller would (spinFor) with few requests in flight, and at most
+// spinDeep with a deep pipeline in flight, whose answers come in bursts.
+func TestLoopSpinDeepPipeline(t *testing.T) {
+	for _, c := range []struct {
+		rtt      time.Duration
+		inflight int
+		want     time.Duration
+	}{
+		{10 * time.Microsecond, 0, spinLong},
+		{10 * time.Microsecond, deepPipeline - 1, spinLong},
+		{10 * time.Microsecond, deepPipeline, spinDeep},
+		{time.Millisecond, deepPipeline - 1, spinShort},
+		{time.Millisecond, 128, spinDeep},
+	} {
+		if got := loopSpinFor(c.rtt, c.inflight); got != c.want {
+			t.Errorf("rtt %v, %d in flight: spin %v, want %v", c.rtt, c.inflight, got, c.want)
+		}
+	}
+}

@@ -7,14 +7,21 @@
 # ping-pong. Interleaved ROUNDS times; medians reported. Then (unless
 # SPECMISS=0) the speculation miss rate per window, without and with the
 # rollover prediction (BenchmarkSpecMisses, misses/op). The last line is
-#   client_rtt_us=<a> client_mops=<b> soft_mpps=<c> raw_mpps=<d> soft_rtt_us=<e> raw_rtt_us=<f> rtt_ratio=<r> rtt_ratios=<r1,r2,...> client_cpu_ns=<g> serial_cpu_ns=<h> ...
+#   client_rtt_us=<a> client_mops=<b> soft_mpps=<c> raw_mpps=<d> soft_rtt_us=<e> raw_rtt_us=<f> rtt_ratio=<r> rtt_ratios=<r1,r2,...> client_cpu_ns=<g> srv_cpu_ns=<s> cpu_ratio=<q> csw_per_call=<w> sys_per_call=<y> serial_cpu_ns=<h> ...
 # where rtt_ratio is the median over rounds of the round's serial mean
 # over the mean of its two raw ping-pongs, run just before and just after
 # it (A-B-A: a drift within the round cancels, and neither side always
 # runs first; rtt_ratios lists them; p50_ratio likewise for the medians,
 # procs_ratio and procs_p50_ratio against the two-process ping-pong). client_cpu_ns is the client
 # process's CPU time (user+system) per pipelined call, serial_cpu_ns per
-# serial call.
+# serial call; srv_cpu_ns is seqd's CPU time per pipelined call over the
+# same run and cpu_ratio the median over rounds of the round's client CPU
+# per call over seqd's (the pipelined run; on Linux, where seqd's CPU is
+# read from /proc). seqd is not saturated by one client: its CPU per call
+# includes its polling while it waits for requests, which a saturated
+# server (make bench-server) does not pay. csw_per_call and sys_per_call
+# are the client's context switches and provider syscalls per pipelined
+# call.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
@@ -38,6 +45,10 @@ for _ in $(seq 100); do
   sleep 0.1
 done
 export SEQD_BENCH_ADMIN="127.0.0.1:$port"
+# The benchmarks read the server's CPU time over each run from /proc
+# (srv_cpu_ns/op, and cpu_ratio: the client's CPU per call over the
+# server's, same run).
+export SEQD_BENCH_PID="$seqd_pid"
 # field prints the value before unit on the line of benchmark b in file f.
 field() { grep "^Benchmark$1-" "$2" | awk -v u="$3" '{for (i=1;i<NF;i++) if ($(i+1)==u) print $i}'; }
 # pair appends to $tmp/<file> this round's GetTimestamp <unit> (divided
@@ -88,4 +99,4 @@ procs=$(metric PingPongRawProcs rtt_us)
 procsp50=$(metric PingPongRawProcs p50_us)
 procsratio=$(paired procsratios)
 procsp50ratio=$(paired procsp50ratios)
-echo "client_rtt_us=$rtt client_mops=$(metric Pipelined Mops) soft_mpps=$(metric EchoSoft Mops) raw_mpps=$(metric EchoRaw Mops) soft_rtt_us=$(metric PingPongSoft rtt_us) raw_rtt_us=$raw rtt_ratio=$ratio rtt_ratios=$ratios client_cpu_ns=$(metric Pipelined cpu_ns/op) serial_cpu_ns=$(metric GetTimestamp cpu_ns/op) client_p50_us=$p50 raw_p50_us=$rawp50 p50_ratio=$p50ratio procs_rtt_us=$procs procs_ratio=$procsratio procs_p50_us=$procsp50 procs_p50_ratio=$procsp50ratio"
+echo "client_rtt_us=$rtt client_mops=$(metric Pipelined Mops) soft_mpps=$(metric EchoSoft Mops) raw_mpps=$(metric EchoRaw Mops) soft_rtt_us=$(metric PingPongSoft rtt_us) raw_rtt_us=$raw rtt_ratio=$ratio rtt_ratios=$ratios client_cpu_ns=$(metric Pipelined cpu_ns/op) srv_cpu_ns=$(metric Pipelined srv_cpu_ns/op) cpu_ratio=$(metric Pipelined cpu_ratio) csw_per_call=$(metric Pipelined csw/op) sys_per_call=$(paste -d' ' <(field Pipelined "$tmp/out" rxsys/op) <(field Pipelined "$tmp/out" txsys/op) | awk '{print $1 + $2}' | median) serial_cpu_ns=$(metric GetTimestamp cpu_ns/op) client_p50_us=$p50 raw_p50_us=$rawp50 p50_ratio=$p50ratio procs_rtt_us=$procs procs_ratio=$procsratio procs_p50_us=$procsp50 procs_p50_ratio=$procsp50ratio"
