@@ -1,4 +1,4 @@
-package xdpprobe
+package xsk
 
 import (
 	"errors"
@@ -9,7 +9,7 @@ import (
 	"github.com/cilium/ebpf/link"
 )
 
-// RoCEv2Port is the UDP destination port the program steers.
+// RoCEv2Port is the RoCEv2 UDP destination port.
 const RoCEv2Port = 4791
 
 // Action is what the program does with a RoCEv2 packet.
@@ -45,7 +45,7 @@ func (m Mode) String() string {
 
 // ErrUnsupported is returned when the kernel or the driver lacks what a
 // probe needs (BPF, XDP, AF_XDP, a mode).
-var ErrUnsupported = errors.New("xdpprobe: unsupported here")
+var ErrUnsupported = errors.New("xsk: unsupported here")
 
 // Steering is an XDP program attached to one interface, with the XSKMAP
 // that names each receive queue's AF_XDP socket.
@@ -55,22 +55,53 @@ type Steering struct {
 	link link.Link
 }
 
+// Ports is which RoCEv2 packets the program takes, and which AF_XDP
+// socket each goes to. The socket of receive queue i (XSKMAP slot i) may
+// take only packets the NIC put on queue i (the kernel drops a redirect
+// to another queue's socket), so a packet the program would send to
+// another queue's socket passes to the kernel instead, whose UDP sockets
+// steer it as they do without XDP.
+type Ports struct {
+	// Base is the first UDP destination port; Queues the number of
+	// provider queues.
+	Base   uint16
+	Queues int
+	// Shared: every queue listens on Base (the RoCEv2 port), and queue
+	// DestQP mod Queues takes a packet, as the provider's reuseport
+	// steering does. Otherwise queue i listens on Base+i.
+	Shared bool
+}
+
 // Attach loads the steering program with action act for queues receive
-// queues and attaches it to interface ifindex in mode m.
+// queues, each on UDP port RoCEv2Port+i, and attaches it to interface
+// ifindex in mode m.
 func Attach(ifindex, queues int, act Action, m Mode) (*Steering, error) {
-	xsks, err := ebpf.NewMap(&ebpf.MapSpec{Name: "seqd_xsks", Type: ebpf.XSKMap, KeySize: 4, ValueSize: 4, MaxEntries: uint32(queues)})
+	return AttachPorts(ifindex, Ports{Base: RoCEv2Port, Queues: queues}, act, m)
+}
+
+// xskMapLen is the XSKMAP's size: receive queue indexes at or above it
+// pass to the kernel.
+const xskMapLen = 256
+
+// AttachPorts loads the steering program with action act for the ports
+// p and attaches it to interface ifindex in mode m.
+func AttachPorts(ifindex int, p Ports, act Action, m Mode) (*Steering, error) {
+	if p.Queues < 1 || p.Queues > xskMapLen {
+		return nil, fmt.Errorf("xsk: %d queues: want 1..%d", p.Queues, xskMapLen)
+	}
+	xsks, err := ebpf.NewMap(&ebpf.MapSpec{Name: "seqd_xsks", Type: ebpf.XSKMap, KeySize: 4, ValueSize: 4, MaxEntries: xskMapLen})
 	if err != nil {
-		return nil, fmt.Errorf("%w: XSKMAP: %v", ErrUnsupported, err)
+		return nil, fmt.Errorf("%w: XSKMAP: %w", ErrUnsupported, err)
 	}
 	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
 		Name:         "seqd_roce",
 		Type:         ebpf.XDP,
 		License:      "Dual MIT/GPL",
-		Instructions: program(xsks.FD(), act),
+		Instructions: program(xsks.FD(), p, act),
 	})
 	if err != nil {
 		xsks.Close()
-		return nil, fmt.Errorf("%w: loading the XDP program: %v", ErrUnsupported, err)
+		return nil, fmt.Errorf("%w: loading the XDP program: %w", ErrUnsupported, err)
 	}
 	flags := link.XDPDriverMode
 	if m == Generic {
@@ -80,7 +111,7 @@ func Attach(ifindex, queues int, act Action, m Mode) (*Steering, error) {
 	if err != nil {
 		prog.Close()
 		xsks.Close()
-		return nil, fmt.Errorf("%w: attaching XDP (%v) to ifindex %d: %v", ErrUnsupported, m, ifindex, err)
+		return nil, fmt.Errorf("%w: attaching XDP (%v) to ifindex %d: %w", ErrUnsupported, m, ifindex, err)
 	}
 	return &Steering{XSKs: xsks, prog: prog, link: l}, nil
 }
@@ -117,12 +148,13 @@ const (
 )
 
 // program returns the XDP program: an unfragmented IPv4 packet without
-// options to UDP port 4791 gets act (redirect to xsks[rx_queue_index],
-// XDP_PASS when that slot is empty; or drop); everything else (ARP, other
-// ports, fragments, IPv4 options, IPv6) passes to the kernel. The loads
-// of 16-bit fields compare against network-order constants read as
-// little-endian words.
-func program(xsksFD int, act Action) asm.Instructions {
+// options to one of p's UDP ports, which p gives to the receive queue it
+// arrived on, gets act (redirect to xsks[rx_queue_index], XDP_PASS when
+// that slot is empty; or drop); everything else (ARP, other ports, a
+// packet for another queue, fragments, IPv4 options, IPv6) passes to the
+// kernel. The loads of 16-bit fields compare against network-order
+// constants read as little-endian words, or are byte-swapped first.
+func program(xsksFD int, p Ports, act Action) asm.Instructions {
 	const pass = "pass"
 	insns := asm.Instructions{
 		asm.Mov.Reg(asm.R6, asm.R1),
@@ -141,13 +173,35 @@ func program(xsksFD int, act Action) asm.Instructions {
 		asm.And.Imm(asm.R5, 0xff3f), // MF and fragment offset
 		asm.JNE.Imm(asm.R5, 0, pass),
 		asm.LoadMem(asm.R5, asm.R2, offUDPDst, asm.Half),
-		asm.JNE.Imm(asm.R5, int32(RoCEv2Port>>8|RoCEv2Port&0xff<<8), pass),
+		asm.HostTo(asm.BE, asm.R5, asm.Half),
+		asm.LoadMem(asm.R7, asm.R6, xdpMdRxQIdx, asm.Word),
+	}
+	if p.Shared && p.Queues > 1 {
+		// Port Base, and queue DestQP mod Queues: the BTH's bytes 5-7.
+		insns = append(insns,
+			asm.JNE.Imm(asm.R5, int32(p.Base), pass),
+			asm.Mov.Reg(asm.R4, asm.R2),
+			asm.Add.Imm(asm.R4, hdrsLen+8),
+			asm.JGT.Reg(asm.R4, asm.R3, pass),
+			asm.LoadMem(asm.R5, asm.R2, hdrsLen+4, asm.Word),
+			asm.HostTo(asm.BE, asm.R5, asm.Word),
+			asm.And.Imm(asm.R5, 0xffffff),
+			asm.Mod.Imm(asm.R5, int32(p.Queues)),
+			asm.JNE.Reg(asm.R5, asm.R7, pass),
+		)
+	} else {
+		// Queue i's port is Base+i.
+		insns = append(insns,
+			asm.Sub.Imm(asm.R5, int32(p.Base)),
+			asm.JGE.Imm(asm.R5, int32(p.Queues), pass), // unsigned: below Base wraps
+			asm.JNE.Reg(asm.R5, asm.R7, pass),
+		)
 	}
 	if act == Drop {
 		insns = append(insns, asm.Mov.Imm(asm.R0, xdpDrop), asm.Return())
 	} else {
 		insns = append(insns,
-			asm.LoadMem(asm.R2, asm.R6, xdpMdRxQIdx, asm.Word),
+			asm.Mov.Reg(asm.R2, asm.R7),
 			asm.LoadMapPtr(asm.R1, xsksFD),
 			asm.Mov.Imm(asm.R3, xdpPass), // the action when the slot is empty
 			asm.FnRedirectMap.Call(),
