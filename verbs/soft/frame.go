@@ -27,11 +27,11 @@ type frameHdr struct {
 type frameErr uint8
 
 const (
-	frameOK         frameErr = iota
-	frameNotRoCE             // not IPv4 (20-byte header) UDP, or a fragment
-	frameLength              // the lengths of the frame, IPv4 and UDP disagree
-	frameIPChecksum          // wrong IPv4 header checksum
-	frameUDPChecksum         // wrong UDP checksum (0, none, passes)
+	frameOK          frameErr = iota
+	frameNotRoCE              // not IPv4 (20-byte header) UDP, or a fragment
+	frameLength               // the lengths of the frame, IPv4 and UDP disagree
+	frameIPChecksum           // wrong IPv4 header checksum
+	frameUDPChecksum          // wrong UDP checksum (0, none, passes)
 )
 
 // parseFrame checks the Ethernet, IPv4 and UDP headers of frame b and
