@@ -205,7 +205,7 @@ func (q *queue) closeXDP() {
 // armXDP and disarmXDP put q's AF_XDP socket in and out of ep with the
 // UDP socket (arm, disarm).
 func (q *queue) armXDP() error {
-	if q.xdp == nil {
+	if q.xdp == nil || q.xdp.sock == nil {
 		return nil
 	}
 	fd := q.xdp.sock.FD()
@@ -214,7 +214,7 @@ func (q *queue) armXDP() error {
 }
 
 func (q *queue) disarmXDP() {
-	if q.xdp != nil {
+	if q.xdp != nil && q.xdp.sock != nil {
 		unix.EpollCtl(q.ep, unix.EPOLL_CTL_DEL, q.xdp.sock.FD(), nil)
 	}
 }
@@ -225,7 +225,7 @@ func (q *queue) disarmXDP() {
 // the UDP socket instead (burst goes on to it). Callers hold rxMu.
 func (q *queue) burstXDP() (more, socket bool) {
 	x := q.xdp
-	if x.turn++; x.turn%xdpSocketEvery == 0 {
+	if x.turn++; x.turn%xdpSocketEvery == 0 || x.sock == nil {
 		return false, true
 	}
 	if q.closed.Load() {
