@@ -71,6 +71,9 @@ type xdpDev struct {
 	// local sender's pseudo-header sum (veth).
 	dropNotRoCE, dropLength, dropIPCk, dropUDPCk, dropDst, udpPartial atomic.Uint64
 	rxFrames                                                          atomic.Uint64
+	// monoOff moves the program's receive times (CLOCK_MONOTONIC) onto
+	// verbs.Time.
+	monoOff verbs.Time
 }
 
 // xdpRx is a queue's AF_XDP socket and the state of its bursts. Used
@@ -85,6 +88,8 @@ type xdpRx struct {
 	inFrame  bool
 	verified bool
 	id       uint16
+	// lo and hi bound the arrival of the burst's packets.
+	lo, hi verbs.Time
 	// ringDrops: the kernel's drops at this socket, as last read.
 	ringDrops atomic.Uint64
 }
@@ -151,6 +156,11 @@ func (d *device) openXDP() error {
 		return fmt.Errorf("%w: soft: xdp=%s: MTU %d is over the %d bytes an AF_XDP frame holds", verbs.ErrInvalidArgument, name, ifi.MTU, xdpFrameSize-256)
 	}
 	x := &xdpDev{ifname: name, ifindex: ifi.Index}
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return fmt.Errorf("soft: xdp=%s: clock: %w", name, err)
+	}
+	x.monoOff = verbs.Now() - verbs.Time(ts.Nano())
 	p := xsk.Ports{Base: d.queues[0].local.Port(), Queues: len(d.queues), Shared: d.shared}
 	x.steer, err = xsk.AttachPorts(ifi.Index, p, xsk.Redirect, xsk.Native)
 	x.attach = xsk.Native
@@ -238,15 +248,23 @@ func (q *queue) burstXDP() (more, socket bool) {
 		return false, false
 	}
 	// Every packet of the batch arrived after the last read that found
-	// the ring empty; a batch that did not fill took the ring empty.
-	q.rxArrived = q.rxEmpty
+	// the ring empty, and before now: the program's receive time, where
+	// it falls in between, says when (else the earlier bound stands).
+	x.lo, x.hi = q.rxEmpty, verbs.Now()
 	if n < xdpBatch {
-		q.rxEmpty = start
+		q.rxEmpty = start // a batch that did not fill took the ring empty
 	}
 	q.io.rxDatagrams.Add(uint64(n))
 	q.d.xdp.rxFrames.Add(uint64(n))
 	pkts := 0
+	off := q.d.xdp.monoOff
 	for _, f := range x.frames[:n] {
+		q.rxArrived = x.lo
+		if ts := x.sock.RxTime(f); ts != 0 {
+			if t := verbs.Time(ts) + off; t >= x.lo && t <= x.hi {
+				q.rxArrived = t
+			}
+		}
 		pkts += q.frame(f)
 	}
 	x.inFrame = false

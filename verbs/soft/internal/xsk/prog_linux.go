@@ -129,6 +129,10 @@ func (st *Steering) Close() error {
 	return err
 }
 
+// MetaLen is the metadata the program puts before a redirected frame:
+// its receive time.
+const MetaLen = 8
+
 // Frame layout the program matches: Ethernet, IPv4 without options, UDP.
 const (
 	ethLen      = 14
@@ -144,6 +148,7 @@ const (
 	xdpPass     = 2
 	xdpMdData   = 0
 	xdpMdEnd    = 4
+	xdpMdMeta   = 8
 	xdpMdRxQIdx = 16
 )
 
@@ -200,8 +205,24 @@ func program(xsksFD int, p Ports, act Action) asm.Instructions {
 	if act == Drop {
 		insns = append(insns, asm.Mov.Imm(asm.R0, xdpDrop), asm.Return())
 	} else {
+		// The receive time (CLOCK_MONOTONIC ns) in 8 bytes of metadata
+		// before the frame, which copy mode copies into the UMEM with it
+		// (RxTime); without room for them, none.
+		const redirect = "redirect"
 		insns = append(insns,
-			asm.Mov.Reg(asm.R2, asm.R7),
+			asm.FnKtimeGetNs.Call(),
+			asm.Mov.Reg(asm.R8, asm.R0),
+			asm.Mov.Reg(asm.R1, asm.R6),
+			asm.Mov.Imm(asm.R2, -MetaLen),
+			asm.FnXdpAdjustMeta.Call(),
+			asm.JNE.Imm(asm.R0, 0, redirect),
+			asm.LoadMem(asm.R2, asm.R6, xdpMdMeta, asm.Word),
+			asm.LoadMem(asm.R3, asm.R6, xdpMdData, asm.Word),
+			asm.Mov.Reg(asm.R4, asm.R2),
+			asm.Add.Imm(asm.R4, MetaLen),
+			asm.JGT.Reg(asm.R4, asm.R3, redirect),
+			asm.StoreMem(asm.R2, 0, asm.R8, asm.DWord),
+			asm.Mov.Reg(asm.R2, asm.R7).WithSymbol(redirect),
 			asm.LoadMapPtr(asm.R1, xsksFD),
 			asm.Mov.Imm(asm.R3, xdpPass), // the action when the slot is empty
 			asm.FnRedirectMap.Call(),

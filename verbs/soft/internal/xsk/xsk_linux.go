@@ -230,6 +230,21 @@ func (s *Socket) Rx(frames [][]byte) int {
 	return n
 }
 
+// RxTime returns the receive time (CLOCK_MONOTONIC nanoseconds) the
+// steering program stored in the metadata before frame, a frame the
+// last Rx returned, or 0 when it stored none (a frame too close to the
+// start of its UMEM chunk to hold it).
+func (s *Socket) RxTime(frame []byte) uint64 {
+	if len(frame) == 0 {
+		return 0
+	}
+	off := uint64(uintptr(unsafe.Pointer(&frame[0])) - uintptr(unsafe.Pointer(&s.umem[0])))
+	if off%s.frameSize < MetaLen {
+		return 0
+	}
+	return *(*uint64)(unsafe.Pointer(&s.umem[off-MetaLen]))
+}
+
 // Refill gives the frames of the last Rx calls, and the transmitted
 // frames the completion ring returns, back to the kernel through the fill
 // ring, and wakes the kernel with a system call only when it asks to be
