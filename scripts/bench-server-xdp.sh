@@ -19,6 +19,8 @@ DURATION=${DURATION:-2s}
 WARMUP=${WARMUP:-500ms}
 SERVER_CORE=${SERVER_CORE:-1}
 GEN_CORE=${GEN_CORE:-0}
+# pin CORE: the taskset prefix that pins to CORE (none for "" or -1).
+pin() { if [ -n "$1" ] && [ "$1" -ge 0 ]; then echo "taskset -c $1"; fi; }
 if [ "$(id -u)" -ne 0 ]; then
   echo "bench-server-xdp: needs root (network namespaces, XDP); skipped" >&2
   exit 0
@@ -56,8 +58,8 @@ run_one() {
   local path=$1 opts=()
   [ "$path" = xdp ] && opts=(-provider-opts xdp=vb)
   rm -rf "$tmp/data"
-  ip netns exec "$nsB" taskset -c "$SERVER_CORE" "$tmp/seqd" -device 198.51.100.2:4791 -admin 198.51.100.2:7070 \
-    -metrics off -data "$tmp/data" -init -mode "$MODE" -peer-max-recv -1 -admin-insecure-no-auth "${opts[@]}" \
+  ip netns exec "$nsB" $(pin "$SERVER_CORE") "$tmp/seqd" -device 198.51.100.2:4791 -admin 198.51.100.2:7070 \
+    -metrics 198.51.100.2:9090 -data "$tmp/data" -init -mode "$MODE" -peer-max-recv -1 -admin-insecure-no-auth "${opts[@]}" \
     >"$tmp/seqd.log" 2>&1 &
   local pid=$!
   for _ in $(seq 100); do
@@ -66,9 +68,10 @@ run_one() {
     sleep 0.1
   done
   sleep 0.5
-  ip netns exec "$nsA" ${GEN_WRAP:-} taskset -c "$GEN_CORE" "$tmp/loadgen" -engine wire -admin 198.51.100.2:7070 -insecure \
+  ip netns exec "$nsA" ${GEN_WRAP:-} $(pin "$GEN_CORE") "$tmp/loadgen" -engine wire -admin 198.51.100.2:7070 -insecure \
     -device 198.51.100.1:0 -wire-source 10.77.0.1 -server-pid "$pid" -modes "$MODE" -flows "$FLOWS" -duration "$DURATION" \
     -warmup "$WARMUP" -no-floors -no-redis -echo -1s 2>&1 | grep -v 'admin plane' >"$tmp/$path.out" || true
+  ip netns exec "$nsA" curl -s http://198.51.100.2:9090/metrics >"$tmp/$path.metrics" 2>/dev/null || true
   kill "$pid" 2>/dev/null || true
   wait "$pid" 2>/dev/null || true
   grep -h "AF_XDP receive" "$tmp/seqd.log" | head -1 >&2 || true
