@@ -19,6 +19,7 @@ import (
 
 	"github.com/seqd/seqd/verbs"
 	"github.com/seqd/seqd/verbs/rocev2"
+	"github.com/seqd/seqd/verbs/soft/internal/xsk"
 )
 
 // Batch geometry.
@@ -243,7 +244,8 @@ type queue struct {
 
 	io ioCounts // its share of the device's counters
 
-	xdp *xdpRx // the AF_XDP socket (xdp=), or nil
+	xdp *xdpRx      // the AF_XDP receive path (xdp=), or nil; under rxMu
+	xsk *xsk.Socket // xdp's socket, for the progress goroutine's epoll
 
 	active  atomic.Int32  // RC QPs with work in flight (need ticks)
 	polls   atomic.Uint64 // inline receive bursts run by CQ pollers

@@ -15,8 +15,14 @@ import (
 // withXDP makes q process frames as its AF_XDP bursts do (no socket:
 // frames are fed to q.frame).
 func withXDP(t testing.TB, q *queue) {
+	q.rxMu.Lock()
 	q.xdp, q.d.xdp = &xdpRx{}, &xdpDev{}
-	t.Cleanup(func() { q.xdp, q.d.xdp = nil, nil })
+	q.rxMu.Unlock()
+	t.Cleanup(func() {
+		q.rxMu.Lock()
+		q.xdp, q.d.xdp = nil, nil
+		q.rxMu.Unlock()
+	})
 }
 
 // TestScapyVectorsReceiveFrame feeds the scapy packets, in Ethernet

@@ -182,7 +182,7 @@ func (d *device) openXDP() error {
 		if err != nil {
 			return fmt.Errorf("soft: xdp=%s: queue %d (the NIC needs a receive queue per provider queue): %w", name, q.idx, err)
 		}
-		q.xdp = &xdpRx{sock: s}
+		q.xdp, q.xsk = &xdpRx{sock: s}, s
 		x.zeroCopy = s.ZeroCopy()
 		if err := x.steer.Register(q.idx, s); err != nil {
 			return fmt.Errorf("soft: xdp=%s: queue %d: XSKMAP: %w", name, q.idx, err)
@@ -213,19 +213,20 @@ func (q *queue) closeXDP() {
 }
 
 // armXDP and disarmXDP put q's AF_XDP socket in and out of ep with the
-// UDP socket (arm, disarm).
+// UDP socket (arm, disarm). The progress goroutine calls them: q.xsk is
+// set before it starts, and closed (not cleared) after it ends.
 func (q *queue) armXDP() error {
-	if q.xdp == nil || q.xdp.sock == nil {
+	if q.xsk == nil {
 		return nil
 	}
-	fd := q.xdp.sock.FD()
+	fd := q.xsk.FD()
 	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}
 	return unix.EpollCtl(q.ep, unix.EPOLL_CTL_ADD, fd, &ev)
 }
 
 func (q *queue) disarmXDP() {
-	if q.xdp != nil && q.xdp.sock != nil {
-		unix.EpollCtl(q.ep, unix.EPOLL_CTL_DEL, q.xdp.sock.FD(), nil)
+	if q.xsk != nil {
+		unix.EpollCtl(q.ep, unix.EPOLL_CTL_DEL, q.xsk.FD(), nil)
 	}
 }
 
