@@ -63,7 +63,6 @@ run_one() {
     >"$tmp/seqd.log" 2>&1 &
   local pid=$!
   for _ in $(seq 100); do
-    ip netns exec "$nsA" "$tmp/loadgen" -h >/dev/null 2>&1 || true
     if grep -q "serving\|listening\|admin" "$tmp/seqd.log" 2>/dev/null; then break; fi
     sleep 0.1
   done
