@@ -4,7 +4,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/seqd/seqd/internal/version.Version=$(VERSION)
 BIN     := bin
 
-.PHONY: all build build-ibverbs test-ibverbs-fake test-nic-wire test test-short lint run bench bench-verbs bench-xdp bench-client bench-server fuzz-short clean dist dist-ibverbs docker docker-ibverbs docker-smoke check-guide check-deploy lossy soak cross storm bench-remote
+.PHONY: all build build-ibverbs test-ibverbs-fake test-nic-wire test test-short lint run bench bench-verbs bench-xdp bench-client bench-server bench-server-xdp fuzz-short clean dist dist-ibverbs docker docker-ibverbs docker-smoke check-guide check-deploy lossy soak cross storm bench-remote
 
 all: build
 
@@ -87,6 +87,11 @@ bench-client:
 # (scripts/bench-server.sh). A benchmark: never part of make test.
 bench-server:
 	./scripts/bench-server.sh
+
+# Only the AF_XDP half of bench-server: seqd over veth on the UDP socket
+# and on AF_XDP (xdp=), same run (scripts/bench-server-xdp.sh; root).
+bench-server-xdp:
+	./scripts/bench-server-xdp.sh
 
 # loadgen -verify in every mode under injected loss (1e-3..1e-1),
 # reordering and duplication: throughput and p99 per rate per mode

@@ -91,8 +91,13 @@ type Config struct {
 	// FlowTimeout: a request unanswered this long is given up and counted
 	// as lost (0: wire.Config's default, spec.MaxAnswerDelay).
 	FlowTimeout time.Duration
-	ServerCore  int
-	NoFloors    bool
+	// WireSource is the wire generator's first flow source address (flow
+	// i uses it +i; "": 127.77.0.1, on loopback). Off loopback, the
+	// addresses must be local to the generator's host and routed back to
+	// it from the server's (scripts/bench-server-xdp.sh).
+	WireSource string
+	ServerCore int
+	NoFloors   bool
 	// Slices: with -engine wire, each server at a flow count is measured
 	// in this many slices of Duration/Slices (after Warmup/Slices each),
 	// taken in turn with the others' (default 1).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"strconv"
 	"time"
@@ -290,7 +291,14 @@ func measureFlows(ctx context.Context, c *Config, r *runner, rep *Report, mode s
 		}
 	}()
 	newGen := func() (*wire.Gen, error) {
-		return wire.New(wire.Config{Flows: f, Window: w, InFlight: c.InFlight, Timeout: c.FlowTimeout})
+		var src netip.Addr
+		if c.WireSource != "" {
+			var err error
+			if src, err = netip.ParseAddr(c.WireSource); err != nil {
+				return nil, fmt.Errorf("%w: -wire-source: %v", ErrConfig, err)
+			}
+		}
+		return wire.New(wire.Config{Flows: f, Window: w, InFlight: c.InFlight, Timeout: c.FlowTimeout, Source: src})
 	}
 	if floors {
 		for _, kind := range []wire.Kind{wire.ProviderEcho, wire.RawEcho} {

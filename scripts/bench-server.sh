@@ -68,3 +68,10 @@ if [ "$ROUNDS" -gt 1 ]; then
       }
     }'
 fi
+# The AF_XDP half (issue 31): seqd over veth between two namespaces, on
+# the UDP socket and on AF_XDP, in turn, from the same run. XDP=0 skips
+# it; it needs root (it says so and skips without).
+if [ "${XDP:-1}" != 0 ]; then
+  ROUNDS="$ROUNDS" FLOWS="$FLOWS" DURATION="$DURATION" WARMUP="$WARMUP" SERVER_CORE="$SERVER_CORE" GEN_CORE="${GEN_CORE:-0}" \
+    ./scripts/bench-server-xdp.sh
+fi

@@ -50,6 +50,9 @@ type config struct {
 	nicwire bool
 	// advertise is the address peers reach a device bound to 0.0.0.0 at.
 	advertise netip.Addr
+	// xdp: receive through AF_XDP on this interface (xdp_linux.go).
+	xdp     string
+	xdpMode xdpMode
 }
 
 // faults reports whether any fault injection is on.
@@ -105,13 +108,20 @@ func parseConfig(device string, opts verbs.Options) (config, error) {
 			}
 		case "nicwire":
 			c.nicwire, err = parseOnOff(v)
+		case "xdp":
+			c.xdp = v
+			if v == "" {
+				err = fmt.Errorf("want an interface name")
+			}
+		case "xdp_mode":
+			c.xdpMode, err = parseXDPMode(v)
 		case "max_qp":
 			c.maxQP, err = strconv.Atoi(v)
 			if err == nil && (c.maxQP < 1 || c.maxQP > 1<<20) {
 				err = fmt.Errorf("want 1..%d", 1<<20)
 			}
 		default:
-			err = fmt.Errorf("unknown option (have queues, loss, dup, reorder, seed, gso, gro, rcvbuf, sndbuf, max_qp, advertise, tos, nicwire)")
+			err = fmt.Errorf("unknown option (have queues, loss, dup, reorder, seed, gso, gro, rcvbuf, sndbuf, max_qp, advertise, tos, nicwire, xdp, xdp_mode)")
 		}
 		if err != nil {
 			return c, fmt.Errorf("%w: soft option %s=%q: %v", verbs.ErrInvalidArgument, k, v, err)
@@ -167,6 +177,9 @@ type device struct {
 	mrMu   sync.Mutex
 	nextMR int
 
+	// xdp: the AF_XDP receive path (xdp=), or nil.
+	xdp *xdpDev
+
 	// shared: the queues share the RoCEv2 port (SO_REUSEPORT), and the
 	// kernel steers each packet to queue DestQP mod queues.
 	shared bool
@@ -192,6 +205,7 @@ func Open(name string, opts verbs.Options) (verbs.Device, error) {
 		for _, q := range d.queues {
 			q.close()
 		}
+		d.closeXDP()
 		return nil, err
 	}
 	for i := 0; i < cfg.queues; i++ {
@@ -208,6 +222,11 @@ func Open(name string, opts verbs.Options) (verbs.Device, error) {
 	if d.shared {
 		if err := steer(d.queues[0].fd, len(d.queues)); err != nil {
 			return fail(fmt.Errorf("soft: steering the shared port's packets to queues: %w", err))
+		}
+	}
+	if cfg.xdp != "" {
+		if err := d.openXDP(); err != nil {
+			return fail(err)
 		}
 	}
 	d.name = "soft:" + d.queues[0].local.String()
@@ -231,6 +250,9 @@ func (d *device) Attr() verbs.DeviceAttr {
 // queue's socket stamps receive times, else 0 (a socket that cannot
 // stamps a datagram with the last read that found it empty, however old).
 func (d *device) arrivedWithin() time.Duration {
+	if d.xdp != nil {
+		return 0 // an AF_XDP frame carries no receive time
+	}
 	for _, q := range d.queues {
 		if !q.canStamp {
 			return 0
@@ -249,6 +271,7 @@ func (d *device) Close() error {
 	for _, q := range d.queues {
 		q.close()
 	}
+	d.closeXDP()
 	return nil
 }
 
@@ -280,6 +303,7 @@ func (d *device) VisitCounters(f func(string, uint64)) {
 		io.add(q)
 	}
 	d.ctr.visit(&io, f)
+	d.visitXDP(f)
 }
 
 func (d *device) AllocPD() (verbs.PD, error) {

@@ -108,6 +108,15 @@
 //	nicwire=on    behave on the wire as an RDMA NIC (device IP:4791; needs
 //	              CAP_NET_RAW): random source port per AH, real non-zero
 //	              IPv4 IDs, for interoperability tests (nicwire.go)
+//	xdp=DEV       receive through AF_XDP on interface DEV (root, or
+//	              CAP_NET_ADMIN, CAP_BPF and CAP_NET_RAW; fails, naming
+//	              the capability, without them): an XDP program steers
+//	              the device's RoCEv2 packets to one AF_XDP socket per
+//	              queue, on DEV's receive queue of the same index;
+//	              transmit stays on the UDP socket (xdp_linux.go,
+//	              docs/kernel-bypass.md)
+//	xdp_mode=auto|copy|zerocopy  how the AF_XDP sockets bind (default
+//	              auto: zero-copy where the driver offers it)
 //
 // # Talking to RDMA NICs
 //

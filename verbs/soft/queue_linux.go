@@ -19,6 +19,7 @@ import (
 
 	"github.com/seqd/seqd/verbs"
 	"github.com/seqd/seqd/verbs/rocev2"
+	"github.com/seqd/seqd/verbs/soft/internal/xsk"
 )
 
 // Batch geometry.
@@ -243,6 +244,9 @@ type queue struct {
 
 	io ioCounts // its share of the device's counters
 
+	xdp *xdpRx      // the AF_XDP receive path (xdp=), or nil; under rxMu
+	xsk *xsk.Socket // xdp's socket, for the progress goroutine's epoll
+
 	active  atomic.Int32  // RC QPs with work in flight (need ticks)
 	polls   atomic.Uint64 // inline receive bursts run by CQ pollers
 	seen    uint64        // polls, as the progress goroutine last saw it
@@ -389,6 +393,7 @@ func (q *queue) close() {
 	q.txMu.Lock()
 	unix.Close(q.fd)
 	q.epf.Close()
+	q.closeXDP()
 	if q.nicwire {
 		unix.Close(q.raw)
 	}
@@ -695,6 +700,11 @@ func (q *queue) flushPend() {
 // burst receives and processes one recvmmsg batch without blocking. It
 // returns false once the socket is drained. Callers hold rxMu.
 func (q *queue) burst() bool {
+	if q.xdp != nil {
+		if more, socket := q.burstXDP(); !socket {
+			return more
+		}
+	}
 	// The kernel writes back name and control lengths and flags only for
 	// the messages it fills: reset those (an empty poll resets nothing).
 	for i := range q.rxDirty {
@@ -929,6 +939,10 @@ func (q *queue) arm() error {
 	if err := unix.EpollCtl(q.ep, unix.EPOLL_CTL_ADD, q.fd, &ev); err != nil {
 		return err
 	}
+	if err := q.armXDP(); err != nil {
+		unix.EpollCtl(q.ep, unix.EPOLL_CTL_DEL, q.fd, nil)
+		return err
+	}
 	q.armed = true
 	return nil
 }
@@ -937,6 +951,7 @@ func (q *queue) arm() error {
 func (q *queue) disarm() {
 	if q.armed {
 		unix.EpollCtl(q.ep, unix.EPOLL_CTL_DEL, q.fd, nil)
+		q.disarmXDP()
 		q.armed = false
 	}
 }

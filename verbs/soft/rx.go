@@ -36,6 +36,9 @@ type rxFlow struct {
 // its own. Any other ID is recovered from the difference (rocev2.IDTerms)
 // and counted.
 func (q *queue) icrcOK(c *rxFlow, sum0, got uint32) (ok, recovered bool) {
+	if q.xdp != nil && q.xdp.inFrame {
+		return q.xdp.icrcOK(q, c, sum0, got), false
+	}
 	if sum0 == got {
 		return true, false
 	}

@@ -5,6 +5,9 @@
 // RX, TX and completion rings, need_wakeup, an echo from the UMEM) over
 // golang.org/x/sys/unix.
 //
+// The program and the socket live in verbs/soft/internal/xsk, which the
+// provider uses (xdp=); this package keeps only the measurements.
+//
 // It is a measuring tool, not a data path: nothing in seqd or the client
 // imports it. Its tests need root and run in two network namespaces
 // joined by a veth pair; they skip and say why elsewhere. The receive

@@ -16,6 +16,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/seqd/seqd/verbs/soft/internal/xsk"
 )
 
 // The receive paths TestReceiveRates compares, in the order of a round.
@@ -81,8 +83,8 @@ type counters struct {
 	busyNs                 atomic.Uint64 // receiver wall time in polls that found packets
 	pace                   atomic.Uint64 // the sender's packets per second; 0: as fast as it can
 	sndTid, rcvTid         atomic.Int64
-	xsk                    atomic.Pointer[Socket] // the phase's AF_XDP socket, if any
-	echoed                 atomic.Uint64          // echoes the sender's socket received
+	xsk                    atomic.Pointer[xsk.Socket] // the phase's AF_XDP socket, if any
+	echoed                 atomic.Uint64              // echoes the sender's socket received
 	cntTid                 atomic.Int64
 	wakeups                atomic.Uint64
 }
@@ -156,7 +158,7 @@ func TestReceiveRates(t *testing.T) {
 	// port closed (no ICMP back to the sender) between phases.
 	var udpFD int
 	if err := inNS(r.nsB, func() (err error) {
-		udpFD, err = udpSocket(r.ipB, RoCEv2Port, true)
+		udpFD, err = udpSocket(r.ipB, xsk.RoCEv2Port, true)
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -336,7 +338,7 @@ func setupPhase(r *rig, ph string, udpFD int, c *counters, stop *atomic.Bool) (f
 	var cleanup []func()
 	switch ph {
 	case phDrop:
-		st, err := Attach(r.ifB, 1, Drop, Native)
+		st, err := xsk.Attach(r.ifB, 1, xsk.Drop, xsk.Native)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -360,11 +362,11 @@ func setupPhase(r *rig, ph string, udpFD int, c *counters, stop *atomic.Bool) (f
 		}
 		return func() { udpLoop(udpFD, gro == 1, c, stop) }, nil, nil
 	case phXSK, phXSKGen, phXSKEcho:
-		m := Native
+		m := xsk.Native
 		if ph == phXSKGen {
-			m = Generic
+			m = xsk.Generic
 		}
-		st, err := Attach(r.ifB, 1, Redirect, m)
+		st, err := xsk.Attach(r.ifB, 1, xsk.Redirect, m)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -372,7 +374,7 @@ func setupPhase(r *rig, ph string, udpFD int, c *counters, stop *atomic.Bool) (f
 		// 8192 RX ring entries: a receiver preempted for a few ms by
 		// other load does not overflow it sooner than the UDP socket's
 		// 4 MiB buffer.
-		s, err := NewSocket(SocketConfig{Ifindex: r.ifB, Frames: 16384, TX: ph == phXSKEcho})
+		s, err := xsk.NewSocket(xsk.SocketConfig{Ifindex: r.ifB, Frames: 16384, TX: ph == phXSKEcho})
 		if err != nil {
 			return nil, cleanup, err
 		}
@@ -397,7 +399,7 @@ func setupPhase(r *rig, ph string, udpFD int, c *counters, stop *atomic.Bool) (f
 func sendLoop(r *rig, c *counters, stop *atomic.Bool, up chan<- int) error {
 	fd, err := udpSocket(r.ipA, 0, false)
 	if err == nil {
-		err = unix.Connect(fd, &unix.SockaddrInet4{Addr: r.ipB, Port: RoCEv2Port})
+		err = unix.Connect(fd, &unix.SockaddrInet4{Addr: r.ipB, Port: xsk.RoCEv2Port})
 	}
 	if err != nil {
 		up <- -1
@@ -523,7 +525,7 @@ func drainUDP(fd int) {
 
 // xskLoop busy-polls the AF_XDP socket until stop, reading each frame's
 // BTH opcode (so the packet's bytes are touched, as a provider would).
-func xskLoop(s *Socket, c *counters, stop *atomic.Bool) {
+func xskLoop(s *xsk.Socket, c *counters, stop *atomic.Bool) {
 	frames := make([][]byte, 64)
 	var rx, polls, empty, busy uint64
 	var sink byte
@@ -800,7 +802,7 @@ func udpEchoLoop(fd int, gro bool, c *counters, stop *atomic.Bool) {
 
 // xskEchoLoop is xskLoop's echo server: each frame's headers are swapped
 // in place and the frame is sent back from the UMEM.
-func xskEchoLoop(s *Socket, c *counters, stop *atomic.Bool) {
+func xskEchoLoop(s *xsk.Socket, c *counters, stop *atomic.Bool) {
 	frames := make([][]byte, 64)
 	var rx, polls, empty, busy uint64
 	for !stop.Load() {

@@ -14,6 +14,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/seqd/seqd/verbs/soft/internal/xsk"
+
 	"github.com/seqd/seqd/internal/netnstest"
 )
 
@@ -161,8 +163,16 @@ func udpSocket(ip [4]byte, port int, nonblock bool) (int, error) {
 // the probe needs, and fails it on any other error.
 func skipUnsupported(t testing.TB, err error) {
 	t.Helper()
-	if errors.Is(err, ErrUnsupported) {
+	if errors.Is(err, xsk.ErrUnsupported) {
 		t.Skip(err)
 	}
 	t.Fatal(err)
 }
+
+// The frame layout the tests read: Ethernet, IPv4 without options, UDP.
+const (
+	ethLen    = 14
+	ipv4Len   = 20
+	hdrsLen   = 14 + 20 + 8
+	offUDPDst = 14 + 20 + 2
+)

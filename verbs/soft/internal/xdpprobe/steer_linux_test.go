@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/seqd/seqd/verbs/soft/internal/xsk"
 )
 
 // roceIMM is the UDP payload of a header-only RoCEv2 UD SEND_ONLY with
@@ -29,28 +31,28 @@ var roceIMM = []byte{
 // socket.
 func TestSteering(t *testing.T) {
 	r := newRig(t)
-	for _, m := range []Mode{Native, Generic} {
+	for _, m := range []xsk.Mode{xsk.Native, xsk.Generic} {
 		t.Run(m.String(), func(t *testing.T) { testSteering(t, r, m) })
 	}
 }
 
-func testSteering(t *testing.T, r *rig, m Mode) {
+func testSteering(t *testing.T, r *rig, m xsk.Mode) {
 	const nRoCE, nOther = 100, 10
 	var got [][]byte
 	var other, stolen int
 	err := inNS(r.nsB, func() error {
-		st, err := Attach(r.ifB, 1, Redirect, m)
+		st, err := xsk.Attach(r.ifB, 1, xsk.Redirect, m)
 		if err != nil {
 			return err
 		}
 		defer st.Close()
-		if zc, err := NewSocket(SocketConfig{Ifindex: r.ifB, ZeroCopy: true}); err == nil {
+		if zc, err := xsk.NewSocket(xsk.SocketConfig{Ifindex: r.ifB, ZeroCopy: true}); err == nil {
 			t.Log("veth accepted an AF_XDP socket in zero-copy mode")
 			zc.Close()
 		} else {
 			t.Logf("zero-copy on veth: %v", err)
 		}
-		s, err := NewSocket(SocketConfig{Ifindex: r.ifB, Frames: 256})
+		s, err := xsk.NewSocket(xsk.SocketConfig{Ifindex: r.ifB, Frames: 256})
 		if err != nil {
 			return err
 		}
@@ -58,12 +60,12 @@ func testSteering(t *testing.T, r *rig, m Mode) {
 		if err := st.Register(0, s); err != nil {
 			return err
 		}
-		roce, err := udpSocket(r.ipB, RoCEv2Port, true)
+		roce, err := udpSocket(r.ipB, xsk.RoCEv2Port, true)
 		if err != nil {
 			return err
 		}
 		defer unix.Close(roce)
-		oth, err := udpSocket(r.ipB, RoCEv2Port+1, true)
+		oth, err := udpSocket(r.ipB, xsk.RoCEv2Port+1, true)
 		if err != nil {
 			return err
 		}
@@ -77,12 +79,12 @@ func testSteering(t *testing.T, r *rig, m Mode) {
 			pkt := bytes.Clone(roceIMM)
 			for i := range nRoCE {
 				binary.BigEndian.PutUint32(pkt[8:], uint32(i)) // the PSN field carries i
-				if err := unix.Sendto(fd, pkt, 0, &unix.SockaddrInet4{Addr: r.ipB, Port: RoCEv2Port}); err != nil {
+				if err := unix.Sendto(fd, pkt, 0, &unix.SockaddrInet4{Addr: r.ipB, Port: xsk.RoCEv2Port}); err != nil {
 					return err
 				}
 			}
 			for range nOther {
-				if err := unix.Sendto(fd, pkt, 0, &unix.SockaddrInet4{Addr: r.ipB, Port: RoCEv2Port + 1}); err != nil {
+				if err := unix.Sendto(fd, pkt, 0, &unix.SockaddrInet4{Addr: r.ipB, Port: xsk.RoCEv2Port + 1}); err != nil {
 					return err
 				}
 			}
@@ -122,7 +124,7 @@ func testSteering(t *testing.T, r *rig, m Mode) {
 		if len(f) != hdrsLen+len(roceIMM) {
 			t.Fatalf("frame %d: %d bytes, want %d", i, len(f), hdrsLen+len(roceIMM))
 		}
-		if dst := binary.BigEndian.Uint16(f[offUDPDst:]); dst != RoCEv2Port {
+		if dst := binary.BigEndian.Uint16(f[offUDPDst:]); dst != xsk.RoCEv2Port {
 			t.Fatalf("frame %d: UDP destination %d", i, dst)
 		}
 		if psn := binary.BigEndian.Uint32(f[hdrsLen+8:]); psn != uint32(i) {
@@ -164,12 +166,12 @@ func TestEcho(t *testing.T) {
 	got := make(map[uint32]bool)
 	var dbg string
 	err := inNS(r.nsB, func() error {
-		st, err := Attach(r.ifB, 1, Redirect, Native)
+		st, err := xsk.Attach(r.ifB, 1, xsk.Redirect, xsk.Native)
 		if err != nil {
 			return err
 		}
 		defer st.Close()
-		s, err := NewSocket(SocketConfig{Ifindex: r.ifB, Frames: 256, TX: true})
+		s, err := xsk.NewSocket(xsk.SocketConfig{Ifindex: r.ifB, Frames: 256, TX: true})
 		if err != nil {
 			return err
 		}
@@ -179,7 +181,7 @@ func TestEcho(t *testing.T) {
 		}
 		defer func() {
 			st, _ := s.Stats()
-			dbg = fmt.Sprintf("kicks %d, stats %+v, tx prod %d cons %d, comp prod %d", s.Kicks(), st, *s.tx.prod, *s.tx.cons, *s.comp.prod)
+			dbg = fmt.Sprintf("kicks %d, stats %+v, %s", s.Kicks(), st, s.Debug())
 		}()
 		return inNS(r.nsA, func() error {
 			fd, err := udpSocket(r.ipA, 0, true)
@@ -194,7 +196,7 @@ func TestEcho(t *testing.T) {
 			for deadline := time.Now().Add(5 * time.Second); len(got) < n && time.Now().Before(deadline); {
 				if sent < n {
 					binary.BigEndian.PutUint32(pkt[8:], uint32(sent))
-					if err := unix.Sendto(fd, pkt, 0, &unix.SockaddrInet4{Addr: r.ipB, Port: RoCEv2Port}); err != nil {
+					if err := unix.Sendto(fd, pkt, 0, &unix.SockaddrInet4{Addr: r.ipB, Port: xsk.RoCEv2Port}); err != nil {
 						return err
 					}
 					sent++

@@ -1,4 +1,4 @@
-package xdpprobe
+package xsk
 
 import (
 	"errors"
@@ -19,7 +19,14 @@ type SocketConfig struct {
 	Queue    int  // the receive queue it binds to
 	Frames   int  // UMEM frames, a power of two (default 4096)
 	ZeroCopy bool // bind with XDP_ZEROCOPY instead of XDP_COPY
-	TX       bool // also a TX ring, for Echo
+	// TryZeroCopy binds with XDP_ZEROCOPY where the driver offers it and
+	// with XDP_COPY otherwise (Socket.ZeroCopy says which).
+	TryZeroCopy bool
+	// FrameSize is the size of a UMEM frame: 2048 (the default) or 4096.
+	// A frame holds a packet of up to FrameSize-256 bytes (XDP's
+	// headroom); the kernel drops longer ones (Stats' RX drops).
+	FrameSize int
+	TX        bool // also a TX ring, for Echo
 }
 
 // Socket is an AF_XDP socket with a UMEM of its own: the RX and fill
@@ -37,6 +44,7 @@ type Socket struct {
 	rx        ring
 	tx        ring
 	held      []unix.XDPDesc // frames handed out by the last Rx
+	zeroCopy  bool
 	wakeups   uint64
 	kicks     uint64
 }
@@ -85,13 +93,19 @@ func NewSocket(c SocketConfig) (_ *Socket, err error) {
 		c.Frames = 4096
 	}
 	if c.Frames&(c.Frames-1) != 0 {
-		return nil, fmt.Errorf("xdpprobe: %d frames is not a power of two", c.Frames)
+		return nil, fmt.Errorf("xsk: %d frames is not a power of two", c.Frames)
+	}
+	if c.FrameSize == 0 {
+		c.FrameSize = 2048
+	}
+	if c.FrameSize != 2048 && c.FrameSize != 4096 {
+		return nil, fmt.Errorf("xsk: frame size %d: want 2048 or 4096", c.FrameSize)
 	}
 	fd, err := unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("%w: AF_XDP socket: %v", ErrUnsupported, err)
 	}
-	s := &Socket{fd: fd, frameSize: 2048, held: make([]unix.XDPDesc, 0, c.Frames)}
+	s := &Socket{fd: fd, frameSize: uint64(c.FrameSize), held: make([]unix.XDPDesc, 0, c.Frames)}
 	defer func() {
 		if err != nil {
 			s.Close()
@@ -99,11 +113,11 @@ func NewSocket(c SocketConfig) (_ *Socket, err error) {
 	}()
 	s.umem, err = unix.Mmap(-1, 0, c.Frames*int(s.frameSize), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE)
 	if err != nil {
-		return nil, fmt.Errorf("xdpprobe: UMEM: %v", err)
+		return nil, fmt.Errorf("xsk: UMEM: %v", err)
 	}
 	reg := unix.XDPUmemReg{Addr: uint64(uintptr(unsafe.Pointer(&s.umem[0]))), Len: uint64(len(s.umem)), Size: uint32(s.frameSize)}
 	if err := setsockopt(fd, unix.XDP_UMEM_REG, unsafe.Pointer(&reg), unsafe.Sizeof(reg)); err != nil {
-		return nil, fmt.Errorf("xdpprobe: XDP_UMEM_REG: %v", err)
+		return nil, fmt.Errorf("xsk: XDP_UMEM_REG: %v", err)
 	}
 	rxN := c.Frames / 2
 	rings := []struct{ opt, n int }{{unix.XDP_UMEM_FILL_RING, c.Frames}, {unix.XDP_UMEM_COMPLETION_RING, c.Frames}, {unix.XDP_RX_RING, rxN}}
@@ -112,26 +126,26 @@ func NewSocket(c SocketConfig) (_ *Socket, err error) {
 	}
 	for _, o := range rings {
 		if err := unix.SetsockoptInt(fd, unix.SOL_XDP, o.opt, o.n); err != nil {
-			return nil, fmt.Errorf("xdpprobe: ring size option %d: %v", o.opt, err)
+			return nil, fmt.Errorf("xsk: ring size option %d: %v", o.opt, err)
 		}
 	}
 	var off unix.XDPMmapOffsets
 	ol := uint32(unsafe.Sizeof(off))
 	if _, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_XDP, unix.XDP_MMAP_OFFSETS, uintptr(unsafe.Pointer(&off)), uintptr(unsafe.Pointer(&ol)), 0); e != 0 {
-		return nil, fmt.Errorf("xdpprobe: XDP_MMAP_OFFSETS: %v", e)
+		return nil, fmt.Errorf("xsk: XDP_MMAP_OFFSETS: %v", e)
 	}
 	if err := s.fill.mmap(fd, unix.XDP_UMEM_PGOFF_FILL_RING, off.Fr, c.Frames, 8); err != nil {
-		return nil, fmt.Errorf("xdpprobe: fill ring: %v", err)
+		return nil, fmt.Errorf("xsk: fill ring: %v", err)
 	}
 	if err := s.comp.mmap(fd, unix.XDP_UMEM_PGOFF_COMPLETION_RING, off.Cr, c.Frames, 8); err != nil {
-		return nil, fmt.Errorf("xdpprobe: completion ring: %v", err)
+		return nil, fmt.Errorf("xsk: completion ring: %v", err)
 	}
 	if err := s.rx.mmap(fd, unix.XDP_PGOFF_RX_RING, off.Rx, rxN, int(unsafe.Sizeof(unix.XDPDesc{}))); err != nil {
-		return nil, fmt.Errorf("xdpprobe: RX ring: %v", err)
+		return nil, fmt.Errorf("xsk: RX ring: %v", err)
 	}
 	if c.TX {
 		if err := s.tx.mmap(fd, unix.XDP_PGOFF_TX_RING, off.Tx, rxN, int(unsafe.Sizeof(unix.XDPDesc{}))); err != nil {
-			return nil, fmt.Errorf("xdpprobe: TX ring: %v", err)
+			return nil, fmt.Errorf("xsk: TX ring: %v", err)
 		}
 	}
 	// Every frame starts in the fill ring.
@@ -139,22 +153,56 @@ func NewSocket(c SocketConfig) (_ *Socket, err error) {
 		*s.fill.addr(uint32(i)) = uint64(i) * s.frameSize
 	}
 	atomic.StoreUint32(s.fill.prod, uint32(c.Frames))
+	if c.TryZeroCopy {
+		if err := s.bind(c, true); err == nil {
+			s.zeroCopy = true
+			return s, nil
+		}
+	}
+	if err := s.bind(c, c.ZeroCopy); err != nil {
+		return nil, err
+	}
+	s.zeroCopy = c.ZeroCopy
+	return s, nil
+}
+
+// bind binds s to its interface and queue, in zero-copy or copy mode.
+func (s *Socket) bind(c SocketConfig, zeroCopy bool) error {
 	flags := uint16(unix.XDP_COPY)
-	if c.ZeroCopy {
+	if zeroCopy {
 		flags = xdpZeroCopy
 	}
 	sa := &unix.SockaddrXDP{Flags: flags | unix.XDP_USE_NEED_WAKEUP, Ifindex: uint32(c.Ifindex), QueueID: uint32(c.Queue)}
 	// A socket closed on this queue a moment ago may still hold it: the
 	// kernel releases its UMEM from a work queue (EBUSY until then).
-	err = unix.Bind(fd, sa)
+	err := unix.Bind(s.fd, sa)
 	for i := 0; errors.Is(err, unix.EBUSY) && i < 100; i++ {
 		time.Sleep(10 * time.Millisecond)
-		err = unix.Bind(fd, sa)
+		err = unix.Bind(s.fd, sa)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: binding AF_XDP (zerocopy=%v) to ifindex %d queue %d: %v", ErrUnsupported, c.ZeroCopy, c.Ifindex, c.Queue, err)
+		return fmt.Errorf("%w: binding AF_XDP (zerocopy=%v) to ifindex %d queue %d: %w", ErrUnsupported, zeroCopy, c.Ifindex, c.Queue, err)
 	}
-	return s, nil
+	return nil
+}
+
+// ZeroCopy reports whether s is bound in zero-copy mode.
+func (s *Socket) ZeroCopy() bool { return s.zeroCopy }
+
+// FD is the socket's descriptor: readable (poll, epoll) while its RX ring
+// holds packets.
+func (s *Socket) FD() int { return s.fd }
+
+// Pending returns how many packets the RX ring holds.
+func (s *Socket) Pending() int { return int(atomic.LoadUint32(s.rx.prod) - *s.rx.cons) }
+
+// Debug describes the rings' indexes, for test failures.
+func (s *Socket) Debug() string {
+	d := fmt.Sprintf("fill prod %d cons %d, rx prod %d cons %d", *s.fill.prod, *s.fill.cons, *s.rx.prod, *s.rx.cons)
+	if s.tx.mem != nil {
+		d += fmt.Sprintf(", tx prod %d cons %d, comp prod %d", *s.tx.prod, *s.tx.cons, *s.comp.prod)
+	}
+	return d
 }
 
 func setsockopt(fd, opt int, p unsafe.Pointer, n uintptr) error {
@@ -180,6 +228,21 @@ func (s *Socket) Rx(frames [][]byte) int {
 		atomic.StoreUint32(s.rx.cons, cons+uint32(n))
 	}
 	return n
+}
+
+// RxTime returns the receive time (CLOCK_MONOTONIC nanoseconds) the
+// steering program stored in the metadata before frame, a frame the
+// last Rx returned, or 0 when it stored none (a frame too close to the
+// start of its UMEM chunk to hold it).
+func (s *Socket) RxTime(frame []byte) uint64 {
+	if len(frame) == 0 {
+		return 0
+	}
+	off := uint64(uintptr(unsafe.Pointer(&frame[0])) - uintptr(unsafe.Pointer(&s.umem[0])))
+	if off%s.frameSize < MetaLen {
+		return 0
+	}
+	return *(*uint64)(unsafe.Pointer(&s.umem[off-MetaLen]))
 }
 
 // Refill gives the frames of the last Rx calls, and the transmitted
