@@ -514,12 +514,15 @@ func (s *ERPCClientSession) NextEvent() time.Duration {
 			at, ok = f, true
 		}
 	}
+	if s.InFlight() > 0 {
+		return at // no heartbeat while requests are in flight
+	}
+	hb := s.heard + s.Heartbeat
 	if s.pingNum != 0 {
-		if p := s.pingAt + s.Heartbeat; p < at {
-			at = p
-		}
-	} else if !ok || s.heard+s.Heartbeat < at {
-		at = s.heard + s.Heartbeat
+		hb = s.pingAt + s.Heartbeat
+	}
+	if !ok || hb < at {
+		at = hb
 	}
 	return at
 }
