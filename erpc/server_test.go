@@ -353,3 +353,14 @@ func TestChurnBoundsState(t *testing.T) {
 		t.Fatalf("after churn: %d sessions, %d credits", st.Sessions, counter(s, "credits", ""))
 	}
 }
+
+// TestStartFailureIsAnError: a worker that cannot be built (more
+// response QPs than the device has) fails New with an error, cleaning
+// up what it made, and does not panic.
+func TestStartFailureIsAnError(t *testing.T) {
+	_, err := New(Config{Config: wk.Config{Device: open(t), Oracle: &claimtest.Oracle{}, RespQPs: 1000, Workers: 1,
+		Logger: slog.New(slog.DiscardHandler)}})
+	if err == nil {
+		t.Fatal("New with 1000 response QPs per worker succeeded")
+	}
+}

@@ -72,9 +72,9 @@ type worker struct {
 	requests, resends, pongs atomic.Uint64
 }
 
-func newWorker(s *Server, id int) (w *worker, err error) {
+func newWorker(s *Server, id int) (_ *worker, err error) {
 	c := &s.cfg
-	w = &worker{s: s}
+	w := &worker{s: s} // closed on failure: the named result is nil then
 	w.ID = id
 	defer func() {
 		if err != nil {
