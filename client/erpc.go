@@ -15,8 +15,10 @@ func init() { transports[spec.ModeERPC] = dialERPC }
 // erpcTransport is the client side of the eRPC mode (PROTOCOL.md,
 // "eRPC"): each UD QP is a session endpoint of spec.ERPCSlots slots and
 // C credits (the grant's window), its protocol state a pure
-// spec.ERPCClientSession. A request asks for one value (a caller's
-// GetTimestamp) or k (GetRange) under its slot's next request number.
+// spec.ERPCClientSession. A request asks for k values under its slot's
+// next request number: the callers one Send call hands it, coalesced
+// (up to erpcMaxCoalesce, each getting first+i, as fasst's), or one
+// caller's range (GetRange, the caller getting first).
 //
 // Loss: when the oldest request of a session is unanswered for the RTO
 // (spec.ERPCDefaultRTO unless WithRetransmit sets another than the
@@ -30,7 +32,7 @@ func init() { transports[spec.ModeERPC] = dialERPC }
 // for spec.ERPCFailAfter breaks the transport: the engine reconnects and
 // sends the calls in flight again on the next connection.
 //
-// Engine IDs are 0 ≤ id < qps × spec.ERPCSlots.
+// Engine IDs are 0 ≤ id < qps × spec.ERPCSlots × erpcMaxCoalesce.
 type erpcTransport struct {
 	dev        verbs.Device
 	pd         verbs.PD
@@ -54,6 +56,11 @@ type erpcTransport struct {
 	// the first copy: the server broke at-most-once.
 	reanswered uint64
 
+	// carry holds accepted answers whose values did not fit in Poll's
+	// result slice; spare the call lists not in use.
+	carry []erpcCarry
+	spare [][]int
+
 	wcs     []verbs.WC
 	swcs    []verbs.WC
 	recvWRs []verbs.RecvWR
@@ -61,15 +68,27 @@ type erpcTransport struct {
 	resend  []int
 }
 
-type erpcRef struct{ qi, slot int }
+// erpcRef is where an engine ID waits: QP qi, slot, position in the
+// slot's request; qi is refFree when not in flight, refCarried when its
+// answer was accepted and its value waits in the carry.
+type erpcRef struct{ qi, slot, idx int }
+
+type erpcCarry struct {
+	calls []int // engine IDs in value order (-1: cancelled)
+	next  int
+	first uint64
+	rng   bool // one caller's range: it gets first
+}
 
 type erpcQP struct {
-	qp   verbs.QP
-	ah   verbs.AH
-	dest verbs.QPN
-	qkey uint32
-	sess *spec.ERPCClientSession
-	ids  [spec.ERPCSlots]int // engine ID per busy slot
+	qp    verbs.QP
+	ah    verbs.AH
+	dest  verbs.QPN
+	qkey  uint32
+	sess  *spec.ERPCClientSession
+	calls [spec.ERPCSlots][]int // per busy slot: its callers' engine IDs in value order (-1: cancelled)
+	live  [spec.ERPCSlots]int   // callers not cancelled
+	rng   [spec.ERPCSlots]bool  // a range request
 	sendChain
 }
 
@@ -77,6 +96,8 @@ const (
 	erpcSignalEvery = 16
 	erpcRecvSlot    = verbs.GRHLen + 2*spec.ERPCAnswerLen
 	erpcBufs        = spec.ERPCSlots + 1 // request buffers per QP: one per slot and the ping's
+	// erpcMaxCoalesce is the most callers one request carries.
+	erpcMaxCoalesce = 64
 )
 
 var (
@@ -129,8 +150,8 @@ func newERPC(pd verbs.PD, dev verbs.Device, nqps, credits int, rto time.Duration
 	}
 	for i := range nqps {
 		q := &erpcQP{sendChain: newSendChain(2 * erpcBufs)}
-		for s := range q.ids {
-			q.ids[s] = -1
+		for s := range q.calls {
+			q.calls[s] = make([]int, 0, erpcMaxCoalesce)
 		}
 		t.qps = append(t.qps, q)
 		if q.qp, err = pd.CreateQP(verbs.QPInitAttr{Type: verbs.UD, SendCQ: t.sendCQ, RecvCQ: t.recvCQ,
@@ -138,11 +159,15 @@ func newERPC(pd verbs.PD, dev verbs.Device, nqps, credits int, rto time.Duration
 			return nil, fmt.Errorf("QP %d: %w", i, err)
 		}
 	}
-	t.where = make([]erpcRef, nqps*spec.ERPCSlots)
+	t.where = make([]erpcRef, nqps*spec.ERPCSlots*erpcMaxCoalesce)
 	for i := range t.where {
 		t.where[i].qi = refFree
 	}
 	t.wcs = make([]verbs.WC, 64)
+	t.carry = make([]erpcCarry, 0, nqps*spec.ERPCSlots)
+	for range nqps * spec.ERPCSlots {
+		t.spare = append(t.spare, make([]int, 0, erpcMaxCoalesce))
+	}
 	t.swcs = make([]verbs.WC, 64)
 	t.recvWRs = make([]verbs.RecvWR, max(t.recvN, len(t.wcs)))
 	t.recvSGE = make([]verbs.SGE, len(t.recvWRs))
@@ -189,12 +214,12 @@ func (t *erpcTransport) setRecv(i, qi, s int) {
 	t.recvSGE[i] = verbs.SGE{Addr: t.recvMR.Addr() + uint64(slot)*erpcRecvSlot, Length: erpcRecvSlot, LKey: t.recvMR.LKey()}
 }
 
-// Free is how many more requests the sessions take now.
+// Free is how many more callers the sessions take now.
 func (t *erpcTransport) Free() int {
 	n := 0
 	for _, q := range t.qps {
 		if q.sess != nil {
-			n += q.sess.Room()
+			n += q.sess.Room() * erpcMaxCoalesce
 		}
 	}
 	return n
@@ -224,10 +249,20 @@ func (t *erpcTransport) pick() int {
 	return -1
 }
 
-// Send sends each of ids as a request for one value, on the sessions
-// with room, round-robin; every QP touched is rung once.
+// Send coalesces ids into requests of up to erpcMaxCoalesce callers,
+// each on the next session with room, round-robin; every QP touched is
+// rung once.
 func (t *erpcTransport) Send(now time.Duration, ids []int) (int, error) {
 	if t.broken {
+		return 0, nil
+	}
+	for i, id := range ids {
+		if id < 0 || id >= len(t.where) || t.where[id].qi != refFree {
+			ids = ids[:i] // take the prefix before an ID this transport cannot take
+			break
+		}
+	}
+	if len(ids) == 0 {
 		return 0, nil
 	}
 	if b, ok := t.dev.(verbs.DoorbellBatcher); ok {
@@ -235,17 +270,15 @@ func (t *erpcTransport) Send(now time.Duration, ids []int) (int, error) {
 		defer b.RingDoorbell()
 	}
 	took := 0
-	for _, id := range ids {
-		if id < 0 || id >= len(t.where) || t.where[id].qi != refFree {
-			break
-		}
+	for took < len(ids) {
 		qi := t.pick()
 		if qi < 0 {
 			break
 		}
-		t.start(now, qi, id, 1)
+		m := min(len(ids)-took, erpcMaxCoalesce)
+		t.start(now, qi, ids[took:took+m], m, false)
 		t.rr = (qi + 1) % len(t.qps)
-		took++
+		took += m
 	}
 	return took, t.flushAll()
 }
@@ -263,18 +296,22 @@ func (t *erpcTransport) SendRange(now time.Duration, id, k int) (bool, error) {
 		b.HoldDoorbell()
 		defer b.RingDoorbell()
 	}
-	t.start(now, qi, id, k)
+	t.start(now, qi, []int{id}, k, true)
 	t.rr = (qi + 1) % len(t.qps)
 	return true, t.flushAll()
 }
 
-// start takes a slot of session qi for engine request id, k values.
-func (t *erpcTransport) start(now time.Duration, qi, id, k int) {
+// start takes a slot of session qi for the callers ids, k values: a
+// range (one caller) or one value each (k = len(ids)).
+func (t *erpcTransport) start(now time.Duration, qi int, ids []int, k int, rng bool) {
 	q := t.qps[qi]
 	slot, rn, _ := q.sess.Take(now, k) // room: checked by pick
-	q.ids[slot] = id
-	t.where[id] = erpcRef{qi, slot}
-	t.outstanding++
+	q.calls[slot] = append(q.calls[slot][:0], ids...)
+	q.live[slot], q.rng[slot] = len(ids), rng
+	for i, id := range ids {
+		t.where[id] = erpcRef{qi, slot, i}
+	}
+	t.outstanding += len(ids)
 	t.queue(qi, slot, spec.ERPCHeader{Op: spec.ERPCOpRequest, Slot: slot, Count: k, Session: t.session, ReqNum: rn})
 }
 
@@ -306,16 +343,15 @@ func (t *erpcTransport) flushAll() error {
 // it consumed, one chain per QP.
 func (t *erpcTransport) Poll(now time.Duration, res []result) int {
 	t.reapSends()
-	m := min(len(res), len(t.wcs))
-	if m == 0 {
-		return 0
+	k := t.drainCarry(res)
+	if k == len(res) || len(t.carry) > 0 {
+		return k
 	}
-	n, err := t.recvCQ.Poll(t.wcs[:m])
+	n, err := t.recvCQ.Poll(t.wcs)
 	if err != nil || n == 0 {
-		return 0
+		return k
 	}
 	buf := t.recvMR.Bytes()
-	k := 0
 	for qi, q := range t.qps {
 		nr := 0
 		for i := range t.wcs[:n] {
@@ -355,14 +391,19 @@ func (t *erpcTransport) Poll(now time.Duration, res []result) int {
 			}
 			switch q.sess.Answer(now, h.Slot, h.ReqNum, h.Count, first) {
 			case spec.ERPCAccepted:
-				id := q.ids[h.Slot]
-				q.ids[h.Slot] = -1
-				if id >= 0 {
-					t.where[id].qi = refFree
-					t.outstanding--
-					res[k] = result{ID: id, Value: first}
-					k++
+				// The callers move to the carry, delivered below; the
+				// slot is free again at once.
+				s := h.Slot
+				calls := q.calls[s]
+				q.calls[s] = t.spare[len(t.spare)-1][:0]
+				t.spare = t.spare[:len(t.spare)-1]
+				for _, id := range calls {
+					if id >= 0 {
+						t.where[id].qi = refCarried
+					}
 				}
+				t.carry = append(t.carry, erpcCarry{calls: calls, first: first, rng: q.rng[s]})
+				q.live[s] = 0
 			case spec.ERPCReanswered:
 				t.reanswered++
 				t.st.stale.Add(1)
@@ -373,6 +414,36 @@ func (t *erpcTransport) Poll(now time.Duration, res []result) int {
 		if nr > 0 {
 			q.qp.PostRecv(t.recvWRs[:nr]) // a refused RECV only shrinks the queue; answers then time out
 		}
+	}
+	return k + t.drainCarry(res[k:])
+}
+
+// drainCarry moves values of accepted answers into res.
+func (t *erpcTransport) drainCarry(res []result) int {
+	k := 0
+	for len(t.carry) > 0 && k < len(res) {
+		c := &t.carry[0]
+		for ; c.next < len(c.calls) && k < len(res); c.next++ {
+			id := c.calls[c.next]
+			if id < 0 {
+				continue // its caller gave up: the value is skipped
+			}
+			t.where[id].qi = refFree
+			t.outstanding--
+			v := c.first + uint64(c.next)
+			if c.rng {
+				v = c.first
+			}
+			res[k] = result{ID: id, Value: v}
+			k++
+		}
+		if c.next < len(c.calls) {
+			break
+		}
+		t.spare = append(t.spare, c.calls[:0])
+		n := copy(t.carry, t.carry[1:])
+		t.carry[n] = erpcCarry{}
+		t.carry = t.carry[:n]
 	}
 	return k
 }
@@ -433,8 +504,9 @@ func (t *erpcTransport) NextDeadline() (time.Duration, bool) {
 	return d, ok
 }
 
-// Cancel drops id: its slot and credit come back, and an answer that
-// still comes for it is stale.
+// Cancel drops id: its value, if its request is answered, is skipped.
+// A request none of whose callers waits any more gives its slot and
+// credit back, and an answer that still comes for it is stale.
 func (t *erpcTransport) Cancel(id int) {
 	if id < 0 || id >= len(t.where) || t.where[id].qi == refFree {
 		return
@@ -442,9 +514,22 @@ func (t *erpcTransport) Cancel(id int) {
 	r := t.where[id]
 	t.where[id].qi = refFree
 	t.outstanding--
+	if r.qi == refCarried {
+		for i := range t.carry {
+			for j, c := range t.carry[i].calls {
+				if c == id {
+					t.carry[i].calls[j] = -1
+				}
+			}
+		}
+		return
+	}
 	q := t.qps[r.qi]
-	q.ids[r.slot] = -1
-	q.sess.Cancel(r.slot)
+	q.calls[r.slot][r.idx] = -1
+	if q.live[r.slot]--; q.live[r.slot] == 0 {
+		q.sess.Cancel(r.slot)
+		q.calls[r.slot] = q.calls[r.slot][:0]
+	}
 }
 
 func (t *erpcTransport) reapSends() int { return reapSends(t.sendCQ, t.swcs, t.qps) }

@@ -176,18 +176,19 @@ func TestERPCServerRestart(t *testing.T) {
 // test's.
 func TestERPCServerDeath(t *testing.T) {
 	r := newERPCRig(t, "", "", 1, 8)
-	now := time.Duration(0)
-	if n, err := r.tr.Send(now, []int{0}); n != 1 || err != nil {
+	if n, err := r.tr.Send(r.now(), []int{0}); n != 1 || err != nil {
 		t.Fatalf("Send = %d, %v", n, err)
 	}
 	res := make([]result, 4)
 	for deadline := time.Now().Add(5 * time.Second); r.tr.Outstanding() > 0; {
-		if time.Now().After(deadline) {
-			t.Fatal("no answer with the server up")
+		if time.Now().After(deadline) || r.tr.Broken() {
+			t.Fatalf("no answer with the server up (broken %v)", r.tr.Broken())
 		}
-		r.tr.Poll(now, res)
+		r.tr.Poll(r.now(), res)
+		r.tr.Expire(r.now()) // a request dropped at a loaded server is sent again
 	}
 	r.srv.Close()
+	now := r.now()
 	died := now
 	r.tr.Send(now, []int{1})
 	resent := 0
