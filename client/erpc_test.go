@@ -2,6 +2,8 @@ package client
 
 import (
 	"context"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -208,4 +210,39 @@ func TestERPCServerDeath(t *testing.T) {
 		t.Fatalf("broken %v after the server died, %d resends", now-died, resent)
 	}
 	t.Logf("broken %v after the server died, after %d resends", now-died, resent)
+}
+
+// TestERPCConnectRefusedPastCredits: a seqd whose socket receive buffer
+// holds a few dozen requests admits erpc sessions of 8 credits while they
+// fit and refuses the next Connect with an error naming the credits; the
+// sessions admitted are served.
+func TestERPCConnectRefusedPastCredits(t *testing.T) {
+	a := startServer(t, server.Config{Mode: spec.ModeERPC, ProviderOpts: "rcvbuf=65536"})
+	var admitted []*Client
+	var refusal error
+	for range 64 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		c, err := Dial(ctx, a.Admin, WithQPs(1), WithWindow(8), WithLogger(slog.New(slog.DiscardHandler)))
+		cancel()
+		if err != nil {
+			refusal = err
+			break
+		}
+		t.Cleanup(func() { c.Close() })
+		admitted = append(admitted, c)
+	}
+	if refusal == nil || len(admitted) == 0 {
+		t.Fatalf("%d sessions admitted, refusal %v", len(admitted), refusal)
+	}
+	if !strings.Contains(refusal.Error(), "credits") {
+		t.Fatalf("refusal does not name the credits: %v", refusal)
+	}
+	t.Logf("%d sessions of 8 credits admitted; then: %v", len(admitted), refusal)
+	for _, c := range admitted {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if _, err := c.GetTimestamp(ctx); err != nil {
+			t.Fatalf("an admitted session: %v", err)
+		}
+		cancel()
+	}
 }
