@@ -85,10 +85,9 @@ func newNullWorker(b testing.TB, flows int) (*worker, []verbs.WC, func()) {
 			b.Fatal(err)
 		}
 		sessions = append(sessions, g.Session)
-		for sl := range spec.ERPCSlots {
+		for range spec.ERPCSlots {
 			wcs = append(wcs, verbs.WC{ID: uint64(len(wcs)), Status: verbs.WCSuccess, Opcode: verbs.WCRecv,
 				ByteLen: uint32(verbs.GRHLen + spec.ERPCRequestLen), Src: a, SrcQP: qpn})
-			_ = sl
 		}
 	}
 	rn := uint64(0)
