@@ -40,7 +40,7 @@ const MaxRange = spec.FaSSTMaxRange
 // round trip: one request answered with the first of k values claimed
 // together, never k values pieced together.
 //
-// Only modes whose request can ask for k values serve it: fasst. In the
+// Only modes whose request can ask for k values serve it: fasst, erpc. In the
 // other modes (Spec-S0 and herd answer one value per request in the
 // immediate; atomics adds one per FETCH_AND_ADD; darpc and rfp do not
 // offer it yet) it fails with an error matching ErrUnsupported; k = 1

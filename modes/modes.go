@@ -16,6 +16,7 @@ import (
 	"github.com/seqd/seqd/atomics"
 	"github.com/seqd/seqd/darpc"
 	"github.com/seqd/seqd/dataplane"
+	"github.com/seqd/seqd/erpc"
 	"github.com/seqd/seqd/fasst"
 	"github.com/seqd/seqd/headeronly"
 	"github.com/seqd/seqd/herd"
@@ -35,6 +36,7 @@ var registry = map[string]dataplane.Factory{
 	spec.ModeFaSST:   fasst.Start,
 	spec.ModeDaRPC:   darpc.Start,
 	spec.ModeRFP:     rfp.Start,
+	spec.ModeERPC:    erpc.Start,
 }
 
 // All lists every registered mode, in the order of spec.Modes.

@@ -23,6 +23,9 @@ const (
 	// ModeRFP: requests RDMA-WRITten into server slots, answers fetched
 	// by the client with RDMA READ ("RFP").
 	ModeRFP = "rfp"
+	// ModeERPC: eRPC sessions of 8 slots over UD SENDs with a payload
+	// header; credits, go-back-N, at-most-once ("eRPC").
+	ModeERPC = "erpc"
 )
 
 // ModeFacts is what the rest of the code needs to know about one mode.
@@ -75,6 +78,9 @@ var ModeTable = []ModeFacts{
 	{Name: ModeRFP, Metrics: "rfp",
 		Help:  "requests RDMA-written into server slots, answers fetched by RDMA READ",
 		Grant: GrantShape{ConnQPs: true, ConnPSNs: 2, Regions: 2, AnswerQKey: true, Window: true}},
+	{Name: ModeERPC, Ranges: true, Metrics: "erpc",
+		Help:  "eRPC sessions over UD SENDs: slots, credits, go-back-N, at-most-once retransmissions",
+		Grant: GrantShape{RequestQPs: true, QKey: true, AnswerQPs: true, AnswerQKey: true, Window: true}},
 }
 
 // Modes lists every mode, in the order of ModeTable.

@@ -230,6 +230,18 @@ type DoorbellBatcher interface {
 	RingDoorbell()
 }
 
+// RecvBufferer is implemented by devices whose receive path holds
+// datagrams in a buffer of their own before they meet a posted receive
+// (the soft provider's socket receive buffer). RecvBuffer is how many
+// datagrams of payload bytes (GRH excluded) that buffer holds, for one
+// QP, before it drops one: a mode that promises clients room for their
+// packets (eRPC's credits) admits no more than it and the QP's posted
+// receives allow. A device without the capability (a NIC: packets land
+// in posted receives) limits nothing beyond the receives.
+type RecvBufferer interface {
+	RecvBuffer(payload int) int
+}
+
 // Counters is implemented by devices that count events (packets, drops by
 // reason). Visit calls f once per counter; names are stable snake_case.
 type Counters interface {

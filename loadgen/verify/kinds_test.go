@@ -26,7 +26,7 @@ var kindCases = []kindCase{
 
 func want(t *testing.T, r Report, k Kind) {
 	t.Helper()
-	got := [numKinds]int{r.Duplicates, r.Regressions, r.RealTime}
+	got := [numKinds]int{r.Duplicates, r.Regressions, r.RealTime, r.Reanswered}
 	for kk, n := range got {
 		w := 0
 		if Kind(kk) == k {
@@ -42,6 +42,29 @@ func want(t *testing.T, r Report, k Kind) {
 	if err := r.Err(); err == nil || !strings.Contains(err.Error(), k.String()) {
 		t.Fatalf("Err() = %v, want one naming %v", err, k)
 	}
+}
+
+// TestAnswersFlagsReanswered: a request number answered with one value
+// and then, retransmitted, with another is Reanswered, once; the same
+// value again, and other request numbers, are not.
+func TestAnswersFlagsReanswered(t *testing.T) {
+	var a Answers
+	for _, x := range []struct {
+		slot   int
+		rn, v  uint64
+		wantOK bool
+	}{
+		{0, 1, 10, true},
+		{0, 1, 10, true}, // a retransmission answered from the slot
+		{1, 1, 11, true}, // another slot
+		{0, 2, 12, true}, // the next request number
+		{0, 1, 13, false},
+	} {
+		if ok := a.Record(5, x.slot, x.rn, x.v); ok != x.wantOK {
+			t.Fatalf("Record(slot %d, rn %d, %d) = %v, want %v", x.slot, x.rn, x.v, ok, x.wantOK)
+		}
+	}
+	want(t, a.Report(), Reanswered)
 }
 
 func TestCheckFlagsEachKind(t *testing.T) {

@@ -56,8 +56,12 @@ const (
 	// RealTime: a call got a value not above one another client's call
 	// got, although that call returned before this one was issued.
 	RealTime
+	// Reanswered: one request number (an eRPC session's slot's) was
+	// answered with two values: a retransmission ran the request again
+	// (at-most-once; checked by Answers).
+	Reanswered
 
-	numKinds = 3
+	numKinds = 4
 )
 
 func (k Kind) String() string {
@@ -68,6 +72,8 @@ func (k Kind) String() string {
 		return "client-regression"
 	case RealTime:
 		return "real-time"
+	case Reanswered:
+		return "reanswered"
 	}
 	return fmt.Sprintf("kind(%d)", int(k))
 }
@@ -82,6 +88,8 @@ type Violation struct {
 
 func (v Violation) String() string {
 	switch v.Kind {
+	case Reanswered:
+		return reansweredString(v)
 	case Duplicate:
 		return fmt.Sprintf("duplicate: value %d returned to client %d [%v,%v] and client %d [%v,%v]",
 			v.B.Value, v.AClient, v.A.Start, v.A.End, v.BClient, v.B.Start, v.B.End)
@@ -98,11 +106,14 @@ type Report struct {
 	Duplicates  int // calls whose value an earlier-sorted call already had
 	Regressions int
 	RealTime    int
-	Examples    []Violation // up to the limit passed to Check, per kind
+	// Reanswered counts answers that repeated a request number with
+	// another value (Answers).
+	Reanswered int
+	Examples   []Violation // up to the limit passed to Check, per kind
 }
 
 // Violations is the total count.
-func (r Report) Violations() int { return r.Duplicates + r.Regressions + r.RealTime }
+func (r Report) Violations() int { return r.Duplicates + r.Regressions + r.RealTime + r.Reanswered }
 
 // OK reports whether the history is clean.
 func (r Report) OK() bool { return r.Violations() == 0 }
@@ -117,8 +128,8 @@ func (r Report) Err() error {
 	if len(r.Examples) > 0 {
 		ex = "; e.g. " + r.Examples[0].String()
 	}
-	return fmt.Errorf("verify: %d violations in %d calls (%d duplicates, %d client regressions, %d real-time)%s",
-		r.Violations(), r.Calls, r.Duplicates, r.Regressions, r.RealTime, ex)
+	return fmt.Errorf("verify: %d violations in %d calls (%d duplicates, %d client regressions, %d real-time, %d reanswered)%s",
+		r.Violations(), r.Calls, r.Duplicates, r.Regressions, r.RealTime, r.Reanswered, ex)
 }
 
 type entry struct {

@@ -11,6 +11,7 @@ import "C"
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -207,6 +208,10 @@ func (d *device) Name() string { return d.name }
 
 // Attr returns the limits read when the device was opened.
 func (d *device) Attr() verbs.DeviceAttr { return d.attr }
+
+// RecvBuffer (verbs.RecvBufferer): a NIC holds no datagram outside the
+// posted receives, so only they limit what a QP takes.
+func (d *device) RecvBuffer(int) int { return math.MaxInt }
 
 // VisitCounters reports the port's sysfs counters and hw_counters.
 func (d *device) VisitCounters(f func(name string, value uint64)) {

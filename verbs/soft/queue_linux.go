@@ -1098,3 +1098,31 @@ func steer(fd, n int) error {
 	fp := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
 	return unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_REUSEPORT_CBPF, &fp)
 }
+
+// datagramCharge is what the kernel charges a socket's receive buffer
+// for one queued datagram beyond its bytes (sk_buff and its truesize
+// rounding); an estimate on the safe side of what loopback and common
+// drivers charge for a small datagram.
+const datagramCharge = 2048
+
+// RecvBuffer is how many datagrams of payload bytes one queue's socket
+// receive buffer holds (verbs.RecvBufferer): the smallest of the queues'
+// SO_RCVBUF, as the kernel granted it, divided by what each datagram is
+// charged (its headers, payload and datagramCharge).
+func (d *device) RecvBuffer(payload int) int {
+	least := -1
+	for _, q := range d.queues {
+		n, err := unix.GetsockoptInt(q.fd, unix.SOL_SOCKET, unix.SO_RCVBUF)
+		if err != nil {
+			continue
+		}
+		if least < 0 || n < least {
+			least = n
+		}
+	}
+	if least < 0 {
+		least = d.cfg.rcvbuf
+	}
+	per := datagramCharge + payload + verbs.GRHLen + 64 // BTH, DETH, ICRC, UDP/IP
+	return least / per
+}

@@ -1,0 +1,545 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/seqd/seqd/admin/handshake"
+	"github.com/seqd/seqd/spec"
+	"github.com/seqd/seqd/verbs"
+)
+
+func init() { transports[spec.ModeERPC] = dialERPC }
+
+// erpcTransport is the client side of the eRPC mode (PROTOCOL.md,
+// "eRPC"): each UD QP is a session endpoint of spec.ERPCSlots slots and
+// C credits (the grant's window), its protocol state a pure
+// spec.ERPCClientSession. A request asks for k values under its slot's
+// next request number: the callers one Send call hands it, coalesced
+// (up to erpcMaxCoalesce, each getting first+i, as fasst's), or one
+// caller's range (GetRange, the caller getting first).
+//
+// Loss: when the oldest request of a session is unanswered for the RTO
+// (spec.ERPCDefaultRTO unless WithRetransmit sets another than the
+// client default), every request in flight on it is sent again in the
+// order first sent (go-back-N), under the same request numbers: the
+// server answers a retransmission from its slot, with the same values.
+// An answer to any other request number is stale and dropped.
+//
+// Failure: a session quiet for spec.ERPCHeartbeat is pinged (while the
+// engine runs); one that waits for the server and hears nothing from it
+// for spec.ERPCFailAfter breaks the transport: the engine reconnects and
+// sends the calls in flight again on the next connection.
+//
+// Engine IDs are 0 ≤ id < qps × spec.ERPCSlots × erpcMaxCoalesce.
+type erpcTransport struct {
+	dev        verbs.Device
+	pd         verbs.PD
+	recvCQ     verbs.CQ
+	sendCQ     verbs.CQ
+	reqMR      verbs.MR // per QP: one request buffer per slot, then the ping's
+	recvMR     verbs.MR
+	qps        []*erpcQP
+	credits    int
+	recvN      int
+	rto        time.Duration
+	answerFrom verbs.Senders
+	session    uint64
+	st         *stats
+
+	where       []erpcRef // by engine ID
+	outstanding int
+	rr          int
+	broken      bool
+	// reanswered counts copies of an answer carrying another value than
+	// the first copy: the server broke at-most-once.
+	reanswered uint64
+
+	// carry holds accepted answers whose values did not fit in Poll's
+	// result slice; spare the call lists not in use.
+	carry []erpcCarry
+	spare [][]int
+
+	wcs     []verbs.WC
+	swcs    []verbs.WC
+	recvWRs []verbs.RecvWR
+	recvSGE []verbs.SGE
+	resend  []int
+}
+
+// erpcRef is where an engine ID waits: QP qi, slot, position in the
+// slot's request; qi is refFree when not in flight, refCarried when its
+// answer was accepted and its value waits in the carry.
+type erpcRef struct{ qi, slot, idx int }
+
+type erpcCarry struct {
+	calls []int // engine IDs in value order (-1: cancelled)
+	next  int
+	first uint64
+	rng   bool // one caller's range: it gets first
+}
+
+type erpcQP struct {
+	qp    verbs.QP
+	ah    verbs.AH
+	dest  verbs.QPN
+	qkey  uint32
+	sess  *spec.ERPCClientSession
+	calls [spec.ERPCSlots][]int // per busy slot: its callers' engine IDs in value order (-1: cancelled)
+	live  [spec.ERPCSlots]int   // callers not cancelled
+	rng   [spec.ERPCSlots]bool  // a range request
+	sendChain
+}
+
+const (
+	erpcSignalEvery = 16
+	erpcRecvSlot    = verbs.GRHLen + 2*spec.ERPCAnswerLen
+	erpcBufs        = spec.ERPCSlots + 1 // request buffers per QP: one per slot and the ping's
+	// erpcMaxCoalesce is the most callers one request carries.
+	erpcMaxCoalesce = 64
+)
+
+var (
+	_ transport      = (*erpcTransport)(nil)
+	_ rangeTransport = (*erpcTransport)(nil)
+)
+
+// dialERPC builds the QPs, asks the server to admit them in mode erpc
+// with the client's window as credits, and attaches them to the grant.
+func dialERPC(ctx context.Context, env *transportEnv) (transport, error) {
+	credits := env.window
+	if credits <= 0 {
+		credits = spec.ERPCDefaultCredits
+	}
+	credits = min(credits, spec.ERPCMaxCredits)
+	rto := spec.ERPCDefaultRTO
+	if env.retransmit > 0 && env.retransmit != spec.DefaultTimeout {
+		rto = env.retransmit
+	}
+	t, err := newERPC(env.pd, env.dev, env.qps, credits, rto, env.st)
+	if err != nil {
+		return nil, fmt.Errorf("client: erpc QPs: %w", err)
+	}
+	qps := endpointsOf(t.qps, func(q *erpcQP) verbs.QP { return q.qp })
+	return admit(ctx, env, handshake.Admission{Window: credits, QPs: qps}, spec.ModeERPC, t)
+}
+
+func newERPC(pd verbs.PD, dev verbs.Device, nqps, credits int, rto time.Duration, st *stats) (t *erpcTransport, err error) {
+	if nqps < 1 || nqps > 255 || credits < 1 {
+		return nil, fmt.Errorf("%d QPs, %d credits", nqps, credits)
+	}
+	t = &erpcTransport{dev: dev, pd: pd, credits: credits, rto: rto, st: st, recvN: 2*spec.ERPCSlots + 16}
+	defer func() {
+		if err != nil {
+			t.Close()
+		}
+	}()
+	depth := 2*erpcBufs + 2*erpcSignalEvery
+	if t.recvCQ, err = dev.CreateCQ(nqps * t.recvN); err != nil {
+		return nil, fmt.Errorf("receive CQ: %w", err)
+	}
+	if t.sendCQ, err = dev.CreateCQ(nqps * depth); err != nil {
+		return nil, fmt.Errorf("send CQ: %w", err)
+	}
+	if t.reqMR, err = pd.RegMR(nqps*erpcBufs*spec.ERPCRequestLen, verbs.AccessLocalWrite); err != nil {
+		return nil, fmt.Errorf("request buffers: %w", err)
+	}
+	if t.recvMR, err = pd.RegMR(nqps*t.recvN*erpcRecvSlot, verbs.AccessLocalWrite); err != nil {
+		return nil, fmt.Errorf("receive buffers: %w", err)
+	}
+	for i := range nqps {
+		q := &erpcQP{sendChain: newSendChain(2 * erpcBufs)}
+		for s := range q.calls {
+			q.calls[s] = make([]int, 0, erpcMaxCoalesce)
+		}
+		t.qps = append(t.qps, q)
+		if q.qp, err = pd.CreateQP(verbs.QPInitAttr{Type: verbs.UD, SendCQ: t.sendCQ, RecvCQ: t.recvCQ,
+			Cap: verbs.QPCap{MaxSendWR: depth, MaxRecvWR: t.recvN, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: spec.ERPCRequestLen}}); err != nil {
+			return nil, fmt.Errorf("QP %d: %w", i, err)
+		}
+	}
+	t.where = make([]erpcRef, nqps*spec.ERPCSlots*erpcMaxCoalesce)
+	for i := range t.where {
+		t.where[i].qi = refFree
+	}
+	t.wcs = make([]verbs.WC, 64)
+	t.carry = make([]erpcCarry, 0, nqps*spec.ERPCSlots)
+	for range nqps * spec.ERPCSlots {
+		t.spare = append(t.spare, make([]int, 0, erpcMaxCoalesce))
+	}
+	t.swcs = make([]verbs.WC, 64)
+	t.recvWRs = make([]verbs.RecvWR, max(t.recvN, len(t.wcs)))
+	t.recvSGE = make([]verbs.SGE, len(t.recvWRs))
+	for i := range t.recvWRs {
+		t.recvWRs[i].SG = t.recvSGE[i : i+1]
+	}
+	t.resend = make([]int, 0, spec.ERPCSlots)
+	return t, nil
+}
+
+// attach reads the grant: the session, its credits, the request QPs and
+// Q_Key, the answer Q_Key and the QPs answers come from; it brings the
+// QPs up and posts their RECVs before any request leaves.
+func (t *erpcTransport) attach(g handshake.Grant) error {
+	t.answerFrom = sendersOf(g.AnswerQPs)
+	t.session = g.Session
+	if g.Window > 0 {
+		t.credits = min(t.credits, g.Window)
+	}
+	for i, q := range t.qps {
+		srv := g.ServerQPs[g.Assignment[i]]
+		var err error
+		if q.ah, err = t.pd.CreateAH(verbs.AHAttr{Dest: srv.Addr, PortNum: 1}); err != nil {
+			return fmt.Errorf("client: erpc: address handle for %v: %w", srv.Addr, err)
+		}
+		q.dest, q.qkey = srv.QPN, g.QKey
+		q.sess = spec.NewERPCClientSession(t.credits, t.rto, 0, 0, 0)
+		if err := verbs.BringUpUD(q.qp, g.AnswerQKey, 0); err != nil {
+			return fmt.Errorf("client: erpc QP %d bring-up: %w", i, err)
+		}
+		for s := range t.recvN {
+			t.setRecv(s, i, s)
+		}
+		if _, err := q.qp.PostRecv(t.recvWRs[:t.recvN]); err != nil {
+			return fmt.Errorf("client: erpc QP %d: post receives: %w", i, err)
+		}
+	}
+	return nil
+}
+
+func (t *erpcTransport) setRecv(i, qi, s int) {
+	slot := qi*t.recvN + s
+	t.recvWRs[i].ID = uint64(slot)
+	t.recvSGE[i] = verbs.SGE{Addr: t.recvMR.Addr() + uint64(slot)*erpcRecvSlot, Length: erpcRecvSlot, LKey: t.recvMR.LKey()}
+}
+
+// Free is how many more callers the sessions take now.
+func (t *erpcTransport) Free() int {
+	n := 0
+	for _, q := range t.qps {
+		if q.sess != nil {
+			n += q.sess.Room() * erpcMaxCoalesce
+		}
+	}
+	return n
+}
+
+// Outstanding is how many requests are in flight.
+func (t *erpcTransport) Outstanding() int { return t.outstanding }
+
+// CQ is the queue answers arrive on.
+func (t *erpcTransport) CQ() verbs.CQ { return t.recvCQ }
+
+// Broken reports that a session found the server dead.
+func (t *erpcTransport) Broken() bool { return t.broken }
+
+// Reanswered is how many answers repeated a request number with another
+// value (0 unless the server broke at-most-once).
+func (t *erpcTransport) Reanswered() uint64 { return t.reanswered }
+
+// pick is the first QP from the round-robin one with room, -1 for none.
+func (t *erpcTransport) pick() int {
+	for i := range t.qps {
+		qi := (t.rr + i) % len(t.qps)
+		if q := t.qps[qi]; q.sess != nil && q.sess.Room() > 0 {
+			return qi
+		}
+	}
+	return -1
+}
+
+// Send coalesces ids into requests of up to erpcMaxCoalesce callers,
+// each on the next session with room, round-robin; every QP touched is
+// rung once.
+func (t *erpcTransport) Send(now time.Duration, ids []int) (int, error) {
+	if t.broken {
+		return 0, nil
+	}
+	for i, id := range ids {
+		if id < 0 || id >= len(t.where) || t.where[id].qi != refFree {
+			ids = ids[:i] // take the prefix before an ID this transport cannot take
+			break
+		}
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	if b, ok := t.dev.(verbs.DoorbellBatcher); ok {
+		b.HoldDoorbell()
+		defer b.RingDoorbell()
+	}
+	took := 0
+	for took < len(ids) {
+		qi := t.pick()
+		if qi < 0 {
+			break
+		}
+		m := min(len(ids)-took, erpcMaxCoalesce)
+		t.start(now, qi, ids[took:took+m], m, false)
+		t.rr = (qi + 1) % len(t.qps)
+		took += m
+	}
+	return took, t.flushAll()
+}
+
+// SendRange sends id as one request for k values.
+func (t *erpcTransport) SendRange(now time.Duration, id, k int) (bool, error) {
+	if t.broken || id < 0 || id >= len(t.where) || t.where[id].qi != refFree || k < 1 || k > spec.ERPCMaxRange {
+		return false, nil
+	}
+	qi := t.pick()
+	if qi < 0 {
+		return false, nil
+	}
+	if b, ok := t.dev.(verbs.DoorbellBatcher); ok {
+		b.HoldDoorbell()
+		defer b.RingDoorbell()
+	}
+	t.start(now, qi, []int{id}, k, true)
+	t.rr = (qi + 1) % len(t.qps)
+	return true, t.flushAll()
+}
+
+// start takes a slot of session qi for the callers ids, k values: a
+// range (one caller) or one value each (k = len(ids)).
+func (t *erpcTransport) start(now time.Duration, qi int, ids []int, k int, rng bool) {
+	q := t.qps[qi]
+	slot, rn, _ := q.sess.Take(now, k) // room: checked by pick
+	q.calls[slot] = append(q.calls[slot][:0], ids...)
+	q.live[slot], q.rng[slot] = len(ids), rng
+	for i, id := range ids {
+		t.where[id] = erpcRef{qi, slot, i}
+	}
+	t.outstanding += len(ids)
+	t.queue(qi, slot, spec.ERPCHeader{Op: spec.ERPCOpRequest, Slot: slot, Count: k, Session: t.session, ReqNum: rn})
+}
+
+// queue adds a request (or ping, buffer erpcBufs-1) to its QP's chain.
+func (t *erpcTransport) queue(qi, buf int, h spec.ERPCHeader) {
+	q := t.qps[qi]
+	if h.Op == spec.ERPCOpPing {
+		buf = erpcBufs - 1
+	}
+	off := (qi*erpcBufs + buf) * spec.ERPCRequestLen
+	spec.PutERPCHeader(t.reqMR.Bytes()[off:off+spec.ERPCRequestLen], h) // valid by construction
+	q.add(qi, erpcSignalEvery, verbs.SendWR{Opcode: verbs.OpSend, Flags: verbs.Inline, AH: q.ah, RemoteQPN: q.dest, RemoteQKey: q.qkey},
+		verbs.SGE{Addr: t.reqMR.Addr() + uint64(off), Length: spec.ERPCRequestLen, LKey: t.reqMR.LKey()})
+}
+
+// flushAll posts every QP's queued requests, one chain each. Requests
+// not posted go again on their RTO.
+func (t *erpcTransport) flushAll() error {
+	var ferr error
+	for _, q := range t.qps {
+		if err := q.post(q.qp, uint64(2*erpcBufs+erpcSignalEvery), t.reapSends, t.st); err != nil && ferr == nil {
+			ferr = fmt.Errorf("client: erpc: %w", err)
+		}
+	}
+	return ferr
+}
+
+// Poll hands out the values of accepted answers and re-posts the RECVs
+// it consumed, one chain per QP.
+func (t *erpcTransport) Poll(now time.Duration, res []result) int {
+	t.reapSends()
+	k := t.drainCarry(res)
+	if k == len(res) || len(t.carry) > 0 {
+		return k
+	}
+	n, err := t.recvCQ.Poll(t.wcs)
+	if err != nil || n == 0 {
+		return k
+	}
+	buf := t.recvMR.Bytes()
+	for qi, q := range t.qps {
+		nr := 0
+		for i := range t.wcs[:n] {
+			wc := &t.wcs[i]
+			slot := int(wc.ID)
+			if slot/t.recvN != qi {
+				continue
+			}
+			t.setRecv(nr, qi, slot%t.recvN)
+			nr++
+			if wc.Status != verbs.WCSuccess || wc.Opcode != verbs.WCRecv || wc.Flags&verbs.WCWithImm != 0 ||
+				wc.ByteLen < verbs.GRHLen || wc.ByteLen > erpcRecvSlot {
+				if wc.Status != verbs.WCWRFlushErr {
+					t.st.malformed.Add(1)
+				}
+				continue
+			}
+			if !t.answerFrom.Match(wc) {
+				t.st.forged.Add(1)
+				continue
+			}
+			off := slot*erpcRecvSlot + verbs.GRHLen
+			h, first, err := spec.DecodeERPC(buf[off : off+int(wc.ByteLen)-verbs.GRHLen])
+			if err != nil || (h.Op != spec.ERPCOpAnswer && h.Op != spec.ERPCOpPong) {
+				t.st.malformed.Add(1)
+				continue
+			}
+			if h.Session != t.session || q.sess == nil {
+				t.st.forged.Add(1)
+				continue
+			}
+			if h.Op == spec.ERPCOpPong {
+				if !q.sess.Pong(now, h.ReqNum) {
+					t.st.stale.Add(1)
+				}
+				continue
+			}
+			switch q.sess.Answer(now, h.Slot, h.ReqNum, h.Count, first) {
+			case spec.ERPCAccepted:
+				// The callers move to the carry, delivered below; the
+				// slot is free again at once.
+				s := h.Slot
+				calls := q.calls[s]
+				q.calls[s] = t.spare[len(t.spare)-1][:0]
+				t.spare = t.spare[:len(t.spare)-1]
+				for _, id := range calls {
+					if id >= 0 {
+						t.where[id].qi = refCarried
+					}
+				}
+				t.carry = append(t.carry, erpcCarry{calls: calls, first: first, rng: q.rng[s]})
+				q.live[s] = 0
+			case spec.ERPCReanswered:
+				t.reanswered++
+				t.st.stale.Add(1)
+			default:
+				t.st.stale.Add(1) // a duplicate, or an answer to an earlier request number
+			}
+		}
+		if nr > 0 {
+			q.qp.PostRecv(t.recvWRs[:nr]) // a refused RECV only shrinks the queue; answers then time out
+		}
+	}
+	return k + t.drainCarry(res[k:])
+}
+
+// drainCarry moves values of accepted answers into res.
+func (t *erpcTransport) drainCarry(res []result) int {
+	k := 0
+	for len(t.carry) > 0 && k < len(res) {
+		c := &t.carry[0]
+		for ; c.next < len(c.calls) && k < len(res); c.next++ {
+			id := c.calls[c.next]
+			if id < 0 {
+				continue // its caller gave up: the value is skipped
+			}
+			t.where[id].qi = refFree
+			t.outstanding--
+			v := c.first + uint64(c.next)
+			if c.rng {
+				v = c.first
+			}
+			res[k] = result{ID: id, Value: v}
+			k++
+		}
+		if c.next < len(c.calls) {
+			break
+		}
+		t.spare = append(t.spare, c.calls[:0])
+		n := copy(t.carry, t.carry[1:])
+		t.carry[n] = erpcCarry{}
+		t.carry = t.carry[:n]
+	}
+	return k
+}
+
+// Expire runs each session's timers at now: go-back-N retransmissions,
+// heartbeats, and failure detection (Broken). It returns how many
+// requests it sent again.
+func (t *erpcTransport) Expire(now time.Duration) int {
+	if t.broken {
+		return 0
+	}
+	if d, ok := t.NextDeadline(); !ok || now < d {
+		return 0
+	}
+	if b, ok := t.dev.(verbs.DoorbellBatcher); ok {
+		b.HoldDoorbell()
+		defer b.RingDoorbell()
+	}
+	n := 0
+	for qi, q := range t.qps {
+		if q.sess == nil {
+			continue
+		}
+		if q.sess.Failed(now) {
+			t.broken = true
+			return n
+		}
+		t.resend = q.sess.GoBackN(now, t.resend[:0])
+		for _, s := range t.resend {
+			rn, k, _ := q.sess.Request(s)
+			t.queue(qi, s, spec.ERPCHeader{Op: spec.ERPCOpRequest, Slot: s, Count: k, Session: t.session, ReqNum: rn})
+			n++
+		}
+		if pn, ok := q.sess.Ping(now); ok {
+			t.queue(qi, 0, spec.ERPCHeader{Op: spec.ERPCOpPing, Session: t.session, ReqNum: pn})
+		}
+	}
+	t.flushAll()
+	return n
+}
+
+// NextDeadline is when Expire next has work: while requests are in
+// flight, the earliest of the sessions' retransmissions, failure
+// timeouts and heartbeats.
+func (t *erpcTransport) NextDeadline() (time.Duration, bool) {
+	if t.outstanding == 0 || t.broken {
+		return 0, false
+	}
+	d, ok := time.Duration(0), false
+	for _, q := range t.qps {
+		if q.sess == nil {
+			continue
+		}
+		if e := q.sess.NextEvent(); !ok || e < d {
+			d, ok = e, true
+		}
+	}
+	return d, ok
+}
+
+// Cancel drops id: its value, if its request is answered, is skipped.
+// A request none of whose callers waits any more gives its slot and
+// credit back, and an answer that still comes for it is stale.
+func (t *erpcTransport) Cancel(id int) {
+	if id < 0 || id >= len(t.where) || t.where[id].qi == refFree {
+		return
+	}
+	r := t.where[id]
+	t.where[id].qi = refFree
+	t.outstanding--
+	if r.qi == refCarried {
+		for i := range t.carry {
+			for j, c := range t.carry[i].calls {
+				if c == id {
+					t.carry[i].calls[j] = -1
+				}
+			}
+		}
+		return
+	}
+	q := t.qps[r.qi]
+	q.calls[r.slot][r.idx] = -1
+	if q.live[r.slot]--; q.live[r.slot] == 0 {
+		q.sess.Cancel(r.slot)
+		q.calls[r.slot] = q.calls[r.slot][:0]
+	}
+}
+
+func (t *erpcTransport) reapSends() int { return reapSends(t.sendCQ, t.swcs, t.qps) }
+
+// Close releases the transport's verbs resources (not the PD).
+func (t *erpcTransport) Close() error {
+	for _, q := range t.qps {
+		closeAll(q.qp, q.ah)
+	}
+	t.qps = nil
+	closeAll(t.reqMR, t.recvMR, t.recvCQ, t.sendCQ)
+	return nil
+}
