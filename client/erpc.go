@@ -42,6 +42,7 @@ type erpcTransport struct {
 	recvMR     verbs.MR
 	qps        []*erpcQP
 	credits    int
+	single     bool // WithCoalescing(0): one caller per request
 	recvN      int
 	rto        time.Duration
 	answerFrom verbs.Senders
@@ -121,6 +122,7 @@ func dialERPC(ctx context.Context, env *transportEnv) (transport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: erpc QPs: %w", err)
 	}
+	t.single = env.single
 	qps := endpointsOf(t.qps, func(q *erpcQP) verbs.QP { return q.qp })
 	return admit(ctx, env, handshake.Admission{Window: credits, QPs: qps}, spec.ModeERPC, t)
 }
@@ -276,6 +278,9 @@ func (t *erpcTransport) Send(now time.Duration, ids []int) (int, error) {
 			break
 		}
 		m := min(len(ids)-took, erpcMaxCoalesce)
+		if t.single {
+			m = 1 // coalescing off: every caller a request of its own
+		}
 		t.start(now, qi, ids[took:took+m], m, false)
 		t.rr = (qi + 1) % len(t.qps)
 		took += m

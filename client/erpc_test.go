@@ -246,3 +246,35 @@ func TestERPCConnectRefusedPastCredits(t *testing.T) {
 		cancel()
 	}
 }
+
+// TestERPCSingle: with coalescing off (WithCoalescing(0)) every caller is
+// a request of its own, as in fasst (TestFaSSTSingle), so that loadgen's
+// -coalesce off compares against no coalescing at all; on, the callers
+// one Send takes share a request.
+func TestERPCSingle(t *testing.T) {
+	for _, single := range []bool{true, false} {
+		r := newERPCRig(t, "", "", 2, 8)
+		r.tr.single = single
+		ids := []int{0, 1, 2, 3, 4, 5}
+		took, err := r.tr.Send(r.now(), ids)
+		if err != nil || took != len(ids) {
+			t.Fatalf("single %v: Send took %d of %d: %v", single, took, len(ids), err)
+		}
+		requests := map[[2]int]bool{}
+		for _, id := range ids {
+			w := r.tr.where[id]
+			requests[[2]int{w.qi, w.slot}] = true
+		}
+		want := 1
+		if single {
+			want = len(ids)
+		}
+		if len(requests) != want {
+			t.Errorf("single %v: %d callers went in %d requests, want %d", single, len(ids), len(requests), want)
+		}
+		for _, id := range ids {
+			r.tr.Cancel(id)
+		}
+		checkUnique(t, drive(t, r.tr, r.st, 200, r.now))
+	}
+}
