@@ -15,17 +15,19 @@ import (
 func TestLeanDeps(t *testing.T) {
 	const client = "github.com/seqd/seqd/client"
 	depstest.Only(t, client, "github.com/seqd/seqd", map[string]string{
-		"github.com/seqd/seqd/spec":              "the protocol: immediates, windows, speculation, formats, mode names and grant shapes; pure",
-		"github.com/seqd/seqd/verbs":             "the verbs API the data path is written against",
-		"github.com/seqd/seqd/verbs/soft":        "the default provider (userspace RoCEv2 over UDP)",
-		"github.com/seqd/seqd/verbs/rocev2":      "the soft provider's packet codec",
-		"github.com/seqd/seqd/admin/adminpb":     "the admin plane's messages and gRPC client stub",
-		"github.com/seqd/seqd/admin/adminclient": "dialing the admin plane: credentials, roles, redirects",
-		"github.com/seqd/seqd/admin/handshake":   "the Connect exchange's Go values and their one codec; pure",
-		"github.com/seqd/seqd/internal/hist":     "the client's latency histogram; pure",
+		"github.com/seqd/seqd/spec":                    "the protocol: immediates, windows, speculation, formats, mode names and grant shapes; pure",
+		"github.com/seqd/seqd/verbs":                   "the verbs API the data path is written against",
+		"github.com/seqd/seqd/verbs/soft":              "the default provider (userspace RoCEv2 over UDP)",
+		"github.com/seqd/seqd/verbs/rocev2":            "the soft provider's packet codec",
+		"github.com/seqd/seqd/verbs/soft/internal/xsk": "the soft provider's AF_XDP socket (x/sys/unix only); the XDP program and its eBPF loader are in verbs/soft/xdp, not linked here",
+		"github.com/seqd/seqd/admin/adminpb":           "the admin plane's messages and gRPC client stub",
+		"github.com/seqd/seqd/admin/adminclient":       "dialing the admin plane: credentials, roles, redirects",
+		"github.com/seqd/seqd/admin/handshake":         "the Connect exchange's Go values and their one codec; pure",
+		"github.com/seqd/seqd/internal/hist":           "the client's latency histogram; pure",
 	})
 	depstest.Forbid(t, client, []string{
 		"github.com/prometheus",
+		"github.com/cilium/ebpf",
 		"google.golang.org/grpc/health",
 		"google.golang.org/grpc/reflection",
 	}, nil)

@@ -34,6 +34,7 @@ import (
 	"github.com/seqd/seqd/spec"
 	_ "github.com/seqd/seqd/verbs/ibv"
 	_ "github.com/seqd/seqd/verbs/soft"
+	_ "github.com/seqd/seqd/verbs/soft/xdp" // -provider-opts xdp=DEV
 )
 
 // envPrefix names the variables that set flags: SEQD_ETCD_ENDPOINTS sets

@@ -114,7 +114,9 @@
 //	              the device's RoCEv2 packets to one AF_XDP socket per
 //	              queue, on DEV's receive queue of the same index;
 //	              transmit stays on the UDP socket (xdp_linux.go,
-//	              docs/kernel-bypass.md)
+//	              docs/kernel-bypass.md); the binary must import
+//	              verbs/soft/xdp, which holds the XDP program (seqd
+//	              does; the client does not)
 //	xdp_mode=auto|copy|zerocopy  how the AF_XDP sockets bind (default
 //	              auto: zero-copy where the driver offers it)
 //

@@ -64,7 +64,7 @@ func parseXDPMode(v string) (xdpMode, error) {
 type xdpDev struct {
 	ifname   string
 	ifindex  int
-	steer    *xsk.Steering
+	steer    xsk.Steerer
 	attach   xsk.Mode
 	zeroCopy bool
 	// Frames the parser refused, and the UDP checksums it accepted as a
@@ -141,6 +141,9 @@ func effectiveCaps() (uint64, error) {
 // the UDP socket alone: an error says what is missing.
 func (d *device) openXDP() error {
 	name := d.cfg.xdp
+	if xsk.AttachPorts == nil {
+		return fmt.Errorf("%w: soft: xdp=%s: this binary has no AF_XDP support: it does not import github.com/seqd/seqd/verbs/soft/xdp (seqd does)", verbs.ErrInvalidArgument, name)
+	}
 	eff, err := effectiveCaps()
 	if err != nil {
 		return fmt.Errorf("soft: xdp=%s: reading capabilities: %w", name, err)

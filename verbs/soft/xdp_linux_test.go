@@ -19,6 +19,8 @@ import (
 	"github.com/seqd/seqd/verbs"
 	"github.com/seqd/seqd/verbs/soft"
 	"github.com/seqd/seqd/verbs/verbstest"
+
+	_ "github.com/seqd/seqd/verbs/soft/xdp"
 )
 
 // xdpRig is two network namespaces joined by one veth pair: a plain

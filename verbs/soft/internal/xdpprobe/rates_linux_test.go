@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/seqd/seqd/verbs/soft/internal/xsk"
+	"github.com/seqd/seqd/verbs/soft/xdp"
 )
 
 // The receive paths TestReceiveRates compares, in the order of a round.
@@ -338,7 +339,7 @@ func setupPhase(r *rig, ph string, udpFD int, c *counters, stop *atomic.Bool) (f
 	var cleanup []func()
 	switch ph {
 	case phDrop:
-		st, err := xsk.Attach(r.ifB, 1, xsk.Drop, xsk.Native)
+		st, err := xdp.Attach(r.ifB, 1, xsk.Drop, xsk.Native)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -366,7 +367,7 @@ func setupPhase(r *rig, ph string, udpFD int, c *counters, stop *atomic.Bool) (f
 		if ph == phXSKGen {
 			m = xsk.Generic
 		}
-		st, err := xsk.Attach(r.ifB, 1, xsk.Redirect, m)
+		st, err := xdp.Attach(r.ifB, 1, xsk.Redirect, m)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/seqd/seqd/verbs/soft/internal/xsk"
+	"github.com/seqd/seqd/verbs/soft/xdp"
 )
 
 // roceIMM is the UDP payload of a header-only RoCEv2 UD SEND_ONLY with
@@ -41,7 +42,7 @@ func testSteering(t *testing.T, r *rig, m xsk.Mode) {
 	var got [][]byte
 	var other, stolen int
 	err := inNS(r.nsB, func() error {
-		st, err := xsk.Attach(r.ifB, 1, xsk.Redirect, m)
+		st, err := xdp.Attach(r.ifB, 1, xsk.Redirect, m)
 		if err != nil {
 			return err
 		}
@@ -166,7 +167,7 @@ func TestEcho(t *testing.T) {
 	got := make(map[uint32]bool)
 	var dbg string
 	err := inNS(r.nsB, func() error {
-		st, err := xsk.Attach(r.ifB, 1, xsk.Redirect, xsk.Native)
+		st, err := xdp.Attach(r.ifB, 1, xsk.Redirect, xsk.Native)
 		if err != nil {
 			return err
 		}

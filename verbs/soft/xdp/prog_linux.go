@@ -1,51 +1,26 @@
-package xsk
+//go:build linux
+
+package xdp
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
+
+	"github.com/seqd/seqd/verbs/soft/internal/xsk"
 )
 
-// RoCEv2Port is the RoCEv2 UDP destination port.
-const RoCEv2Port = 4791
-
-// Action is what the program does with a RoCEv2 packet.
-type Action int
-
-const (
-	// Redirect sends RoCEv2 packets to the AF_XDP socket registered for
-	// the packet's receive queue, and passes them to the kernel when
-	// there is none.
-	Redirect Action = iota
-	// Drop drops RoCEv2 packets: the cheapest receive there is, the
-	// reference the other paths are measured against.
-	Drop
-)
-
-// Mode is where the program runs.
-type Mode int
-
-const (
-	// Native runs the program in the driver (veth: in its NAPI poll),
-	// before an skb exists.
-	Native Mode = iota
-	// Generic runs it in the stack after the skb is built (any driver).
-	Generic
-)
-
-func (m Mode) String() string {
-	if m == Generic {
-		return "generic"
+func init() {
+	xsk.AttachPorts = func(ifindex int, p xsk.Ports, act xsk.Action, m xsk.Mode) (xsk.Steerer, error) {
+		st, err := AttachPorts(ifindex, p, act, m)
+		if err != nil {
+			return nil, err // not a nil *Steering in a non-nil interface
+		}
+		return st, nil
 	}
-	return "native"
 }
-
-// ErrUnsupported is returned when the kernel or the driver lacks what a
-// probe needs (BPF, XDP, AF_XDP, a mode).
-var ErrUnsupported = errors.New("xsk: unsupported here")
 
 // Steering is an XDP program attached to one interface, with the XSKMAP
 // that names each receive queue's AF_XDP socket.
@@ -55,28 +30,11 @@ type Steering struct {
 	link link.Link
 }
 
-// Ports is which RoCEv2 packets the program takes, and which AF_XDP
-// socket each goes to. The socket of receive queue i (XSKMAP slot i) may
-// take only packets the NIC put on queue i (the kernel drops a redirect
-// to another queue's socket), so a packet the program would send to
-// another queue's socket passes to the kernel instead, whose UDP sockets
-// steer it as they do without XDP.
-type Ports struct {
-	// Base is the first UDP destination port; Queues the number of
-	// provider queues.
-	Base   uint16
-	Queues int
-	// Shared: every queue listens on Base (the RoCEv2 port), and queue
-	// DestQP mod Queues takes a packet, as the provider's reuseport
-	// steering does. Otherwise queue i listens on Base+i.
-	Shared bool
-}
-
 // Attach loads the steering program with action act for queues receive
-// queues, each on UDP port RoCEv2Port+i, and attaches it to interface
+// queues, each on UDP port xsk.RoCEv2Port+i, and attaches it to interface
 // ifindex in mode m.
-func Attach(ifindex, queues int, act Action, m Mode) (*Steering, error) {
-	return AttachPorts(ifindex, Ports{Base: RoCEv2Port, Queues: queues}, act, m)
+func Attach(ifindex, queues int, act xsk.Action, m xsk.Mode) (*Steering, error) {
+	return AttachPorts(ifindex, xsk.Ports{Base: xsk.RoCEv2Port, Queues: queues}, act, m)
 }
 
 // xskMapLen is the XSKMAP's size: receive queue indexes at or above it
@@ -85,13 +43,13 @@ const xskMapLen = 256
 
 // AttachPorts loads the steering program with action act for the ports
 // p and attaches it to interface ifindex in mode m.
-func AttachPorts(ifindex int, p Ports, act Action, m Mode) (*Steering, error) {
+func AttachPorts(ifindex int, p xsk.Ports, act xsk.Action, m xsk.Mode) (*Steering, error) {
 	if p.Queues < 1 || p.Queues > xskMapLen {
 		return nil, fmt.Errorf("xsk: %d queues: want 1..%d", p.Queues, xskMapLen)
 	}
 	xsks, err := ebpf.NewMap(&ebpf.MapSpec{Name: "seqd_xsks", Type: ebpf.XSKMap, KeySize: 4, ValueSize: 4, MaxEntries: xskMapLen})
 	if err != nil {
-		return nil, fmt.Errorf("%w: XSKMAP: %w", ErrUnsupported, err)
+		return nil, fmt.Errorf("%w: XSKMAP: %w", xsk.ErrUnsupported, err)
 	}
 	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
 		Name:         "seqd_roce",
@@ -101,24 +59,24 @@ func AttachPorts(ifindex int, p Ports, act Action, m Mode) (*Steering, error) {
 	})
 	if err != nil {
 		xsks.Close()
-		return nil, fmt.Errorf("%w: loading the XDP program: %w", ErrUnsupported, err)
+		return nil, fmt.Errorf("%w: loading the XDP program: %w", xsk.ErrUnsupported, err)
 	}
 	flags := link.XDPDriverMode
-	if m == Generic {
+	if m == xsk.Generic {
 		flags = link.XDPGenericMode
 	}
 	l, err := link.AttachXDP(link.XDPOptions{Program: prog, Interface: ifindex, Flags: flags})
 	if err != nil {
 		prog.Close()
 		xsks.Close()
-		return nil, fmt.Errorf("%w: attaching XDP (%v) to ifindex %d: %w", ErrUnsupported, m, ifindex, err)
+		return nil, fmt.Errorf("%w: attaching XDP (%v) to ifindex %d: %w", xsk.ErrUnsupported, m, ifindex, err)
 	}
 	return &Steering{XSKs: xsks, prog: prog, link: l}, nil
 }
 
 // Register makes s receive queue's RoCEv2 packets.
-func (st *Steering) Register(queue int, s *Socket) error {
-	return st.XSKs.Put(uint32(queue), uint32(s.fd))
+func (st *Steering) Register(queue int, s *xsk.Socket) error {
+	return st.XSKs.Put(uint32(queue), uint32(s.FD()))
 }
 
 // Close detaches the program.
@@ -128,10 +86,6 @@ func (st *Steering) Close() error {
 	st.XSKs.Close()
 	return err
 }
-
-// MetaLen is the metadata the program puts before a redirected frame:
-// its receive time.
-const MetaLen = 8
 
 // Frame layout the program matches: Ethernet, IPv4 without options, UDP.
 const (
@@ -159,7 +113,7 @@ const (
 // packet for another queue, fragments, IPv4 options, IPv6) passes to the
 // kernel. The loads of 16-bit fields compare against network-order
 // constants read as little-endian words, or are byte-swapped first.
-func program(xsksFD int, p Ports, act Action) asm.Instructions {
+func program(xsksFD int, p xsk.Ports, act xsk.Action) asm.Instructions {
 	const pass = "pass"
 	insns := asm.Instructions{
 		asm.Mov.Reg(asm.R6, asm.R1),
@@ -202,7 +156,7 @@ func program(xsksFD int, p Ports, act Action) asm.Instructions {
 			asm.JNE.Reg(asm.R5, asm.R7, pass),
 		)
 	}
-	if act == Drop {
+	if act == xsk.Drop {
 		insns = append(insns, asm.Mov.Imm(asm.R0, xdpDrop), asm.Return())
 	} else {
 		// The receive time (CLOCK_MONOTONIC ns) in 8 bytes of metadata
@@ -213,13 +167,13 @@ func program(xsksFD int, p Ports, act Action) asm.Instructions {
 			asm.FnKtimeGetNs.Call(),
 			asm.Mov.Reg(asm.R8, asm.R0),
 			asm.Mov.Reg(asm.R1, asm.R6),
-			asm.Mov.Imm(asm.R2, -MetaLen),
+			asm.Mov.Imm(asm.R2, -xsk.MetaLen),
 			asm.FnXdpAdjustMeta.Call(),
 			asm.JNE.Imm(asm.R0, 0, redirect),
 			asm.LoadMem(asm.R2, asm.R6, xdpMdMeta, asm.Word),
 			asm.LoadMem(asm.R3, asm.R6, xdpMdData, asm.Word),
 			asm.Mov.Reg(asm.R4, asm.R2),
-			asm.Add.Imm(asm.R4, MetaLen),
+			asm.Add.Imm(asm.R4, xsk.MetaLen),
 			asm.JGT.Reg(asm.R4, asm.R3, redirect),
 			asm.StoreMem(asm.R2, 0, asm.R8, asm.DWord),
 			asm.Mov.Reg(asm.R2, asm.R7).WithSymbol(redirect),
