@@ -130,6 +130,15 @@ type Counter struct {
 	Gauge              bool
 }
 
+// Summarizer is a Mode whose Stats includes Counters that walk every
+// session (a gauge over them): Summary is Stats without those, what
+// Status reports. Clients call Status before every Connect, a thousand
+// of them at once after a failover, so it must not cost a walk of the
+// session table each, nor wait for the lock Connects hold.
+type Summarizer interface {
+	Summary() Stats
+}
+
 // Mode is a running data path.
 type Mode interface {
 	// Admit admits a session. When replaces names a session this mode

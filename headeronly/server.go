@@ -394,9 +394,23 @@ func (s *Server) release(sess *session) {
 // totals are the workers' counters added up (tests).
 func (s *Server) totals() wk.Totals { return wk.Total(s.Workers) }
 
+var _ dataplane.Summarizer = (*Server)(nil)
+
 // Stats reports the workers and the data path. Its Counters are the
-// metrics seqd_headeronly_*.
+// metrics seqd_headeronly_*, sessions_overrun among them (a walk of
+// every session under s.mu: the metrics' scrape only).
 func (s *Server) Stats() dataplane.Stats {
+	st := s.Summary()
+	if n, ok := s.OverrunSessions(); ok {
+		st.Counters = append(st.Counters, dataplane.Counter{Name: "sessions_overrun", Gauge: true, Value: uint64(n),
+			Help: "Connected sessions one of whose own request QPs dropped a request for want of a posted receive (the client sent beyond its window)."})
+	}
+	return st
+}
+
+// Summary is Stats without sessions_overrun: what Status reports. It
+// takes no lock a Connect holds and walks no session (dataplane.Summarizer).
+func (s *Server) Summary() dataplane.Stats {
 	st := wk.Sum(s.Workers)
 	var noGuess, guardHolds uint64
 	for i, w := range s.Workers {
@@ -416,9 +430,5 @@ func (s *Server) Stats() dataplane.Stats {
 		dataplane.Counter{Name: "retransmits_seen_total", Help: "Requests repeating the previous tag of their QP (duplicates).", Value: st.Retransmits},
 		dataplane.Counter{Name: "no_guess_total", Help: "Requests that carried no guess.", Value: noGuess},
 		dataplane.Counter{Name: "guard_holds_total", Help: "Batches answered in full because the aliasing guard held confirmations.", Value: guardHolds})
-	if n, ok := s.OverrunSessions(); ok {
-		st.Counters = append(st.Counters, dataplane.Counter{Name: "sessions_overrun", Gauge: true, Value: uint64(n),
-			Help: "Connected sessions one of whose own request QPs dropped a request for want of a posted receive (the client sent beyond its window)."})
-	}
 	return st
 }
