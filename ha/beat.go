@@ -156,6 +156,7 @@ func (n *Node) detect(ctx context.Context) {
 			}
 			continue
 		}
+		n.noteBeat(v.deposable())
 		timer := time.NewTimer(wait) // from the read's answer
 		wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 		bch := n.cli.Watch(wctx, n.cfg.beatKey(), clientv3.WithRev(rev+1))
@@ -176,6 +177,7 @@ func (n *Node) detect(ctx context.Context) {
 						v.setBeat(ev.Kv.Value, ev.Kv.ModRevision)
 					}
 				}
+				n.noteBeat(v.deposable())
 				timer.Reset(wait) // from this heartbeat's arrival
 			case wr, ok := <-ech:
 				_ = wr
