@@ -38,6 +38,51 @@ type adminConn struct {
 	// spare keeps, by address, connections to instances that answered
 	// but did not admit the client, until it is admitted (connectAny).
 	spare map[string]*grpc.ClientConn
+	// Once the client runs (watchFrom), the connection that admitted it
+	// is watched (rewatch): lost is called when it leaves Ready.
+	watchCtx context.Context
+	lost     func()
+	unwatch  context.CancelFunc
+}
+
+// watchFrom starts watching the admin connection, and each one a later
+// connectAny admits the client through, until ctx ends: lost is called
+// whenever it leaves Ready (its server closed it: killed, restarted, gone).
+func (a *adminConn) watchFrom(ctx context.Context, lost func()) {
+	a.watchCtx, a.lost = ctx, lost
+	a.rewatch()
+}
+
+// rewatch watches cc, the connection that admitted the client, instead
+// of the one before.
+func (a *adminConn) rewatch() {
+	if a.lost == nil || a.cc == nil {
+		return
+	}
+	if a.unwatch != nil {
+		a.unwatch()
+	}
+	ctx, cancel := context.WithCancel(a.watchCtx)
+	a.unwatch = cancel
+	go watchConn(ctx, a.cc, a.lost)
+}
+
+// watchConn calls lost each time cc is seen out of Ready, until ctx ends
+// or cc is closed. A parked goroutine per client: no polling.
+func watchConn(ctx context.Context, cc *grpc.ClientConn, lost func()) {
+	for {
+		s := cc.GetState()
+		switch s {
+		case connectivity.Shutdown:
+			return
+		case connectivity.Ready:
+		default:
+			lost()
+		}
+		if !cc.WaitForStateChange(ctx, s) {
+			return
+		}
+	}
 }
 
 // learn adds an admin address to the ones the client knows.
@@ -82,6 +127,7 @@ func (a *adminConn) connectAny(ctx context.Context, perTry time.Duration, skipCu
 		err := a.attempt(ctx, perTry, connect)
 		if err == nil {
 			a.warm()
+			a.rewatch()
 			return nil
 		}
 		lastErr = err
@@ -128,6 +174,7 @@ func (a *adminConn) connectAny(ctx context.Context, perTry time.Duration, skipCu
 		if err == nil {
 			a.learn(addr)
 			a.warm()
+			a.rewatch()
 			return nil
 		}
 		lastErr = err
@@ -290,6 +337,9 @@ func (a *adminConn) dropSpares() {
 
 // close closes every admin connection.
 func (a *adminConn) close() {
+	if a.unwatch != nil {
+		a.unwatch()
+	}
 	a.dropSpares()
 	if a.cc != nil {
 		a.cc.Close()

@@ -152,9 +152,12 @@ type submissions struct {
 	wakeCh  chan struct{}
 	waiting atomic.Bool // the engine sleeps in CQ.Wait
 	idle    atomic.Bool // the engine goroutine idles (waits on wakeCh)
-	kickMu  sync.Mutex
-	kick    context.CancelFunc
-	kickCtx atomic.Pointer[context.Context]
+	// adminLost: the admin connection that admitted the session left
+	// Ready (adminConn.watchFrom); the engine probes the server.
+	adminLost atomic.Bool
+	kickMu    sync.Mutex
+	kick      context.CancelFunc
+	kickCtx   atomic.Pointer[context.Context]
 }
 
 // Dial connects to the seqd admin server at adminAddr, creates the
@@ -252,6 +255,7 @@ func dial(ctx context.Context, adminAddr, device string, opts []Option) (_ *Clie
 	}
 	c.ctx, c.stop = context.WithCancel(context.Background())
 	c.newKick()
+	c.admin.watchFrom(c.ctx, c.adminLost)
 	c.run()
 	go c.lease.renew(c.ctx, c.log, c.kickNow)
 	return c, nil
@@ -380,6 +384,17 @@ func (c *Client) enqueue(r *Request) error {
 	s.has.Store(true)
 	s.mu.Unlock()
 	return nil
+}
+
+// adminLost is called when the admin connection that admitted the
+// session leaves Ready: its server closed it (killed, restarted, gone).
+// The engine then probes the server at once, even with no call in
+// flight, and reconnects when the session is lost: after a failover an
+// idle session is connected again before its next call, instead of
+// finding out on that call.
+func (c *Client) adminLost() {
+	c.sub.adminLost.Store(true)
+	c.wakeEngine()
 }
 
 // wakeEngine wakes the engine goroutine if it idles.

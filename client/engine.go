@@ -191,6 +191,8 @@ func (c *Client) engine() {
 		}
 		waiting := e.inflight() > 0 || e.backlog != nil
 		switch {
+		case c.sub.adminLost.Load() && !e.connFailed && !e.tr.Broken():
+			c.reconnect(now, false) // the admin connection was closed: probe
 		case e.connFailed || e.tr.Broken():
 			if now-e.reconnAt > max(e.retryAfter, retryConnectAfter) {
 				c.reconnect(now, true)
@@ -209,9 +211,22 @@ func (c *Client) engine() {
 			c.sub.idle.Store(true)
 			if !c.queued() {
 				c.drive.Unlock()
+				// A failed reconnect is retried with nothing to send
+				// too: the session was lost (adminLost), and the next
+				// call should find it connected again.
+				var retry *time.Timer
+				var retryC <-chan time.Time
+				if e.connFailed {
+					retry = time.NewTimer(max(e.retryAfter, retryConnectAfter) - (now - e.reconnAt))
+					retryC = retry.C
+				}
 				select {
 				case <-c.sub.wakeCh:
+				case <-retryC:
 				case <-c.ctx.Done():
+				}
+				if retry != nil {
+					retry.Stop()
 				}
 				c.drive.Lock()
 			}
@@ -641,6 +656,7 @@ func (c *Client) finish(r *Request, ts Timestamp, err error) {
 func (c *Client) reconnect(now time.Duration, force bool) {
 	e := &c.eng
 	e.reconnAt = now
+	c.sub.adminLost.Store(false) // a loss from here on is probed again
 	ctx, cancel := context.WithTimeout(c.ctx, reconnectBudget)
 	defer cancel()
 	// Only a server that restarted or switched (new epoch), stopped
