@@ -53,7 +53,11 @@ func (n *Node) beat(ctx context.Context, t *Term) error {
 	if !resp.Succeeded {
 		return errDeposed
 	}
+	lapsed := t.serve.remaining() <= 0
 	t.serve.extend(sent + n.cfg.ServeLease)
+	if lapsed && t.serve.remaining() > 0 {
+		n.notify() // the term serves again: LeaderChanged's waiters look again
+	}
 	return nil
 }
 

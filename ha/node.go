@@ -197,8 +197,10 @@ func (n *Node) Config() Config { return n.cfg }
 func (n *Node) Leader() string { return *n.leader.Load() }
 
 // LeaderChanged returns a channel closed the next time Leader changes,
-// or the next time LeaderSilent turns false (the leader's heartbeat is
-// seen again, or the view of the leader is read afresh).
+// the next time LeaderSilent turns false (the leader's heartbeat is
+// seen again, or the view of the leader is read afresh), or when this
+// instance's term serves again after its serving lease lapsed (a
+// heartbeat answered late).
 func (n *Node) LeaderChanged() <-chan struct{} {
 	n.mu.Lock()
 	defer n.mu.Unlock()
