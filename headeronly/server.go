@@ -98,17 +98,16 @@ func (s *Server) Stop() (uint64, error) { return 0, s.Close() }
 // replaces names a session of this epoch, it is released in the same
 // step: the new session may take its QPs and receive budget; when the
 // admission is refused, the old session stays.
-// The session's own request QPs are adopted by their workers before the
-// client hears yes, so that its first requests find their receives; that
-// wait is outside s.mu, so a storm of Connects is not serialised behind
-// the workers' batches (each worker adopts every QP handed to it at once).
+// The session's own request QPs have their receives posted before the
+// client hears yes, so that its first requests find them; they are
+// handed to their workers, which adopt them at their next loop, or at
+// the first completion of one (worker.rqOf), whichever comes first. A
+// Connect does not wait for that: in a storm of Connects a worker round
+// trip each (the worker busy answering the sessions admitted before)
+// held the Connects' slots and halved the rate of admissions.
 func (s *Server) Admit(ctx context.Context, a dataplane.Admission, replaces dataplane.SessionRef) (dataplane.Grant, error) {
-	g, rqs, err := s.admitLocked(ctx, a, replaces)
-	if err != nil {
-		return dataplane.Grant{}, err
-	}
-	s.awaitAdopted(ctx, rqs)
-	return g, nil
+	g, _, err := s.admitLocked(ctx, a, replaces)
+	return g, err
 }
 
 func (s *Server) admitLocked(ctx context.Context, a dataplane.Admission, old dataplane.SessionRef) (dataplane.Grant, []*recvQ, error) {
@@ -286,22 +285,6 @@ func (s *Server) newSessionRQ(w *worker, size int, qkey uint32) (*recvQ, error) 
 		return nil, fmt.Errorf("posted %d of %d receives: %v", q.posted, size, err)
 	}
 	return q, nil
-}
-
-// awaitAdopted waits, bounded, until the workers have adopted rqs.
-// Called with s.mu held; the workers do not take it. A completion of a
-// queue not adopted yet makes its worker adopt it at once, so this only
-// keeps the first batches simple.
-func (s *Server) awaitAdopted(ctx context.Context, rqs []*recvQ) {
-	deadline := time.Now().Add(2 * time.Second)
-	for _, q := range rqs {
-		for !q.ready.Load() {
-			if ctx.Err() != nil || time.Now().After(deadline) || s.closed.Load() {
-				return
-			}
-			time.Sleep(20 * time.Microsecond)
-		}
-	}
 }
 
 // recvTarget is how many receives a worker whose clients' windows sum to
