@@ -130,6 +130,10 @@ type Client struct {
 	drive sync.Mutex
 	eng   engine
 	mode  atomic.Value // the mode last connected in, for Mode()
+	// leads is what the last Status said of the instance the client
+	// is connecting to, while a Connect there is retried after a busy
+	// refusal (connect): owned by the goroutine that connects.
+	leads leaderSeen
 
 	maxRet atomic.Uint64 // largest value returned
 	st     stats
@@ -267,17 +271,28 @@ func (c *Client) Endpoint() string { return c.admin.endpoint() }
 // connect looks up the server's mode and (re-)connects in it through that
 // mode's dialer (transports). Requests in flight go back to the backlog
 // first, to be sent again on the new data path.
-func (c *Client) connect(ctx context.Context) error {
-	st, err := c.admin.adm.Status(ctx, &adminpb.StatusRequest{})
-	if err != nil {
-		return unavailable("status", err)
-	}
-	if st.GetRole() == adminclient.RoleStandby {
-		return unavailable("status", adminclient.RedirectError(st.GetLeader()))
-	}
-	mode := st.GetMode()
-	if mode == "" {
-		mode = spec.ModeSpecS0
+func (c *Client) connect(ctx context.Context) (err error) {
+	addr := c.admin.endpoint()
+	mode, ok := c.leads.mode(addr)
+	defer func() {
+		// Kept only for a retry after a busy refusal (admission
+		// control); anything else asks again.
+		if _, busy := retryAfterOf(err); !busy {
+			c.leads = leaderSeen{}
+		}
+	}()
+	if !ok {
+		st, err := c.admin.adm.Status(ctx, &adminpb.StatusRequest{})
+		if err != nil {
+			return unavailable("status", err)
+		}
+		if st.GetRole() == adminclient.RoleStandby {
+			return unavailable("status", adminclient.RedirectError(st.GetLeader()))
+		}
+		if mode = st.GetMode(); mode == "" {
+			mode = spec.ModeSpecS0
+		}
+		c.leads = leaderSeen{addr: addr, m: mode}
 	}
 	d := transports[mode]
 	if d == nil {
@@ -297,6 +312,18 @@ func (c *Client) connect(ctx context.Context) error {
 	c.mode.Store(mode)
 	c.log.Debug("connected", "mode", mode, "session", c.sess.id, "epoch", c.sess.epoch)
 	return nil
+}
+
+// leaderSeen is an instance that answered a Status as the one that
+// serves, in mode. A Connect refused there as busy (admission control)
+// is retried without asking again: in a failover storm each client is
+// refused a few times, and each Status was one more call to the busy
+// leader. A Connect to an instance that no longer serves is refused
+// with a redirect like the Status would have been.
+type leaderSeen struct{ addr, m string }
+
+func (l leaderSeen) mode(addr string) (string, bool) {
+	return l.m, l.addr != "" && l.addr == addr
 }
 
 // admit is transportEnv.connect: the admin Connect for a mode's request,
