@@ -62,8 +62,9 @@ type Config struct {
 }
 
 // DefaultStatusHold is Config.StatusHold's default: about a fast
-// failover's takeover (ha.Config.TakeoverAfter), and below the client
-// library's first try (500 ms) less holdMargin.
+// failover's takeover (ha.Config.TakeoverAfter). A hold also ends at
+// half the time left to the caller's deadline (250 ms of the client
+// library's first 500 ms try).
 const DefaultStatusHold = 400 * time.Millisecond
 
 // Server is an HA instance's admin backend and term runner.
@@ -293,10 +294,6 @@ func (s *Server) servingChanged() {
 	close(*s.serving.Swap(&ch))
 }
 
-// holdMargin: a held Status's answer leaves the caller this much of its
-// deadline (awaitServing).
-const holdMargin = 100 * time.Millisecond
-
 // electing reports whether the group has no leader that serves, as this
 // instance sees it: it does not serve, and etcd names no other leader,
 // or names this instance (its term has not started, or has ended), or
@@ -308,8 +305,8 @@ func (s *Server) electing() bool {
 
 // awaitServing holds a Status, on an instance that does not serve, while
 // the group is electing: until a leader serves here or another is named
-// with a live heartbeat, at most Config.StatusHold and never past the caller's
-// deadline less holdMargin. After a leader's kill -9 every client asks
+// with a live heartbeat, at most Config.StatusHold and half the time
+// left to the caller's deadline. After a leader's kill -9 every client asks
 // the standbys who leads: held, each learns the new leader the moment it
 // is elected, with one call per instance, instead of asking again and
 // again with growing pauses (a thousand clients asking were most of the
@@ -318,7 +315,7 @@ func (s *Server) electing() bool {
 func (s *Server) awaitServing(ctx context.Context) {
 	bound := s.cfg.StatusHold
 	if dl, ok := ctx.Deadline(); ok {
-		bound = min(bound, time.Until(dl)-holdMargin)
+		bound = min(bound, time.Until(dl)/2) // the answer's way back gets the other half
 	}
 	if bound <= 0 || !s.electing() {
 		return
