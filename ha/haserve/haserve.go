@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -80,6 +81,7 @@ type Server struct {
 	// serving is closed and replaced whenever cur changes (a term
 	// starts or stops serving): awaitServing's waiters look again.
 	serving atomic.Pointer[chan struct{}]
+	held    atomic.Int32 // Status calls held (awaitServing)
 
 	view   atomic.Pointer[groupView] // a standby's Status: the leader's term and epoch (status.go)
 	viewMu sync.Mutex                // one etcd read of the view at a time
@@ -320,12 +322,14 @@ func (s *Server) awaitServing(ctx context.Context) {
 	if bound <= 0 || !s.electing() {
 		return
 	}
+	s.held.Add(1)
+	defer s.held.Add(-1)
 	t := time.NewTimer(bound)
 	defer t.Stop()
 	for {
 		lc, sc := s.node.LeaderChanged(), *s.serving.Load()
 		if !s.electing() {
-			return
+			break
 		}
 		select {
 		case <-lc:
@@ -336,6 +340,32 @@ func (s *Server) awaitServing(ctx context.Context) {
 			return
 		}
 	}
+	// A leader serves: the calls held here are answered spread over a
+	// moment that grows with their number (releaseSpread), not all at
+	// once: a thousand answers, and the thousand Status and Connect calls
+	// they set off at the new leader, at one instant queued its
+	// heartbeat behind them on a loaded machine, and its serving lease
+	// lapsed.
+	if d := releaseSpread(int(s.held.Load()), rand.Float64()); d > 0 {
+		t.Reset(min(d, bound))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
+	}
+}
+
+// Bounds of releaseSpread.
+const (
+	releasePerHeld   = 200 * time.Microsecond
+	maxReleaseSpread = 200 * time.Millisecond
+)
+
+// releaseSpread is the pause of one of held calls released at once,
+// for a uniform u in [0, 1): spread over held×releasePerHeld, at most
+// maxReleaseSpread. Pure.
+func releaseSpread(held int, u float64) time.Duration {
+	return time.Duration(u * float64(min(time.Duration(held)*releasePerHeld, maxReleaseSpread)))
 }
 
 // Status reports the data path and the term on the leader; a standby
