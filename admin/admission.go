@@ -133,13 +133,18 @@ func (a *admission) release(took time.Duration) {
 
 // retryAfterFor is the retry-after of a Connect refused when limit
 // Connects, each taking about svc, are in hand and waiting more wait for
-// a slot: the time the instance needs to work through those, bounded by
-// [minRetryAfter, maxRetryAfter]. Pure.
+// a slot: the time the instance needs to work through those until half
+// of the waiting room (waitingPerSlot per slot) is free again, bounded by
+// [minRetryAfter, maxRetryAfter]. The refused come back (with up to 50%
+// jitter) while the rest still drain and wait their turn there: asked to
+// come back once all had drained, a storm's refused clients came back in
+// waves, and the instance idled between them. Pure.
 func retryAfterFor(svc time.Duration, waiting, limit int) time.Duration {
 	if limit < 1 {
 		limit = 1
 	}
-	d := time.Duration(int64(svc) * int64(waiting+limit) / int64(limit))
+	ahead := max(waiting+limit-limit*waitingPerSlot/2, limit)
+	d := time.Duration(int64(svc) * int64(ahead) / int64(limit))
 	return min(max(d, minRetryAfter), maxRetryAfter)
 }
 

@@ -16,11 +16,14 @@ func TestRetryAfterFor(t *testing.T) {
 		shed, limit int
 		want        time.Duration
 	}{
-		{0, 1, 8, minRetryAfter},                              // nothing measured yet
-		{10 * time.Millisecond, 8, 8, minRetryAfter},          // 20ms
-		{10 * time.Millisecond, 24, 8, 40 * time.Millisecond}, // four rounds of eight
+		{0, 1, 8, minRetryAfter},                     // nothing measured yet
+		{10 * time.Millisecond, 8, 8, minRetryAfter}, // less than the half of the waiting room: one round
+		// The waiting room full (8 a slot): the rounds until half of it
+		// is free, 40 of 72, five of eight.
+		{10 * time.Millisecond, 64, 8, 50 * time.Millisecond},
+		{10 * time.Millisecond, 96, 8, 90 * time.Millisecond}, // 72 of 104 ahead
 		{100 * time.Millisecond, 800, 8, maxRetryAfter},
-		{10 * time.Millisecond, 8, 0, 90 * time.Millisecond}, // a zero limit counts as one
+		{10 * time.Millisecond, 8, 0, 50 * time.Millisecond}, // a zero limit counts as one: 9-4 ahead
 	} {
 		if got := retryAfterFor(c.svc, c.shed, c.limit); got != c.want {
 			t.Errorf("retryAfterFor(%v, %d, %d) = %v, want %v", c.svc, c.shed, c.limit, got, c.want)

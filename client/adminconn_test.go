@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -256,5 +257,64 @@ func TestConnectAnyFollowsRedirectToNewlyElected(t *testing.T) {
 	}
 	if a.endpoint() != elected.addr {
 		t.Errorf("admitted through %s, want the newly elected %s", a.endpoint(), elected.addr)
+	}
+}
+
+// A round asks the instances after the one that failed first, and those
+// whose last dial failed (a killed leader) last.
+func TestConnectAnyOrderPutsDownLast(t *testing.T) {
+	a := testAdminConn("a", "b", "c", "d")
+	for _, tc := range []struct {
+		failed string
+		down   []string
+		want   []string
+	}{
+		{"a", nil, []string{"b", "c", "d", "a"}},
+		{"c", nil, []string{"d", "a", "b", "c"}},
+		{"a", []string{"a"}, []string{"b", "c", "d", "a"}},
+		{"b", []string{"a"}, []string{"c", "d", "b", "a"}},
+		{"b", []string{"c", "a"}, []string{"d", "b", "c", "a"}},
+		{"", []string{"b"}, []string{"a", "c", "d", "b"}},
+	} {
+		a.down = nil
+		for _, d := range tc.down {
+			a.setDown(d, true)
+		}
+		if got := a.order(tc.failed); !slices.Equal(got, tc.want) {
+			t.Errorf("order(failed %q, down %v) = %v, want %v", tc.failed, tc.down, got, tc.want)
+		}
+	}
+	a.setDown("b", false)
+	if a.down["b"] {
+		t.Error("setDown(b, false) left b down")
+	}
+}
+
+// A round in which an instance cannot be dialed (killed) tries it only
+// briefly in the next round, last: it cost every client a whole try per
+// round while grpc redialed it in the background.
+func TestConnectAnyBoundsDownInstance(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := l.Addr().String()
+	l.Close() // refused from now on
+	standby := startFakeAdmin(t, 0)
+	a := testAdminConn(dead, standby.addr)
+	defer a.close()
+	redirect := func(ctx context.Context) error {
+		return unavailable("status", adminclient.RedirectError(""))
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := a.connectAny(ctx, 300*time.Millisecond, false, redirect); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("connectAny: %v, want ErrUnavailable", err)
+	}
+	if !a.down[dead] || a.down[standby.addr] {
+		t.Fatalf("down after a round: %v; want only %s", a.down, dead)
+	}
+	if got := a.order(""); got[len(got)-1] != dead {
+		t.Fatalf("next round's order %v: the dead instance not last", got)
 	}
 }

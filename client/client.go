@@ -133,6 +133,10 @@ type Client struct {
 	drive sync.Mutex
 	eng   engine
 	mode  atomic.Value // the mode last connected in, for Mode()
+	// leads is what the last Status said of the instance the client
+	// is connecting to, while a Connect there is retried after a busy
+	// refusal (connect): owned by the goroutine that connects.
+	leads leaderSeen
 
 	maxRet atomic.Uint64 // largest value returned
 	st     stats
@@ -155,9 +159,12 @@ type submissions struct {
 	wakeCh  chan struct{}
 	waiting atomic.Bool // the engine sleeps in CQ.Wait
 	idle    atomic.Bool // the engine goroutine idles (waits on wakeCh)
-	kickMu  sync.Mutex
-	kick    context.CancelFunc
-	kickCtx atomic.Pointer[context.Context]
+	// adminLost: the admin connection that admitted the session left
+	// Ready (adminConn.watchFrom); the engine probes the server.
+	adminLost atomic.Bool
+	kickMu    sync.Mutex
+	kick      context.CancelFunc
+	kickCtx   atomic.Pointer[context.Context]
 	// timer kicks a sleeping engine when a retransmission is due
 	// (Client.sleep).
 	timer *time.Timer
@@ -264,6 +271,7 @@ func dial(ctx context.Context, adminAddr, device string, opts []Option) (_ *Clie
 	}
 	c.ctx, c.stop = context.WithCancel(context.Background())
 	c.newKick()
+	c.admin.watchFrom(c.ctx, c.adminLost)
 	c.run()
 	go c.lease.renew(c.ctx, c.log, c.kickNow)
 	return c, nil
@@ -281,17 +289,28 @@ func (c *Client) Endpoint() string { return c.admin.endpoint() }
 // connect looks up the server's mode and (re-)connects in it through that
 // mode's dialer (transports). Requests in flight go back to the backlog
 // first, to be sent again on the new data path.
-func (c *Client) connect(ctx context.Context) error {
-	st, err := c.admin.adm.Status(ctx, &adminpb.StatusRequest{})
-	if err != nil {
-		return unavailable("status", err)
-	}
-	if st.GetRole() == adminclient.RoleStandby {
-		return unavailable("status", adminclient.RedirectError(st.GetLeader()))
-	}
-	mode := st.GetMode()
-	if mode == "" {
-		mode = spec.ModeSpecS0
+func (c *Client) connect(ctx context.Context) (err error) {
+	addr := c.admin.endpoint()
+	mode, ok := c.leads.mode(addr)
+	defer func() {
+		// Kept only for a retry after a busy refusal (admission
+		// control); anything else asks again.
+		if _, busy := retryAfterOf(err); !busy {
+			c.leads = leaderSeen{}
+		}
+	}()
+	if !ok {
+		st, err := c.admin.adm.Status(ctx, &adminpb.StatusRequest{})
+		if err != nil {
+			return unavailable("status", err)
+		}
+		if st.GetRole() == adminclient.RoleStandby {
+			return unavailable("status", adminclient.RedirectError(st.GetLeader()))
+		}
+		if mode = st.GetMode(); mode == "" {
+			mode = spec.ModeSpecS0
+		}
+		c.leads = leaderSeen{addr: addr, m: mode}
 	}
 	d := transports[mode]
 	if d == nil {
@@ -313,6 +332,18 @@ func (c *Client) connect(ctx context.Context) error {
 	c.co.ranged.Store(facts.Ranges)
 	c.log.Debug("connected", "mode", mode, "session", c.sess.id, "epoch", c.sess.epoch)
 	return nil
+}
+
+// leaderSeen is an instance that answered a Status as the one that
+// serves, in mode. A Connect refused there as busy (admission control)
+// is retried without asking again: in a failover storm each client is
+// refused a few times, and each Status was one more call to the busy
+// leader. A Connect to an instance that no longer serves is refused
+// with a redirect like the Status would have been.
+type leaderSeen struct{ addr, m string }
+
+func (l leaderSeen) mode(addr string) (string, bool) {
+	return l.m, l.addr != "" && l.addr == addr
 }
 
 // admit is transportEnv.connect: the admin Connect for a mode's request,
@@ -409,6 +440,17 @@ func (c *Client) enqueue(r *Request) error {
 	s.has.Store(true)
 	s.mu.Unlock()
 	return nil
+}
+
+// adminLost is called when the admin connection that admitted the
+// session leaves Ready: its server closed it (killed, restarted, gone).
+// The engine then probes the server at once, even with no call in
+// flight, and reconnects when the session is lost: after a failover an
+// idle session is connected again before its next call, instead of
+// finding out on that call.
+func (c *Client) adminLost() {
+	c.sub.adminLost.Store(true)
+	c.wakeEngine()
 }
 
 // wakeEngine wakes the engine goroutine if it idles.

@@ -432,11 +432,15 @@ func (e *engine) requeue() {
 }
 
 // reconnectDue decides, after a step at now, whether the shell must
-// reconnect: force when the last reconnect failed or the transport
-// broke (once the backoff passed), a probe first (force false) when
-// requests wait and no answer came for reconnectAfter.
-func (e *engine) reconnectDue(now time.Duration) (due, force bool) {
+// reconnect: a probe (force false) at once when the admin connection
+// that admitted the session was lost (adminLost: its server was killed
+// or restarted), even with nothing in flight; force when the last
+// reconnect failed or the transport broke (once the backoff passed); a
+// probe when requests wait and no answer came for reconnectAfter.
+func (e *engine) reconnectDue(now time.Duration, adminLost bool) (due, force bool) {
 	switch {
+	case adminLost && !e.connFailed && !e.tr.Broken():
+		return true, false
 	case e.connFailed || e.tr.Broken():
 		return now-e.reconnAt > max(e.retryAfter, retryConnectAfter), true
 	case e.busy() && now-e.lastAns > reconnectAfter && now-e.reconnAt > reconnectAfter:

@@ -413,7 +413,7 @@ func (env *traceEnv) state() {
 	if d, ok := e.tr.NextDeadline(); ok {
 		env.printf("next retransmission at %v", d)
 	}
-	switch due, force := e.reconnectDue(env.now); {
+	switch due, force := e.reconnectDue(env.now, false); {
 	case due && force:
 		env.printf("the shell would reconnect now")
 	case due:

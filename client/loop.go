@@ -48,7 +48,7 @@ func (c *Client) engine() {
 		} else {
 			did = e.step(now) || did
 		}
-		if due, force := e.reconnectDue(now); due {
+		if due, force := e.reconnectDue(now, c.sub.adminLost.Load()); due {
 			c.sub.clock.Store(0) // a reconnect takes its time
 			c.reconnect(now, force)
 		}
@@ -64,9 +64,22 @@ func (c *Client) engine() {
 			c.sub.idle.Store(true)
 			if !c.queued() {
 				c.drive.Unlock()
+				// A failed reconnect is retried with nothing to send
+				// too: the session was lost (adminLost), and the next
+				// call should find it connected again.
+				var retry *time.Timer
+				var retryC <-chan time.Time
+				if e.connFailed {
+					retry = time.NewTimer(max(e.retryAfter, retryConnectAfter) - (now - e.reconnAt))
+					retryC = retry.C
+				}
 				select {
 				case <-c.sub.wakeCh:
+				case <-retryC:
 				case <-c.ctx.Done():
+				}
+				if retry != nil {
+					retry.Stop()
 				}
 				c.drive.Lock()
 			}
@@ -296,6 +309,7 @@ func (c *Client) intake(now time.Duration) bool {
 func (c *Client) reconnect(now time.Duration, force bool) {
 	e := &c.eng
 	e.reconnAt = now
+	c.sub.adminLost.Store(false) // a loss from here on is probed again
 	ctx, cancel := context.WithTimeout(c.ctx, reconnectBudget)
 	defer cancel()
 	// Only a server that restarted or switched (new epoch), stopped

@@ -67,6 +67,15 @@ type Counter struct {
 	Gauge              bool
 }
 
+// Summarizer is a Mode whose Stats includes Counters that walk every
+// session (a gauge over them): Summary is Stats without those, what
+// Status reports. Clients call Status before every Connect, a thousand
+// of them at once after a failover, so it must not cost a walk of the
+// session table each, nor wait for the lock Connects hold.
+type Summarizer interface {
+	Summary() Stats
+}
+
 // Mode is a running data path. The mode is the one layer that checks the
 // epoch of a SessionRef: a ref whose Epoch is not the one the mode was
 // started with (Config.Epoch) names no session, whatever its ID, so that

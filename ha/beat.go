@@ -53,7 +53,11 @@ func (n *Node) beat(ctx context.Context, t *Term) error {
 	if !resp.Succeeded {
 		return errDeposed
 	}
+	lapsed := t.serve.remaining() <= 0
 	t.serve.extend(sent + n.cfg.ServeLease)
+	if lapsed && t.serve.remaining() > 0 {
+		n.notify() // the term serves again: LeaderChanged's waiters look again
+	}
 	return nil
 }
 
@@ -156,6 +160,7 @@ func (n *Node) detect(ctx context.Context) {
 			}
 			continue
 		}
+		n.noteBeat(v.deposable())
 		timer := time.NewTimer(wait) // from the read's answer
 		wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 		bch := n.cli.Watch(wctx, n.cfg.beatKey(), clientv3.WithRev(rev+1))
@@ -176,6 +181,7 @@ func (n *Node) detect(ctx context.Context) {
 						v.setBeat(ev.Kv.Value, ev.Kv.ModRevision)
 					}
 				}
+				n.noteBeat(v.deposable())
 				timer.Reset(wait) // from this heartbeat's arrival
 			case wr, ok := <-ech:
 				_ = wr

@@ -105,3 +105,48 @@ func TestDeposable(t *testing.T) {
 		t.Error("no leader: deposable")
 	}
 }
+
+// LeaderSilent: a standby that saw the leader's heartbeat move more than
+// two Beats ago reports it silent; a heartbeat seen (or a view without
+// one) ends that, and wakes LeaderChanged's waiters; the leader itself
+// never reports silence.
+func TestLeaderSilent(t *testing.T) {
+	n := &Node{cfg: Config{Beat: 100 * time.Millisecond}, base: time.Now().Add(-time.Hour), leaderCh: make(chan struct{})}
+	if n.LeaderSilent() {
+		t.Fatal("silent with no heartbeat known")
+	}
+	n.noteBeat(true)
+	if n.LeaderSilent() {
+		t.Fatal("silent just after a heartbeat")
+	}
+	ch := n.LeaderChanged()
+	n.beatAt.Store(int64(time.Since(n.base) - 250*time.Millisecond)) // the last one, 2.5 Beats ago
+	if !n.LeaderSilent() {
+		t.Fatal("not silent 2.5 Beats after the last heartbeat")
+	}
+	n.noteBeat(true)
+	select {
+	case <-ch:
+	default:
+		t.Fatal("a heartbeat after a silence did not wake LeaderChanged's waiters")
+	}
+	if n.LeaderSilent() {
+		t.Fatal("silent after a heartbeat")
+	}
+	n.beatAt.Store(int64(time.Since(n.base) - 250*time.Millisecond))
+	ch = n.LeaderChanged()
+	n.noteBeat(false) // a leader without a heartbeat of its term
+	select {
+	case <-ch:
+	default:
+		t.Fatal("a view without a heartbeat after a silence did not wake LeaderChanged's waiters")
+	}
+	if n.LeaderSilent() {
+		t.Fatal("silent with no heartbeat known")
+	}
+	n.beatAt.Store(int64(time.Since(n.base) - 250*time.Millisecond))
+	n.term.Store(&Term{})
+	if n.LeaderSilent() {
+		t.Fatal("the leader reports its own heartbeat silent")
+	}
+}

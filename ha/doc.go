@@ -124,4 +124,18 @@
 //
 // Standbys learn the leader's advertised admin address from the election
 // (Node.Leader) and answer Connect with a redirect (adminclient.RedirectError).
+//
+// # Connect storms after a failover
+//
+// After a leader's kill -9 every client asks the standbys who leads.
+// While the group elects (no leader named, the named one's heartbeat
+// silent for more than two Beats: Node.LeaderSilent, or the instance's
+// own term not serving yet) a standby holds a Status, parked, until a
+// leader serves (package haserve, Config.StatusHold; LeaderChanged wakes
+// it), so a client learns the new leader with one call per instance
+// instead of asking again with growing pauses. None of this is part of
+// the safety argument above: LeaderSilent decides nothing (depositions
+// stay detect's, conditioned in etcd), a held Status is answered from a
+// fresh look at the term after the hold, and a client's Connect is
+// admitted only by a term whose gate is open.
 package ha

@@ -41,7 +41,11 @@ type Node struct {
 	leader   atomic.Pointer[string] // advertised address of the leader
 	term     atomic.Pointer[Term]   // the current term, nil when standby
 	running  atomic.Bool
-	leaderCh chan struct{} // closed and replaced when leader changes
+	leaderCh chan struct{} // closed and replaced when leader changes (or LeaderSilent turns false)
+	// beatAt is when the current leader's heartbeat last moved, as seen
+	// here (nanoseconds since base); 0 when no heartbeat of its term is
+	// known (LeaderSilent).
+	beatAt atomic.Int64
 
 	mu     sync.Mutex     // guards leaderCh and closed
 	closed bool           // Close has begun: no new background work
@@ -192,11 +196,53 @@ func (n *Node) Config() Config { return n.cfg }
 // in etcd, or "" when none is known. It may be this node's own.
 func (n *Node) Leader() string { return *n.leader.Load() }
 
-// LeaderChanged returns a channel closed the next time Leader changes.
+// LeaderChanged returns a channel closed the next time Leader changes,
+// the next time LeaderSilent turns false (the leader's heartbeat is
+// seen again, or the view of the leader is read afresh), or when this
+// instance's term serves again after its serving lease lapsed (a
+// heartbeat answered late).
 func (n *Node) LeaderChanged() <-chan struct{} {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.leaderCh
+}
+
+// notify closes and replaces leaderCh: LeaderChanged's waiters look again.
+func (n *Node) notify() {
+	n.mu.Lock()
+	close(n.leaderCh)
+	n.leaderCh = make(chan struct{})
+	n.mu.Unlock()
+}
+
+// LeaderSilent reports whether the leader this instance sees serves
+// under a serving lease whose heartbeat has not moved here for more than
+// two Beats: it is being deposed (killed, paused, cut off from etcd) or
+// is slow. False on the leader, without fast failover, and while no
+// heartbeat of the leader's term is known. It is a hint (haserve holds a
+// client's Status while the group has no serving leader), never a
+// fencing decision: those are detect's, conditioned in etcd.
+func (n *Node) LeaderSilent() bool {
+	at := n.beatAt.Load()
+	if at == 0 || n.term.Load() != nil {
+		return false
+	}
+	return time.Since(n.base)-time.Duration(at) > 2*n.cfg.Beat
+}
+
+// noteBeat records the leader's heartbeat as moved now (fresh: a
+// heartbeat of its term seen or read) or unknown; waiters on
+// LeaderChanged look again when it ends a silence.
+func (n *Node) noteBeat(fresh bool) {
+	silent := n.LeaderSilent()
+	if fresh {
+		n.beatAt.Store(max(int64(time.Since(n.base)), 1))
+	} else {
+		n.beatAt.Store(0)
+	}
+	if silent {
+		n.notify()
+	}
 }
 
 // Term returns the current term if this node leads and the term is valid,
@@ -522,10 +568,7 @@ func (n *Node) setLeader(addr string) {
 		return
 	}
 	n.leader.Store(&addr)
-	n.mu.Lock()
-	close(n.leaderCh)
-	n.leaderCh = make(chan struct{})
-	n.mu.Unlock()
+	n.notify()
 	n.log.Info("ha: leader", "addr", addr, "self", addr == n.cfg.Advertise)
 }
 

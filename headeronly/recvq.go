@@ -47,8 +47,7 @@ type recvQ struct {
 	lookTab  *peerTable
 	lookFrom verbs.Sender
 	lookPeer *peer
-	ready    atomic.Bool // the worker has adopted it
-	dying    bool        // worker-owned: retired, in the error state; destroyed once posted is 0
+	dying    bool // worker-owned: retired, in the error state; destroyed once posted is 0
 }
 
 var rqSerial atomic.Uint64

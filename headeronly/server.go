@@ -99,17 +99,16 @@ func (s *Server) Stop() (uint64, error) { return 0, s.Close() }
 // replaces names a session of this epoch, it is released in the same
 // step: the new session may take its QPs and receive budget; when the
 // admission is refused, the old session stays.
-// The session's own request QPs are adopted by their workers before the
-// client hears yes, so that its first requests find their receives; that
-// wait is outside s.mu, so a storm of Connects is not serialised behind
-// the workers' batches (each worker adopts every QP handed to it at once).
+// The session's own request QPs have their receives posted before the
+// client hears yes, so that its first requests find them; they are
+// handed to their workers, which adopt them at their next loop, or at
+// the first completion of one (worker.rqOf), whichever comes first. A
+// Connect does not wait for that: in a storm of Connects a worker round
+// trip each (the worker busy answering the sessions admitted before)
+// held the Connects' slots and halved the rate of admissions.
 func (s *Server) Admit(ctx context.Context, a handshake.Admission, replaces handshake.SessionRef) (handshake.Grant, error) {
-	g, rqs, err := s.admitLocked(ctx, a, replaces)
-	if err != nil {
-		return handshake.Grant{}, err
-	}
-	s.awaitAdopted(ctx, rqs)
-	return g, nil
+	g, _, err := s.admitLocked(ctx, a, replaces)
+	return g, err
 }
 
 func (s *Server) admitLocked(ctx context.Context, a handshake.Admission, old handshake.SessionRef) (handshake.Grant, []*recvQ, error) {
@@ -283,22 +282,6 @@ func (s *Server) newSessionRQ(w *worker, size int, qkey uint32) (*recvQ, error) 
 	return q, nil
 }
 
-// awaitAdopted waits, bounded, until the workers have adopted rqs.
-// Called with s.mu held; the workers do not take it. A completion of a
-// queue not adopted yet makes its worker adopt it at once, so this only
-// keeps the first batches simple.
-func (s *Server) awaitAdopted(ctx context.Context, rqs []*recvQ) {
-	deadline := time.Now().Add(2 * time.Second)
-	for _, q := range rqs {
-		for !q.ready.Load() {
-			if ctx.Err() != nil || time.Now().After(deadline) || s.closed.Load() {
-				return
-			}
-			time.Sleep(20 * time.Microsecond)
-		}
-	}
-}
-
 // recvTarget is how many receives a worker whose clients' windows sum to
 // budget keeps posted: the windows plus RecvSlack, at most MaxRecv.
 func (s *Server) recvTarget(budget int) int64 {
@@ -388,9 +371,23 @@ func (s *Server) release(sess *session) {
 // totals are the workers' counters added up (tests).
 func (s *Server) totals() wk.Totals { return wk.Total(s.Workers) }
 
+var _ dataplane.Summarizer = (*Server)(nil)
+
 // Stats reports the workers and the data path. Its Counters are the
-// metrics seqd_headeronly_*.
+// metrics seqd_headeronly_*, sessions_overrun among them (a walk of
+// every session under s.mu: the metrics' scrape only).
 func (s *Server) Stats() dataplane.Stats {
+	st := s.Summary()
+	if n, ok := s.OverrunSessions(); ok {
+		st.Counters = append(st.Counters, dataplane.Counter{Name: "sessions_overrun", Gauge: true, Value: uint64(n),
+			Help: "Connected sessions one of whose own request QPs dropped a request for want of a posted receive (the client sent beyond its window)."})
+	}
+	return st
+}
+
+// Summary is Stats without sessions_overrun: what Status reports. It
+// takes no lock a Connect holds and walks no session (dataplane.Summarizer).
+func (s *Server) Summary() dataplane.Stats {
 	st := wk.Sum(s.Workers)
 	var noGuess, guardHolds uint64
 	for i, w := range s.Workers {
@@ -410,9 +407,5 @@ func (s *Server) Stats() dataplane.Stats {
 		dataplane.Counter{Name: "retransmits_seen_total", Help: "Requests repeating the previous tag of their QP (duplicates).", Value: st.Retransmits},
 		dataplane.Counter{Name: "no_guess_total", Help: "Requests that carried no guess.", Value: noGuess},
 		dataplane.Counter{Name: "guard_holds_total", Help: "Batches answered in full because the aliasing guard held confirmations.", Value: guardHolds})
-	if n, ok := s.OverrunSessions(); ok {
-		st.Counters = append(st.Counters, dataplane.Counter{Name: "sessions_overrun", Gauge: true, Value: uint64(n),
-			Help: "Connected sessions one of whose own request QPs dropped a request for want of a posted receive (the client sent beyond its window)."})
-	}
 	return st
 }

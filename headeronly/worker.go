@@ -197,7 +197,6 @@ func (w *worker) takeInbox(adoptOnly bool) {
 	for _, q := range adopt {
 		w.rqs[q.qpn] = q
 		w.rqLive.Add(1)
-		q.ready.Store(true)
 	}
 	for _, q := range retire {
 		if w.rqs[q.qpn] != q { // never adopted (the server is closing)

@@ -97,6 +97,10 @@ func haFailover(t *testing.T, sessions int) {
 	rcs := startMany(t, rig, sessions, g.admins(), append([]string{"-tls-ca", tf.CA}, clientFlags...)...)
 	markAll(t, append(rcs, probe), mono(), 30*time.Second)
 
+	// The leader now: on a loaded machine leadership may have moved
+	// while the sessions connected, and killing a standby measures
+	// nothing.
+	lead = g.leader(-1, 30*time.Second)
 	g.procs[lead].kill()
 	kill := mono()
 	probe.send("call 30s")

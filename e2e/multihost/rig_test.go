@@ -39,9 +39,12 @@ var (
 	binErr  error
 )
 
+// TestMain removes the built binaries at the end, unless
+// SEQD_RIG_KEEPBIN is set (a profiler's samples of them, perf record -a
+// around a storm, need them to resolve symbols).
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binDir != "" {
+	if binDir != "" && os.Getenv("SEQD_RIG_KEEPBIN") == "" {
 		os.RemoveAll(binDir)
 	}
 	os.Exit(code)

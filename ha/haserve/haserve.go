@@ -19,9 +19,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -52,9 +54,19 @@ type Config struct {
 	// is refused: its counter lives in the NIC, which the lease gate cannot
 	// fence in time.
 	Mode string
+	// StatusHold bounds how long an instance that does not serve holds
+	// a Status while the group elects a leader (awaitServing). Default
+	// DefaultStatusHold; negative: no hold.
+	StatusHold time.Duration
 	// Logger (default slog.Default()).
 	Logger *slog.Logger
 }
+
+// DefaultStatusHold is Config.StatusHold's default: about a fast
+// failover's takeover (ha.Config.TakeoverAfter). A hold also ends at
+// half the time left to the caller's deadline (250 ms of the client
+// library's first 500 ms try).
+const DefaultStatusHold = 400 * time.Millisecond
 
 // Server is an HA instance's admin backend and term runner.
 type Server struct {
@@ -65,6 +77,11 @@ type Server struct {
 	cur  atomic.Pointer[term]
 	mu   sync.Mutex // serializes SetMode with term changes
 	mode string
+
+	// serving is closed and replaced whenever cur changes (a term
+	// starts or stops serving): awaitServing's waiters look again.
+	serving atomic.Pointer[chan struct{}]
+	held    atomic.Int32 // Status calls held (awaitServing)
 
 	view   atomic.Pointer[groupView] // a standby's Status: the leader's term and epoch (status.go)
 	viewMu sync.Mutex                // one etcd read of the view at a time
@@ -97,7 +114,13 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Server{cfg: cfg, node: cfg.Node, log: cfg.Logger.With("component", "haserve"), mode: cfg.Mode}, nil
+	if cfg.StatusHold == 0 {
+		cfg.StatusHold = DefaultStatusHold
+	}
+	s := &Server{cfg: cfg, node: cfg.Node, log: cfg.Logger.With("component", "haserve"), mode: cfg.Mode}
+	ch := make(chan struct{})
+	s.serving.Store(&ch)
+	return s, nil
 }
 
 // Modes are the modes an HA instance serves: every registered mode
@@ -164,6 +187,7 @@ func (s *Server) serveTerm(ctx context.Context, t *ha.Term) error {
 	}
 	cur := &term{t: t, orc: orc, sw: sw}
 	s.cur.Store(cur)
+	s.servingChanged()
 	s.mu.Unlock()
 	if st, err := sw.Status(ctx); err == nil {
 		s.publish(ctx, cur, st.GetEpoch(), st.GetMode())
@@ -172,6 +196,7 @@ func (s *Server) serveTerm(ctx context.Context, t *ha.Term) error {
 	<-ctx.Done()
 	s.mu.Lock()
 	s.cur.Store(nil)
+	s.servingChanged()
 	s.mu.Unlock()
 	sw.Close()
 	orc.Close()
@@ -265,11 +290,94 @@ func (s *Server) Disconnect(ctx context.Context, req *adminpb.DisconnectRequest)
 	return c.sw.Disconnect(ctx, req)
 }
 
+// servingChanged wakes awaitServing's waiters: cur changed.
+func (s *Server) servingChanged() {
+	ch := make(chan struct{})
+	close(*s.serving.Swap(&ch))
+}
+
+// electing reports whether the group has no leader that serves, as this
+// instance sees it: it does not serve, and etcd names no other leader,
+// or names this instance (its term has not started, or has ended), or
+// names one whose heartbeat has stopped (ha.Node.LeaderSilent: it is
+// being deposed).
+func (s *Server) electing() bool {
+	return s.leading() == nil && (s.otherLeader() == "" || s.node.LeaderSilent())
+}
+
+// awaitServing holds a Status, on an instance that does not serve, while
+// the group is electing: until a leader serves here or another is named
+// with a live heartbeat, at most Config.StatusHold and half the time
+// left to the caller's deadline. After a leader's kill -9 every client asks
+// the standbys who leads: held, each learns the new leader the moment it
+// is elected, with one call per instance, instead of asking again and
+// again with growing pauses (a thousand clients asking were most of the
+// election's load, and their pauses most of the failover's length). It
+// decides nothing: the answer is read afresh after it.
+func (s *Server) awaitServing(ctx context.Context) {
+	bound := s.cfg.StatusHold
+	if dl, ok := ctx.Deadline(); ok {
+		bound = min(bound, time.Until(dl)/2) // the answer's way back gets the other half
+	}
+	if bound <= 0 || !s.electing() {
+		return
+	}
+	s.held.Add(1)
+	defer s.held.Add(-1)
+	t := time.NewTimer(bound)
+	defer t.Stop()
+	for {
+		lc, sc := s.node.LeaderChanged(), *s.serving.Load()
+		if !s.electing() {
+			break
+		}
+		select {
+		case <-lc:
+		case <-sc:
+		case <-t.C:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+	// A leader serves: the calls held here are answered spread over a
+	// moment that grows with their number (releaseSpread), not all at
+	// once: a thousand answers, and the thousand Status and Connect calls
+	// they set off at the new leader, at one instant queued its
+	// heartbeat behind them on a loaded machine, and its serving lease
+	// lapsed.
+	if d := releaseSpread(int(s.held.Load()), rand.Float64()); d > 0 {
+		t.Reset(min(d, bound))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
+	}
+}
+
+// Bounds of releaseSpread.
+const (
+	releasePerHeld   = 200 * time.Microsecond
+	maxReleaseSpread = 200 * time.Millisecond
+)
+
+// releaseSpread is the pause of one of held calls released at once,
+// for a uniform u in [0, 1): spread over held×releasePerHeld, at most
+// maxReleaseSpread. Pure.
+func releaseSpread(held int, u float64) time.Duration {
+	return time.Duration(u * float64(min(time.Duration(held)*releasePerHeld, maxReleaseSpread)))
+}
+
 // Status reports the data path and the term on the leader; a standby
 // reports its version, format and mode, the leader's term and the epoch
-// it serves in (standbyStatus).
+// it serves in (standbyStatus), after holding the call while the group
+// elects a leader (awaitServing).
 func (s *Server) Status(ctx context.Context) (*adminpb.StatusResponse, error) {
 	c := s.leading()
+	if c == nil {
+		s.awaitServing(ctx)
+		c = s.leading()
+	}
 	if c == nil {
 		return s.standbyStatus(ctx), nil
 	}

@@ -199,3 +199,77 @@ func TestClientFollowsTransfer(t *testing.T) {
 		t.Fatalf("%d regressions", cl.Stats().Regressions)
 	}
 }
+
+// heldStatus is an instance's backend that starts the instance's
+// campaign when the first Status reaches it.
+type heldStatus struct {
+	*haserve.Server
+	arrived chan struct{}
+}
+
+func (h *heldStatus) Status(ctx context.Context) (*adminpb.StatusResponse, error) {
+	select {
+	case h.arrived <- struct{}{}:
+	default:
+	}
+	return h.Server.Status(ctx)
+}
+
+// TestStatusHeldWhileElecting: a Status that reaches an instance while
+// the group has no serving leader (here: this instance's campaign starts
+// as the call arrives) is held until the instance serves, and answers as
+// the leader: a client looking for the leader after a failover learns it
+// with one call, instead of retrying with growing pauses.
+func TestStatusHeldWhileElecting(t *testing.T) {
+	c := hatest.Start(t, 1)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err := ha.New(ha.Config{Endpoints: c.Endpoints(), Prefix: "/held", Advertise: lis.Addr().String(), Logger: quiet, Init: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev, err := verbs.Open("soft", "127.0.0.1:0", verbs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A hold longer than any campaign on a loaded machine: the answer
+	// comes when the instance serves.
+	srv, err := haserve.New(haserve.Config{Node: node, Modes: modes.Config{Device: dev, Logger: quiet}, Logger: quiet, StatusHold: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &heldStatus{Server: srv, arrived: make(chan struct{}, 1)}
+	adm, err := admin.New(admin.Config{Logger: quiet}, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go adm.Serve(lis)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done; adm.Stop(); node.Close(); dev.Close() })
+	go func() {
+		defer close(done)
+		select {
+		case <-h.arrived:
+			srv.Run(ctx)
+		case <-ctx.Done():
+		}
+	}()
+
+	cc, err := adminclient.Dial(ctx, lis.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
+	defer scancel()
+	st, err := adminpb.NewAdminClient(cc).Status(sctx, &adminpb.StatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.GetRole() != adminclient.RoleLeader {
+		t.Fatalf("Status during the election answered role %q (leader %q); want it held until this instance leads", st.GetRole(), st.GetLeader())
+	}
+}

@@ -77,9 +77,15 @@ func (b *Backend) Disconnect(ctx context.Context, req *adminpb.DisconnectRequest
 	return b.Mode.Release(ctx, handshake.DecodeSessionRef(req))
 }
 
-// Status reports the mode.
+// Status reports the mode: its Summary when it has one (Status leaves
+// out the mode's own Counters; see dataplane.Summarizer).
 func (b *Backend) Status(ctx context.Context) (*adminpb.StatusResponse, error) {
-	st := b.Mode.Stats()
+	var st dataplane.Stats
+	if s, ok := b.Mode.(dataplane.Summarizer); ok {
+		st = s.Summary()
+	} else {
+		st = b.Mode.Stats()
+	}
 	resp := &adminpb.StatusResponse{Version: b.Version, Mode: b.Name, Format: b.Format.String(), Epoch: b.Epoch,
 		Sessions: uint64(st.Sessions), Served: st.Served, SpecMisses: st.SpecMisses, Drops: st.Drops,
 		PersistStalls: st.Stalls, Current: st.Current}

@@ -149,3 +149,37 @@ type collector struct{ b *Backend }
 func (collector) Describe(chan<- *prometheus.Desc) {}
 
 func (c collector) Collect(ch chan<- prometheus.Metric) { c.b.Collect(ch) }
+
+// walkingMode is a mode whose Stats walks every session (headeronly's
+// sessions_overrun): Status must take its Summary instead.
+type walkingMode struct {
+	fakeMode
+	walks int
+}
+
+func (m *walkingMode) Stats() dataplane.Stats {
+	m.walks++
+	st := m.st
+	st.Counters = append(st.Counters, dataplane.Counter{Name: "sessions_overrun", Gauge: true, Value: 1})
+	return st
+}
+
+func (m *walkingMode) Summary() dataplane.Stats { return m.st }
+
+// Clients call Status before every Connect, a thousand at once after a
+// failover: it reports the mode's Summary, not the Stats whose Counters
+// walk the session table under the lock Connects take.
+func TestStatusTakesSummary(t *testing.T) {
+	m := &walkingMode{fakeMode: fakeMode{st: dataplane.Stats{Sessions: 1000, Served: 5}}}
+	b := &Backend{Mode: m, Name: spec.ModeSpecS0, Metrics: "headeronly", Format: spec.FormatHybrid, Epoch: 3}
+	st, err := b.Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.GetSessions() != 1000 || st.GetServed() != 5 {
+		t.Errorf("Status: sessions %d served %d, want 1000 and 5", st.GetSessions(), st.GetServed())
+	}
+	if m.walks != 0 {
+		t.Errorf("Status called the mode's Stats %d times (a walk of every session each); want its Summary", m.walks)
+	}
+}

@@ -86,7 +86,8 @@ func run(adminAddr, device string, sessions int, period, deadline, timeout, dial
 	if os.Getenv("SEQD_RIG_CLIENT_DEBUG") != "" { // the library's debug log on stderr
 		logTo = os.Stderr
 	}
-	opts = append(opts, client.WithLogger(slog.New(slog.NewTextHandler(logTo, &slog.HandlerOptions{Level: slog.LevelDebug}))), client.WithWindow(4))
+	logger := slog.New(slog.NewTextHandler(logTo, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	opts = append(opts, client.WithWindow(4))
 	if device != "" {
 		opts = append(opts, client.WithDevice("soft", device, ""))
 	}
@@ -116,7 +117,8 @@ func run(adminAddr, device string, sessions int, period, deadline, timeout, dial
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			c, err := client.Dial(dctx, adminAddr, append(opts, client.WithName(fmt.Sprintf("rig-%d", i)))...)
+			name := fmt.Sprintf("rig-%d", i)
+			c, err := client.Dial(dctx, adminAddr, append(opts, client.WithName(name), client.WithLogger(logger.With("client", name)))...)
 			if err == nil {
 				if _, err = c.GetTimestamp(dctx); err != nil {
 					c.Close()
