@@ -161,7 +161,7 @@ func (l *clientLoad) lateBelow(first procCall) int {
 // the failover) and a partition from etcd (its proxies cut; healed after
 // the failover) in which clients still reach it. Per fault it logs the
 // distribution of the time from the fault to the first value a client
-// got from another instance (SEQD_FAILOVER_TRIALS trials), and checks
+// got from another instance (SEQD_TEST_FAILOVER_TRIALS trials), and checks
 // every call with the verifier, and that no call got a value below the
 // new leader's first after it had returned.
 func TestSeqdFastFailover(t *testing.T) {

@@ -21,13 +21,13 @@ import (
 // The tests here check that it happens and that it is safe; how long it
 // takes is logged (distributions over trials), not asserted.
 
-// trials is how many times each fault is repeated: SEQD_FAILOVER_TRIALS,
+// trials is how many times each fault is repeated: SEQD_TEST_FAILOVER_TRIALS,
 // default 3 (20 to measure).
 func trials(t testing.TB) int {
-	if s := os.Getenv("SEQD_FAILOVER_TRIALS"); s != "" {
+	if s := os.Getenv("SEQD_TEST_FAILOVER_TRIALS"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 {
-			t.Fatalf("SEQD_FAILOVER_TRIALS=%q: want a positive integer", s)
+			t.Fatalf("SEQD_TEST_FAILOVER_TRIALS=%q: want a positive integer", s)
 		}
 		return n
 	}
@@ -197,7 +197,7 @@ func TestStandbyDeposesSilentLeader(t *testing.T) {
 // serving lease runs out). Every trial checks the calls with the verifier
 // and that no call the old leader answered started after the new
 // leader's first value; the time from the fault to that first value is
-// logged as a distribution (SEQD_FAILOVER_TRIALS trials per fault).
+// logged as a distribution (SEQD_TEST_FAILOVER_TRIALS trials per fault).
 func TestFastFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a real etcd cluster; skipped in -short")

@@ -22,7 +22,7 @@ func sampleReport() *Report {
 
 func TestPlot(t *testing.T) {
 	dir := t.TempDir()
-	if p := os.Getenv("LOADGEN_PLOT_SAMPLE"); p != "" {
+	if p := os.Getenv("LOADGEN_TEST_PLOT_SAMPLE"); p != "" {
 		dir = p // keep the files to look at
 	}
 	for _, name := range []string{"out.png", "out.svg"} {

@@ -100,7 +100,7 @@ func parseSVG(t *testing.T, b []byte) (w, h float64, texts []svgText) {
 func plotSVG(t *testing.T, r *Report, name string) []byte {
 	t.Helper()
 	dir := t.TempDir()
-	if p := os.Getenv("LOADGEN_PLOT_SAMPLE"); p != "" {
+	if p := os.Getenv("LOADGEN_TEST_PLOT_SAMPLE"); p != "" {
 		dir = p // keep the files to look at
 	}
 	path := filepath.Join(dir, name)

@@ -226,7 +226,7 @@ func TestPDClientAcrossHAFailover(t *testing.T) {
 	var v verify.History
 	stop := make(chan struct{})
 	callers := 100
-	if n, err := strconv.Atoi(os.Getenv("SEQD_PD_FAILOVER_CALLERS")); err == nil && n > 0 {
+	if n, err := strconv.Atoi(os.Getenv("SEQD_TEST_PD_FAILOVER_CALLERS")); err == nil && n > 0 {
 		callers = n // issue 27's measurement: 1000
 	}
 	errs, wait := hammer(pc, callers, &v, stop)

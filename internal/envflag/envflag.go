@@ -39,6 +39,7 @@ var prefixes = []string{PrefixSeqd, PrefixSeqdPD, PrefixSeqctl, PrefixLoadgen}
 // name. New test knobs take the SEQD_TEST_ prefix.
 var Reserved = []string{
 	"SEQD_TEST_",              // test knobs from now on
+	"LOADGEN_TEST_",           // loadgen's test knobs (LOADGEN_TEST_PLOT_SAMPLE)
 	"SEQD_FLAGS",              // deploy/systemd/seqd.service: one-off flags from /etc/seqd/seqd.env
 	"SEQD_PID", "SEQD_PD_PID", // docs/operations.md's shell variables
 	"SEQD_ETCD",        // ha/hatest: the etcd binary
@@ -168,6 +169,9 @@ func Apply(fs *flag.FlagSet, prefix string, set map[string]bool, lookup func(str
 	}
 	return err
 }
+
+// IsReserved reports whether Reserved lists the variable k.
+func IsReserved(k string) bool { return reserved(k) }
 
 // reserved reports whether Reserved lists the variable k.
 func reserved(k string) bool {

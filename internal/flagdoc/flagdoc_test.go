@@ -3,9 +3,11 @@ package flagdoc
 import (
 	"errors"
 	"flag"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -52,6 +54,7 @@ func TestFlagTables(t *testing.T) {
 		t.Fatal(err)
 	}
 	doc := string(readme)
+	known := map[string]bool{} // every flag's variable, of every binary
 	for _, b := range binaries {
 		cmd := exec.Command(filepath.Join(dir, b.name), "-h")
 		cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
@@ -69,6 +72,7 @@ func TestFlagTables(t *testing.T) {
 		has := map[string]bool{}
 		for _, f := range h.Flags {
 			has[f.Name] = true
+			known[f.Env] = true
 			want := envflag.Name(b.prefix, f.Name)
 			if f.Name == "version" {
 				want = ""
@@ -115,6 +119,60 @@ func TestFlagTables(t *testing.T) {
 		if err := os.WriteFile("../../README.md", []byte(doc), 0o644); err != nil {
 			t.Fatal(err)
 		}
+	}
+	checkKnobs(t, known)
+}
+
+// knobRead is a test or program reading a variable with a binary's
+// prefix; knobSet a script, Makefile or document setting one.
+var (
+	knobRead = regexp.MustCompile(`os\.(?:Getenv|LookupEnv)\("((?:SEQD|SEQCTL|LOADGEN)_[A-Z0-9_]+)"\)`)
+	knobSet  = regexp.MustCompile(`(?:^|[\s;(])((?:SEQD|SEQCTL|LOADGEN)_[A-Z0-9_]+)=`)
+)
+
+// checkKnobs: every variable with a binary's prefix that the tree reads
+// (os.Getenv) or sets (a script, the Makefile, a document's command)
+// sets a flag or is envflag.Reserved. A seqd started by a test inherits
+// the test's environment and refuses an unknown SEQD_ variable (issue 29
+// item 1): SEQD_FAILOVER_TRIALS, a test knob, made every seqd of the
+// failover test exit ("unknown variable SEQD_FAILOVER_TRIALS").
+func checkKnobs(t *testing.T, known map[string]bool) {
+	t.Helper()
+	root := "../.."
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		name := d.Name()
+		if d.IsDir() {
+			if path != root && (strings.HasPrefix(name, ".") && name != ".ci" || name == "testdata" || name == "vendor") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		var re *regexp.Regexp
+		switch {
+		case strings.HasSuffix(name, ".go"):
+			re = knobRead
+		case strings.HasSuffix(name, ".sh"), strings.HasSuffix(name, ".md"), name == "Makefile", name == "run" && strings.Contains(path, ".ci"):
+			re = knobSet
+		default:
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range re.FindAllStringSubmatch(string(b), -1) {
+			if k := m[1]; !known[k] && !envflag.IsReserved(k) {
+				rel, _ := filepath.Rel(root, path)
+				t.Errorf("%s: %s sets no flag and is not envflag.Reserved: a binary started with it in its environment refuses to start (name test knobs SEQD_TEST_*)", rel, k)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 

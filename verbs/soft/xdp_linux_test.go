@@ -172,7 +172,7 @@ func TestConformanceXDP(t *testing.T) {
 // socket alone. The device is opened by a child process (this test
 // binary) whose capabilities setpriv took away.
 func TestXDPNeedsCapabilities(t *testing.T) {
-	if os.Getenv("SEQD_XDP_CAPS_CHILD") == "1" {
+	if os.Getenv("SEQD_TEST_XDP_CAPS_CHILD") == "1" {
 		_, err := soft.Open("127.0.0.1:0", verbs.Options{"xdp": "lo"})
 		if err == nil {
 			fmt.Println("OPENED")
@@ -189,7 +189,7 @@ func TestXDPNeedsCapabilities(t *testing.T) {
 	}
 	for _, drop := range []string{"-net_admin,-bpf,-sys_admin", "-bpf,-sys_admin"} {
 		cmd := exec.Command("setpriv", "--inh-caps=-all", "--bounding-set="+drop, os.Args[0], "-test.run=^TestXDPNeedsCapabilities$")
-		cmd.Env = append(os.Environ(), "SEQD_XDP_CAPS_CHILD=1")
+		cmd.Env = append(os.Environ(), "SEQD_TEST_XDP_CAPS_CHILD=1")
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("child (%s): %v\n%s", drop, err, out)
