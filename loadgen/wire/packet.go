@@ -97,6 +97,7 @@ type receiver struct {
 	flow   rocev2.Flow
 	pre    [3]uint32 // prefixes for reqLen, fullLen and erpcAnsLen
 	icrc   rocev2.UDImmICRC
+	eicrc  rocev2.Patcher // eRPC answers
 	primed bool
 }
 
@@ -117,7 +118,7 @@ func (r *receiver) icrcOK(b []byte, k int, src [4]byte, port uint16) bool {
 	case reqLen:
 		sum0 = r.icrc.ICRC(r.pre[0], b)
 	case erpcAnsLen:
-		sum0, ids = rocev2.ICRCFrom(r.pre[2], b), erpcAnsIDs
+		sum0, ids = r.eicrc.ICRC(r.pre[2], b), erpcAnsIDs
 	default:
 		sum0, ids = rocev2.ICRCFrom(r.pre[1], b), fullIDs
 	}
@@ -186,6 +187,7 @@ type erpcSender struct {
 	prefix uint32
 	tmpl   [erpcReqLen]byte
 	psn    uint32
+	icrc   rocev2.Patcher // the ICRC, patched from the last request's
 }
 
 func newERPCSender(f rocev2.Flow, destQP, qkey, srcQP uint32, session uint64) erpcSender {
@@ -210,7 +212,7 @@ func (s *erpcSender) put(b []byte, slot int, rn uint64, k int) {
 	b[9], b[10], b[11] = byte(s.psn>>16), byte(s.psn>>8), byte(s.psn)
 	b[erpcHdrOff+2] = byte(slot)
 	binary.BigEndian.PutUint64(b[erpcHdrOff+16:], rn)
-	binary.LittleEndian.PutUint32(b[erpcReqLen-rocev2.ICRCLen:], rocev2.ICRCFrom(s.prefix, b)^erpcReqIDs.term[k])
+	binary.LittleEndian.PutUint32(b[erpcReqLen-rocev2.ICRCLen:], s.icrc.ICRC(s.prefix, b)^erpcReqIDs.term[k])
 	s.psn = (s.psn + 1) & 0xffffff
 }
 
