@@ -259,8 +259,11 @@ func runWire(ctx context.Context, c *Config, rep *Report) error {
 		}
 		for _, f := range c.Flows {
 			w := flowWindow(f, c.FlowWindow, c.InFlight)
-			if mode == spec.ModeHERD {
+			switch mode {
+			case spec.ModeHERD:
 				w = min(w, spec.HERDMaxWindow)
+			case spec.ModeERPC:
+				w = min(w, spec.ERPCSlots) // a session's requests in flight
 			}
 			fl := floors[f]
 			if fl == nil {

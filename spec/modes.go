@@ -78,7 +78,7 @@ var ModeTable = []ModeFacts{
 	{Name: ModeRFP, Metrics: "rfp",
 		Help:  "requests RDMA-written into server slots, answers fetched by RDMA READ",
 		Grant: GrantShape{ConnQPs: true, ConnPSNs: 2, Regions: 2, AnswerQKey: true, Window: true}},
-	{Name: ModeERPC, Ranges: true, Metrics: "erpc",
+	{Name: ModeERPC, Wire: true, Ranges: true, Metrics: "erpc",
 		Help:  "eRPC sessions over UD SENDs: slots, credits, go-back-N, at-most-once retransmissions",
 		Grant: GrantShape{RequestQPs: true, QKey: true, AnswerQPs: true, AnswerQKey: true, Window: true}},
 }

@@ -49,8 +49,11 @@ func Admit(ctx context.Context, adm adminpb.AdminClient, g *Gen, mode string, pe
 		return nil, err
 	}
 	window := g.Window()
-	if kind == HERD {
+	switch kind {
+	case HERD:
 		window = min(window, spec.HERDMaxWindow)
+	case ERPC:
+		window = min(window, spec.ERPCSlots) // credits: a session has no more slots
 	}
 	ss := &Sessions{adm: adm, stop: make(chan struct{})}
 	t := Target{Kind: kind, Flows: make([]FlowTarget, g.Flows())}
@@ -80,6 +83,11 @@ func Admit(ctx context.Context, adm adminpb.AdminClient, g *Gen, mode string, pe
 			err = grantHERD(gr, &t, lo, hi)
 		} else if err == nil {
 			err = grant(gr, &t, lo, hi)
+		}
+		if err == nil && kind == ERPC {
+			for i := lo; i < hi; i++ {
+				t.Flows[i].Session = gr.Session
+			}
 		}
 		if err != nil {
 			ss.Close(ctx)
@@ -201,6 +209,8 @@ func kindOf(mode string) (Kind, error) {
 		return Seqd, nil
 	case spec.ModeHERD:
 		return HERD, nil
+	case spec.ModeERPC:
+		return ERPC, nil
 	}
 	return 0, fmt.Errorf("%w: mode %q (the wire generator speaks %s)", ErrAdmit, mode, spec.ModeList(spec.WireModes()))
 }

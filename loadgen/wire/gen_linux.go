@@ -51,6 +51,7 @@ const (
 	ProviderEcho             // the provider's header-only echo server: answers echo the immediate
 	RawEcho                  // a raw UDP echo: answers are the requests sent back
 	HERD                     // seqd in herd mode: UC WRITEs of request slots, UD answers with the value
+	ERPC                     // seqd in erpc mode: UD SENDs of eRPC requests per session slot, answers with the value
 )
 
 func (k Kind) String() string {
@@ -63,6 +64,8 @@ func (k Kind) String() string {
 		return "raw-echo"
 	case HERD:
 		return "herd"
+	case ERPC:
+		return "erpc"
 	}
 	return fmt.Sprintf("kind(%d)", int(k))
 }
@@ -137,6 +140,8 @@ type FlowTarget struct {
 	// region, and its R_Key.
 	RemoteAddr uint64
 	RKey       uint32
+	// ERPC: the session the flow's endpoint was admitted in.
+	Session uint64
 }
 
 // Target is a server the flows were admitted to.
@@ -168,6 +173,8 @@ type Gen struct {
 	snd   []sender
 	hflow []*HerdFlow // HERD
 	hsnd  []herdSender
+	eflow []*ERPCFlow // ERPC
+	esnd  []erpcSender
 	rcv   []receiver
 	dst   []unix.RawSockaddrInet4
 	ctrl  []byte   // per flow: IP_PKTINFO, then UDP_SEGMENT
@@ -218,6 +225,8 @@ type Stats struct {
 	RealTime        uint64
 	Regressions     uint64
 	Duplicates      uint64
+	Reanswered      uint64 // eRPC: a copy of an answer with another value (at-most-once broken)
+	DupAnswers      uint64 // eRPC: a copy of an answer with the same value
 	SendErrors      uint64 // requests that could not be sent (given up after the timeout)
 	SendWaits       uint64 // waits for room in the socket's send buffer
 	Syscalls        uint64 // sendmmsg + recvmmsg
@@ -246,6 +255,8 @@ func (s *Stats) Add(o Stats) {
 	s.RealTime += o.RealTime
 	s.Regressions += o.Regressions
 	s.Duplicates += o.Duplicates
+	s.Reanswered += o.Reanswered
+	s.DupAnswers += o.DupAnswers
 	s.SendErrors += o.SendErrors
 	s.SendWaits += o.SendWaits
 	s.Syscalls += o.Syscalls
@@ -257,7 +268,7 @@ func (s *Stats) Add(o Stats) {
 }
 
 // Violations is the number of answers that broke a promise.
-func (s *Stats) Violations() uint64 { return s.RealTime + s.Regressions + s.Duplicates }
+func (s *Stats) Violations() uint64 { return s.RealTime + s.Regressions + s.Duplicates + s.Reanswered }
 
 // New opens the generator's socket (INADDR_ANY, an ephemeral port, GRO
 // on) and makes its flows. Targets come from Admit or SetTarget.
@@ -375,12 +386,15 @@ func (g *Gen) FlowAddr(i int) (netip.AddrPort, uint32) {
 }
 
 // nflows is the number of flows with a target.
-func (g *Gen) nflows() int { return max(len(g.flows), len(g.hflow)) }
+func (g *Gen) nflows() int { return max(len(g.flows), len(g.hflow), len(g.eflow)) }
 
 // room reports whether flow i may send more now.
 func (g *Gen) room(i int) bool {
 	if g.hflow != nil {
 		return g.hflow[i].Outstanding() < g.hflow[i].Window()
+	}
+	if g.eflow != nil {
+		return g.eflow[i].Outstanding() < g.eflow[i].Window()
 	}
 	return g.flows[i].Outstanding() < g.flows[i].Window()
 }
@@ -392,11 +406,15 @@ func (g *Gen) SetTarget(t Target) error {
 		return fmt.Errorf("%w: %d flow targets for %d flows", ErrTarget, len(t.Flows), g.cfg.Flows)
 	}
 	g.tgt = t
-	g.flows, g.snd, g.hflow, g.hsnd = nil, nil, nil, nil
-	if t.Kind == HERD {
+	g.flows, g.snd, g.hflow, g.hsnd, g.eflow, g.esnd = nil, nil, nil, nil, nil, nil
+	switch t.Kind {
+	case HERD:
 		g.hflow = make([]*HerdFlow, g.cfg.Flows)
 		g.hsnd = make([]herdSender, g.cfg.Flows)
-	} else {
+	case ERPC:
+		g.eflow = make([]*ERPCFlow, g.cfg.Flows)
+		g.esnd = make([]erpcSender, g.cfg.Flows)
+	default:
 		g.flows = make([]*Flow, g.cfg.Flows)
 		g.snd = make([]sender, g.cfg.Flows)
 	}
@@ -417,14 +435,22 @@ func (g *Gen) SetTarget(t Target) error {
 		}
 		srv := ft.Server.Addr().As4()
 		fl := rocev2.Flow{Src: g.src[i], Dst: srv, SrcPort: g.port, DstPort: ft.Server.Port()}
-		if t.Kind == HERD {
+		switch t.Kind {
+		case HERD:
 			f, err := NewHerdFlow(w)
 			if err != nil {
 				return err
 			}
 			g.hflow[i] = f
 			g.hsnd[i] = newHerdSender(fl, ft.QPN, ft.RemoteAddr, ft.RKey)
-		} else {
+		case ERPC:
+			f, err := NewERPCFlow(ft.Session, min(w, spec.ERPCSlots))
+			if err != nil {
+				return err
+			}
+			g.eflow[i] = f
+			g.esnd[i] = newERPCSender(fl, ft.QPN, ft.QKey, QPNBase+uint32(i), ft.Session)
+		default:
 			f, err := NewFlow(FlowConfig{Window: w, AnswerQuarantine: int64(g.cfg.AnswerQuarantine)})
 			if err != nil {
 				return err
@@ -438,8 +464,11 @@ func (g *Gen) SetTarget(t Target) error {
 		g.dst[i].Port = p<<8 | p>>8
 	}
 	seg := uint16(reqLen)
-	if t.Kind == HERD {
+	switch t.Kind {
+	case HERD:
 		seg = herdReqLen
+	case ERPC:
+		seg = erpcReqLen
 	}
 	for i := range g.cfg.Flows {
 		*(*uint16)(unsafe.Pointer(&g.ctrl[i*(pktinfoLen+segLen)+pktinfoLen+unix.CmsgLen(0)])) = seg
@@ -526,8 +555,8 @@ func (r *Result) Err() error {
 		if len(r.Examples) > 0 {
 			ex = ": e.g. " + r.Examples[0]
 		}
-		return fmt.Errorf("wire: %d violations (%d real-time, %d flow regressions, %d duplicates)%s",
-			v, r.RealTime, r.Regressions, r.Duplicates, ex)
+		return fmt.Errorf("wire: %d violations (%d real-time, %d flow regressions, %d duplicates, %d reanswered)%s",
+			v, r.RealTime, r.Regressions, r.Duplicates, r.Reanswered, ex)
 	}
 	return nil
 }
@@ -593,9 +622,12 @@ func (g *Gen) Run(ctx context.Context, warmup, d time.Duration, phase Phase) (*R
 			nextExpire = now + expireTick
 			for i := range g.nflows() {
 				var n int
-				if g.hflow != nil {
+				switch {
+				case g.hflow != nil:
 					n = g.hflow[i].Expire(now, timeout)
-				} else {
+				case g.eflow != nil:
+					n = g.eflow[i].Expire(now, timeout)
+				default:
 					n = g.flows[i].Expire(now, timeout)
 				}
 				g.st.Lost += uint64(n)
@@ -630,6 +662,9 @@ func (g *Gen) outstanding() int {
 	for _, f := range g.hflow {
 		n += f.Outstanding()
 	}
+	for _, f := range g.eflow {
+		n += f.Outstanding()
+	}
 	return n
 }
 
@@ -651,6 +686,9 @@ func (g *Gen) send(now int64) {
 	if g.hflow != nil {
 		n = herdReqLen
 	}
+	if g.eflow != nil {
+		n = erpcReqLen
+	}
 	budget := len(g.arena) / n
 	if g.cfg.InFlight > 0 {
 		budget = min(budget, g.cfg.InFlight-g.out)
@@ -660,7 +698,19 @@ func (g *Gen) send(now int64) {
 		fi := g.pop()
 		start, k := used, 0
 		lim := min(maxSegs, budget)
-		if g.hflow != nil {
+		switch {
+		case g.eflow != nil:
+			f, s := g.eflow[fi], &g.esnd[fi]
+			for k < lim {
+				slot, rn, ok := f.Send(now, floor)
+				if !ok {
+					break
+				}
+				s.put(g.arena[used:], slot, rn, k)
+				used += n
+				k++
+			}
+		case g.hflow != nil:
 			f, s := g.hflow[fi], &g.hsnd[fi]
 			for k < lim {
 				pos, seq, ok := f.Send(now, floor)
@@ -671,7 +721,7 @@ func (g *Gen) send(now int64) {
 				used += n
 				k++
 			}
-		} else {
+		default:
 			f, s := g.flows[fi], &g.snd[fi]
 			for k < lim {
 				tag, ok := f.Send(now, high, floor)
@@ -805,6 +855,9 @@ func groSize(b []byte) int {
 // answer handles one answer packet, segment k of a datagram from
 // src:port, and returns its value (0 for none).
 func (g *Gen) answer(now int64, b []byte, k int, src [4]byte, port uint16, measure bool) uint64 {
+	if g.eflow != nil {
+		return g.answerERPC(now, b, k, src, port, measure)
+	}
 	var a answer
 	if !parseAnswer(b, &a) {
 		g.st.Malformed++

@@ -117,6 +117,40 @@ func TestGenHERD(t *testing.T) {
 	}
 }
 
+// TestGenERPC: the generator's eRPC sessions (one per flow, up to its
+// credits in flight) get verified answers from seqd in erpc mode, none
+// retransmitted, reanswered or unmatched.
+func TestGenERPC(t *testing.T) {
+	adm := startSeqd(t, spec.ModeERPC)
+	for _, flows := range []int{1, 64} {
+		t.Run("flows="+itoa(flows), func(t *testing.T) {
+			g, err := New(Config{Flows: flows, Window: spec.ERPCSlots, Keep: 1 << 20})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer g.Close()
+			ctx := context.Background()
+			ss, err := Admit(ctx, adm, g, spec.ModeERPC, 0, "wire-test")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ss.Close(ctx)
+			if g.eflow == nil || g.eflow[0].Session == 0 {
+				t.Fatalf("flows not admitted as erpc sessions: %+v", g.tgt.Flows[0])
+			}
+			res := runUntilMeasured(t, g, func(t *testing.T, res *Result) {
+				if res.Forged+res.BadICRC+res.Malformed+res.Reanswered+res.DupAnswers != 0 {
+					t.Fatalf("answers not all verified: %+v", res.Stats)
+				}
+			})
+			if res.OpsPerSec() <= 0 || res.Kept == 0 {
+				t.Fatalf("no throughput: %+v", res.Stats)
+			}
+			runAgain(t, g)
+		})
+	}
+}
+
 // runAgain runs g again on the same flows, as loadgen -slices does:
 // their send times and quarantines carry over on the generator's one
 // clock, so the run is measured, and its values exceed the last run's.

@@ -95,8 +95,9 @@ type receiver struct {
 	src    [4]byte
 	port   uint16
 	flow   rocev2.Flow
-	pre    [2]uint32 // prefixes for reqLen and fullLen
+	pre    [3]uint32 // prefixes for reqLen, fullLen and erpcAnsLen
 	icrc   rocev2.UDImmICRC
+	eicrc  rocev2.Patcher // eRPC answers
 	primed bool
 }
 
@@ -107,15 +108,18 @@ func (r *receiver) icrcOK(b []byte, k int, src [4]byte, port uint16) bool {
 	if !r.primed || src != r.src || port != r.port {
 		r.flow.Src, r.flow.SrcPort, r.src, r.port = src, port, src, port
 		r.flow.FlagsFrag = 0x4000
-		r.pre = [2]uint32{r.flow.Prefix(reqLen), r.flow.Prefix(fullLen)}
+		r.pre = [3]uint32{r.flow.Prefix(reqLen), r.flow.Prefix(fullLen), r.flow.Prefix(erpcAnsLen)}
 		r.primed = true
 	}
 	got := binary.LittleEndian.Uint32(b[len(b)-rocev2.ICRCLen:])
 	var sum0 uint32
 	ids := reqIDs
-	if len(b) == reqLen {
+	switch len(b) {
+	case reqLen:
 		sum0 = r.icrc.ICRC(r.pre[0], b)
-	} else {
+	case erpcAnsLen:
+		sum0, ids = r.eicrc.ICRC(r.pre[2], b), erpcAnsIDs
+	default:
 		sum0, ids = rocev2.ICRCFrom(r.pre[1], b), fullIDs
 	}
 	if k < maxSegs && sum0^ids.term[k] == got {
@@ -162,4 +166,71 @@ func (s *herdSender) put(b []byte, pos int, seq spec.Seq, k int) {
 	binary.BigEndian.PutUint32(b[rocev2.BTHLen+rocev2.RETHLen+spec.SlotSeqOff:], uint32(seq))
 	binary.LittleEndian.PutUint32(b[herdReqLen-rocev2.ICRCLen:], rocev2.ICRCFrom(s.prefix, b)^herdIDs.term[k])
 	s.psn = (s.psn + 1) & 0xffffff
+}
+
+// eRPC packets: UD SEND Only (BTH, DETH) carrying the eRPC header (a
+// request) or the header and the first value (an answer).
+const (
+	erpcReqLen = rocev2.BTHLen + rocev2.DETHLen + spec.ERPCRequestLen + rocev2.ICRCLen
+	erpcAnsLen = rocev2.BTHLen + rocev2.DETHLen + spec.ERPCAnswerLen + rocev2.ICRCLen
+	erpcHdrOff = rocev2.BTHLen + rocev2.DETHLen
+)
+
+var (
+	erpcReqIDs = newIDTerms(erpcReqLen)
+	erpcAnsIDs = newIDTerms(erpcAnsLen)
+)
+
+// erpcSender builds one eRPC flow's requests from a template: per
+// request the PSN, the slot, the request number and the ICRC.
+type erpcSender struct {
+	prefix uint32
+	tmpl   [erpcReqLen]byte
+	psn    uint32
+	icrc   rocev2.Patcher // the ICRC, patched from the last request's
+}
+
+func newERPCSender(f rocev2.Flow, destQP, qkey, srcQP uint32, session uint64) erpcSender {
+	f.FlagsFrag = 0x4000
+	s := erpcSender{prefix: f.Prefix(erpcReqLen)}
+	p := rocev2.Packet{Opcode: rocev2.UDSendOnly, PKey: rocev2.DefaultPKey, DestQP: destQP, QKey: qkey, SrcQP: srcQP,
+		Payload: make([]byte, spec.ERPCRequestLen)}
+	if err := spec.PutERPCHeader(p.Payload, spec.ERPCHeader{Op: spec.ERPCOpRequest, Count: 1, Session: session, ReqNum: 1}); err != nil {
+		panic(err) // a fixed, valid header
+	}
+	if _, err := p.Encode(s.tmpl[:]); err != nil {
+		panic(err) // a fixed, valid packet
+	}
+	return s
+}
+
+// put writes the request of slot under request number rn as segment k
+// of a GSO message into b[:erpcReqLen].
+func (s *erpcSender) put(b []byte, slot int, rn uint64, k int) {
+	b = b[:erpcReqLen]
+	copy(b, s.tmpl[:])
+	b[9], b[10], b[11] = byte(s.psn>>16), byte(s.psn>>8), byte(s.psn)
+	b[erpcHdrOff+2] = byte(slot)
+	binary.BigEndian.PutUint64(b[erpcHdrOff+16:], rn)
+	binary.LittleEndian.PutUint32(b[erpcReqLen-rocev2.ICRCLen:], s.icrc.ICRC(s.prefix, b)^erpcReqIDs.term[k])
+	s.psn = (s.psn + 1) & 0xffffff
+}
+
+// parseERPCAnswer decodes an eRPC answer packet's transport headers
+// (UD SEND Only, default P_Key, no pad, version 0) into a, with the
+// eRPC payload in a.payload, or reports false. It checks neither the
+// ICRC nor the eRPC header.
+func parseERPCAnswer(b []byte, a *answer) bool {
+	if len(b) != erpcAnsLen {
+		return false
+	}
+	if b[0] != byte(rocev2.UDSendOnly) || b[1]&0x3f != 0 || binary.BigEndian.Uint16(b[2:])&0x7fff != 0x7fff {
+		return false
+	}
+	a.destQP = binary.BigEndian.Uint32(b[4:]) & 0xffffff
+	a.qkey = binary.BigEndian.Uint32(b[12:])
+	a.srcQP = binary.BigEndian.Uint32(b[16:]) & 0xffffff
+	a.imm = 0
+	a.payload = b[erpcHdrOff : erpcHdrOff+spec.ERPCAnswerLen]
+	return true
 }
