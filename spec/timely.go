@@ -39,9 +39,10 @@ type Timely struct {
 	started  bool
 
 	// Updates counts samples that ran the update, Bypassed those the
-	// T_low bypass skipped; MinRate is the lowest rate ever set.
-	Updates, Bypassed uint64
-	MinRate           float64
+	// T_low bypass skipped, Above those of T_low or more; MinRate is the
+	// lowest rate ever set.
+	Updates, Bypassed, Above uint64
+	MinRate                  float64
 }
 
 // NewTimely returns a session's Timely at the link rate (bytes/s; ≤ 0:
@@ -64,6 +65,9 @@ func (t *Timely) Uncongested() bool { return t.Rate >= t.Link }
 func (t *Timely) Sample(now, rtt time.Duration) bool {
 	if rtt <= 0 {
 		return false
+	}
+	if rtt >= TimelyTLow {
+		t.Above++
 	}
 	if rtt < TimelyTLow && t.Uncongested() {
 		t.Bypassed++
