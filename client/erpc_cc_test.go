@@ -1,9 +1,12 @@
 package client
 
 import (
+	"context"
 	"testing"
 	"time"
 
+	"github.com/seqd/seqd/loadgen/verify"
+	"github.com/seqd/seqd/server"
 	"github.com/seqd/seqd/spec"
 )
 
@@ -123,4 +126,31 @@ func BenchmarkERPCSendCC(b *testing.B) {
 	b.Run("off", func(b *testing.B) { benchmarkERPCSend(b, false, false) })
 	b.Run("on", func(b *testing.B) { benchmarkERPCSend(b, true, false) })
 	b.Run("congested", func(b *testing.B) { benchmarkERPCSend(b, true, true) })
+}
+
+// TestERPCEndToEndCongestionControl: a client with congestion control
+// on serves verified calls (unique, increasing across callers) and
+// ranges through the whole stack, its sessions taking RTT samples.
+func TestERPCEndToEndCongestionControl(t *testing.T) {
+	a := startServer(t, server.Config{Mode: spec.ModeERPC, Workers: 2})
+	c := dialT(t, a.Admin, WithQPs(2), WithCongestionControl(true))
+	var h verify.History
+	callers(t, c, &h, time.Now(), 0, 4, 500)
+	if r := h.Check(); !r.OK() || r.Calls != 2000 {
+		t.Fatalf("%d calls: %v", r.Calls, r.Err())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if rg, err := c.GetRange(ctx, 100); err != nil || rg.Count != 100 {
+		t.Fatalf("GetRange(100) = %+v, %v", rg, err)
+	}
+	tr, ok := c.eng.tr.(*erpcTransport)
+	if !ok || !tr.cc {
+		t.Fatalf("transport %T, congestion control on: %v", c.eng.tr, ok && tr.cc)
+	}
+	minRate, updates, bypassed, above := tr.congestion()
+	if updates+bypassed == 0 {
+		t.Fatal("2000 calls gave Timely no RTT sample")
+	}
+	t.Logf("%d updates, %d bypassed, %d at T_low or more, min rate %g B/s", updates, bypassed, above, minRate)
 }
