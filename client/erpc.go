@@ -32,6 +32,16 @@ func init() { transports[spec.ModeERPC] = dialERPC }
 // for spec.ERPCFailAfter breaks the transport: the engine reconnects and
 // sends the calls in flight again on the next connection.
 //
+// Congestion control (thesis §6.4.2; on with WithCongestionControl
+// (true)): each session runs spec.Timely on the RTT of its answers
+// (none of a retransmitted request's: Karn), and a congested session's
+// requests leave paced at its rate by a Carousel wheel (spec.Wheel)
+// shared by the sessions. Both common cases are bypassed: an answer
+// below spec.TimelyTLow on an uncongested session runs no update, and
+// an uncongested session (at line rate) sends at once, past the wheel.
+// The clock is read once per batch: the engine's now, never per packet.
+// Go-back-N retransmissions and pings are not paced.
+//
 // Engine IDs are 0 ≤ id < qps × spec.ERPCSlots × erpcMaxCoalesce.
 type erpcTransport struct {
 	dev        verbs.Device
@@ -67,6 +77,12 @@ type erpcTransport struct {
 	recvWRs []verbs.RecvWR
 	recvSGE []verbs.SGE
 	resend  []int
+
+	// cc: congestion control on; wheel paces congested sessions, its
+	// items qi×spec.ERPCSlots+slot; due takes a drain.
+	cc    bool
+	wheel *spec.Wheel
+	due   []uint32
 }
 
 // erpcRef is where an engine ID waits: QP qi, slot, position in the
@@ -91,6 +107,16 @@ type erpcQP struct {
 	live  [spec.ERPCSlots]int   // callers not cancelled
 	rng   [spec.ERPCSlots]bool  // a range request
 	sendChain
+
+	// Congestion control: the session's Timely; when its next request
+	// may leave; per slot, when its request left (the RTT's start),
+	// whether it was sent again (its RTT is no sample), and the request
+	// number waiting in the wheel (0: none).
+	tl      spec.Timely
+	nextTx  time.Duration
+	sentAt  [spec.ERPCSlots]time.Duration
+	resent  [spec.ERPCSlots]bool
+	wheeled [spec.ERPCSlots]uint64
 }
 
 const (
@@ -99,6 +125,13 @@ const (
 	erpcBufs        = spec.ERPCSlots + 1 // request buffers per QP: one per slot and the ping's
 	// erpcMaxCoalesce is the most callers one request carries.
 	erpcMaxCoalesce = 64
+	// erpcWireBytes is a request's size on the wire, as the rate
+	// limiter counts it: Ethernet, IPv4, UDP, BTH, DETH, payload, ICRC.
+	erpcWireBytes = 14 + 20 + 8 + 12 + 8 + spec.ERPCRequestLen + 4
+	// The wheel: 1 µs slots, a 4 ms horizon (a request of a session at
+	// spec.TimelyMinRate leaves every ~50 µs).
+	erpcWheelSlot  = time.Microsecond
+	erpcWheelSlots = 4096
 )
 
 var (
@@ -123,6 +156,7 @@ func dialERPC(ctx context.Context, env *transportEnv) (transport, error) {
 		return nil, fmt.Errorf("client: erpc QPs: %w", err)
 	}
 	t.single = env.single
+	t.cc = env.cc
 	qps := endpointsOf(t.qps, func(q *erpcQP) verbs.QP { return q.qp })
 	return admit(ctx, env, handshake.Admission{Window: credits, QPs: qps}, spec.ModeERPC, t)
 }
@@ -177,6 +211,10 @@ func newERPC(pd verbs.PD, dev verbs.Device, nqps, credits int, rto time.Duration
 		t.recvWRs[i].SG = t.recvSGE[i : i+1]
 	}
 	t.resend = make([]int, 0, spec.ERPCSlots)
+	// A slot's request cancelled while it waits in the wheel leaves a
+	// stale item: twice the slots is room for both.
+	t.wheel = spec.NewWheel(erpcWheelSlot, erpcWheelSlots, 2*nqps*spec.ERPCSlots)
+	t.due = make([]uint32, 0, 2*nqps*spec.ERPCSlots)
 	return t, nil
 }
 
@@ -197,6 +235,8 @@ func (t *erpcTransport) attach(g handshake.Grant) error {
 		}
 		q.dest, q.qkey = srv.QPN, g.QKey
 		q.sess = spec.NewERPCClientSession(t.credits, t.rto, 0, 0, 0)
+		q.tl = spec.NewTimely(0)
+		q.sess.Rate = q.tl.Rate
 		if err := verbs.BringUpUD(q.qp, g.AnswerQKey, 0); err != nil {
 			return fmt.Errorf("client: erpc QP %d bring-up: %w", i, err)
 		}
@@ -271,6 +311,7 @@ func (t *erpcTransport) Send(now time.Duration, ids []int) (int, error) {
 		b.HoldDoorbell()
 		defer b.RingDoorbell()
 	}
+	t.pace(now)
 	took := 0
 	for took < len(ids) {
 		qi := t.pick()
@@ -301,6 +342,7 @@ func (t *erpcTransport) SendRange(now time.Duration, id, k int) (bool, error) {
 		b.HoldDoorbell()
 		defer b.RingDoorbell()
 	}
+	t.pace(now)
 	t.start(now, qi, []int{id}, k, true)
 	t.rr = (qi + 1) % len(t.qps)
 	return true, t.flushAll()
@@ -317,7 +359,52 @@ func (t *erpcTransport) start(now time.Duration, qi int, ids []int, k int, rng b
 		t.where[id] = erpcRef{qi, slot, i}
 	}
 	t.outstanding += len(ids)
+	q.resent[slot], q.wheeled[slot] = false, 0
+	if t.cc && !q.tl.Uncongested() {
+		// A congested session: the request leaves at the session's
+		// rate, through the wheel when that is later than now.
+		at := max(now, q.nextTx)
+		q.nextTx = at + q.tl.Gap(erpcWireBytes)
+		if at > now && t.wheel.Insert(now, at, uint32(qi*spec.ERPCSlots+slot)) {
+			q.wheeled[slot] = rn
+			return
+		}
+	}
+	q.sentAt[slot] = now
 	t.queue(qi, slot, spec.ERPCHeader{Op: spec.ERPCOpRequest, Slot: slot, Count: k, Session: t.session, ReqNum: rn})
+}
+
+// pace queues the requests the wheel has due by now: those still in
+// flight under the request number they were scheduled with (a cancelled
+// or already retransmitted one is skipped). The caller flushes.
+func (t *erpcTransport) pace(now time.Duration) {
+	if t.wheel.Len() == 0 {
+		return
+	}
+	t.due = t.wheel.Drain(now, t.due[:0])
+	for _, it := range t.due {
+		qi, slot := int(it)/spec.ERPCSlots, int(it)%spec.ERPCSlots
+		q := t.qps[qi]
+		rn, k, ok := q.sess.Request(slot)
+		if !ok || q.wheeled[slot] == 0 || rn != q.wheeled[slot] {
+			continue
+		}
+		q.wheeled[slot], q.sentAt[slot] = 0, now
+		t.queue(qi, slot, spec.ERPCHeader{Op: spec.ERPCOpRequest, Slot: slot, Count: k, Session: t.session, ReqNum: rn})
+	}
+}
+
+// congestion is the sessions' lowest rate ever (bytes/s), their Timely
+// updates and bypasses, and their RTT samples of spec.TimelyTLow or more.
+func (t *erpcTransport) congestion() (minRate float64, updates, bypassed, above uint64) {
+	minRate = spec.TimelyLinkRate
+	for _, q := range t.qps {
+		minRate = min(minRate, q.tl.MinRate)
+		updates += q.tl.Updates
+		bypassed += q.tl.Bypassed
+		above += q.tl.Above
+	}
+	return minRate, updates, bypassed, above
 }
 
 // queue adds a request (or ping, buffer erpcBufs-1) to its QP's chain.
@@ -399,6 +486,10 @@ func (t *erpcTransport) Poll(now time.Duration, res []result) int {
 				// The callers move to the carry, delivered below; the
 				// slot is free again at once.
 				s := h.Slot
+				if t.cc && !q.resent[s] {
+					q.tl.Sample(now, now-q.sentAt[s])
+					q.sess.Rate = q.tl.Rate
+				}
 				calls := q.calls[s]
 				q.calls[s] = t.spare[len(t.spare)-1][:0]
 				t.spare = t.spare[:len(t.spare)-1]
@@ -467,6 +558,7 @@ func (t *erpcTransport) Expire(now time.Duration) int {
 		b.HoldDoorbell()
 		defer b.RingDoorbell()
 	}
+	t.pace(now)
 	n := 0
 	for qi, q := range t.qps {
 		if q.sess == nil {
@@ -478,6 +570,7 @@ func (t *erpcTransport) Expire(now time.Duration) int {
 		}
 		t.resend = q.sess.GoBackN(now, t.resend[:0])
 		for _, s := range t.resend {
+			q.resent[s], q.wheeled[s] = true, 0 // sent now: the wheel's copy is skipped
 			rn, k, _ := q.sess.Request(s)
 			t.queue(qi, s, spec.ERPCHeader{Op: spec.ERPCOpRequest, Slot: s, Count: k, Session: t.session, ReqNum: rn})
 			n++
@@ -492,7 +585,7 @@ func (t *erpcTransport) Expire(now time.Duration) int {
 
 // NextDeadline is when Expire next has work: while requests are in
 // flight, the earliest of the sessions' retransmissions, failure
-// timeouts and heartbeats.
+// timeouts and heartbeats, and the wheel's next request.
 func (t *erpcTransport) NextDeadline() (time.Duration, bool) {
 	if t.outstanding == 0 || t.broken {
 		return 0, false
@@ -505,6 +598,9 @@ func (t *erpcTransport) NextDeadline() (time.Duration, bool) {
 		if e := q.sess.NextEvent(); !ok || e < d {
 			d, ok = e, true
 		}
+	}
+	if e, wok := t.wheel.Next(); wok && (!ok || e < d) {
+		d, ok = e, true
 	}
 	return d, ok
 }

@@ -29,6 +29,7 @@ type options struct {
 	dialOpts    []grpc.DialOption
 	coalesce    int // WithCoalescing: ranged requests in flight; 0 off
 	coalesceSet bool
+	cc          bool // WithCongestionControl
 }
 
 // DefaultTimeout is the deadline of a call whose context has none. It
@@ -122,6 +123,17 @@ const DefaultCoalescing = 1
 // in one request either). Modes without ranges never coalesce.
 func WithCoalescing(n int) Option {
 	return func(o *options) error { o.coalesce, o.coalesceSet = n, true; return nil }
+}
+
+// WithCongestionControl turns the eRPC mode's congestion control on or
+// off (the default): Timely on each session's RTTs and a Carousel rate
+// limiter for congested sessions (thesis §6.4.2). Other modes have none
+// and ignore it. It is off by default because Timely's thresholds are
+// eRPC's, set for hardware NICs (T_low 50 µs): the soft provider's own
+// round trip on a loaded host is about that, so Timely would throttle
+// sessions no network congests (issue 30).
+func WithCongestionControl(on bool) Option {
+	return func(o *options) error { o.cc = on; return nil }
 }
 
 // WithLogger sets the logger the client logs to (connects, failovers,

@@ -51,6 +51,9 @@ type Config struct {
 	// mode that serves ranges run once per setting, in order; empty: the
 	// client's default. Other modes ignore it.
 	Coalesce []int
+	// CongestionControl is the clients' client.WithCongestionControl:
+	// Timely and the Carousel wheel in mode erpc (others ignore it).
+	CongestionControl bool
 
 	Duration time.Duration // measured interval per point
 	Warmup   time.Duration // before each point's measurement

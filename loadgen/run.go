@@ -312,7 +312,7 @@ func (r *runner) runPoint(ctx context.Context, mode string, p Point, coalesce in
 		cl, err := client.Dial(dctx, r.addr, client.WithEndpoints(r.members...), client.WithDevice(c.Provider, c.Device, c.ProviderOpts),
 			client.WithAdminDialOptions(c.adminOpts()...), client.WithQPs(qps),
 			client.WithWindow(perQP), client.WithName(fmt.Sprintf("loadgen-%d", i)), client.WithLogger(quiet),
-			client.WithCoalescing(coalesce))
+			client.WithCoalescing(coalesce), client.WithCongestionControl(c.CongestionControl))
 		cancel()
 		if err != nil {
 			return res, fmt.Errorf("loadgen: %s: client %d: %w", mode, i, err)

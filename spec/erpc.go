@@ -277,8 +277,8 @@ type ERPCClientSession struct {
 	FailAfter,
 	Heartbeat time.Duration
 	// Rate is the session's sending rate in bytes per second, 0 for
-	// unlimited: the field congestion control (Timely) will set; nothing
-	// reads it yet.
+	// unlimited: the client transport copies its Timely's rate here
+	// (Timely); the session itself does not read it.
 	Rate float64
 
 	used    int // credits in use

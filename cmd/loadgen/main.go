@@ -72,6 +72,7 @@ func realMainEnv(args []string, stdout, stderr io.Writer, environ []string) int 
 	sweepW := fs.String("sweep-window", "", "windows to sweep, e.g. 1,4,16,64 (replaces -window)")
 	sweepC := fs.String("sweep-clients", "", "client counts to sweep, e.g. 1,2,4 (replaces -clients)")
 	coalesce := fs.String("coalesce", "", "in modes that serve ranges ("+spec.ModeList(spec.RangeModes())+"): coalesce each client's concurrent calls into ranged requests: on, off, or how many ranged requests in flight per client; a list (on,off) runs every point once per setting, to compare them in one run (default: the client's, on)")
+	fs.BoolVar(&c.CongestionControl, "erpc-cc", false, "in mode erpc: congestion control in the clients, Timely on each session's RTTs and a Carousel rate limiter for congested sessions (thesis §6.4.2); run once with and once without to compare")
 	fs.DurationVar(&c.Duration, "duration", 5e9, "measured interval per mode and point")
 	fs.DurationVar(&c.Warmup, "warmup", 1e9, "warm-up before each measurement")
 	fs.DurationVar(&c.Echo, "echo", 1e9, "how long to measure each echo floor (negative: skip)")

@@ -1,0 +1,126 @@
+package spec
+
+import "time"
+
+// Timely congestion control (Mittal et al., SIGCOMM 2015) as eRPC runs
+// it at each client session (thesis §6.4.2; eRPC's cc/timely.h): an RTT
+// sample per answer moves the session's sending rate. Below TimelyTLow
+// the rate grows additively; above TimelyTHigh it falls in proportion to
+// how far the RTT overshoots; in between the EWMA of the RTT gradient
+// decides: additive increase (five steps after TimelyHAIThresh negative
+// gradients in a row) when it is not positive, multiplicative decrease
+// by β × the gradient normalised by the minimum RTT when it is. The rate
+// stays between TimelyMinRate and the link rate.
+const (
+	TimelyTLow      = 50 * time.Microsecond   // below: additive increase (and the bypass)
+	TimelyTHigh     = 1000 * time.Microsecond // above: decrease
+	TimelyMinRTT    = 2 * time.Microsecond    // normalises the gradient
+	TimelyEWMA      = 0.46                    // α of the gradient's EWMA
+	TimelyBeta      = 0.26                    // β, multiplicative decrease
+	TimelyAddRate   = 5e6 / 8                 // additive step: 5 Mbit/s, in bytes/s
+	TimelyMinRate   = 15e6 / 8                // floor: 15 Mbit/s, in bytes/s
+	TimelyHAIThresh = 5                       // negative gradients before hyper-active increase
+
+	// TimelyLinkRate is the line rate a session starts at and never
+	// exceeds (bytes/s): 100 Gbit/s, as no provider seqd runs on is
+	// faster; a session at it is uncongested.
+	TimelyLinkRate = 100e9 / 8
+)
+
+// Timely is one session's Timely state. Its zero value is not ready: use
+// NewTimely. It is a value (no pointers): a session embeds it.
+type Timely struct {
+	Rate     float64 // bytes/s, TimelyMinRate ≤ Rate ≤ Link
+	Link     float64 // the line rate
+	prevRTT  time.Duration
+	avgDiff  float64 // EWMA of RTT differences, seconds
+	lastAt   time.Duration
+	negCount int
+	started  bool
+
+	// Updates counts samples that ran the update, Bypassed those the
+	// T_low bypass skipped, Above those of T_low or more; MinRate is the
+	// lowest rate ever set.
+	Updates, Bypassed, Above uint64
+	MinRate                  float64
+}
+
+// NewTimely returns a session's Timely at the link rate (bytes/s; ≤ 0:
+// TimelyLinkRate).
+func NewTimely(link float64) Timely {
+	if link <= 0 {
+		link = TimelyLinkRate
+	}
+	return Timely{Rate: link, Link: link, MinRate: link}
+}
+
+// Uncongested reports that the session sends at line rate: it bypasses
+// the rate limiter.
+func (t *Timely) Uncongested() bool { return t.Rate >= t.Link }
+
+// Sample takes an RTT measured at now (the batch's one clock reading).
+// Bypass: an uncongested session with an RTT below TimelyTLow would only
+// add to a rate already at its cap, so the update is skipped (it reports
+// false). A non-positive RTT is no sample.
+func (t *Timely) Sample(now, rtt time.Duration) bool {
+	if rtt <= 0 {
+		return false
+	}
+	if rtt >= TimelyTLow {
+		t.Above++
+	}
+	if rtt < TimelyTLow && t.Uncongested() {
+		t.Bypassed++
+		t.prevRTT = rtt // the next gradient is taken from here
+		t.lastAt = now
+		t.started = true
+		return false
+	}
+	t.update(now, rtt)
+	return true
+}
+
+func (t *Timely) update(now, rtt time.Duration) {
+	t.Updates++
+	if !t.started {
+		t.started, t.prevRTT, t.lastAt = true, rtt, now
+	}
+	diff := (rtt - t.prevRTT).Seconds()
+	t.prevRTT = rtt
+	// The weight of a sample grows with the time since the last update,
+	// up to one minimum RTT (eRPC's delta factor).
+	delta := 1.0
+	if el := now - t.lastAt; el >= 0 && el < TimelyMinRTT {
+		delta = float64(el) / float64(TimelyMinRTT)
+	}
+	t.lastAt = now
+	t.avgDiff = (1-TimelyEWMA)*t.avgDiff + delta*TimelyEWMA*diff
+	grad := t.avgDiff / TimelyMinRTT.Seconds()
+	r := t.Rate
+	switch {
+	case rtt < TimelyTLow:
+		r += TimelyAddRate
+	case rtt > TimelyTHigh:
+		r *= 1 - TimelyBeta*(1-float64(TimelyTHigh)/float64(rtt))
+	case grad <= 0:
+		t.negCount++
+		n := 1.0
+		if t.negCount >= TimelyHAIThresh {
+			n = 5
+		}
+		r += n * TimelyAddRate * delta
+	default:
+		t.negCount = 0
+		r *= 1 - TimelyBeta*grad // a steep gradient drives it below zero: the floor catches it
+	}
+	t.Rate = min(max(r, TimelyMinRate), t.Link)
+	t.MinRate = min(t.MinRate, t.Rate)
+}
+
+// Gap is how long bytes take to leave at the session's rate.
+func (t *Timely) Gap(bytes int) time.Duration {
+	if t.Rate <= 0 {
+		return 0
+	}
+	return time.Duration(float64(bytes) / t.Rate * 1e9)
+}

@@ -1,0 +1,167 @@
+package spec
+
+import (
+	"testing"
+	"time"
+)
+
+const us = time.Microsecond
+
+// feed gives t one sample per step, 10 µs apart from at, and returns the
+// time after the last.
+func feed(t *Timely, at time.Duration, rtts ...time.Duration) time.Duration {
+	for _, r := range rtts {
+		at += 10 * us
+		t.Sample(at, r)
+	}
+	return at
+}
+
+func TestTimelyBypassBelowTLow(t *testing.T) {
+	tm := NewTimely(0)
+	feed(&tm, 0, 5*us, 10*us, 49*us, 3*us)
+	if tm.Updates != 0 || tm.Bypassed != 4 || tm.Rate != TimelyLinkRate {
+		t.Fatalf("uncongested, RTTs < T_low: updates %d bypassed %d rate %g, want 0, 4, %g", tm.Updates, tm.Bypassed, tm.Rate, float64(TimelyLinkRate))
+	}
+	// A congested session below T_low is not bypassed: it increases.
+	tm.Rate = TimelyLinkRate / 2
+	r := tm.Rate
+	if !tm.Sample(1*time.Second, 5*us) || tm.Rate != r+TimelyAddRate {
+		t.Fatalf("congested below T_low: rate %g, want %g (additive step)", tm.Rate, r+TimelyAddRate)
+	}
+}
+
+func TestTimelyDecreasesOnRisingGradient(t *testing.T) {
+	tm := NewTimely(0)
+	at := feed(&tm, 0, 60*us, 80*us, 100*us, 120*us, 140*us)
+	if tm.Rate >= TimelyLinkRate {
+		t.Fatalf("rising RTTs 60..140 µs: rate %g, want below the link rate", tm.Rate)
+	}
+	low := tm.Rate
+	// Falling RTTs between the thresholds: the gradient turns negative,
+	// the rate rises again (additively, then five steps at a time).
+	feed(&tm, at, 130*us, 120*us, 110*us, 100*us, 90*us, 80*us, 70*us, 60*us, 60*us, 60*us, 60*us, 60*us, 60*us, 60*us)
+	if tm.Rate <= low {
+		t.Fatalf("falling RTTs: rate %g, want above %g", tm.Rate, low)
+	}
+}
+
+func TestTimelyRisesUnderLowRTT(t *testing.T) {
+	tm := NewTimely(0)
+	tm.Rate = TimelyMinRate
+	feed(&tm, 0, 10*us, 10*us, 10*us)
+	if want := TimelyMinRate + 3*TimelyAddRate; tm.Rate != want {
+		t.Fatalf("three RTTs below T_low from the floor: rate %g, want %g", tm.Rate, want)
+	}
+	tm.Rate = TimelyLinkRate - 1
+	feed(&tm, time.Second, 10*us)
+	if tm.Rate != TimelyLinkRate {
+		t.Fatalf("rate %g past the link rate %g", tm.Rate, float64(TimelyLinkRate))
+	}
+}
+
+func TestTimelyHighRTTAndFloor(t *testing.T) {
+	tm := NewTimely(0)
+	r := tm.Rate
+	tm.Sample(10*us, 2*time.Millisecond)
+	want := r * (1 - TimelyBeta*(1-float64(TimelyTHigh)/float64(2*time.Millisecond)))
+	if tm.Rate != want {
+		t.Fatalf("RTT 2 ms > T_high: rate %g, want %g", tm.Rate, want)
+	}
+	at := 10 * us
+	for i := range 2000 {
+		at = feed(&tm, at, time.Duration(i+1)*time.Millisecond)
+		if tm.Rate < TimelyMinRate {
+			t.Fatalf("step %d: rate %g below the floor %g", i, tm.Rate, TimelyMinRate)
+		}
+	}
+	if tm.Rate != TimelyMinRate || tm.MinRate != TimelyMinRate {
+		t.Fatalf("after 2000 growing RTTs: rate %g (min %g), want the floor %g", tm.Rate, tm.MinRate, TimelyMinRate)
+	}
+	if tm.Sample(at+us, 0) || tm.Sample(at+us, -us) {
+		t.Fatal("a non-positive RTT counted as a sample")
+	}
+}
+
+func TestTimelyGap(t *testing.T) {
+	tm := NewTimely(1e6) // 1 MB/s
+	tm.Rate = 1e6
+	if g := tm.Gap(100); g != 100*us {
+		t.Fatalf("100 B at 1 MB/s: gap %v, want 100µs", g)
+	}
+}
+
+func TestWheel(t *testing.T) {
+	w := NewWheel(us, 64, 4)
+	out := make([]uint32, 0, 4)
+	if !w.Insert(0, 10*us, 1) || !w.Insert(0, 3*us, 2) || !w.Insert(0, 3*us+500, 3) || !w.Insert(0, time.Second, 4) {
+		t.Fatal("insert refused with room")
+	}
+	if w.Insert(0, 0, 5) {
+		t.Fatal("insert into a full wheel accepted")
+	}
+	if at, ok := w.Next(); !ok || at != 3*us {
+		t.Fatalf("Next %v %v, want 3µs", at, ok)
+	}
+	if got := w.Drain(2*us, out); len(got) != 0 {
+		t.Fatalf("drain at 2µs gave %v, want nothing", got)
+	}
+	if got := w.Drain(3*us, out); len(got) != 2 || got[0] != 2 || got[1] != 3 {
+		t.Fatalf("drain at 3µs gave %v, want [2 3]", got)
+	}
+	if got := w.Drain(62*us, out); len(got) != 1 || got[0] != 1 {
+		t.Fatalf("drain at 62µs gave %v, want [1]", got)
+	}
+	// 1 s was past the 63 µs horizon: it went in the horizon's last slot.
+	if got := w.Drain(63*us, out); len(got) != 1 || got[0] != 4 || w.Len() != 0 {
+		t.Fatalf("drain at 63µs gave %v (len %d), want [4]", got, w.Len())
+	}
+	if _, ok := w.Next(); ok {
+		t.Fatal("Next on an empty wheel")
+	}
+	// An empty wheel's cursor catches up: an item due now leaves now.
+	w.Insert(5*time.Millisecond, 5*time.Millisecond, 7)
+	if got := w.Drain(5*time.Millisecond, out); len(got) != 1 || got[0] != 7 {
+		t.Fatalf("drain after idle gave %v, want [7]", got)
+	}
+	// A full out stops the drain; the rest waits.
+	for i := range 4 {
+		w.Insert(6*time.Millisecond, 6*time.Millisecond, uint32(i))
+	}
+	if got := w.Drain(6*time.Millisecond, out[:0:2]); len(got) != 2 || w.Len() != 2 {
+		t.Fatalf("drain into 2 gave %v, %d left", got, w.Len())
+	}
+	if got := w.Drain(6*time.Millisecond, out); len(got) != 2 || got[0] != 2 || w.Len() != 0 {
+		t.Fatalf("second drain gave %v", got)
+	}
+}
+
+func TestWheelZeroAllocs(t *testing.T) {
+	w := NewWheel(us, 1024, 64)
+	out := make([]uint32, 0, 64)
+	tm := NewTimely(0)
+	var now time.Duration
+	a := testing.AllocsPerRun(1000, func() {
+		now += us
+		for i := range 8 {
+			w.Insert(now, now+time.Duration(i)*us, uint32(i))
+		}
+		out = w.Drain(now+8*us, out[:0])
+		tm.Sample(now, 70*us)
+	})
+	if a != 0 {
+		t.Fatalf("%v allocs per insert/drain/sample round, want 0", a)
+	}
+}
+
+func BenchmarkWheel(b *testing.B) {
+	w := NewWheel(us, 1024, 64)
+	out := make([]uint32, 0, 64)
+	var now time.Duration
+	b.ReportAllocs()
+	for b.Loop() {
+		now += us
+		w.Insert(now, now+3*us, 1)
+		out = w.Drain(now, out[:0])
+	}
+}
