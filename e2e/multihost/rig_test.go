@@ -468,13 +468,21 @@ func (h *history) check(t *testing.T) outcome {
 func (h *history) recovery(t *testing.T, mark int64) (worst, median time.Duration) {
 	t.Helper()
 	var ds []time.Duration
-	for _, s := range h.sessions {
+	slowest, at := time.Duration(0), -1
+	for i, s := range h.sessions {
 		for _, c := range s {
 			if c.ok && c.start >= mark {
-				ds = append(ds, time.Duration(c.end-mark))
+				d := time.Duration(c.end - mark)
+				ds = append(ds, d)
+				if d > slowest {
+					slowest, at = d, i
+				}
 				break
 			}
 		}
+	}
+	if at >= 0 {
+		t.Logf("RIG slowest session: #%d of %d (in the order the clients were started), served again %v after the mark", at, len(h.sessions), slowest.Round(time.Millisecond))
 	}
 	if len(ds) < len(h.sessions) {
 		t.Errorf("%d of %d sessions not served again after the mark", len(h.sessions)-len(ds), len(h.sessions))
