@@ -93,7 +93,7 @@ func newNullWorker(b testing.TB, flows int) (*worker, []verbs.WC, func()) {
 	rn := uint64(0)
 	next := func() {
 		rn++
-		buf := w.recvMR.Bytes()
+		buf := w.RecvMR.Bytes()
 		for i := range wcs {
 			off := i*recvSlot + verbs.GRHLen
 			spec.PutERPCHeader(buf[off:off+spec.ERPCRequestLen], spec.ERPCHeader{Op: spec.ERPCOpRequest,

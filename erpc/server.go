@@ -187,7 +187,7 @@ func (s *Server) Admit(ctx context.Context, a handshake.Admission, replaces hand
 	g := handshake.Grant{Session: sess.id, Epoch: s.cfg.Epoch, Window: credits, QKey: s.cfg.QKey, AnswerQKey: qkey,
 		Assignment: assign, AnswerQPs: s.AnswerQPs}
 	for _, w := range s.Workers {
-		g.ServerQPs = append(g.ServerQPs, handshake.Endpoint{Addr: w.reqQP.Address(), QPN: w.reqQP.QPN()})
+		g.ServerQPs = append(g.ServerQPs, handshake.Endpoint{Addr: w.ReqQP.Address(), QPN: w.ReqQP.QPN()})
 	}
 	s.log.Debug("erpc session admitted", "session", sess.id, "name", a.Name, "qps", len(ids), "credits", credits)
 	return g, nil

@@ -214,7 +214,7 @@ func TestHostileInput(t *testing.T) {
 	if err := verbs.BringUpUD(stranger.e.QP, 1, 0); err != nil {
 		t.Fatal(err)
 	}
-	stranger.ah = verbstest.AH(t, stranger.e, s.Workers[0].reqQP.Address())
+	stranger.ah = verbstest.AH(t, stranger.e, s.Workers[0].ReqQP.Address())
 	stranger.send(t, stranger.req(0, 1, 1))
 	waitCounter(t, s, "drops_total", "unknown_source", 1)
 	verbstest.ExpectEmpty(t, c.e.RecvCQ, "answers to bad requests")

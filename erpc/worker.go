@@ -2,9 +2,7 @@ package erpc
 
 import (
 	"fmt"
-	"runtime"
 	"sync/atomic"
-	"time"
 
 	wk "github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/spec"
@@ -53,12 +51,10 @@ type worker struct {
 	wk.Base
 	s *Server
 
-	reqCQ, sendCQ verbs.CQ
-	reqQP         verbs.QP
-	recvMR        verbs.MR
-	rwrs          []verbs.RecvWR
-	rsge          []verbs.SGE
-	chain         []verbs.RecvWR
+	wk.UDRing // the request QP, its CQs and the receive buffers
+	// chain collects the batch's re-posts (UDRing.RWRs), posted as one
+	// chain.
+	chain []verbs.RecvWR
 
 	peers   wk.Peers[peer] // written under Server.mu
 	credits int            // credits of the sessions admitted here; Server.mu
@@ -81,26 +77,10 @@ func newWorker(s *Server, id int) (_ *worker, err error) {
 			w.Close()
 		}
 	}()
-	if w.reqCQ, w.sendCQ, w.reqQP, err = c.UDRequestQueue(s.PD, c.RecvQueue, c.RecvQueue); err != nil {
+	if err = w.UDRing.Open(&c.Config, s.PD, c.RecvQueue, recvSlot); err != nil {
 		return nil, fmt.Errorf("erpc: worker %d: %w", id, err)
 	}
-	if w.recvMR, err = s.PD.RegMR(c.RecvQueue*recvSlot, verbs.AccessLocalWrite); err != nil {
-		return nil, fmt.Errorf("erpc: worker %d: receive buffers: %w", id, err)
-	}
-	w.rwrs = make([]verbs.RecvWR, c.RecvQueue)
-	w.rsge = make([]verbs.SGE, c.RecvQueue)
-	for i := range w.rwrs {
-		w.rsge[i] = verbs.SGE{Addr: w.recvMR.Addr() + uint64(i*recvSlot), Length: recvSlot, LKey: w.recvMR.LKey()}
-		w.rwrs[i] = verbs.RecvWR{ID: uint64(i), SG: w.rsge[i : i+1]}
-	}
-	for off := 0; off < len(w.rwrs); {
-		n, err := w.reqQP.PostRecv(w.rwrs[off:])
-		if err != nil {
-			return nil, fmt.Errorf("erpc: worker %d: post receives: %w", id, err)
-		}
-		off += n
-	}
-	if err = w.Init(&c.Config, id, s.PD, w.sendCQ, spec.ERPCAnswerLen, &s.stopped, dropNames...); err != nil {
+	if err = w.Init(&c.Config, id, s.PD, w.SendCQ, spec.ERPCAnswerLen, &s.stopped, dropNames...); err != nil {
 		return nil, fmt.Errorf("erpc: %w", err)
 	}
 	w.wcs = make([]verbs.WC, c.Batch)
@@ -113,9 +93,7 @@ func newWorker(s *Server, id int) (_ *worker, err error) {
 }
 
 func (w *worker) toErr() {
-	if w.reqQP != nil {
-		w.reqQP.Modify(&verbs.QPAttr{State: verbs.StateErr}, verbs.AttrState)
-	}
+	w.UDRing.ToErr()
 	if w.Resp != nil {
 		w.Resp.ToErr()
 	}
@@ -124,36 +102,14 @@ func (w *worker) toErr() {
 // Close destroys the worker's resources; it is not running.
 func (w *worker) Close() {
 	w.Base.Close()
-	wk.CloseAll(w.reqQP, w.recvMR, w.reqCQ, w.sendCQ)
+	w.UDRing.Close()
 }
 
 // Run is the worker's loop; it returns when the mode stops.
 func (w *worker) Run() {
 	defer w.Pin()()
-	spin := w.s.cfg.Spin
-	idleSince := time.Duration(-1)
-	for !w.s.stopped.Load() {
-		n, err := w.reqCQ.Poll(w.wcs)
-		if err != nil {
-			w.Log.Error("poll requests", "err", err)
-			n = 0
-		}
-		w.ReapSends()
-		if n == 0 {
-			now := time.Since(w.s.start)
-			if idleSince < 0 {
-				idleSince = now
-			} else if spin >= 0 && now-idleSince > spin {
-				w.reqCQ.Wait(w.s.ctx)
-				idleSince = -1
-			} else {
-				runtime.Gosched()
-			}
-			continue
-		}
-		idleSince = -1
-		w.batch(w.wcs[:n])
-	}
+	w.Serve(w.s.ctx, &w.s.stopped, w.s.start, w.s.cfg.Spin, w.wcs,
+		func(err error) { w.Log.Error("poll requests", "err", err) }, w.ReapSends, w.batch)
 }
 
 // batch serves one polled burst: the receive buffers go back in one
@@ -164,20 +120,20 @@ func (w *worker) Run() {
 func (w *worker) batch(wcs []verbs.WC) {
 	drops := w.Drops
 	peers := *w.peers.Load()
-	buf := w.recvMR.Bytes()
+	buf := w.RecvMR.Bytes()
 	nfresh, nout, nre, values := 0, 0, 0, 0
 	oldest := verbs.Time(0)
 	polled := verbs.Now()
 	for i := range wcs {
 		wc := &wcs[i]
 		slot := int(wc.ID)
-		if slot < 0 || slot >= len(w.rwrs) {
+		if slot < 0 || slot >= len(w.RWRs) {
 			continue
 		}
 		if wc.Status == verbs.WCWRFlushErr {
 			continue
 		}
-		w.chain[nre] = w.rwrs[slot]
+		w.chain[nre] = w.RWRs[slot]
 		nre++
 		if wc.Status != verbs.WCSuccess {
 			drops[dropWCError].Add(1)
@@ -254,7 +210,7 @@ func (w *worker) batch(wcs []verbs.WC) {
 		w.out[i].p.inBatch = 0
 	}
 	if nre > 0 {
-		if _, err := w.reqQP.PostRecv(w.chain[:nre]); err != nil && !w.s.stopped.Load() {
+		if _, err := w.ReqQP.PostRecv(w.chain[:nre]); err != nil && !w.s.stopped.Load() {
 			w.Log.Error("re-post receives", "err", err)
 		}
 	}

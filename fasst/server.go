@@ -160,7 +160,7 @@ func (s *Server) Admit(ctx context.Context, a handshake.Admission, replaces hand
 	g := handshake.Grant{Session: sess.id, Epoch: s.cfg.Epoch, Window: window, QKey: s.cfg.QKey, AnswerQKey: qkey,
 		Assignment: assign, AnswerQPs: s.AnswerQPs} // High: the admin adapter reads it from the oracle
 	for _, w := range s.Workers {
-		g.ServerQPs = append(g.ServerQPs, handshake.Endpoint{Addr: w.reqQP.Address(), QPN: w.reqQP.QPN()})
+		g.ServerQPs = append(g.ServerQPs, handshake.Endpoint{Addr: w.ReqQP.Address(), QPN: w.ReqQP.QPN()})
 	}
 	s.log.Debug("fasst client admitted", "session", sess.id, "name", a.Name, "qps", len(ids), "window", window)
 	return g, nil

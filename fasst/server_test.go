@@ -235,7 +235,7 @@ func TestBadRequests(t *testing.T) {
 	if err := verbs.BringUpUD(stranger.e.QP, 1, 0); err != nil {
 		t.Fatal(err)
 	}
-	stranger.ah = verbstest.AH(t, stranger.e, s.Workers[0].reqQP.Address())
+	stranger.ah = verbstest.AH(t, stranger.e, s.Workers[0].ReqQP.Address())
 	stranger.send(t, request(1, 7), false)
 	waitDrops(t, s, "unknown_source", 1)
 	verbstest.ExpectEmpty(t, c.e.RecvCQ, "answers to bad requests")
@@ -292,7 +292,7 @@ func TestStopMovesToErr(t *testing.T) {
 		t.Fatalf("Stop = %d, %v", high, err)
 	}
 	for _, w := range s.Workers {
-		if st := w.reqQP.State(); st != verbs.StateErr {
+		if st := w.ReqQP.State(); st != verbs.StateErr {
 			t.Errorf("worker %d request QP in %v", w.ID, st)
 		}
 		for _, qp := range w.Resp.QPs() {
