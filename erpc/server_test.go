@@ -148,7 +148,15 @@ func TestRetransmissionSameValue(t *testing.T) {
 		t.Fatalf("answer %+v", h1)
 	}
 	log.Record(c.session, h1.Slot, h1.ReqNum, v1)
+	// A worker counts a burst after its doorbell: the answer may be here
+	// before the count of its 4 values.
 	served := s.Stats().Served
+	for deadline := time.Now().Add(5 * time.Second); served < 4 && time.Now().Before(deadline); served = s.Stats().Served {
+		time.Sleep(time.Millisecond)
+	}
+	if served != 4 {
+		t.Fatalf("served %d values for one request of 4", served)
+	}
 	for range 3 {
 		c.send(t, c.req(3, 1, 4))
 		h, v := c.answer(t)
