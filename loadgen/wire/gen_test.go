@@ -59,7 +59,7 @@ func TestGenSeqd(t *testing.T) {
 	adm := startSeqd(t, spec.ModeSpecS0)
 	for _, flows := range []int{1, 64} {
 		t.Run("flows="+itoa(flows), func(t *testing.T) {
-			g, err := New(Config{Flows: flows, Window: max(4, 256/flows), Keep: 1 << 20})
+			g, err := New(Config{Flows: flows, Window: max(4, 256/flows), InFlight: testInFlight(flows), Keep: 1 << 20})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -93,7 +93,7 @@ func TestGenHERD(t *testing.T) {
 	adm := startSeqd(t, spec.ModeHERD)
 	for _, flows := range []int{1, 64} {
 		t.Run("flows="+itoa(flows), func(t *testing.T) {
-			g, err := New(Config{Flows: flows, Window: max(1, 256/flows), Keep: 1 << 20})
+			g, err := New(Config{Flows: flows, Window: max(1, 256/flows), InFlight: testInFlight(flows), Keep: 1 << 20})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -124,7 +124,7 @@ func TestGenERPC(t *testing.T) {
 	adm := startSeqd(t, spec.ModeERPC)
 	for _, flows := range []int{1, 64} {
 		t.Run("flows="+itoa(flows), func(t *testing.T) {
-			g, err := New(Config{Flows: flows, Window: spec.ERPCSlots, Keep: 1 << 20})
+			g, err := New(Config{Flows: flows, Window: spec.ERPCSlots, InFlight: testInFlight(flows), Keep: 1 << 20})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -365,4 +365,16 @@ func TestStatsAdd(t *testing.T) {
 			t.Errorf("Stats.%s: %v after adding %v twice", s.Type().Field(i).Name, f, o)
 		}
 	}
+}
+
+// testInFlight caps what many flows keep outstanding in these tests,
+// which check answers, not capacity: 64 flows' full windows (256 to 512
+// requests) queued at a server that shares two cores with the other
+// test packages under -race waited past spec.MaxResidence, and the
+// server rightly dropped every one (0 answers in ten rounds).
+func testInFlight(flows int) int {
+	if flows > 1 {
+		return 16
+	}
+	return 0
 }
