@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	"github.com/seqd/seqd/internal/claim"
 	wk "github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
@@ -231,7 +232,7 @@ func (w *worker) batch(wcs []verbs.WC) {
 			for i := range w.fresh[:placed] {
 				values += w.fresh[i].k
 			}
-			if retried >= maxRetries {
+			if retried >= claim.MaxRetries {
 				drops[dropBoundary].Add(uint64(nfresh - placed))
 			}
 			for i := range w.fresh[placed:nfresh] {

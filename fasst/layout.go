@@ -1,63 +1,10 @@
 package fasst
 
-import "github.com/seqd/seqd/spec"
+import "github.com/seqd/seqd/internal/claim"
 
-// maxClaim bounds the values of one oracle claim of a batch (the
-// oracle's default MaxBatch is 1<<16): a batch of range requests is
-// claimed in several claims when its counts add up to more.
-const maxClaim = 1 << 15
-
-// maxRetries bounds the claims that place nothing (a request found
-// every fresh claim straddling a millisecond, which takes other workers
-// claiming in between): the requests left are dropped (reason boundary)
-// and their clients resend them.
-const maxRetries = 3
-
-// layout gives each request of reqs the first of its k values, from
-// claims of at most maxClaim values (claim returns the first of n
-// consecutive values claimed, or false, counted by the claimer, when
-// the oracle refused). Requests are placed in order at consecutive
-// offsets of a claim; in the hybrid format a request for k > 1 values
-// that would span a millisecond boundary starts at the boundary instead
-// (spec.HybridMillisecond: every request's values share one
-// millisecond), and the values skipped are never handed out. Requests
-// that do not fit in what is left of a claim go into the next one.
-//
-// It returns how many requests, a prefix of reqs, got values: the rest
-// (the oracle refused, or maxRetries claims in a row placed nothing)
-// are not answered. retried reports claims that placed nothing.
-//
-// It is pure: no I/O, no clock; claim is the only way out.
-func layout(reqs []pending, hybrid bool, claim func(n int) (uint64, bool)) (placed, retried int) {
-	i := 0
-	for i < len(reqs) {
-		n, j := 0, i
-		for j < len(reqs) && (j == i || n+reqs[j].k <= maxClaim) {
-			n += reqs[j].k
-			j++
-		}
-		v, ok := claim(n)
-		if !ok {
-			return i, retried
-		}
-		end, from := v+uint64(n), i
-		for i < j {
-			k := reqs[i].k
-			if hybrid && spec.CrossesMillisecond(v, k) {
-				v = (v>>spec.HybridLogicalBits + 1) << spec.HybridLogicalBits
-			}
-			if v+uint64(k) > end {
-				break
-			}
-			reqs[i].first = v
-			v += uint64(k)
-			i++
-		}
-		if i == from {
-			if retried++; retried >= maxRetries {
-				return i, retried
-			}
-		}
-	}
-	return i, retried
+// layout is claim.Layout for the mode's pending requests.
+func layout(reqs []pending, hybrid bool, claimFn func(n int) (uint64, bool)) (placed, retried int) {
+	return claim.Layout(reqs, pendingRef, hybrid, claimFn)
 }
+
+func pendingRef(r *pending) (int, *uint64) { return r.k, &r.first }

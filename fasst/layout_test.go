@@ -3,6 +3,7 @@ package fasst
 import (
 	"testing"
 
+	"github.com/seqd/seqd/internal/claim"
 	"github.com/seqd/seqd/spec"
 )
 
@@ -33,7 +34,7 @@ func (f *fakeClaims) claim(n int) (uint64, bool) {
 // TestLayout checks layout against the rules it must keep, whatever the
 // claims return: every placed request gets k values inside one claim, no
 // two requests share a value, in the hybrid format no range of k > 1
-// values spans a millisecond, no claim exceeds maxClaim, and the placed
+// values spans a millisecond, no claim exceeds claim.MaxClaim, and the placed
 // requests are a prefix.
 func TestLayout(t *testing.T) {
 	const ms = uint64(spec.HybridMillisecond)
@@ -77,8 +78,8 @@ func TestLayout(t *testing.T) {
 		{name: "refused-later", reqs: ks(many(3, spec.FaSSTMaxRange)...), hybrid: true, start: ms, refuseAt: 2, wantPlaced: 2, wantClaims: 2},
 		// Every fresh claim lands just below a boundary (a gap of a
 		// millisecond less the claim): nothing fits, and layout gives up.
-		{name: "gives-up", reqs: ks(10), hybrid: true, start: 6*ms - 5, gap: ms - 10, wantPlaced: 0, wantClaims: maxRetries,
-			wantRetried: maxRetries},
+		{name: "gives-up", reqs: ks(10), hybrid: true, start: 6*ms - 5, gap: ms - 10, wantPlaced: 0, wantClaims: claim.MaxRetries,
+			wantRetried: claim.MaxRetries},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			f := &fakeClaims{next: c.start, gap: c.gap, refuseAt: c.refuseAt}
@@ -87,8 +88,8 @@ func TestLayout(t *testing.T) {
 				t.Fatalf("placed %d in %d claims (%d retried), want %d in %d (%d)", placed, f.calls, retried, c.wantPlaced, c.wantClaims, c.wantRetried)
 			}
 			for _, n := range f.sizes {
-				if n > maxClaim {
-					t.Fatalf("a claim of %d values, above %d", n, maxClaim)
+				if n > claim.MaxClaim {
+					t.Fatalf("a claim of %d values, above %d", n, claim.MaxClaim)
 				}
 			}
 			var prevEnd uint64

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	"github.com/seqd/seqd/internal/claim"
 	wk "github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/spec"
 	"github.com/seqd/seqd/verbs"
@@ -189,7 +190,7 @@ func (w *worker) batch(wcs []verbs.WC) {
 	}
 	defer clear(w.pend[:valid])
 	// One claim for the whole batch (one atomic add on the oracle), but
-	// for batches of large ranges (maxClaim) and requests moved past a
+	// for batches of large ranges (claim.MaxClaim) and requests moved past a
 	// millisecond boundary (layout).
 	placed, retried := layout(w.pend[:valid], w.s.cfg.Format != spec.FormatCounter, func(n int) (uint64, bool) { return w.Claim(oldest, n) })
 	if placed < valid {
@@ -197,7 +198,7 @@ func (w *worker) batch(wcs []verbs.WC) {
 		for i := range w.pend[:placed] {
 			values += w.pend[i].k
 		}
-		if retried >= maxRetries {
+		if retried >= claim.MaxRetries {
 			drops[dropBoundary].Add(uint64(valid - placed)) // else the claimer counted them
 		}
 	}
