@@ -320,6 +320,9 @@ func NewERPCClientSession(c int, rto, heartbeat, failAfter time.Duration, now ti
 	return &ERPCClientSession{Credits: c, RTO: rto, Heartbeat: heartbeat, FailAfter: failAfter, heard: now, waiting: now}
 }
 
+// Heard is when the session last heard from the server.
+func (s *ERPCClientSession) Heard() time.Duration { return s.heard }
+
 // InFlight is the requests in flight.
 func (s *ERPCClientSession) InFlight() int {
 	n := 0
