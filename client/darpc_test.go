@@ -30,6 +30,15 @@ type darpcRig struct {
 // newDaRPCRig starts a darpc server and dials it the way the client
 // does, with a Connect that calls the server's Admit directly (the admin
 // plane's translation done by hand).
+// rigStall replaces spec.DaRPCStall in the rig's transports: a server
+// starved of the processor (CI runs test binaries side by side under
+// -race) can leave a message unanswered for 500 ms, which breaks the
+// transport as designed, but fails a test that is about something else
+// (CI: TestDaRPCRelease, "16 of 20 answered before the deadline (broken
+// true)"; reproduced with six processor hogs: Expire broke it). The
+// stall itself is tested with its own value (TestDaRPCStallBreaks).
+const rigStall = 5 * time.Second
+
 func newDaRPCRig(t testing.TB, srvOpts, cliOpts string, qps, window int) *darpcRig {
 	t.Helper()
 	r := &darpcRig{orc: &fakeOracle{BehindEvery: 7}, t0: time.Now()}
@@ -64,6 +73,7 @@ func newDaRPCRig(t testing.TB, srvOpts, cliOpts string, qps, window int) *darpcR
 		t.Fatal(err)
 	}
 	r.tr = tr.(*darpcTransport)
+	r.tr.stall = rigStall
 	t.Cleanup(func() { r.tr.Close(); pd.Close() })
 	return r
 }
@@ -265,6 +275,29 @@ func TestDaRPCServerStop(t *testing.T) {
 	}
 }
 
+// TestDaRPCStallBreaks: a message unanswered for spec.DaRPCStall breaks
+// the transport, and its requests come back with an error. The clock is
+// the test's: Expire runs a stall after the Send, before any poll.
+func TestDaRPCStallBreaks(t *testing.T) {
+	r := newDaRPCRig(t, "", "", 1, 4)
+	r.tr.stall = spec.DaRPCStall
+	if n, err := r.tr.Send(0, []int{0, 1}); n != 2 || err != nil {
+		t.Fatal(n, err)
+	}
+	r.tr.Expire(spec.DaRPCStall - time.Millisecond)
+	if r.tr.Broken() {
+		t.Fatal("broken before the stall")
+	}
+	r.tr.Expire(spec.DaRPCStall + time.Millisecond)
+	if !r.tr.Broken() {
+		t.Fatal("not broken a stall after the send")
+	}
+	got := r.collect(2)
+	if len(got) != 2 || got[0].Err == nil || got[1].Err == nil {
+		t.Fatalf("results %+v", got)
+	}
+}
+
 // TestDaRPCRelease: a released session's connections stop answering and
 // are reclaimed; a replacing Connect releases the session it names.
 func TestDaRPCRelease(t *testing.T) {
@@ -287,6 +320,7 @@ func TestDaRPCRelease(t *testing.T) {
 	}
 	r.tr.Close()
 	r.tr = tr2.(*darpcTransport)
+	r.tr.stall = rigStall
 	r.run(t, 20)
 }
 

@@ -34,6 +34,9 @@ const (
 	// It first asks for the server's epoch: only a new epoch (a restart
 	// or a mode switch) makes it reconnect.
 	reconnectAfter = 50 * time.Millisecond
+	// quietLog: a probe that finds the session alive after this long
+	// with no answer logs the data path's state (debug level).
+	quietLog = time.Second
 	// retryConnectAfter paces reconnects after a failed one, or after an
 	// atomics QP broke.
 	retryConnectAfter = 5 * time.Millisecond
