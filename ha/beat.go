@@ -189,6 +189,13 @@ func (n *Node) detect(ctx context.Context) {
 				break watch // candidates or leader changed: read again
 			case <-timer.C:
 				if v.deposable() && v.leaderVal != n.cfg.Advertise && n.term.Load() == nil {
+					if !n.etcdPrompt(ctx, v) {
+						// etcd, not the leader, may be what is slow: the
+						// leader's heartbeats wait as this write did. It
+						// gets a whole wait from now.
+						timer.Reset(wait)
+						continue
+					}
 					n.depose(ctx, v, wait)
 				}
 				// Deposed or renewed: the watches say so. An error: try
@@ -199,6 +206,42 @@ func (n *Node) detect(ctx context.Context) {
 		timer.Stop()
 		wcancel()
 	}
+}
+
+// etcdPrompt reports whether etcd commits a write promptly, as the
+// leader's heartbeat needs it to: within half the serving lease. The
+// write (this instance's probe key) is conditioned on the heartbeat
+// still being the one in v; false when it was not (the heartbeat moved:
+// the watch brings it). A standby deposes a silent leader only after
+// etcd answered it promptly: when etcd itself is slow (a loaded host, a
+// slow disk, a storm of reconnecting clients), the leader's heartbeats
+// time out and its serving lease lapses, so it serves nothing meanwhile,
+// but deposing it would only hand the same slow etcd to another leader,
+// and every change of leader sends every client to reconnect, which
+// loads the hosts further (the storm test saw leadership flap between
+// two instances every 2-4 s for a minute). Safety does not depend on it:
+// see doc.go.
+func (n *Node) etcdPrompt(ctx context.Context, v beatView) bool {
+	start := time.Now()
+	pctx, cancel := context.WithTimeout(ctx, n.cfg.ServeLease)
+	defer cancel()
+	resp, err := n.cli.Txn(pctx).If(
+		clientv3.Compare(clientv3.ModRevision(n.cfg.beatKey()), "=", v.beatRev),
+	).Then(clientv3.OpPut(n.cfg.probeKey(), n.cfg.Advertise)).Commit()
+	took := time.Since(start)
+	switch {
+	case err != nil, took > n.cfg.ServeLease/2:
+		n.m.slowEtcd.Inc()
+		if n.deferrals++; n.deferrals%20 != 1 {
+			return false
+		}
+		n.log.Warn("ha: the leader's heartbeat stopped, but etcd is slow too: not deposing it", "leader", v.leaderVal,
+			"write_took", took.Round(time.Millisecond), "err", err, "times", n.deferrals)
+		return false
+	case !resp.Succeeded:
+		return false // renewed
+	}
+	return true
 }
 
 // depose deletes the leader's election key if its heartbeat is still

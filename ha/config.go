@@ -181,6 +181,7 @@ func (c Config) TakeoverAfter() time.Duration {
 func (c *Config) electionPrefix() string { return c.Prefix + "/election" }
 func (c *Config) markKey() string        { return c.Prefix + "/mark" }
 func (c *Config) beatKey() string        { return c.Prefix + "/beat" }
+func (c *Config) probeKey() string       { return c.Prefix + "/probe/" + c.Advertise }
 func (c *Config) stateKey(name string) string {
 	return c.Prefix + "/state/" + name
 }

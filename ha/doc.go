@@ -89,7 +89,13 @@
 //     election key in a transaction conditioned on the heartbeat key's
 //     mod revision still being the one it received and on the key's
 //     create revision. The next candidate in the election then wins, as
-//     it would after a revocation. A leader that never wrote a heartbeat
+//     it would after a revocation. Before it deposes, the standby writes
+//     a probe key of its own under the same comparison on the heartbeat,
+//     and goes on only if etcd committed it within L/2: when etcd is what
+//     is slow, the leader's heartbeats wait too, its gate closes by
+//     itself, and a new leader would face the same etcd (and send every
+//     client to reconnect), so the standby waits D again
+//     (Node.etcdPrompt). A leader that never wrote a heartbeat
 //     naming its term (one running with Beat off, or one that died before
 //     its first) is never deposed this way: etcd expires its lease.
 //

@@ -12,6 +12,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/seqd/seqd/ha"
 	"github.com/seqd/seqd/ha/hatest"
 	"github.com/seqd/seqd/loadgen/verify"
 )
@@ -241,4 +242,67 @@ func TestFastFailover(t *testing.T) {
 			logDistribution(t, "in-process-"+fault, ds)
 		})
 	}
+}
+
+// TestSlowEtcdKeepsLeader: when etcd itself stalls (every member paused
+// for three takeover waits), the leader's heartbeats stop reaching it
+// and its gate closes by itself, but no standby deposes it: a standby
+// deposes only after etcd committed a write of its own promptly
+// (Node.etcdPrompt). Once etcd resumes, the same term serves again, and
+// keeps serving.
+func TestSlowEtcdKeepsLeader(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a real etcd cluster; skipped in -short")
+	}
+	c := hatest.Start(t, 3)
+	var insts []*inst
+	for i := range 3 {
+		insts = append(insts, startInst(t, c.Endpoints(), "/slowetcd", fmt.Sprintf("seqd-%d", i), 10*time.Second))
+	}
+	lead := leader(t, insts, 10*time.Second)
+	term := lead.n.Term()
+	wait := ha.Config{Beat: ha.DefaultBeat, ServeLease: ha.DefaultServeLease}.TakeoverAfter()
+	// The standbys have seen the term's heartbeats: a deposition needs one.
+	time.Sleep(wait)
+	for i := range 3 {
+		c.Pause(i)
+	}
+	time.Sleep(3 * wait) // the fault: etcd answers nothing
+	for i := range 3 {
+		c.Resume(i)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for lead.n.Term() == nil && time.Now().Before(deadline) {
+		if l := leaderOrNil(insts); l != nil && l != lead {
+			t.Fatalf("%s deposed: %s leads after etcd stalled", lead.name, l.name)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := lead.n.Term(); got != term {
+		t.Fatalf("after etcd stalled, %s's term is %v, was %v: it was deposed (logs: %s)", lead.name, got, term, c.Logs())
+	}
+	// Two takeover waits more: a standby that saw the heartbeat stop
+	// during the stall has waited it out.
+	for end := time.Now().Add(2 * wait); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		if l := leaderOrNil(insts); l != nil && l != lead {
+			t.Fatalf("%s leads %v after etcd resumed: %s was deposed", l.name, 2*wait-time.Until(end), lead.name)
+		}
+		if got := lead.n.Term(); got != nil && got != term {
+			t.Fatalf("%s's term changed %v after etcd resumed", lead.name, 2*wait-time.Until(end))
+		}
+	}
+}
+
+// leaderOrNil is the one instance whose term serves, or nil.
+func leaderOrNil(insts []*inst) *inst {
+	var l *inst
+	for _, in := range insts {
+		if in.n.Term() != nil {
+			if l != nil {
+				return nil
+			}
+			l = in
+		}
+	}
+	return l
 }

@@ -20,6 +20,7 @@ type metrics struct {
 	// their heartbeats.
 	beatErrors prometheus.Counter
 	deposed    prometheus.Counter
+	slowEtcd   prometheus.Counter
 	all        []prometheus.Collector
 }
 
@@ -77,7 +78,11 @@ func newMetrics() *metrics {
 		Name: "seqd_ha_deposed_total",
 		Help: "Leaders this instance deposed because their heartbeat stopped for longer than their serving lease could last.",
 	})
-	m.all = []prometheus.Collector{refused, m.saveErrors, m.ambiguousResolved, m.terms, m.termEnds, m.gateDenied, m.leader, m.beatErrors, m.deposed}
+	m.slowEtcd = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "seqd_ha_takeover_deferred_total",
+		Help: "Times this instance found the leader's heartbeat stopped but did not depose it, because etcd did not commit its own write within half the serving lease.",
+	})
+	m.all = []prometheus.Collector{refused, m.saveErrors, m.ambiguousResolved, m.terms, m.termEnds, m.gateDenied, m.leader, m.beatErrors, m.deposed, m.slowEtcd}
 	return m
 }
 

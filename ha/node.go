@@ -20,11 +20,13 @@ import (
 // Node is one seqd instance's membership in the HA group: it campaigns,
 // runs a serving function for each term it wins, and tracks the leader.
 type Node struct {
-	cfg  Config
-	cli  *clientv3.Client
-	log  *slog.Logger
-	m    *metrics
-	base time.Time
+	cfg Config
+	// deferrals: depositions etcdPrompt put off (detect's goroutine only).
+	deferrals int
+	cli       *clientv3.Client
+	log       *slog.Logger
+	m         *metrics
+	base      time.Time
 	// kvWrap, when set (tests only), wraps the KV each term's Store
 	// writes the mark through: fault injection.
 	kvWrap func(clientv3.KV) clientv3.KV
