@@ -37,6 +37,9 @@ const (
 	// quietLog: a probe that finds the session alive after this long
 	// with no answer logs the data path's state (debug level).
 	quietLog = time.Second
+	// maxProbeGap caps the spacing of Status probes that keep finding
+	// the session alive with no answer coming (engine.probedAlive).
+	maxProbeGap = 500 * time.Millisecond
 	// retryConnectAfter paces reconnects after a failed one, or after an
 	// atomics QP broke.
 	retryConnectAfter = 5 * time.Millisecond
@@ -92,6 +95,9 @@ type engine struct {
 	// nothing arrives (pollOwn): the next scan or retransmission.
 	due      time.Duration
 	reconnAt time.Duration
+	// probeGap is the wait between Status probes while each finds the
+	// session alive and no answer comes (probedAlive); 0 until then.
+	probeGap time.Duration
 	// retryAfter is the pause before the next reconnect after failed
 	// ones (nextBackoff: jittered, growing from retryConnectAfter up to
 	// maxRetryConnect).
@@ -211,7 +217,7 @@ func (e *engine) begin(r *Request, now time.Duration) {
 // An idle engine's wait for an answer starts now.
 func (e *engine) takeIn(r *Request, now time.Duration) {
 	if !e.busy() {
-		e.lastAns = now // the wait for an answer starts now
+		e.lastAns, e.probeGap = now, 0 // the wait for an answer starts now
 	}
 	e.setDeadline(r, now)
 	e.pushBack(r)
@@ -291,7 +297,7 @@ func (e *engine) stepWith(now time.Duration, n int) bool {
 			e.pushFront(r) // sent again, after reconnecting if the QP broke
 			continue
 		}
-		e.lastAns = now
+		e.lastAns, e.probeGap = now, 0
 		e.rtt = nextRTT(e.rtt, now-r.born)
 		e.accept(r, x.Value)
 		if r.ownDone && n == 1 {
@@ -446,10 +452,24 @@ func (e *engine) reconnectDue(now time.Duration, adminLost bool) (due, force boo
 		return true, false
 	case e.connFailed || e.tr.Broken():
 		return now-e.reconnAt > max(e.retryAfter, retryConnectAfter), true
-	case e.busy() && now-e.lastAns > reconnectAfter && now-e.reconnAt > reconnectAfter:
+	case e.busy() && now-e.lastAns > reconnectAfter && now-e.reconnAt > max(e.probeGap, reconnectAfter):
 		return true, false
 	}
 	return false, false
+}
+
+// probedAlive records a Status probe that ended at now and found the
+// session alive, though no answer came: the server is slow or losing
+// packets, and retransmission copes. The probe runs on the engine's
+// goroutine, which neither retransmits nor polls meanwhile, so the next
+// one waits from its end, and twice as long each time (up to
+// maxProbeGap) until an answer comes: a server busy admitting a storm of
+// clients answers Status slowly, and probes back to back left the data
+// path one retransmission per probe (seen in the HA storm: 30 in 7 s,
+// no answer).
+func (e *engine) probedAlive(now time.Duration) {
+	e.reconnAt = now
+	e.probeGap = min(max(2*e.probeGap, reconnectAfter), maxProbeGap)
 }
 
 // connectFailed records a failed reconnect at now: the requests of a
@@ -466,7 +486,7 @@ func (e *engine) connectFailed(now time.Duration, u float64) {
 
 // reconnected records a reconnect that succeeded at now.
 func (e *engine) reconnected(now time.Duration) {
-	e.connFailed, e.retryAfter, e.connFails, e.slowProbes, e.groupChecks = false, 0, 0, 0, 0
+	e.connFailed, e.retryAfter, e.connFails, e.slowProbes, e.groupChecks, e.probeGap = false, 0, 0, 0, 0, 0
 	e.st.reconnects.Add(1)
 	e.lastAns = now
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -184,5 +185,52 @@ func TestEngineCancelsAtDeadline(t *testing.T) {
 	defer tr.mu.Unlock()
 	if len(tr.cancelled) != 1 || len(tr.inflight) != 0 {
 		t.Fatalf("cancelled %v, in flight %v: want the request dropped", tr.cancelled, tr.inflight)
+	}
+}
+
+// TestProbeSpacing: Status probes that find the session alive while no
+// answer comes are spaced from each probe's end, the gap doubling from
+// reconnectAfter up to maxProbeGap (the probe blocks the data path while
+// it runs); an answer resets the spacing.
+func TestProbeSpacing(t *testing.T) {
+	var e engine
+	var maxRet atomic.Uint64
+	e.init(engineEnv{st: &stats{}, maxRet: &maxRet, log: slog.New(slog.DiscardHandler), defTimeout: time.Hour})
+	f := &fakeTransport{capacity: 4, inflight: map[int]bool{}}
+	e.use(f, "")
+	r := &Request{Done: make(chan *Request, 1)}
+	e.takeIn(r, 0)
+	e.dispatch(0)
+	if f.Outstanding() != 1 {
+		t.Fatalf("%d outstanding", f.Outstanding())
+	}
+	now := reconnectAfter + time.Millisecond
+	if due, force := e.reconnectDue(now, false); !due || force {
+		t.Fatalf("no probe after %v without an answer", now)
+	}
+	end := now + 300*time.Millisecond // a slow probe, found the session alive
+	for _, gap := range []time.Duration{50, 100, 200, 400, 500, 500} {
+		gap *= time.Millisecond
+		e.probedAlive(end)
+		if due, _ := e.reconnectDue(end+gap, false); due {
+			t.Fatalf("a probe %v after the last one ended, want %v", gap, gap)
+		}
+		if due, _ := e.reconnectDue(end+gap+time.Millisecond, false); !due {
+			t.Fatalf("no probe %v after the last one ended", gap+time.Millisecond)
+		}
+		end += gap + 2*time.Millisecond
+	}
+	f.mu.Lock()
+	f.answers = []uint64{7}
+	f.mu.Unlock()
+	e.step(end)
+	if got := <-r.Done; got.TS != 7 || got.Err != nil {
+		t.Fatalf("answer %v %v", got.TS, got.Err)
+	}
+	r2 := &Request{Done: make(chan *Request, 1)}
+	e.takeIn(r2, end)
+	e.dispatch(end)
+	if due, _ := e.reconnectDue(end+reconnectAfter+time.Millisecond, false); !due {
+		t.Fatal("the spacing outlived the answer")
 	}
 }

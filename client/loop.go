@@ -337,12 +337,14 @@ func (c *Client) reconnect(now time.Duration, force bool) {
 		unreachable = err != nil
 		if err == nil && st.GetEpoch() == c.sess.epoch && st.GetRole() != adminclient.RoleStandby && !c.lease.lost.Load() {
 			e.slowProbes = 0
+			e.probedAlive(c.now())
 			if now-e.lastAns > quietLog && c.log.Enabled(ctx, slog.LevelDebug) {
 				next, _ := e.tr.NextDeadline()
 				c.log.Debug("no answer yet; the server holds our session", "admin", c.Endpoint(), "session", c.sess.id,
 					"quiet", now-e.lastAns, "inflight", e.inflight(), "queued", e.backlog != nil,
 					"free", e.tr.Free(), "outstanding", e.tr.Outstanding(), "next_deadline", next-now,
-					"retransmits", c.st.retransmits.Load(), "stale", c.st.stale.Load(), "answers", c.st.answers.Load())
+					"retransmits", c.st.retransmits.Load(), "stale", c.st.stale.Load(), "answers", c.st.answers.Load(),
+					"next_probe_in", e.probeGap)
 			}
 			return
 		}
