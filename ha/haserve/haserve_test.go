@@ -2,15 +2,18 @@ package haserve_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/seqd/seqd/admin"
 	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/admin/adminpb"
+	"github.com/seqd/seqd/admin/handshake"
 	"github.com/seqd/seqd/client"
 	"github.com/seqd/seqd/ha"
 	"github.com/seqd/seqd/ha/haserve"
@@ -208,11 +211,20 @@ type heldStatus struct {
 }
 
 func (h *heldStatus) Status(ctx context.Context) (*adminpb.StatusResponse, error) {
+	h.arrive()
+	return h.Server.Status(ctx)
+}
+
+func (h *heldStatus) Connect(ctx context.Context, req *adminpb.ConnectRequest) (*adminpb.ConnectResponse, error) {
+	h.arrive()
+	return h.Server.Connect(ctx, req)
+}
+
+func (h *heldStatus) arrive() {
 	select {
 	case h.arrived <- struct{}{}:
 	default:
 	}
-	return h.Server.Status(ctx)
 }
 
 // TestStatusHeldWhileElecting: a Status that reaches an instance while
@@ -221,6 +233,40 @@ func (h *heldStatus) Status(ctx context.Context) (*adminpb.StatusResponse, error
 // the leader: a client looking for the leader after a failover learns it
 // with one call, instead of retrying with growing pauses.
 func TestStatusHeldWhileElecting(t *testing.T) {
+	heldWhileElecting(t, func(ctx context.Context, adm adminpb.AdminClient) error {
+		st, err := adm.Status(ctx, &adminpb.StatusRequest{})
+		if err != nil {
+			return err
+		}
+		if st.GetRole() != adminclient.RoleLeader {
+			return fmt.Errorf("Status during the election answered role %q (leader %q); want it held until this instance leads", st.GetRole(), st.GetLeader())
+		}
+		return nil
+	})
+}
+
+// TestConnectHeldWhileElecting: a Connect that reaches the leader-elect
+// before it serves is held until it does, and admitted, not turned away
+// to retry after a pause.
+func TestConnectHeldWhileElecting(t *testing.T) {
+	heldWhileElecting(t, func(ctx context.Context, adm adminpb.AdminClient) error {
+		client := handshake.Endpoint{Addr: verbs.Address{GID: verbs.GIDFromAddr(netip.MustParseAddr("127.0.0.1")), Port: 9}, QPN: 7}
+		resp, err := adm.Connect(ctx, handshake.EncodeAdmission(handshake.Admission{Name: "held", Window: 4,
+			QPs: []handshake.Endpoint{client}}, spec.ModeSpecS0))
+		if err != nil {
+			return fmt.Errorf("Connect during the election: %w; want it held until this instance leads", err)
+		}
+		if resp.GetSessionId() == 0 {
+			return fmt.Errorf("Connect answered %v", resp)
+		}
+		return nil
+	})
+}
+
+// heldWhileElecting starts one instance whose campaign begins when the
+// first Status or Connect reaches it, makes call there, and fails the
+// test with call's error.
+func heldWhileElecting(t *testing.T, call func(context.Context, adminpb.AdminClient) error) {
 	c := hatest.Start(t, 1)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -265,11 +311,7 @@ func TestStatusHeldWhileElecting(t *testing.T) {
 	defer cc.Close()
 	sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
 	defer scancel()
-	st, err := adminpb.NewAdminClient(cc).Status(sctx, &adminpb.StatusRequest{})
-	if err != nil {
+	if err := call(sctx, adminpb.NewAdminClient(cc)); err != nil {
 		t.Fatal(err)
-	}
-	if st.GetRole() != adminclient.RoleLeader {
-		t.Fatalf("Status during the election answered role %q (leader %q); want it held until this instance leads", st.GetRole(), st.GetLeader())
 	}
 }
