@@ -48,6 +48,15 @@ const (
 	// every 100 ms sent 10,000 Status and Connect calls a second to the
 	// instances electing a leader; at 1 s (jittered) they send ~1,000.
 	maxRetryConnect = time.Second
+	// maxRetryElecting caps it instead when the last reconnect was
+	// turned away by an instance of an HA group that answered (a
+	// standby's redirect, a leader-elect not serving yet): the group is
+	// electing, not overloaded, and such an answer was held while it
+	// elects (haserve's awaitServing), which paces the retries already.
+	// At a one-second cap, the clients that failed during an election
+	// slept up to a second past the new leader's first value (HA storm:
+	// 840 of 1,000 reconnected 1-2 s after it served).
+	maxRetryElecting = 100 * time.Millisecond
 	// slowProbesBeforeReconnect: Status probes in a row that time out
 	// before the client reconnects (keepOnSlowProbe).
 	slowProbesBeforeReconnect = 3
@@ -476,11 +485,15 @@ func (e *engine) probedAlive(now time.Duration) {
 // transport that broke wait for the next one, the pause before the next
 // try grows (u: a uniform random number in [0, 1), nextBackoff), and
 // queued requests whose deadline passed fail.
-func (e *engine) connectFailed(now time.Duration, u float64) {
+func (e *engine) connectFailed(now time.Duration, u float64, electing bool) {
 	e.requeue()
 	e.connFailed = true
 	e.connFails++
-	e.retryAfter = nextBackoff(e.retryAfter, retryConnectAfter, maxRetryConnect, u)
+	limit := maxRetryConnect
+	if electing {
+		limit = maxRetryElecting
+	}
+	e.retryAfter = nextBackoff(e.retryAfter, retryConnectAfter, limit, u)
 	e.expireBacklog(now)
 }
 

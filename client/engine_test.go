@@ -234,3 +234,27 @@ func TestProbeSpacing(t *testing.T) {
 		t.Fatal("the spacing outlived the answer")
 	}
 }
+
+// TestElectingBackoffCap: reconnects that an HA group turned away while
+// electing (a redirect) retry within maxRetryElecting however many
+// failed; others back off up to maxRetryConnect.
+func TestElectingBackoffCap(t *testing.T) {
+	for _, electing := range []bool{true, false} {
+		var e engine
+		var maxRet atomic.Uint64
+		e.init(engineEnv{st: &stats{}, maxRet: &maxRet, log: slog.New(slog.DiscardHandler), defTimeout: time.Hour})
+		e.use(&fakeTransport{capacity: 1, inflight: map[int]bool{}}, "")
+		var most time.Duration
+		for range 20 {
+			e.connectFailed(0, 0.999, electing)
+			most = max(most, e.retryAfter)
+		}
+		want := maxRetryConnect
+		if electing {
+			want = maxRetryElecting
+		}
+		if most > want || most < want*9/10 {
+			t.Fatalf("electing %v: longest pause %v, want up to %v", electing, most, want)
+		}
+	}
+}

@@ -364,7 +364,7 @@ func (c *Client) reconnect(now time.Duration, force bool) {
 	}
 	if err := c.admin.connectAny(ctx, perTry, unreachable, c.connect); err != nil {
 		c.log.Debug("reconnect failed; retrying", "err", err)
-		e.connectFailed(c.now(), rand.Float64())
+		e.connectFailed(c.now(), rand.Float64(), isRedirect(err))
 		return
 	}
 	e.reconnected(c.now())
