@@ -137,6 +137,10 @@ type Config struct {
 	// MaxSessionRecv caps one session's QPs × window (0: a quarter of a
 	// worker's receive budget; negative: no cap); see worker.SessionCap.
 	MaxSessionRecv int
+	// SharedRecv gives spec-s0 one request QP per worker, its receives
+	// shared by the worker's client QPs, instead of one per client QP
+	// (headeronly.Config.SharedRecv). Other modes ignore it.
+	SharedRecv bool
 }
 
 // Factory starts a mode.

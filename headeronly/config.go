@@ -30,6 +30,37 @@ const (
 // ErrConfig reports an invalid Config.
 var ErrConfig = errors.New("headeronly: invalid config")
 
+// The request queue layouts, as seqd's -spec-s0-recv names them.
+const (
+	// RecvPerSession: a request QP of its own per admitted client QP,
+	// with exactly its window of receives (Config.SharedRecv false).
+	RecvPerSession = "per-session"
+	// RecvShared: one request QP per worker, its receives shared by the
+	// worker's client QPs (Config.SharedRecv true).
+	RecvShared = "shared"
+)
+
+// ParseRecv reads a request queue layout, RecvPerSession or RecvShared,
+// into Config.SharedRecv. The empty string is RecvPerSession, the
+// default.
+func ParseRecv(s string) (shared bool, err error) {
+	switch s {
+	case "", RecvPerSession:
+		return false, nil
+	case RecvShared:
+		return true, nil
+	}
+	return false, fmt.Errorf("%w: request queues %q: want %s or %s", ErrConfig, s, RecvPerSession, RecvShared)
+}
+
+// recvName names the layout shared selects, as ParseRecv reads it.
+func recvName(shared bool) string {
+	if shared {
+		return RecvShared
+	}
+	return RecvPerSession
+}
+
 // Config configures a Server.
 type Config struct {
 	// Device, Oracle, Behind, Workers, RespQPs, Cores, Batch,

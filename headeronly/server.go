@@ -47,7 +47,8 @@ var _ dataplane.Mode = (*Server)(nil)
 // Start starts the Spec-S0 data path with the settings every mode takes
 // and the defaults of the rest (dataplane.Factory).
 func Start(ctx context.Context, c dataplane.Config) (dataplane.Mode, error) {
-	return New(Config{Config: wk.ConfigOf(c), Format: c.Format, MaxWindow: c.MaxWindow, MaxClients: c.MaxClients})
+	return New(Config{Config: wk.ConfigOf(c), Format: c.Format, MaxWindow: c.MaxWindow, MaxClients: c.MaxClients,
+		SharedRecv: c.SharedRecv})
 }
 
 // New creates the server's queue pairs and starts its workers.
@@ -63,7 +64,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.log.Info("spec-s0 data path up", "device", cfg.Device.Name(), "workers", cfg.Workers,
-		"resp_qps", cfg.RespQPs, "format", cfg.Format, "epoch", cfg.Epoch)
+		"resp_qps", cfg.RespQPs, "format", cfg.Format, "epoch", cfg.Epoch, "request_qps", recvName(cfg.SharedRecv))
 	return s, nil
 }
 

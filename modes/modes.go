@@ -75,6 +75,8 @@ type Config struct {
 	AtomicsTrusted []string
 	// MaxSessionRecv caps one session's QPs × window (dataplane.Config).
 	MaxSessionRecv int
+	// SharedRecv is spec-s0's request queue layout (dataplane.Config).
+	SharedRecv bool
 	// QKey is the Q_Key of every data-path packet, handed out at Connect.
 	// Pick it at random per server start (RandomQKey) so that only
 	// clients admitted through Connect can address the data path; zero
@@ -131,7 +133,8 @@ func (s *Switch) start(ctx context.Context, mode string) (*adminmode.Backend, er
 	m, err := start(ctx, dataplane.Config{Device: c.Device, Oracle: c.Oracle, Behind: oracle.ErrBehind, Format: f,
 		Workers: c.Workers, RespQPs: c.RespQPs, Cores: c.Cores, MaxWindow: c.MaxWindow, MaxClients: c.MaxClients,
 		Logger: c.Logger, Epoch: epoch, QKey: c.QKey, AtomicsBlock: c.AtomicsBlock,
-		AtomicsTrusted: c.AtomicsTrusted, MaxSessionRecv: c.MaxSessionRecv})
+		AtomicsTrusted: c.AtomicsTrusted, MaxSessionRecv: c.MaxSessionRecv,
+		SharedRecv: c.SharedRecv})
 	if err != nil {
 		return nil, err
 	}

@@ -159,7 +159,7 @@ func runHA(ctx context.Context, c Config, log *slog.Logger, ready func(Addrs), c
 		Oracle: oracle.Config{Format: c.format},
 		Modes: modes.Config{Device: dev, Workers: c.Workers, RespQPs: c.RespQPs, Cores: c.cores,
 			MaxWindow: c.MaxWindow, MaxClients: c.MaxClients, Version: c.Version, AtomicsTrusted: c.Security.atomicsTrusted(),
-			MaxSessionRecv: c.MaxSessionRecv}})
+			MaxSessionRecv: c.MaxSessionRecv, SharedRecv: c.sharedRecv}})
 	if err != nil {
 		lis.Close()
 		return fmt.Errorf("%w: %v", ErrConfig, err)

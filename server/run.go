@@ -33,6 +33,14 @@ import (
 // client sessions (see headeronly.DefaultMaxClients for the memory).
 const DefaultMaxClients = headeronly.DefaultMaxClients
 
+// The values of -spec-s0-recv, spec-s0's request queue layout
+// (headeronly.Config.SharedRecv): a request QP per client QP, or one per
+// worker shared by its client QPs.
+const (
+	RecvPerSession = headeronly.RecvPerSession
+	RecvShared     = headeronly.RecvShared
+)
+
 // The default admission quotas (-peer-max-sessions, -peer-connect-rate,
 // -peer-connect-burst and the -identity-* flags). A host runs many
 // clients and a token may stand for a fleet, so they are generous; they
@@ -129,12 +137,16 @@ type Config struct {
 	// no bound.
 	AdminMaxConnects   int
 	AdminMaxHandshakes int
+	// SpecS0Recv (-spec-s0-recv) is spec-s0's request queue layout:
+	// RecvPerSession (default) or RecvShared.
+	SpecS0Recv string
 
 	cores  []int
 	format spec.Format
 	popts  verbs.Options
 
 	advanceBudget uint64 // AdvanceBudget in values
+	sharedRecv    bool   // SpecS0Recv
 }
 
 // Validate fills defaults and checks c.
@@ -157,6 +169,10 @@ func (c *Config) Validate() error {
 	}
 	if c.format, err = spec.ParseFormat(c.Format); err != nil {
 		return fmt.Errorf("%w: -format: %v", ErrConfig, err)
+	}
+	def(&c.SpecS0Recv, RecvPerSession)
+	if c.sharedRecv, err = headeronly.ParseRecv(c.SpecS0Recv); err != nil {
+		return fmt.Errorf("%w: -spec-s0-recv %q: want %s or %s", ErrConfig, c.SpecS0Recv, RecvPerSession, RecvShared)
 	}
 	if !slices.Contains(modes.All, c.Mode) {
 		return fmt.Errorf("%w: -mode %q (have %s)", ErrConfig, c.Mode, strings.Join(modes.All, ", "))
@@ -309,7 +325,8 @@ func Run(ctx context.Context, c Config, log *slog.Logger, ready func(Addrs)) err
 	defer dev.Close()
 	dp, err := modes.New(ctx, modes.Config{Device: dev, Oracle: orc, Workers: c.Workers, RespQPs: c.RespQPs,
 		Cores: c.cores, MaxWindow: c.MaxWindow, MaxClients: c.MaxClients, Version: c.Version, Logger: log,
-		QKey: modes.RandomQKey(), AtomicsTrusted: c.Security.atomicsTrusted(), MaxSessionRecv: c.MaxSessionRecv}, c.Mode)
+		QKey: modes.RandomQKey(), AtomicsTrusted: c.Security.atomicsTrusted(), MaxSessionRecv: c.MaxSessionRecv,
+		SharedRecv: c.sharedRecv}, c.Mode)
 	if err != nil {
 		return fmt.Errorf("seqd: start %s: %w", c.Mode, err)
 	}

@@ -81,6 +81,7 @@ func realMainEnv(args []string, stderr io.Writer, environ []string) int {
 	fs.IntVar(&c.RespQPs, "resp-qps", 3, "response QPs per worker")
 	fs.StringVar(&c.Cores, "cores", "none", "core per worker, comma-separated (-1 or none: unpinned)")
 	fs.StringVar(&c.Format, "format", "hybrid", "value format: hybrid or counter")
+	fs.StringVar(&c.SpecS0Recv, "spec-s0-recv", server.RecvPerSession, "spec-s0's request queues: "+server.RecvPerSession+" (a request QP per client QP, holding exactly its window of receives: a client sending beyond its window uses up only its own) or "+server.RecvShared+" (one request QP per worker, receives shared by its clients, as in FaSST; see docs/performance.md)")
 	fs.StringVar(&c.Mode, "mode", "spec-s0", "data-path mode (switch at run time with seqctl set-mode):"+spec.ModeHelp())
 	fs.IntVar(&c.MaxWindow, "max-window", 256, "largest window granted per client QP")
 	fs.IntVar(&c.MaxClients, "max-clients", server.DefaultMaxClients, fmt.Sprintf("most concurrent client sessions (spec-s0: about 2.3 KB of server heap per one-QP client, as measured with 10,000 clients in e2e; each worker also bounds the sum of its clients' windows at %d)", recvBudget))
