@@ -59,18 +59,12 @@ type erpcTransport struct {
 	session    uint64
 	st         *stats
 
-	where       []erpcRef // by engine ID
-	outstanding int
+	answerCarry // where each engine ID waits; accepted answers' values not handed out yet
 	rr          int
 	broken      bool
 	// reanswered counts copies of an answer carrying another value than
 	// the first copy: the server broke at-most-once.
 	reanswered uint64
-
-	// carry holds accepted answers whose values did not fit in Poll's
-	// result slice; spare the call lists not in use.
-	carry []erpcCarry
-	spare [][]int
 
 	wcs     []verbs.WC
 	swcs    []verbs.WC
@@ -83,18 +77,6 @@ type erpcTransport struct {
 	cc    bool
 	wheel *spec.Wheel
 	due   []uint32
-}
-
-// erpcRef is where an engine ID waits: QP qi, slot, position in the
-// slot's request; qi is refFree when not in flight, refCarried when its
-// answer was accepted and its value waits in the carry.
-type erpcRef struct{ qi, slot, idx int }
-
-type erpcCarry struct {
-	calls []int // engine IDs in value order (-1: cancelled)
-	next  int
-	first uint64
-	rng   bool // one caller's range: it gets first
 }
 
 type erpcQP struct {
@@ -195,12 +177,12 @@ func newERPC(pd verbs.PD, dev verbs.Device, nqps, credits int, rto time.Duration
 			return nil, fmt.Errorf("QP %d: %w", i, err)
 		}
 	}
-	t.where = make([]erpcRef, nqps*spec.ERPCSlots*erpcMaxCoalesce)
+	t.where = make([]callRef, nqps*spec.ERPCSlots*erpcMaxCoalesce)
 	for i := range t.where {
 		t.where[i].qi = refFree
 	}
 	t.wcs = make([]verbs.WC, 64)
-	t.carry = make([]erpcCarry, 0, nqps*spec.ERPCSlots)
+	t.carry = make([]carried, 0, nqps*spec.ERPCSlots)
 	for range nqps * spec.ERPCSlots {
 		t.spare = append(t.spare, make([]int, 0, erpcMaxCoalesce))
 	}
@@ -356,7 +338,7 @@ func (t *erpcTransport) start(now time.Duration, qi int, ids []int, k int, rng b
 	q.calls[slot] = append(q.calls[slot][:0], ids...)
 	q.live[slot], q.rng[slot] = len(ids), rng
 	for i, id := range ids {
-		t.where[id] = erpcRef{qi, slot, i}
+		t.where[id] = callRef{qi, slot, i}
 	}
 	t.outstanding += len(ids)
 	q.resent[slot], q.wheeled[slot] = false, 0
@@ -454,19 +436,11 @@ func (t *erpcTransport) Poll(now time.Duration, res []result) int {
 			}
 			t.setRecv(nr, qi, slot%t.recvN)
 			nr++
-			if wc.Status != verbs.WCSuccess || wc.Opcode != verbs.WCRecv || wc.Flags&verbs.WCWithImm != 0 ||
-				wc.ByteLen < verbs.GRHLen || wc.ByteLen > erpcRecvSlot {
-				if wc.Status != verbs.WCWRFlushErr {
-					t.st.malformed.Add(1)
-				}
+			payload := answerPayload(wc, buf, erpcRecvSlot, t.answerFrom, t.st)
+			if payload == nil {
 				continue
 			}
-			if !t.answerFrom.Match(wc) {
-				t.st.forged.Add(1)
-				continue
-			}
-			off := slot*erpcRecvSlot + verbs.GRHLen
-			h, first, err := spec.DecodeERPC(buf[off : off+int(wc.ByteLen)-verbs.GRHLen])
+			h, first, err := spec.DecodeERPC(payload)
 			if err != nil || (h.Op != spec.ERPCOpAnswer && h.Op != spec.ERPCOpPong) {
 				t.st.malformed.Add(1)
 				continue
@@ -490,15 +464,7 @@ func (t *erpcTransport) Poll(now time.Duration, res []result) int {
 					q.tl.Sample(now, now-q.sentAt[s])
 					q.sess.Rate = q.tl.Rate
 				}
-				calls := q.calls[s]
-				q.calls[s] = t.spare[len(t.spare)-1][:0]
-				t.spare = t.spare[:len(t.spare)-1]
-				for _, id := range calls {
-					if id >= 0 {
-						t.where[id].qi = refCarried
-					}
-				}
-				t.carry = append(t.carry, erpcCarry{calls: calls, first: first, rng: q.rng[s]})
+				q.calls[s] = t.accept(q.calls[s], first, q.rng[s])
 				q.live[s] = 0
 			case spec.ERPCReanswered:
 				t.reanswered++
@@ -512,36 +478,6 @@ func (t *erpcTransport) Poll(now time.Duration, res []result) int {
 		}
 	}
 	return k + t.drainCarry(res[k:])
-}
-
-// drainCarry moves values of accepted answers into res.
-func (t *erpcTransport) drainCarry(res []result) int {
-	k := 0
-	for len(t.carry) > 0 && k < len(res) {
-		c := &t.carry[0]
-		for ; c.next < len(c.calls) && k < len(res); c.next++ {
-			id := c.calls[c.next]
-			if id < 0 {
-				continue // its caller gave up: the value is skipped
-			}
-			t.where[id].qi = refFree
-			t.outstanding--
-			v := c.first + uint64(c.next)
-			if c.rng {
-				v = c.first
-			}
-			res[k] = result{ID: id, Value: v}
-			k++
-		}
-		if c.next < len(c.calls) {
-			break
-		}
-		t.spare = append(t.spare, c.calls[:0])
-		n := copy(t.carry, t.carry[1:])
-		t.carry[n] = erpcCarry{}
-		t.carry = t.carry[:n]
-	}
-	return k
 }
 
 // Expire runs each session's timers at now: go-back-N retransmissions,

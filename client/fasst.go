@@ -51,41 +51,19 @@ type fasstTransport struct {
 	answerFrom verbs.Senders
 	st         *stats
 
-	where       []fasstRef // by engine ID
-	outstanding int
-	rr          int // the QP the next Send starts with
+	// answerCarry: where each engine ID waits (where, outstanding) and
+	// the accepted answers whose values did not fit in Poll's result
+	// slice, delivered first by the next Poll (an accepted answer's
+	// callers move into the carry, its slot is free again at once).
+	answerCarry
+	rr int // the QP the next Send starts with
 	// single: one caller per request (WithCoalescing(0)).
 	single bool
-
-	// carry holds accepted answers whose values did not fit in Poll's
-	// result slice: delivered first by the next Poll. An accepted
-	// answer's callers move into a carry entry (its slot is free again
-	// at once); spare holds the caller lists not in use.
-	carry []fasstCarry
-	spare [][]int
 
 	wcs     []verbs.WC
 	swcs    []verbs.WC
 	recvWRs []verbs.RecvWR
 	recvSGE []verbs.SGE
-}
-
-// fasstRef is where an engine ID waits: QP qi, slot, position in the
-// slot's request; qi is refFree when it is not in flight, refCarried
-// when its answer was accepted and its value is in the carry.
-type fasstRef struct {
-	qi, slot, idx int
-}
-
-const (
-	refFree    = -1
-	refCarried = -2
-)
-
-type fasstCarry struct {
-	calls []int // engine IDs in value order (-1: cancelled)
-	next  int
-	first uint64
 }
 
 type fasstQP struct {
@@ -163,12 +141,12 @@ func newFaSST(pd verbs.PD, dev verbs.Device, nqps, window int, timeout time.Dura
 			return nil, fmt.Errorf("QP %d: %w", i, err)
 		}
 	}
-	t.where = make([]fasstRef, nqps*window)
+	t.where = make([]callRef, nqps*window)
 	for i := range t.where {
 		t.where[i].qi = refFree
 	}
 	t.wcs = make([]verbs.WC, 64)
-	t.carry = make([]fasstCarry, 0, len(t.wcs))
+	t.carry = make([]carried, 0, len(t.wcs))
 	for range len(t.wcs) {
 		t.spare = append(t.spare, make([]int, 0, window))
 	}
@@ -279,7 +257,7 @@ func (t *fasstTransport) Send(now time.Duration, ids []int) (int, error) {
 			q.due[slot].busy, q.live[slot] = true, m
 			q.calls[slot] = append(q.calls[slot][:0], ids[took:took+m]...)
 			for i, id := range q.calls[slot] {
-				t.where[id] = fasstRef{qi, slot, i}
+				t.where[id] = callRef{qi, slot, i}
 			}
 			q.values += m
 			t.outstanding += m
@@ -326,7 +304,7 @@ func (t *fasstTransport) SendRange(now time.Duration, id, k int) (bool, error) {
 	}
 	q.due[slot].busy, q.live[slot], q.span[slot] = true, 1, k
 	q.calls[slot] = append(q.calls[slot][:0], id)
-	t.where[id] = fasstRef{qi, slot, 0}
+	t.where[id] = callRef{qi, slot, 0}
 	t.outstanding++
 	t.queue(now, qi, slot, rid, k)
 	t.rr = (qi + 1) % len(t.qps)
@@ -387,19 +365,11 @@ func (t *fasstTransport) Poll(now time.Duration, res []result) int {
 			}
 			t.setRecv(nr, qi, slot%t.recvN)
 			nr++
-			if wc.Status != verbs.WCSuccess || wc.Opcode != verbs.WCRecv || wc.Flags&verbs.WCWithImm != 0 ||
-				wc.ByteLen < verbs.GRHLen || wc.ByteLen > fasstRecvSlot {
-				if wc.Status != verbs.WCWRFlushErr {
-					t.st.malformed.Add(1)
-				}
+			payload := answerPayload(wc, buf, fasstRecvSlot, t.answerFrom, t.st)
+			if payload == nil {
 				continue
 			}
-			if !t.answerFrom.Match(wc) {
-				t.st.forged.Add(1)
-				continue
-			}
-			off := slot*fasstRecvSlot + verbs.GRHLen
-			h, first, err := spec.DecodeFaSSTAnswer(buf[off : off+int(wc.ByteLen)-verbs.GRHLen])
+			h, first, err := spec.DecodeFaSSTAnswer(payload)
 			if err != nil {
 				t.st.malformed.Add(1)
 				continue
@@ -411,15 +381,7 @@ func (t *fasstTransport) Poll(now time.Duration, res []result) int {
 			}
 			// Matched: the callers move to the carry, and the slot is
 			// released, so that no later answer to this ID matches.
-			calls := q.calls[s]
-			q.calls[s] = t.spare[len(t.spare)-1][:0]
-			t.spare = t.spare[:len(t.spare)-1]
-			for _, id := range calls {
-				if id >= 0 {
-					t.where[id].qi = refCarried
-				}
-			}
-			t.carry = append(t.carry, fasstCarry{calls: calls, first: first})
+			q.calls[s] = t.accept(q.calls[s], first, false)
 			t.release(q, s)
 		}
 		if nr > 0 {
@@ -427,32 +389,6 @@ func (t *fasstTransport) Poll(now time.Duration, res []result) int {
 		}
 	}
 	return k + t.drainCarry(res[k:])
-}
-
-// drainCarry moves values of accepted answers into res.
-func (t *fasstTransport) drainCarry(res []result) int {
-	k := 0
-	for len(t.carry) > 0 && k < len(res) {
-		c := &t.carry[0]
-		for ; c.next < len(c.calls) && k < len(res); c.next++ {
-			id := c.calls[c.next]
-			if id < 0 {
-				continue // its caller gave up: the value is skipped
-			}
-			t.where[id].qi = refFree
-			t.outstanding--
-			res[k] = result{ID: id, Value: c.first + uint64(c.next)}
-			k++
-		}
-		if c.next < len(c.calls) {
-			break
-		}
-		t.spare = append(t.spare, c.calls[:0])
-		n := copy(t.carry, t.carry[1:])
-		t.carry[n] = fasstCarry{}
-		t.carry = t.carry[:n]
-	}
-	return k
 }
 
 // Expire sends every request whose timeout passed again, under a fresh
