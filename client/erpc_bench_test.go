@@ -1,0 +1,231 @@
+package client
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/seqd/seqd/loadgen/verify"
+	"github.com/seqd/seqd/server"
+	"github.com/seqd/seqd/spec"
+)
+
+// The experiments of issue 30 (thesis chapter 6) that need the eRPC
+// transport's insides: Table 6.3 (loss) and the Timely rate histogram
+// (no false congestion). scripts/bench-erpc.sh runs them next to the
+// latency table (Table 6.1, BenchmarkGetTimestamp against a seqd in mode
+// erpc, in spec-s0 and a raw UDP ping-pong) and prints every figure as a
+// ratio to its reference from the same run. None asserts a time.
+
+// erpcLossPoints are Table 6.3's loss rates, each injected by the soft
+// provider on every transmit of seqd and of the client (both
+// directions), plus eRPC's own 30 % test; the lossless reference runs
+// first and again last (A-B-A: a drift of a shared machine's speed over
+// the run cancels in the ratio to their mean).
+var erpcLossPoints = []struct {
+	name string
+	loss float64
+}{
+	{"loss=0", 0}, {"loss=1e-6", 1e-6}, {"loss=1e-5", 1e-5}, {"loss=1e-4", 1e-4},
+	{"loss=1e-3", 1e-3}, {"loss=1e-2", 1e-2}, {"loss=0.3", 0.3}, {"loss=0/after", 0},
+}
+
+// faultOpts is the soft provider's option string for loss (none for 0),
+// with its own seed per side.
+func faultOpts(loss float64, seed int) string {
+	if loss == 0 {
+		return ""
+	}
+	return fmt.Sprintf("loss=%g,seed=%d", loss, seed)
+}
+
+// BenchmarkERPCLoss is Table 6.3 over the soft provider: for each loss
+// rate a seqd in mode erpc (one worker) and a client of 2 sessions of 8
+// credits, both dropping that fraction of the packets they send, serve
+// b.N GetTimestamp calls kept erpcLossWindow outstanding. It reports
+// Mops, the calls' p50/p99/p999 (µs, from Submit to completion), the
+// client's retransmissions per call (go-back-N resends of the RTO,
+// spec.ERPCDefaultRTO) and per 1,000 calls, and fails on any violation:
+// every call is recorded in a verify.History (each value unique, and
+// above every value returned before its call began) and the transport
+// counts answers that repeated a request number with another value
+// (at-most-once, verify's kind Reanswered), which must stay 0. The
+// throughput ratio to the lossless reference is the script's.
+func BenchmarkERPCLoss(b *testing.B) {
+	for i, p := range erpcLossPoints {
+		a, stop := startStoppable(b, server.Config{Mode: spec.ModeERPC, Workers: 1, ProviderOpts: faultOpts(p.loss, 100+i)})
+		c := dialT(b, a.Admin, WithQPs(2), WithWindow(spec.ERPCDefaultCredits),
+			WithDevice("soft", "127.0.0.1:0", faultOpts(p.loss, 200+i)))
+		b.Run(p.name, func(b *testing.B) { benchLoss(b, c) })
+		c.Close()
+		stop()
+	}
+}
+
+// erpcLossWindow is the calls BenchmarkERPCLoss keeps outstanding: the
+// two sessions' 16 credits, twice over (a caller waits for a free slot).
+const erpcLossWindow = 32
+
+func benchLoss(b *testing.B, c *Client) {
+	if c.Mode() != spec.ModeERPC {
+		b.Fatalf("mode %q", c.Mode())
+	}
+	reanswered := func() uint64 {
+		c.drive.Lock()
+		defer c.drive.Unlock()
+		if tr, ok := c.eng.tr.(*erpcTransport); ok {
+			return tr.Reanswered()
+		}
+		return 0
+	}
+	st0, re0 := c.Stats(), reanswered()
+	var hist verify.History
+	lat := hdrhistogram.New(1, int64(10*time.Second), 3)
+	t0 := time.Now()
+	pipeline(b, c, erpcLossWindow, func(caller int, start, end time.Time, v uint64) {
+		lat.RecordValue(min(end.Sub(start).Nanoseconds(), int64(10*time.Second)))
+		hist.Record(caller, verify.Call{Start: start.Sub(t0), End: end.Sub(t0), Value: v})
+	})
+	el := b.Elapsed()
+	st, re := c.Stats(), reanswered()
+	r := hist.Check()
+	r.Reanswered = int(re - re0)
+	if !r.OK() || r.Calls != b.N {
+		b.Fatalf("%d calls recorded of %d: %v", r.Calls, b.N, r.Err())
+	}
+	if st.Regressions != st0.Regressions || st.Timeouts != st0.Timeouts {
+		b.Fatalf("regressions %d, timeouts %d", st.Regressions-st0.Regressions, st.Timeouts-st0.Timeouts)
+	}
+	n := float64(b.N)
+	b.ReportMetric(n/el.Seconds()/1e6, "Mops")
+	b.ReportMetric(float64(lat.ValueAtQuantile(50))/1e3, "p50_us")
+	b.ReportMetric(float64(lat.ValueAtQuantile(99))/1e3, "p99_us")
+	b.ReportMetric(float64(lat.ValueAtQuantile(99.9))/1e3, "p999_us")
+	b.ReportMetric(float64(st.Retransmits-st0.Retransmits), "retx")
+	b.ReportMetric(float64(st.Retransmits-st0.Retransmits)/n*1000, "retx/kcall")
+	b.ReportMetric(float64(r.Violations()), "violations")
+}
+
+// pipeline runs b.N GetTimestamp calls through c with w outstanding
+// (reusable Requests, each one caller whose calls follow one another),
+// timing b's loop, and hands each completed call to done. A failed
+// call fails b.
+func pipeline(b *testing.B, c *Client, w int, done func(caller int, start, end time.Time, v uint64)) {
+	ch := make(chan *Request, w)
+	reqs := make([]Request, w)
+	starts := make([]time.Time, w)
+	index := make(map[*Request]int, w)
+	for i := range reqs {
+		reqs[i].Done = ch
+		index[&reqs[i]] = i
+	}
+	issued, inflight := 0, 0
+	b.ResetTimer()
+	for i := range reqs {
+		if issued == b.N {
+			break
+		}
+		starts[i] = time.Now()
+		if err := c.Submit(&reqs[i]); err != nil {
+			b.Fatal(err)
+		}
+		issued++
+		inflight++
+	}
+	for inflight > 0 {
+		r := <-ch
+		end := time.Now()
+		inflight--
+		if r.Err != nil {
+			b.Fatal(r.Err)
+		}
+		i := index[r]
+		done(i, starts[i], end, uint64(r.TS))
+		if issued < b.N {
+			starts[i] = time.Now()
+			if err := c.Submit(r); err != nil {
+				b.Fatal(err)
+			}
+			issued++
+			inflight++
+		}
+	}
+	b.StopTimer()
+}
+
+// BenchmarkERPCTimely is the no-false-congestion experiment: the eRPC
+// transport (2 sessions of 8 credits) against an erpc server (2
+// workers) over loopback, no bottleneck, b.N calls driven as the engine
+// drives them; "cc=off" is the reference, "cc=on" runs Timely and the
+// rate limiter (WithCongestionControl). Mops is each one's throughput
+// (the script reports on over off, same run). For cc=on it reports
+// what Timely saw and did: its RTT samples (answers not retransmitted),
+// those the T_low bypass skipped, the updates run, the samples of T_low
+// (spec.TimelyTLow) or more, how often a session's rate was found lower
+// than at the step before (lowered, observed once per engine step: two
+// moves within one step count as their net effect), the lowest rate
+// (as a fraction of line rate), and the histogram of the sessions' rate
+// over the engine steps: the share of session-steps at line rate, in
+// [½, 1), [1/10, ½), [1/100, 1/10) and below 1/100 of it. It asserts
+// nothing about them: on loopback a descheduled thread makes RTTs of
+// T_low and more, which Timely takes for congestion.
+func BenchmarkERPCTimely(b *testing.B) {
+	b.Run("cc=off", func(b *testing.B) { benchTimely(b, false) })
+	b.Run("cc=on", func(b *testing.B) { benchTimely(b, true) })
+}
+
+// timelyBuckets are the rate histogram's lower bounds, as fractions of
+// line rate, highest first; the last bucket takes the rest.
+var timelyBuckets = []struct {
+	min  float64
+	unit string
+}{{1, "rate_line_%"}, {0.5, "rate_50-100_%"}, {0.1, "rate_10-50_%"}, {0.01, "rate_1-10_%"}, {0, "rate_lt1_%"}}
+
+func benchTimely(b *testing.B, cc bool) {
+	r := newERPCRig(b, "", "", 2, 8)
+	r.tr.cc = cc
+	prev := make([]float64, len(r.tr.qps))
+	for i, q := range r.tr.qps {
+		prev[i] = q.tl.Rate
+	}
+	var lowered, steps uint64
+	hist := make([]uint64, len(timelyBuckets))
+	clock := func() time.Duration {
+		for i, q := range r.tr.qps {
+			rate := q.tl.Rate
+			if rate < prev[i] {
+				lowered++
+			}
+			prev[i] = rate
+			f := rate / q.tl.Link
+			for k, bk := range timelyBuckets {
+				if f >= bk.min || k == len(timelyBuckets)-1 {
+					hist[k]++
+					break
+				}
+			}
+			steps++
+		}
+		return r.now()
+	}
+	b.ResetTimer()
+	vs := drive(b, r.tr, r.st, b.N, clock)
+	b.StopTimer()
+	checkUnique(b, vs)
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds()/1e6, "Mops")
+	if !cc {
+		return
+	}
+	minRate, updates, bypassed, above := r.tr.congestion()
+	b.ReportMetric(float64(updates+bypassed), "samples")
+	b.ReportMetric(float64(bypassed), "bypassed")
+	b.ReportMetric(float64(updates), "updates")
+	b.ReportMetric(float64(above), "above_Tlow")
+	b.ReportMetric(float64(lowered), "lowered")
+	b.ReportMetric(minRate/spec.TimelyLinkRate, "min_rate_frac")
+	for k, bk := range timelyBuckets {
+		b.ReportMetric(100*float64(hist[k])/float64(max(steps, 1)), bk.unit)
+	}
+}
