@@ -135,13 +135,17 @@ if [[ " $PARTS " == *" timely "* ]]; then
   for i in $(seq "$ROUNDS"); do
     bench client '^BenchmarkERPCTimely$' | tee "$tmp/timely-$i"
     cat "$tmp/timely-$i" >>"$tmp/timely"
-    ratio "$(val "$tmp/timely-$i" ERPCTimely/cc=on Mops)" "$(val "$tmp/timely-$i" ERPCTimely/cc=off Mops)" >>"$tmp/timely-ratio"
+    for l in pipelined serial; do
+      ratio "$(val "$tmp/timely-$i" "ERPCTimely/$l/cc=on" Mops)" "$(val "$tmp/timely-$i" "ERPCTimely/$l/cc=off" Mops)" >>"$tmp/timely-ratio-$l"
+    done
   done
-  on() { val "$tmp/timely" ERPCTimely/cc=on "$1" | median; }
+  on() { fmt "$(val "$tmp/timely" "ERPCTimely/$1/cc=on" "$2" | median)" %.4g; }
   echo
   echo "No false congestion (CC on, loopback, no bottleneck; medians over $ROUNDS rounds)"
-  echo "| CC on / off Mops | RTT samples | bypassed (< T_low) | updates | samples ≥ T_low | rate lowered | lowest rate / line | at line rate | 50-100 % | 10-50 % | 1-10 % | < 1 % of line |"
-  echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
-  echo "| $(median <"$tmp/timely-ratio") | $(on samples) | $(on bypassed) | $(on updates) | $(on above_Tlow) | $(on lowered) | $(on min_rate_frac) | $(on rate_line_%) % | $(on rate_50-100_%) % | $(on rate_10-50_%) % | $(on rate_1-10_%) % | $(on rate_lt1_%) % |"
-  echo "(rate histogram: share of session-steps, the rate read once per engine step)"
+  echo "| load | CC on / off Mops | RTT samples | bypassed (< T_low) | updates | samples ≥ T_low | rate lowered | lowest rate / line | at line rate | 50-100 % | 10-50 % | 1-10 % | < 1 % of line |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+  for l in pipelined serial; do
+    echo "| $l | $(median <"$tmp/timely-ratio-$l") | $(on $l samples) | $(on $l bypassed) | $(on $l updates) | $(on $l above_Tlow) | $(on $l lowered) | $(on $l min_rate_frac) | $(on $l rate_line_%) % | $(on $l rate_50-100_%) % | $(on $l rate_10-50_%) % | $(on $l rate_1-10_%) % | $(on $l rate_lt1_%) % |"
+  done
+  echo "(pipelined: 2 sessions of 8 credits kept full; serial: 1 session, one call at a time. Rate histogram: share of session-steps, the rate read once per engine step)"
 fi
