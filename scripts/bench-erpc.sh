@@ -101,6 +101,11 @@ if [[ " $PARTS " == *" latency "* ]]; then
   for q in p50 p99; do
     echo "| $q | $(fmt "$(col $q 2)" %.1f) | $(fmt "$(col $q 3)" %.1f) | $(fmt "$(col $q 4)" %.1f) | $(fmt "$(col $q 5)" %.1f) | $(col $q 6) | $(col $q 7) | $(col $q 8) | $(col $q 9) |"
   done
+  rounds() { awk -v q="$1" -v c="$2" '$1 == q {print $c}' "$tmp/lat" | paste -sd, -; }
+  echo "per round: erpc/spec-s0 p50 $(rounds p50 8), p99 $(rounds p99 8); erpc/raw p50 $(rounds p50 6), p99 $(rounds p99 6)"
+  for m in erpc spec-s0; do
+    echo "$m per serial call (medians): context switches $(cat "$tmp"/lat-* | val /dev/stdin "GetTimestamp/$m" csw/op | median), receive syscalls $(cat "$tmp"/lat-* | val /dev/stdin "GetTimestamp/$m" rxsys/op | median), client CPU ns $(cat "$tmp"/lat-* | val /dev/stdin "GetTimestamp/$m" cpu_ns/op | median)"
+  done
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
   pids=()
 fi
