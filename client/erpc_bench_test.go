@@ -24,15 +24,20 @@ import (
 
 // erpcLossPoints are Table 6.3's loss rates, each injected by the soft
 // provider on every transmit of seqd and of the client (both
-// directions), plus eRPC's own 30 % test; the lossless reference runs
-// first and again last (A-B-A: a drift of a shared machine's speed over
-// the run cancels in the ratio to their mean).
-var erpcLossPoints = []struct {
+// directions), plus eRPC's own 30 % test, each between two lossless
+// references ("loss=0/refN"): on a shared machine the speed changes from
+// second to second, and the ratio of a loss rate's throughput to the
+// mean of its two neighbours compares like with like (A-B-A).
+var erpcLossPoints = func() (ps []lossPoint) {
+	for i, l := range []float64{1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 0.3} {
+		ps = append(ps, lossPoint{fmt.Sprintf("loss=0/ref%d", i), 0}, lossPoint{fmt.Sprintf("loss=%g", l), l})
+	}
+	return append(ps, lossPoint{"loss=0/ref6", 0})
+}()
+
+type lossPoint struct {
 	name string
 	loss float64
-}{
-	{"loss=0", 0}, {"loss=1e-6", 1e-6}, {"loss=1e-5", 1e-5}, {"loss=1e-4", 1e-4},
-	{"loss=1e-3", 1e-3}, {"loss=1e-2", 1e-2}, {"loss=0.3", 0.3}, {"loss=0/after", 0},
 }
 
 // faultOpts is the soft provider's option string for loss (none for 0),
