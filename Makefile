@@ -4,7 +4,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/seqd/seqd/internal/version.Version=$(VERSION)
 BIN     := bin
 
-.PHONY: all build build-ibverbs test-ibverbs-fake test-nic-wire test test-short lint run bench bench-verbs bench-xdp bench-client bench-server bench-server-xdp fuzz-short clean dist dist-ibverbs docker docker-ibverbs docker-smoke check-guide check-deploy lossy soak cross storm bench-remote
+.PHONY: all build build-ibverbs test-ibverbs-fake test-nic-wire test test-short lint run bench bench-verbs bench-xdp bench-client bench-server bench-server-xdp bench-erpc fuzz-short clean dist dist-ibverbs docker docker-ibverbs docker-smoke check-guide check-deploy lossy soak cross storm bench-remote
 
 all: build
 
@@ -87,6 +87,14 @@ bench-client:
 # (scripts/bench-server.sh). A benchmark: never part of make test.
 bench-server:
 	./scripts/bench-server.sh
+
+# The eRPC mode's experiments (issue 30, thesis chapter 6), each a ratio
+# to a reference from the same run: serial latency against spec-s0 and a
+# raw UDP ping-pong (Table 6.1), loss 1e-6..1e-2 and 30% both ways
+# (Table 6.3), and Timely's rates with no bottleneck; prints the tables
+# (scripts/bench-erpc.sh; ROUNDS, BENCHTIME, PARTS). Never part of make test.
+bench-erpc:
+	./scripts/bench-erpc.sh
 
 # Only the AF_XDP half of bench-server: seqd over veth on the UDP socket
 # and on AF_XDP (xdp=), same run (scripts/bench-server-xdp.sh; root).

@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# The eRPC mode's experiments (issue 30; thesis chapter 6), each figure a
+# ratio to a reference measured in the same run, ROUNDS rounds, medians
+# reported:
+#
+#  1. Latency (Table 6.1): serial GetTimestamp (client BenchmarkGetTimestamp,
+#     as make bench-client runs it) against a seqd in mode erpc and one
+#     in spec-s0 (two seqd processes, userspace provider, loopback), and
+#     the raw UDP ping-pong in one process (PingPongRaw) and between two
+#     (PingPongRawProcs). Each round runs raw, then both modes (their
+#     order alternating by round), then raw again (A-B-A): a ratio is the
+#     mode's median (p99) over the mean of the round's two raw runs, or
+#     over spec-s0's in the same round.
+#  2. Loss (Table 6.3): client BenchmarkERPCLoss, loss 1e-6..1e-2 and
+#     0.3 injected on every transmit of seqd and of the client; each
+#     rate's throughput over the mean of the lossless runs just before
+#     and after it (same round), p99, request packets resent per 1,000
+#     calls, violations (unique, increasing, at-most-once at the client
+#     and at the server: must be 0; the benchmark fails otherwise).
+#  3. No false congestion: client BenchmarkERPCTimely, congestion
+#     control off and on over loopback with no bottleneck: throughput
+#     on/off, Timely's samples and updates, how often a session's rate
+#     was lowered, the lowest rate and the rate histogram.
+#
+#   scripts/bench-erpc.sh        Env: ROUNDS (3), BENCHTIME (1s),
+#                                PARTS ("latency loss timely")
+#
+# A run that fails (a violation, or a transport that broke) is left out
+# of the medians and its message printed at the end.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROUNDS=${ROUNDS:-3}
+BENCHTIME=${BENCHTIME:-1s}
+PARTS=${PARTS:-"latency loss timely"}
+tmp=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+go test -c -o "$tmp/client.test" ./client/
+go test -c -o "$tmp/soft.test" ./verbs/soft/
+go build -o "$tmp/seqd" ./cmd/seqd
+
+# seqd MODE starts a seqd in MODE; addr is its admin address.
+seqd() {
+  local port=$((20000 + RANDOM % 20000))
+  "$tmp/seqd" -mode "$1" -device 127.0.0.1:0 -admin "127.0.0.1:$port" -metrics off -data "$tmp/data-$1" -init >"$tmp/seqd-$1.log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+    sleep 0.1
+  done
+  addr="127.0.0.1:$port"
+}
+# val FILE NAME UNIT prints the value before UNIT on the line of
+# benchmark NAME (without Benchmark and the -GOMAXPROCS suffix) in FILE.
+val() {
+  awk -v n="Benchmark$2" -v u="$3" '{name = $1; sub(/-[0-9]+$/, "", name)} name == n {for (i = 2; i < NF; i++) if ($(i+1) == u) print $i}' "$1"
+}
+median() { awk '$1 != "-" && $1 != ""' | sort -g | awk '{a[NR]=$1} END {if (NR == 0) print "-"; else if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
+mean() { awk '{t += $1} END {if (NR) print t / NR}'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (a == "" || b == "" || b == 0) print "-"; else printf "%.3f\n", a / b}'; }
+fmt() { awk -v x="$1" -v f="$2" 'BEGIN {if (x == "-" || x == "") print "-"; else printf f "\n", x}'; }
+bench() { # BINARY REGEX [args...]: the benchmark lines (stdout only: seqd's logs go to stderr)
+  local bin=$1 re=$2
+  shift 2
+  "$tmp/$bin.test" -test.run '^$' -test.bench "$re" -test.benchtime "$BENCHTIME" -test.benchmem "$@" 2>/dev/null >"$tmp/raw" || true
+  # A failed benchmark prints --- FAIL and its message: keep them.
+  grep -A3 -- '--- FAIL' "$tmp/raw" | grep -v '^Benchmark.*INFO\|^20[0-9][0-9]/' >>"$tmp/failures" || true
+  grep '^Benchmark' "$tmp/raw" || true
+}
+
+if [[ " $PARTS " == *" latency "* ]]; then
+  seqd spec-s0
+  s0=$addr
+  seqd erpc
+  er=$addr
+  : >"$tmp/lat"
+  for i in $(seq "$ROUNDS"); do
+    r="$tmp/lat-$i"
+    : >"$r"
+    bench soft '^BenchmarkPingPongRaw$' | tee -a "$r"
+    bench soft '^BenchmarkPingPongRawProcs$' | tee -a "$r"
+    order="spec-s0 erpc"
+    [ $((i % 2)) = 0 ] && order="erpc spec-s0"
+    for m in $order; do
+      addr=$s0
+      [ "$m" = erpc ] && addr=$er
+      SEQD_BENCH_ADMIN=$addr bench client '^BenchmarkGetTimestamp$' | sed "s/^BenchmarkGetTimestamp/BenchmarkGetTimestamp\/$m/" | tee -a "$r"
+    done
+    bench soft '^BenchmarkPingPongRaw$' | tee -a "$r"
+    bench soft '^BenchmarkPingPongRawProcs$' | tee -a "$r"
+    for q in p50 p99; do
+      raw=$(val "$r" PingPongRaw "${q}_us" | mean)
+      procs=$(val "$r" PingPongRawProcs "${q}_us" | mean)
+      e=$(val "$r" GetTimestamp/erpc "${q}_us")
+      s=$(val "$r" GetTimestamp/spec-s0 "${q}_us")
+      echo "$q $e $s $raw $procs $(ratio "$e" "$raw") $(ratio "$e" "$procs") $(ratio "$e" "$s") $(ratio "$s" "$raw")" >>"$tmp/lat"
+    done
+  done
+  col() { awk -v q="$1" -v c="$2" '$1 == q {print $c}' "$tmp/lat" | median; }
+  echo
+  echo "Table 6.1 (latency, µs; ratios: median over $ROUNDS rounds of the round's ratio)"
+  echo "| | erpc | spec-s0 | raw UDP ping-pong, 1 process | raw, 2 processes | erpc / raw | erpc / raw 2 procs | erpc / spec-s0 | spec-s0 / raw |"
+  echo "|---|---|---|---|---|---|---|---|---|"
+  for q in p50 p99; do
+    echo "| $q | $(fmt "$(col $q 2)" %.1f) | $(fmt "$(col $q 3)" %.1f) | $(fmt "$(col $q 4)" %.1f) | $(fmt "$(col $q 5)" %.1f) | $(col $q 6) | $(col $q 7) | $(col $q 8) | $(col $q 9) |"
+  done
+  rounds() { awk -v q="$1" -v c="$2" '$1 == q {print $c}' "$tmp/lat" | paste -sd, -; }
+  echo "per round: erpc/spec-s0 p50 $(rounds p50 8), p99 $(rounds p99 8); erpc/raw p50 $(rounds p50 6), p99 $(rounds p99 6)"
+  for m in erpc spec-s0; do
+    echo "$m per serial call (medians): context switches $(cat "$tmp"/lat-* | val /dev/stdin "GetTimestamp/$m" csw/op | median), receive syscalls $(cat "$tmp"/lat-* | val /dev/stdin "GetTimestamp/$m" rxsys/op | median), client CPU ns $(cat "$tmp"/lat-* | val /dev/stdin "GetTimestamp/$m" cpu_ns/op | median)"
+  done
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+  pids=()
+fi
+
+if [[ " $PARTS " == *" loss "* ]]; then
+  : >"$tmp/loss"
+  points="1e-06 1e-05 0.0001 0.001 0.01 0.3"
+  for i in $(seq "$ROUNDS"); do
+    r="$tmp/loss-$i"
+    bench client '^BenchmarkERPCLoss$' | tee "$r"
+    # The references: loss=0/ref0 .. ref6, one between each two loss
+    # rates; each rate's ratio is to the mean of its two neighbours.
+    k=0
+    for p in $points; do
+      ref=$( (val "$r" "ERPCLoss/loss=0/ref$k" Mops; val "$r" "ERPCLoss/loss=0/ref$((k + 1))" Mops) | mean)
+      m=$(val "$r" "ERPCLoss/loss=$p" Mops)
+      v=$(val "$r" "ERPCLoss/loss=$p" violations)
+      echo "$p ${m:--} ${ref:--} $(ratio "$m" "$ref") $(val "$r" "ERPCLoss/loss=$p" p99_us) $(val "$r" "ERPCLoss/loss=$p" retx/kcall) ${v:-failed}" >>"$tmp/loss"
+      k=$((k + 1))
+    done
+    for k in 0 1 2 3 4 5 6; do
+      echo "0 $(val "$r" "ERPCLoss/loss=0/ref$k" Mops) - - $(val "$r" "ERPCLoss/loss=0/ref$k" p99_us) $(val "$r" "ERPCLoss/loss=0/ref$k" retx/kcall) $(val "$r" "ERPCLoss/loss=0/ref$k" violations)" >>"$tmp/loss"
+    done
+  done
+  col() { awk -v p="$1" -v c="$2" '$1 == p && $c != "-" && $c != "" {print $c}' "$tmp/loss" | median; }
+  viol() { awk -v p="$1" '$1 == p {if ($7 == "failed" || $7 == "") m++; else t += $7} END {print t + 0 (m ? " (" m " runs failed)" : "")}' "$tmp/loss"; }
+  echo
+  echo "Table 6.3 (loss both ways; medians over $ROUNDS rounds; each rate's reference: the lossless runs just before and after it)"
+  echo "| loss | Mops | lossless Mops (its neighbours) | throughput / lossless | p99 µs | resent / 1k calls | violations |"
+  echo "|---|---|---|---|---|---|---|"
+  for p in 0 $points; do
+    echo "| $p | $(fmt "$(col $p 2)" %.3f) | $(fmt "$(col $p 3)" %.3f) | $(col $p 4) | $(fmt "$(col $p 5)" %.0f) | $(fmt "$(col $p 6)" %.2f) | $(viol $p) |"
+  done
+  echo "per round, throughput / lossless: $(for p in $points; do echo -n "$p: $(awk -v p="$p" '$1 == p {print $4}' "$tmp/loss" | paste -sd, -); "; done)"
+fi
+
+if [[ " $PARTS " == *" timely "* ]]; then
+  : >"$tmp/timely"
+  for i in $(seq "$ROUNDS"); do
+    bench client '^BenchmarkERPCTimely$' | tee "$tmp/timely-$i"
+    cat "$tmp/timely-$i" >>"$tmp/timely"
+    for l in pipelined serial; do
+      ratio "$(val "$tmp/timely-$i" "ERPCTimely/$l/cc=on" Mops)" "$(val "$tmp/timely-$i" "ERPCTimely/$l/cc=off" Mops)" >>"$tmp/timely-ratio-$l"
+    done
+  done
+  on() { fmt "$(val "$tmp/timely" "ERPCTimely/$1/cc=on" "$2" | median)" %.4g; }
+  echo
+  echo "No false congestion (CC on, loopback, no bottleneck; medians over $ROUNDS rounds)"
+  echo "| load | CC on / off Mops | RTT samples | bypassed (< T_low) | updates | samples ≥ T_low | rate lowered | lowest rate / line | at line rate | 50-100 % | 10-50 % | 1-10 % | < 1 % of line |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+  for l in pipelined serial; do
+    echo "| $l | $(median <"$tmp/timely-ratio-$l") | $(on $l samples) | $(on $l bypassed) | $(on $l updates) | $(on $l above_Tlow) | $(on $l lowered) | $(on $l min_rate_frac) | $(on $l rate_line_%) % | $(on $l rate_50-100_%) % | $(on $l rate_10-50_%) % | $(on $l rate_1-10_%) % | $(on $l rate_lt1_%) % |"
+  done
+  echo "(pipelined: 2 sessions of 8 credits kept full; serial: 1 session, one call at a time. Rate histogram: share of session-steps, the rate read once per engine step)"
+fi
+if [ -s "$tmp/failures" ]; then
+  echo
+  echo "failed runs (left out of the medians):"
+  cat "$tmp/failures"
+fi
