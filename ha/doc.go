@@ -79,8 +79,11 @@
 //     naming its term, in a transaction guarded like a save (the term's
 //     election key still has the term's create revision). When etcd
 //     answers that the write succeeded, the serving deadline moves to
-//     s + ServeLease (L). Term.Gate also refuses once that deadline has
-//     passed, and a new term serves nothing before its first heartbeat.
+//     s + ServeLease (L), unless it is later already. Heartbeats go out
+//     every H whether or not the last was answered (up to L/H in
+//     flight), so the gate stays open while etcd answers within L − H.
+//     Term.Gate also refuses once that deadline has passed, and a new
+//     term serves nothing before its first heartbeat.
 //     A heartbeat whose guard fails ends the term ("deposed").
 //   - Every instance watches the heartbeat key and the election. When
 //     the current leader's own heartbeat, received at time o on the

@@ -30,6 +30,9 @@ type Node struct {
 	// kvWrap, when set (tests only), wraps the KV each term's Store
 	// writes the mark through: fault injection.
 	kvWrap func(clientv3.KV) clientv3.KV
+	// beatKV, when set (tests only), is the KV heartbeats are written
+	// through: latency injection.
+	beatKV clientv3.KV
 
 	// consent: a missing mark may be taken as a fresh start (Config.Init
 	// or Config.Advance). It ends, for good, the first time this node
@@ -358,7 +361,12 @@ func (n *Node) session(ctx context.Context, serve func(ctx context.Context, t *T
 	if t.serve != nil {
 		// The serving lease opens with the first heartbeat: a standby
 		// can depose this term only once it has seen one. A key lost
-		// while campaigning fails its guard (errDeposed).
+		// while campaigning fails its guard (errDeposed). The next ones
+		// go out a beat after it, answered or not (beatLoop): started
+		// only once it was answered, they left the gate closed for a
+		// while at the start of every term on a slow etcd. The loop ends
+		// with the term, which every way out of here ends.
+		go n.beatLoop(sctx, t)
 		if err := n.beat(sctx, t); err != nil {
 			if errors.Is(err, errDeposed) {
 				t.end(endDeposed)
@@ -377,9 +385,6 @@ func (n *Node) session(ctx context.Context, serve func(ctx context.Context, t *T
 		n.watchTerm(tctx, t, sess)
 		tcancel()
 	}()
-	if t.serve != nil {
-		go n.beatLoop(tctx, t)
-	}
 	err = serve(tctx, t)
 	if err != nil && tctx.Err() == nil && !refusal(err) {
 		n.log.Error("ha: serving the term failed", "err", err)
