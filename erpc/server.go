@@ -239,7 +239,9 @@ func (s *Server) Close() error {
 	return nil
 }
 
-// Stats sums the workers' counters. Served counts values handed out;
+// Stats sums the workers' counters. Served counts the values of the
+// requests that ran whose answers left (one the provider dropped, its
+// value then handed out by a resend from the slot, is not counted);
 // requests_total the requests that ran; resends_total the
 // retransmissions answered from their slot.
 func (s *Server) Stats() dataplane.Stats {

@@ -291,6 +291,13 @@ func (w *worker) answer(out []pending, oldest verbs.Time) bool {
 		slot, sge := b.Slot(i)
 		h := spec.ERPCHeader{Op: r.op, Slot: r.slot, Count: r.k, Session: r.p.Session, ReqNum: r.rn}
 		spec.PutERPCAnswer(slot, h, r.first) // validated by the decoder
+		// An answer that does not leave is its values unsent, if it ran
+		// now (in Requests); a resend's and a pong's count none.
+		if r.run {
+			b.Weigh(i, uint32(r.k))
+		} else {
+			b.Weigh(i, 0)
+		}
 		w.sendSGE[i] = sge
 		wr.SG = w.sendSGE[i : i+1]
 		r.p.Address(wr)

@@ -229,6 +229,7 @@ func (w *worker) answer(reqs []pending, oldest verbs.Time) bool {
 		wr.Flags = 0
 		slot, sge := b.Slot(i)
 		spec.PutFaSSTAnswer(slot, r.k, r.id, r.first) // k was validated by the decoder
+		b.Weigh(i, uint32(r.k))                       // an answer that does not leave is r.k values unsent
 		w.sendSGE[i] = sge
 		wr.SG = w.sendSGE[i : i+1]
 		r.p.Address(wr)

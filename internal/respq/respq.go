@@ -52,6 +52,10 @@ type queue struct {
 	mr        verbs.MR
 	posted    uint64
 	completed uint64
+	// weight of each send queue slot's answer (Batch.Weigh): how many
+	// values it carries, so that a failed one is counted in values;
+	// nil: one each.
+	weight []uint32
 }
 
 // Set is the response QPs of one worker.
@@ -67,8 +71,8 @@ type Set struct {
 	wcs     []verbs.WC
 	spill   []verbs.WC // others' completions Reap polled from a shared CQ
 	// failed and late count the failed completions Next reaped while it
-	// waited, for TakeFailed.
-	failed, late int
+	// waited, unsent their values, for TakeFailed.
+	failed, late, unsent int
 }
 
 // MaxQPs is the most response QPs a Set holds.
@@ -130,9 +134,10 @@ func (s *Set) Next(n int) (Batch, bool) {
 	depth := uint64(s.cfg.Depth)
 	var deadline time.Time
 	for q.posted-q.completed+uint64(n) > depth-1 {
-		got, failed, late := s.Reap()
+		got, failed, late, unsent := s.Reap()
 		s.failed += failed
 		s.late += late
+		s.unsent += unsent
 		if got == 0 {
 			if deadline.IsZero() {
 				deadline = time.Now().Add(time.Second)
@@ -169,6 +174,20 @@ func (b Batch) Slot(i int) ([]byte, verbs.SGE) {
 	l := uint64(b.s.cfg.SlotLen)
 	off := (seq % uint64(b.s.cfg.Depth)) * l
 	return b.q.mr.Bytes()[off : off+l], verbs.SGE{Addr: b.q.mr.Addr() + off, Length: uint32(l), LKey: b.q.mr.LKey()}
+}
+
+// Weigh records that the batch's i-th answer carries w values (a range,
+// or a request for several): a failed one counts w in Reap's and
+// Complete's counts. Unweighed answers count one each, until the set's
+// first Weigh: a mode that weighs answers weighs every one.
+func (b Batch) Weigh(i int, w uint32) {
+	if b.q.weight == nil {
+		b.q.weight = make([]uint32, b.s.cfg.Depth)
+		for k := range b.q.weight {
+			b.q.weight[k] = 1
+		}
+	}
+	b.q.weight[(b.q.posted+uint64(i))%uint64(b.s.cfg.Depth)] = w
 }
 
 // Post posts the batch's chain: one doorbell.
@@ -215,17 +234,19 @@ func recvFailed(recvs []verbs.RecvChain) bool {
 // verbs.WCDeadlineErr, and of those that status (answers the provider
 // dropped because their deadline passed before they could leave). From
 // a shared CQ, the completions of other QPs are kept for Spilled.
-func (s *Set) Reap() (n, failed, late int) {
+// unsent is the values the failed ones carried (Batch.Weigh).
+func (s *Set) Reap() (n, failed, late, unsent int) {
 	got, err := s.cfg.CQ.Poll(s.wcs)
 	if err != nil {
-		return 0, 0, 0
+		return 0, 0, 0, 0
 	}
 	for i := range s.wcs[:got] {
 		wc := &s.wcs[i]
-		mine, bad := s.Complete(wc)
+		mine, bad, lost := s.Complete(wc)
 		switch {
 		case mine:
 			n++
+			unsent += lost
 			switch {
 			case !bad:
 			case wc.Status == verbs.WCDeadlineErr:
@@ -237,31 +258,40 @@ func (s *Set) Reap() (n, failed, late int) {
 			s.spill = append(s.spill, *wc)
 		}
 	}
-	return n, failed, late
+	return n, failed, late, unsent
 }
 
 // Complete takes a completion polled from the send CQ: if it is one of
-// the set's QPs' (mine), it frees the slots it covers and reports whether
-// it failed (an answer that did not leave).
-func (s *Set) Complete(wc *verbs.WC) (mine, failed bool) {
+// the set's QPs' (mine), it frees the slots it covers and reports
+// whether it failed (an answer that did not leave), and then the values
+// it carried (Batch.Weigh; one unweighed).
+func (s *Set) Complete(wc *verbs.WC) (mine, failed bool, unsent int) {
 	qi := int(wc.ID & 0xff)
 	if qi >= len(s.qs) || s.qpns[qi] != wc.QPN {
-		return false, false
+		return false, false, 0
 	}
-	if seq := wc.ID >> 8; seq+1 > s.qs[qi].completed {
-		s.qs[qi].completed = seq + 1
+	q := &s.qs[qi]
+	seq := wc.ID >> 8
+	if seq+1 > q.completed {
+		q.completed = seq + 1
 	}
-	return true, wc.Status != verbs.WCSuccess
+	if wc.Status == verbs.WCSuccess {
+		return true, false, 0
+	}
+	if q.weight == nil {
+		return true, true, 1
+	}
+	return true, true, int(q.weight[seq%uint64(len(q.weight))])
 }
 
 // TakeFailed returns and forgets the counts of failed send completions
 // that Next reaped while it waited for room, as Reap returns them:
 // answers that did not leave, and of those not counted there, answers
 // dropped for their deadline.
-func (s *Set) TakeFailed() (failed, late int) {
-	failed, late = s.failed, s.late
-	s.failed, s.late = 0, 0
-	return failed, late
+func (s *Set) TakeFailed() (failed, late, unsent int) {
+	failed, late, unsent = s.failed, s.late, s.unsent
+	s.failed, s.late, s.unsent = 0, 0, 0
+	return failed, late, unsent
 }
 
 // TakeSpilled moves into dst (up to its length) the completions of other

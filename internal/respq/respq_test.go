@@ -201,7 +201,7 @@ func TestSharedCQ(t *testing.T) {
 		// Had the reaps not met the request, the CQ still holds it.
 		if n, _ := cq.Poll(wc); n > 0 {
 			for i := range wc[:n] {
-				if mine, _ := s.Complete(&wc[i]); !mine {
+				if mine, _, _ := s.Complete(&wc[i]); !mine {
 					if wc[i].QPN != rq.QP.QPN() || wc[i].Imm != 42 {
 						t.Fatalf("foreign completion %s", verbstest.FormatWC(wc[i]))
 					}
@@ -235,12 +235,13 @@ func rxPackets(dev verbs.Device) (n uint64) {
 // they never leave: soft.TestSendDeadline), signaled
 // or not, and Reap counts them as late (not failed), also while Next
 // waits for room (TakeFailed). Their completions free the send queue as
-// signaled ones do.
+// signaled ones do. Each answer here is weighed as i+1 values
+// (Batch.Weigh): the values of those that did not leave are counted.
 func TestLateAnswersReaped(t *testing.T) {
 	const depth, every = 8, 4
 	s, peer, ah := newSet(t, depth, every)
 	wrs := make([]verbs.SendWR, 3)
-	late := 0
+	late, unsent := 0, 0
 	for batch := 0; batch < 12; batch++ {
 		b, ok := s.Next(len(wrs))
 		if !ok {
@@ -251,17 +252,24 @@ func TestLateAnswersReaped(t *testing.T) {
 				RemoteQKey: verbs.DefaultQKey, Deadline: verbs.Now() - 1}
 		}
 		b.Prepare(wrs)
+		for i := range wrs {
+			b.Weigh(i, uint32(i+1))
+		}
 		if n, err := b.Post(wrs); n != len(wrs) || err != nil {
 			t.Fatalf("batch %d: posted %d: %v", batch, n, err)
 		}
-		n, failed, l := s.Reap()
+		n, failed, l, u := s.Reap()
 		if failed != 0 || n != l {
 			t.Fatalf("batch %d: Reap = %d, %d failed, %d late", batch, n, failed, l)
 		}
 		late += l
+		unsent += u
 	}
-	f, l := s.TakeFailed()
+	f, l, u := s.TakeFailed()
 	if late+l != 12*len(wrs) || f != 0 {
 		t.Fatalf("%d late reaped, %d while waiting, %d failed; want %d late", late, l, f, 12*len(wrs))
+	}
+	if unsent+u != 12*(1+2+3) {
+		t.Fatalf("%d values unsent, want %d (12 batches of answers weighing 1, 2 and 3)", unsent+u, 12*6)
 	}
 }

@@ -194,9 +194,11 @@ var dropNames = [NumDrops]string{"expired", "late", "oracle_error", "send_error"
 type Counts struct {
 	Batches  atomic.Uint64 // batches answered
 	Requests atomic.Uint64 // requests whose answers were posted
-	// Unsent counts answers posted (in Requests) that never left: the
-	// provider failed them or dropped them past their deadline (counted
-	// too in Drops, DropSend or DropLate). Answered = Requests − Unsent.
+	// Unsent counts the values of answers posted (in Requests) that
+	// never left: the provider failed them or dropped them past their
+	// deadline (each answer counted too in Drops, DropSend or DropLate).
+	// An answer carries one value unless the mode weighs it
+	// (respq.Batch.Weigh). Answered = Requests − Unsent.
 	Unsent atomic.Uint64
 	Stalls atomic.Uint64 // claims refused with Config.Behind
 	// Drops counts requests not answered, by reason: DropExpired to
@@ -299,15 +301,15 @@ func (b *Base) SendDone(wc *verbs.WC) bool {
 }
 
 func (b *Base) sendDone(wc *verbs.WC) bool {
-	mine, failed := b.Resp.Complete(wc)
+	mine, failed, unsent := b.Resp.Complete(wc)
 	switch {
 	case !failed:
 	case wc.Status == verbs.WCDeadlineErr: // the provider held it past the batch's deadline
 		b.Drops[DropLate].Add(1)
-		b.Unsent.Add(1)
+		b.Unsent.Add(uint64(unsent))
 	default:
 		b.Drops[DropSend].Add(1)
-		b.Unsent.Add(1)
+		b.Unsent.Add(uint64(unsent))
 	}
 	return mine
 }
@@ -440,10 +442,10 @@ func (b *Base) Next(n int) (respq.Batch, bool) {
 		(*f)()
 	}
 	r, ok := b.Resp.Next(n)
-	if failed, late := b.Resp.TakeFailed(); failed+late > 0 { // reaped while it waited
+	if failed, late, unsent := b.Resp.TakeFailed(); failed+late > 0 { // reaped while it waited
 		b.Drops[DropSend].Add(uint64(failed))
 		b.Drops[DropLate].Add(uint64(late))
-		b.Unsent.Add(uint64(failed + late))
+		b.Unsent.Add(uint64(unsent))
 	}
 	if !ok {
 		b.Log.Error("send queue never drained")
@@ -559,14 +561,14 @@ func (b *Base) PostWith(r respq.Batch, wrs []verbs.SendWR, oldest verbs.Time, re
 
 // ReapSends frees send queue slots and counts answers that failed.
 func (b *Base) ReapSends() {
-	_, failed, late := b.Resp.Reap()
+	_, failed, late, unsent := b.Resp.Reap()
 	if failed > 0 {
 		b.Drops[DropSend].Add(uint64(failed))
 	}
 	if late > 0 {
 		b.Drops[DropLate].Add(uint64(late))
 	}
-	b.Unsent.Add(uint64(failed + late))
+	b.Unsent.Add(uint64(unsent))
 }
 
 // UDRequestQueue makes a worker's UD request queue on pd: a receive CQ
