@@ -4,6 +4,7 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestErrorsInFlagTerms is issue 29 item 2: each error says what failed
@@ -14,6 +15,8 @@ import (
 func TestErrorsInFlagTerms(t *testing.T) {
 	defer func(e func() []string) { environ = e }(environ)
 	environ = func() []string { return nil }
+	defer func(w time.Duration) { startWait = w }(startWait)
+	startWait = 500 * time.Millisecond // a dead seqd is asked again until then
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -35,7 +38,10 @@ func TestErrorsInFlagTerms(t *testing.T) {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			var logs syncBuf
 			code := run(t.Context(), tc.args, &logs, nil, nil)
-			msg := logs.String()
+			// The error is stderr's last line (a dead seqd is waited
+			// for first, which is logged).
+			lines := strings.Split(strings.TrimSuffix(logs.String(), "\n"), "\n")
+			msg := lines[len(lines)-1] + "\n"
 			if code != tc.code || !strings.HasPrefix(msg, tc.want) {
 				t.Fatalf("exit %d %q, want %d and %q", code, msg, tc.code, tc.want)
 			}

@@ -79,7 +79,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, hup <-chan os.Sig
 	fs := flag.NewFlagSet("seqd-pd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", "127.0.0.1:3379", "`address` PD clients connect to (gRPC)")
-	seqd := fs.String("admin", "127.0.0.1:7070", "seqd admin `addresses`: host:port, comma separated (every instance of an HA group; IPv6 in brackets), as seqctl's and loadgen's -admin")
+	seqd := fs.String("admin", "127.0.0.1:7070", "seqd admin `addresses`: host:port, comma separated (every instance of an HA group; IPv6 in brackets), as seqctl's and loadgen's -admin; waited for up to 30s at start")
 	clusterID := fs.Uint64("cluster-id", 1, "PD cluster `ID` reported to clients (not 0)")
 	name := fs.String("name", "seqd-pd", "member `name` reported to clients")
 	url := fs.String("url", "", "`URL` clients reach this front end at (default http:// and the -listen address)")
@@ -150,6 +150,16 @@ func run(ctx context.Context, args []string, stderr io.Writer, hup <-chan os.Sig
 	return 0
 }
 
+// unavailableMsg is a client.ErrUnavailable's message without the kind,
+// said once.
+func unavailableMsg(err error) string {
+	msg := strings.TrimPrefix(err.Error(), client.ErrUnavailable.Error()+": ")
+	return strings.TrimPrefix(msg, adminclient.ErrUnavailable.Error()+": ")
+}
+
+// startWait bounds how long seqd-pd waits at start for seqd to answer.
+var startWait = 30 * time.Second
+
 // reloadInterval is how often the secret files are polled for changes.
 var reloadInterval = reload.DefaultInterval
 
@@ -171,15 +181,34 @@ func serve(ctx context.Context, log *slog.Logger, listen, seqd string, clusterID
 	if err != nil {
 		return err
 	}
-	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	c, err := client.Dial(dctx, eps[0], client.WithEndpoints(eps[1:]...), client.WithAdminDialOptions(dialOpts...),
-		client.WithName("seqd-pd"), client.WithLogger(log))
+	// seqd may be starting beside it (a script, or units started
+	// together): an address that refuses is asked again for up to
+	// startWait before seqd-pd gives up.
+	dctx, cancel := context.WithTimeout(ctx, startWait)
+	var c *client.Client
+	var prev error // the last refusal: it says more than the deadline that cut the next try short
+	for pause := 50 * time.Millisecond; ; pause = min(2*pause, time.Second) {
+		c, err = client.Dial(dctx, eps[0], client.WithEndpoints(eps[1:]...), client.WithAdminDialOptions(dialOpts...),
+			client.WithName("seqd-pd"), client.WithLogger(log))
+		if dctx.Err() != nil && err != nil && prev != nil && ctx.Err() == nil {
+			err = prev
+		}
+		if !errors.Is(err, client.ErrUnavailable) || dctx.Err() != nil {
+			break
+		}
+		prev = err
+		if pause == 50*time.Millisecond {
+			log.Info("waiting for seqd", "admin", seqd, "err", unavailableMsg(err), "for_at_most", startWait)
+		}
+		select {
+		case <-dctx.Done():
+		case <-time.After(pause):
+		}
+	}
 	cancel()
 	if errors.Is(err, client.ErrUnavailable) {
 		// The kind once, and the way out.
-		msg := strings.TrimPrefix(err.Error(), client.ErrUnavailable.Error()+": ")
-		msg = strings.TrimPrefix(msg, adminclient.ErrUnavailable.Error()+": ")
-		return fmt.Errorf("no seqd answers at -admin %s: %s (is seqd running there? Start it, or give its admin address with -admin HOST:PORT)", seqd, msg)
+		return fmt.Errorf("no seqd answers at -admin %s: %s (is seqd running there? Start it, or give its admin address with -admin HOST:PORT)", seqd, unavailableMsg(err))
 	}
 	if err != nil {
 		return fmt.Errorf("-admin %s: %w", seqd, err)

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	pd "github.com/tikv/pd/client"
 
@@ -163,5 +164,47 @@ func TestFlagVocabulary(t *testing.T) {
 	logs = syncBuf{}
 	if code := run(t.Context(), []string{"-h"}, &logs, nil, nil); code != 0 || !strings.Contains(logs.String(), "env SEQD_PD_ADMIN\n") {
 		t.Fatalf("-h: exit %d %q", code, logs.String())
+	}
+}
+
+// TestWaitsForSeqd: seqd-pd started before seqd (a script that starts
+// both, units started together) waits for it, and serves once it
+// answers. Before, it exited at once ("no seqd answers", the README's
+// seqd-pd recipe failed in CI when seqd-pd won the race).
+func TestWaitsForSeqd(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	admin := freeAddr(t)
+	var logs syncBuf
+	listening := make(chan string, 1)
+	pdDone := make(chan int, 1)
+	go func() {
+		pdDone <- run(ctx, []string{"-listen", "127.0.0.1:0", "-admin", admin, "-metrics", "off"}, &logs, nil, func(a string) { listening <- a })
+	}()
+	// seqd starts once seqd-pd has found it missing.
+	for !strings.Contains(logs.String(), "waiting for seqd") {
+		select {
+		case code := <-pdDone:
+			t.Fatalf("seqd-pd exited %d before seqd started:\n%s", code, logs.String())
+		default:
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	ready := make(chan seqdrun.Addrs, 1)
+	go seqdrun.Run(ctx, seqdrun.Config{Device: "127.0.0.1:0", Admin: admin, Metrics: "off", Data: t.TempDir(), Init: true, Mode: "fasst"},
+		slog.New(slog.DiscardHandler), func(a seqdrun.Addrs) { ready <- a })
+	var addr string
+	select {
+	case addr = <-listening:
+	case code := <-pdDone:
+		t.Fatalf("seqd-pd exited %d:\n%s", code, logs.String())
+	}
+	c, err := pd.NewClientWithContext(ctx, []string{addr}, pd.SecurityOption{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, _, err := c.GetTS(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
