@@ -1,6 +1,10 @@
 package client
 
-import "github.com/seqd/seqd/verbs"
+import (
+	"fmt"
+
+	"github.com/seqd/seqd/verbs"
+)
 
 // The bookkeeping of the transports that pack several callers into one
 // request and hand out one value each from its answer (fasst, erpc):
@@ -100,4 +104,78 @@ func answerPayload(wc *verbs.WC, buf []byte, slotLen int, from verbs.Senders, st
 	}
 	off := int(wc.ID)*slotLen + verbs.GRHLen
 	return buf[off : off+int(wc.ByteLen)-verbs.GRHLen]
+}
+
+// answerRecvs is the receive side of those transports: n receive slots
+// of slotLen bytes per QP in one registered region, completing on one
+// CQ, and the work requests that post them again. Only the sender of
+// answerFrom is taken (answerPayload).
+type answerRecvs struct {
+	recvCQ     verbs.CQ
+	recvMR     verbs.MR
+	recvN      int // slots per QP
+	slotLen    int
+	answerFrom verbs.Senders
+	wcs        []verbs.WC
+	recvWRs    []verbs.RecvWR
+	recvSGE    []verbs.SGE
+}
+
+// openRecvs makes the CQ (for nqps QPs) and the slots; the caller's
+// Close releases what was made on an error.
+func (r *answerRecvs) openRecvs(dev verbs.Device, pd verbs.PD, nqps, perQP, slotLen int) (err error) {
+	r.recvN, r.slotLen = perQP, slotLen
+	if r.recvCQ, err = dev.CreateCQ(nqps * perQP); err != nil {
+		return fmt.Errorf("receive CQ: %w", err)
+	}
+	if r.recvMR, err = pd.RegMR(nqps*perQP*slotLen, verbs.AccessLocalWrite); err != nil {
+		return fmt.Errorf("receive buffers: %w", err)
+	}
+	r.wcs = make([]verbs.WC, 64)
+	r.recvWRs = make([]verbs.RecvWR, max(perQP, len(r.wcs)))
+	r.recvSGE = make([]verbs.SGE, len(r.recvWRs))
+	for i := range r.recvWRs {
+		r.recvWRs[i].SG = r.recvSGE[i : i+1]
+	}
+	return nil
+}
+
+// setRecv makes work request i post slot s of QP qi.
+func (r *answerRecvs) setRecv(i, qi, s int) {
+	slot := qi*r.recvN + s
+	r.recvWRs[i].ID = uint64(slot)
+	r.recvSGE[i] = verbs.SGE{Addr: r.recvMR.Addr() + uint64(slot*r.slotLen), Length: uint32(r.slotLen), LKey: r.recvMR.LKey()}
+}
+
+// fillRecvs posts every slot of QP qi (before any request leaves).
+func (r *answerRecvs) fillRecvs(qi int, qp verbs.QP) error {
+	for s := range r.recvN {
+		r.setRecv(s, qi, s)
+	}
+	_, err := qp.PostRecv(r.recvWRs[:r.recvN])
+	return err
+}
+
+// answersOf takes the completions of QP qp (number qi) among r.wcs[:n]:
+// each one's slot goes back to qp, all in one chain, and each answer
+// that passes answerPayload is handed to each. each must not keep
+// payload.
+func (r *answerRecvs) answersOf(qi, n int, qp verbs.QP, st *stats, each func(payload []byte)) {
+	buf := r.recvMR.Bytes()
+	nr := 0
+	for i := range r.wcs[:n] {
+		wc := &r.wcs[i]
+		slot := int(wc.ID)
+		if slot/r.recvN != qi {
+			continue
+		}
+		r.setRecv(nr, qi, slot%r.recvN)
+		nr++
+		if payload := answerPayload(wc, buf, r.slotLen, r.answerFrom, st); payload != nil {
+			each(payload)
+		}
+	}
+	if nr > 0 {
+		qp.PostRecv(r.recvWRs[:nr]) // a refused RECV only shrinks the queue; answers then time out
+	}
 }

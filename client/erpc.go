@@ -44,20 +44,17 @@ func init() { transports[spec.ModeERPC] = dialERPC }
 //
 // Engine IDs are 0 ≤ id < qps × spec.ERPCSlots × erpcMaxCoalesce.
 type erpcTransport struct {
-	dev        verbs.Device
-	pd         verbs.PD
-	recvCQ     verbs.CQ
-	sendCQ     verbs.CQ
-	reqMR      verbs.MR // per QP: one request buffer per slot, then the ping's
-	recvMR     verbs.MR
-	qps        []*erpcQP
-	credits    int
-	single     bool // WithCoalescing(0): one caller per request
-	recvN      int
-	rto        time.Duration
-	answerFrom verbs.Senders
-	session    uint64
-	st         *stats
+	dev     verbs.Device
+	pd      verbs.PD
+	sendCQ  verbs.CQ
+	reqMR   verbs.MR // per QP: one request buffer per slot, then the ping's
+	qps     []*erpcQP
+	credits int
+	single  bool // WithCoalescing(0): one caller per request
+	rto     time.Duration
+	session uint64
+	st      *stats
+	answerRecvs
 
 	answerCarry // where each engine ID waits; accepted answers' values not handed out yet
 	rr          int
@@ -66,11 +63,8 @@ type erpcTransport struct {
 	// the first copy: the server broke at-most-once.
 	reanswered uint64
 
-	wcs     []verbs.WC
-	swcs    []verbs.WC
-	recvWRs []verbs.RecvWR
-	recvSGE []verbs.SGE
-	resend  []int
+	swcs   []verbs.WC
+	resend []int
 
 	// cc: congestion control on; wheel paces congested sessions, its
 	// items qi×spec.ERPCSlots+slot; due takes a drain.
@@ -147,24 +141,21 @@ func newERPC(pd verbs.PD, dev verbs.Device, nqps, credits int, rto time.Duration
 	if nqps < 1 || nqps > 255 || credits < 1 {
 		return nil, fmt.Errorf("%d QPs, %d credits", nqps, credits)
 	}
-	t = &erpcTransport{dev: dev, pd: pd, credits: credits, rto: rto, st: st, recvN: 2*spec.ERPCSlots + 16}
+	t = &erpcTransport{dev: dev, pd: pd, credits: credits, rto: rto, st: st}
 	defer func() {
 		if err != nil {
 			t.Close()
 		}
 	}()
 	depth := 2*erpcBufs + 2*erpcSignalEvery
-	if t.recvCQ, err = dev.CreateCQ(nqps * t.recvN); err != nil {
-		return nil, fmt.Errorf("receive CQ: %w", err)
+	if err = t.openRecvs(dev, pd, nqps, 2*spec.ERPCSlots+16, erpcRecvSlot); err != nil {
+		return nil, err
 	}
 	if t.sendCQ, err = dev.CreateCQ(nqps * depth); err != nil {
 		return nil, fmt.Errorf("send CQ: %w", err)
 	}
 	if t.reqMR, err = pd.RegMR(nqps*erpcBufs*spec.ERPCRequestLen, verbs.AccessLocalWrite); err != nil {
 		return nil, fmt.Errorf("request buffers: %w", err)
-	}
-	if t.recvMR, err = pd.RegMR(nqps*t.recvN*erpcRecvSlot, verbs.AccessLocalWrite); err != nil {
-		return nil, fmt.Errorf("receive buffers: %w", err)
 	}
 	for i := range nqps {
 		q := &erpcQP{sendChain: newSendChain(2 * erpcBufs)}
@@ -181,17 +172,11 @@ func newERPC(pd verbs.PD, dev verbs.Device, nqps, credits int, rto time.Duration
 	for i := range t.where {
 		t.where[i].qi = refFree
 	}
-	t.wcs = make([]verbs.WC, 64)
 	t.carry = make([]carried, 0, nqps*spec.ERPCSlots)
 	for range nqps * spec.ERPCSlots {
 		t.spare = append(t.spare, make([]int, 0, erpcMaxCoalesce))
 	}
 	t.swcs = make([]verbs.WC, 64)
-	t.recvWRs = make([]verbs.RecvWR, max(t.recvN, len(t.wcs)))
-	t.recvSGE = make([]verbs.SGE, len(t.recvWRs))
-	for i := range t.recvWRs {
-		t.recvWRs[i].SG = t.recvSGE[i : i+1]
-	}
 	t.resend = make([]int, 0, spec.ERPCSlots)
 	// A slot's request cancelled while it waits in the wheel leaves a
 	// stale item: twice the slots is room for both.
@@ -222,20 +207,11 @@ func (t *erpcTransport) attach(g handshake.Grant) error {
 		if err := verbs.BringUpUD(q.qp, g.AnswerQKey, 0); err != nil {
 			return fmt.Errorf("client: erpc QP %d bring-up: %w", i, err)
 		}
-		for s := range t.recvN {
-			t.setRecv(s, i, s)
-		}
-		if _, err := q.qp.PostRecv(t.recvWRs[:t.recvN]); err != nil {
+		if err := t.fillRecvs(i, q.qp); err != nil {
 			return fmt.Errorf("client: erpc QP %d: post receives: %w", i, err)
 		}
 	}
 	return nil
-}
-
-func (t *erpcTransport) setRecv(i, qi, s int) {
-	slot := qi*t.recvN + s
-	t.recvWRs[i].ID = uint64(slot)
-	t.recvSGE[i] = verbs.SGE{Addr: t.recvMR.Addr() + uint64(slot)*erpcRecvSlot, Length: erpcRecvSlot, LKey: t.recvMR.LKey()}
 }
 
 // Free is how many more callers the sessions take now.
@@ -425,35 +401,22 @@ func (t *erpcTransport) Poll(now time.Duration, res []result) int {
 	if err != nil || n == 0 {
 		return k
 	}
-	buf := t.recvMR.Bytes()
 	for qi, q := range t.qps {
-		nr := 0
-		for i := range t.wcs[:n] {
-			wc := &t.wcs[i]
-			slot := int(wc.ID)
-			if slot/t.recvN != qi {
-				continue
-			}
-			t.setRecv(nr, qi, slot%t.recvN)
-			nr++
-			payload := answerPayload(wc, buf, erpcRecvSlot, t.answerFrom, t.st)
-			if payload == nil {
-				continue
-			}
+		t.answersOf(qi, n, q.qp, t.st, func(payload []byte) {
 			h, first, err := spec.DecodeERPC(payload)
 			if err != nil || (h.Op != spec.ERPCOpAnswer && h.Op != spec.ERPCOpPong) {
 				t.st.malformed.Add(1)
-				continue
+				return
 			}
 			if h.Session != t.session || q.sess == nil {
 				t.st.forged.Add(1)
-				continue
+				return
 			}
 			if h.Op == spec.ERPCOpPong {
 				if !q.sess.Pong(now, h.ReqNum) {
 					t.st.stale.Add(1)
 				}
-				continue
+				return
 			}
 			switch q.sess.Answer(now, h.Slot, h.ReqNum, h.Count, first) {
 			case spec.ERPCAccepted:
@@ -472,10 +435,7 @@ func (t *erpcTransport) Poll(now time.Duration, res []result) int {
 			default:
 				t.st.stale.Add(1) // a duplicate, or an answer to an earlier request number
 			}
-		}
-		if nr > 0 {
-			q.qp.PostRecv(t.recvWRs[:nr]) // a refused RECV only shrinks the queue; answers then time out
-		}
+		})
 	}
 	return k + t.drainCarry(res[k:])
 }

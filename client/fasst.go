@@ -38,18 +38,15 @@ func init() { transports[spec.ModeFaSST] = dialFaSST }
 //
 // Engine IDs are 0 ≤ id < qps × window.
 type fasstTransport struct {
-	dev        verbs.Device
-	pd         verbs.PD
-	recvCQ     verbs.CQ
-	sendCQ     verbs.CQ
-	reqMR      verbs.MR // one request buffer per (QP, slot)
-	recvMR     verbs.MR
-	qps        []*fasstQP
-	window     int
-	recvN      int // RECVs per QP
-	timeout    time.Duration
-	answerFrom verbs.Senders
-	st         *stats
+	dev     verbs.Device
+	pd      verbs.PD
+	sendCQ  verbs.CQ
+	reqMR   verbs.MR // one request buffer per (QP, slot)
+	qps     []*fasstQP
+	window  int
+	timeout time.Duration
+	st      *stats
+	answerRecvs
 
 	// answerCarry: where each engine ID waits (where, outstanding) and
 	// the accepted answers whose values did not fit in Poll's result
@@ -60,10 +57,7 @@ type fasstTransport struct {
 	// single: one caller per request (WithCoalescing(0)).
 	single bool
 
-	wcs     []verbs.WC
-	swcs    []verbs.WC
-	recvWRs []verbs.RecvWR
-	recvSGE []verbs.SGE
+	swcs []verbs.WC
 }
 
 type fasstQP struct {
@@ -107,24 +101,21 @@ func newFaSST(pd verbs.PD, dev verbs.Device, nqps, window int, timeout time.Dura
 	if nqps < 1 || window < 1 || window > spec.FaSSTMaxCount {
 		return nil, fmt.Errorf("%d QPs, window %d", nqps, window)
 	}
-	t = &fasstTransport{dev: dev, pd: pd, window: window, timeout: timeout, st: st, recvN: 2*window + 16}
+	t = &fasstTransport{dev: dev, pd: pd, window: window, timeout: timeout, st: st}
 	defer func() {
 		if err != nil {
 			t.Close()
 		}
 	}()
 	depth := 2*window + 2*fasstSignalEvery
-	if t.recvCQ, err = dev.CreateCQ(nqps * t.recvN); err != nil {
-		return nil, fmt.Errorf("receive CQ: %w", err)
+	if err = t.openRecvs(dev, pd, nqps, 2*window+16, fasstRecvSlot); err != nil {
+		return nil, err
 	}
 	if t.sendCQ, err = dev.CreateCQ(nqps * depth); err != nil {
 		return nil, fmt.Errorf("send CQ: %w", err)
 	}
 	if t.reqMR, err = pd.RegMR(nqps*window*spec.FaSSTRequestLen, verbs.AccessLocalWrite); err != nil {
 		return nil, fmt.Errorf("request buffers: %w", err)
-	}
-	if t.recvMR, err = pd.RegMR(nqps*t.recvN*fasstRecvSlot, verbs.AccessLocalWrite); err != nil {
-		return nil, fmt.Errorf("receive buffers: %w", err)
 	}
 	for i := range nqps {
 		q := &fasstQP{calls: make([][]int, window), live: make([]int, window), due: make([]timer, window),
@@ -145,17 +136,11 @@ func newFaSST(pd verbs.PD, dev verbs.Device, nqps, window int, timeout time.Dura
 	for i := range t.where {
 		t.where[i].qi = refFree
 	}
-	t.wcs = make([]verbs.WC, 64)
 	t.carry = make([]carried, 0, len(t.wcs))
 	for range len(t.wcs) {
 		t.spare = append(t.spare, make([]int, 0, window))
 	}
 	t.swcs = make([]verbs.WC, 64)
-	t.recvWRs = make([]verbs.RecvWR, max(t.recvN, len(t.wcs)))
-	t.recvSGE = make([]verbs.SGE, len(t.recvWRs))
-	for i := range t.recvWRs {
-		t.recvWRs[i].SG = t.recvSGE[i : i+1]
-	}
 	return t, nil
 }
 
@@ -175,20 +160,11 @@ func (t *fasstTransport) attach(g handshake.Grant) error {
 		if err := verbs.BringUpUD(q.qp, g.AnswerQKey, 0); err != nil {
 			return fmt.Errorf("client: fasst QP %d bring-up: %w", i, err)
 		}
-		for s := range t.recvN {
-			t.setRecv(s, i, s)
-		}
-		if _, err := q.qp.PostRecv(t.recvWRs[:t.recvN]); err != nil {
+		if err := t.fillRecvs(i, q.qp); err != nil {
 			return fmt.Errorf("client: fasst QP %d: post receives: %w", i, err)
 		}
 	}
 	return nil
-}
-
-func (t *fasstTransport) setRecv(i, qi, s int) {
-	slot := qi*t.recvN + s
-	t.recvWRs[i].ID = uint64(slot)
-	t.recvSGE[i] = verbs.SGE{Addr: t.recvMR.Addr() + uint64(slot)*fasstRecvSlot, Length: fasstRecvSlot, LKey: t.recvMR.LKey()}
 }
 
 // Free is how many more callers Send takes now: the values each QP may
@@ -354,39 +330,23 @@ func (t *fasstTransport) Poll(now time.Duration, res []result) int {
 	if err != nil || n == 0 {
 		return k
 	}
-	buf := t.recvMR.Bytes()
 	for qi, q := range t.qps {
-		nr := 0
-		for i := range t.wcs[:n] {
-			wc := &t.wcs[i]
-			slot := int(wc.ID)
-			if slot/t.recvN != qi {
-				continue
-			}
-			t.setRecv(nr, qi, slot%t.recvN)
-			nr++
-			payload := answerPayload(wc, buf, fasstRecvSlot, t.answerFrom, t.st)
-			if payload == nil {
-				continue
-			}
+		t.answersOf(qi, n, q.qp, t.st, func(payload []byte) {
 			h, first, err := spec.DecodeFaSSTAnswer(payload)
 			if err != nil {
 				t.st.malformed.Add(1)
-				continue
+				return
 			}
 			s, ok := q.slots.Match(h.ID, h.Count)
 			if !ok {
 				t.st.stale.Add(1) // an answer to an earlier ID, a released slot, or a duplicate
-				continue
+				return
 			}
 			// Matched: the callers move to the carry, and the slot is
 			// released, so that no later answer to this ID matches.
 			q.calls[s] = t.accept(q.calls[s], first, false)
 			t.release(q, s)
-		}
-		if nr > 0 {
-			q.qp.PostRecv(t.recvWRs[:nr]) // a refused RECV only shrinks the queue; answers then time out
-		}
+		})
 	}
 	return k + t.drainCarry(res[k:])
 }
