@@ -343,7 +343,8 @@ func (c *Client) reconnect(now time.Duration, force bool) {
 				c.log.Debug("no answer yet; the server holds our session", "admin", c.Endpoint(), "session", c.sess.id,
 					"quiet", now-e.lastAns, "inflight", e.inflight(), "queued", e.backlog != nil,
 					"free", e.tr.Free(), "outstanding", e.tr.Outstanding(), "next_deadline", next-now,
-					"retransmits", c.st.retransmits.Load(), "stale", c.st.stale.Load(), "answers", c.st.answers.Load(),
+					"retransmits", c.st.retransmits.Load(), "stale", c.st.stale.Load(), "late", c.st.late.Load(),
+					"forged", c.st.forged.Load(), "answers", c.st.answers.Load(), "rtt", e.rtt,
 					"next_probe_in", e.probeGap)
 			}
 			return

@@ -14,6 +14,10 @@
 // test or a package failed, a package did not build, or the command
 // failed; lines that are not JSON (go vet's, the go command's) are
 // printed as they come.
+//
+// With -show REGEXP first, a test's output lines that match REGEXP are
+// printed as they come too, whether or not the test fails: CI shows the
+// storms' RIG lines this way (testsummary -show '^\s*\S+\.go:\d+: RIG ').
 package main
 
 import (
@@ -24,6 +28,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"regexp"
 	"strings"
 	"syscall"
 )
@@ -35,6 +40,15 @@ func main() {
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	out := bufio.NewWriter(stdout)
 	s := NewSummary(out)
+	if len(args) >= 2 && args[0] == "-show" {
+		re, err := regexp.Compile(args[1])
+		if err != nil {
+			fmt.Fprintln(stderr, "testsummary: -show:", err)
+			return 2
+		}
+		s.Show = re
+		args = args[2:]
+	}
 	var cmdErr error
 	if len(args) == 0 {
 		cmdErr = feed(s, stdin, out)

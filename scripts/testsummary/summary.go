@@ -57,6 +57,8 @@ type Summary struct {
 	failed   []result
 	skipped  []result
 	pkgFails int // packages that failed (a build, a panic outside a test, a timeout)
+	// Show, when set, picks test output lines to print as they come.
+	Show *regexp.Regexp
 }
 
 // NewSummary returns a Summary that writes to w.
@@ -117,6 +119,9 @@ func (s *Summary) event(e event) {
 	switch e.Action {
 	case "output":
 		t.out.WriteString(e.Output)
+		if s.Show != nil && s.Show.MatchString(e.Output) {
+			io.WriteString(s.w, e.Output)
+		}
 	case "pass":
 		s.passed++
 		p.passed++

@@ -103,6 +103,23 @@ func TestAllPassed(t *testing.T) {
 	}
 }
 
+// TestShow: -show prints the matching output lines of any test as they
+// come (here of a skipped one, whose lines are otherwise only its
+// reason), and no others.
+func TestShow(t *testing.T) {
+	out, code, _ := summarize(t, []string{"-show", `\.go:\d+: uid `}, fixture(t, "pass.json"))
+	if code != 0 {
+		t.Errorf("exit code %d, want 0\n%s", code, out)
+	}
+	inOrder(t, out, "    d_test.go:8: uid 1000\n", "ok    example.com/fx/d", "2 passed, 0 failed, 1 skipped")
+	if strings.Count(out, "uid 1000") != 1 || strings.Contains(out, "=== RUN") {
+		t.Errorf("-show printed other lines, or the line twice:\n%s", out)
+	}
+	if _, code, _ := summarize(t, []string{"-show", "("}, nil); code != 2 {
+		t.Errorf("-show with a bad expression: exit code %d, want 2", code)
+	}
+}
+
 // TestBuildFailureAlone: a package that does not build fails the run
 // although no test failed.
 func TestBuildFailureAlone(t *testing.T) {
