@@ -318,7 +318,7 @@ func (c *Client) connect(ctx context.Context) (err error) {
 	}
 	c.eng.requeue()
 	env := &transportEnv{dev: c.dev, pd: c.pd, qps: c.opts.qps, window: c.opts.window, retransmit: c.opts.retransmit,
-		rfpReads: c.opts.rfpReads, single: c.opts.coalesce == 0, cc: c.opts.cc, name: c.opts.name, connect: c.admit, st: &c.st, prev: c.eng.tr, log: c.log, now: c.now}
+		rfpReads: c.opts.rfpReads, single: c.opts.coalesce == 0, cc: c.opts.cc, name: c.opts.name, connect: c.admit, st: &c.st, prev: c.eng.tr, log: c.log, now: c.now, start: c.start}
 	tr, err := d(ctx, env)
 	if err != nil {
 		return err

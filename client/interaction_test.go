@@ -510,11 +510,7 @@ type s0Wire struct {
 func newS0Wire(t *testing.T, env *traceEnv, window int, retransmit, period time.Duration) *s0Wire {
 	s := &specS0{env: &transportEnv{st: &env.st, log: slog.New(slog.DiscardHandler), now: func() time.Duration { return env.now }},
 		ahs: []verbs.AH{nil}, srvQPN: []verbs.QPN{1}, epoch: 1}
-	s.idQP, s.idTag, s.high = make([]int, window), make([]spec.Tag, window), make([]uint64, window)
-	for i := range s.idQP {
-		s.idQP[i] = -1
-	}
-	s.pending = make([]int, 0, window)
+	s.sizeIDs(window)
 	win, err := spec.NewWindow(spec.WindowConfig{Size: window, Timeout: retransmit})
 	if err != nil {
 		t.Fatal(err)

@@ -59,11 +59,13 @@ type specS0 struct {
 	epoch    uint64
 	spec     spec.Speculator
 
-	// By engine request ID: the QP and tag it is in flight under, and
-	// the high part its answer completes (^0: sent without a guess).
+	// By engine request ID: the QP and tag it is in flight under, the
+	// high part its answer completes (^0: sent without a guess), and its
+	// try (spec.Window.SendTry: each resend waits twice as long).
 	idQP    []int
 	idTag   []spec.Tag
 	high    []uint64
+	try     []int
 	pending []int // expired but not resent yet (no tag free): resent first
 	now     time.Duration
 	// within is the device's verbs.DeviceAttr.ArrivedWithin (0: its
@@ -140,17 +142,15 @@ func newSpecS0(env *transportEnv) (s *specS0, err error) {
 	s.recvBase, s.recvKey = s.recvMR.Addr(), s.recvMR.LKey()
 	s.wcs = make([]verbs.WC, 64)
 	s.chains = make([]verbs.RecvChain, 0, env.qps)
-	n := env.qps * env.window
-	s.idQP, s.idTag, s.high = make([]int, n), make([]spec.Tag, n), make([]uint64, n)
-	for i := range s.idQP {
-		s.idQP[i] = -1
-	}
-	s.pending = make([]int, 0, n)
+	s.sizeIDs(env.qps * env.window)
 	// The client's clock (env.now) and the provider's (verbs.Now) are
-	// both the monotonic clock, from different zeros; the second read
-	// comes later, which can only make arrivedBy nanoseconds earlier.
-	s.origin = -verbs.Time(env.now())
-	s.origin += verbs.Now()
+	// both the monotonic clock, from different zeros: the client's is
+	// env.start. (Taken from two readings, one of each clock, the zero
+	// was off by the time between them: a goroutine descheduled there
+	// for 30 ms on a loaded host put every receive stamp of the session
+	// 30 ms early, so each answer looked to have arrived before its
+	// request left, and was rejected as late, for good.)
+	s.origin = verbs.TimeOf(env.start)
 	s.within = env.dev.Attr().ArrivedWithin
 	for i := range env.qps {
 		qp, err := env.pd.CreateQP(verbs.QPInitAttr{Type: verbs.UD, SendCQ: s.cq, RecvCQ: s.cq,
@@ -171,6 +171,15 @@ func newSpecS0(env *transportEnv) (s *specS0, err error) {
 		s.qps = append(s.qps, q)
 	}
 	return s, nil
+}
+
+// sizeIDs makes the by-ID tables for engine request IDs 0..n-1.
+func (s *specS0) sizeIDs(n int) {
+	s.idQP, s.idTag, s.high, s.try = make([]int, n), make([]spec.Tag, n), make([]uint64, n), make([]int, n)
+	for i := range s.idQP {
+		s.idQP[i] = -1
+	}
+	s.pending = make([]int, 0, n)
 }
 
 // postInitialRecvs fills QP i's receive queue (once it is out of RESET).
@@ -247,6 +256,7 @@ func (s *specS0) attach(g handshake.Grant, sent time.Duration) error {
 	}
 	s.spec.SetPeriod(period) // predict the high part's advance (PROTOCOL.md)
 	s.epoch = g.Epoch
+	clear(s.try) // a new grant, a new path: the next tries wait the timeout again
 	s.qkey, s.ansQKey, s.srvResp = g.QKey, g.AnswerQKey, sendersOf(g.AnswerQPs)
 	if g.High != 0 {
 		s.spec.Learn(sent, g.High)
@@ -274,6 +284,9 @@ func (s *specS0) Outstanding() int {
 // them at the end of the engine's step.
 func (s *specS0) Send(now time.Duration, ids []int) (int, error) {
 	s.now = now
+	for _, id := range ids {
+		s.try[id] = 0
+	}
 	return s.send(now, ids), nil
 }
 
@@ -300,7 +313,7 @@ func (s *specS0) queue(now time.Duration, qi, id int) bool {
 	if q.posted-q.done+uint64(n)+1 >= uint64(cap(q.wrs)+2*signalEvery) {
 		return false
 	}
-	tag, _, err := q.win.Send(now, uint64(id))
+	tag, _, err := q.win.SendTry(now, uint64(id), s.try[id])
 	if err != nil {
 		return false
 	}
@@ -504,7 +517,7 @@ func (s *specS0) Expire(now time.Duration) int {
 		s.expired = q.win.Expire(now, s.expired[:0])
 		for _, e := range s.expired {
 			id := int(e.Cookie)
-			s.idQP[id] = -1
+			s.idQP[id], s.try[id] = -1, e.Try+1
 			s.pending = append(s.pending, id)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/seqd/seqd/server"
+	"github.com/seqd/seqd/verbs"
 )
 
 // TestSpecS0Faults: a Spec-S0 client whose device loses, duplicates and
@@ -89,5 +90,41 @@ func TestSpecS0Faults(t *testing.T) {
 	t.Logf("%d values; stats %+v; %d calls drove the engine", len(seen), st, c.st.driven.Load())
 	if st.Regressions != 0 || st.Retransmits == 0 || len(seen) != 2*300+2000 {
 		t.Fatalf("%d values, %d regressions, %d retransmits: want %d values, none, some", len(seen), st.Regressions, st.Retransmits, 2*300+2000)
+	}
+}
+
+// TestSpecS0StampsOnTheClientsClock: a receive stamp (verbs.WC.Arrived)
+// maps onto the client's clock exactly, however long the client was
+// descheduled while it built the transport. The zero of the mapping was
+// taken from two readings, one of each clock; a goroutine descheduled
+// between them (here: a clock read that takes 30 ms, as on the HA
+// storm's loaded host) put every stamp of the session that much early,
+// and every answer was rejected as late: base failed with "stamp maps to
+// 30ms before the reading taken before it".
+func TestSpecS0StampsOnTheClientsClock(t *testing.T) {
+	dev := openSoft(t, "")
+	pd, err := dev.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pd.Close()
+	start := time.Now()
+	now := func() time.Duration { return time.Since(start) }
+	slow := func() time.Duration { d := now(); time.Sleep(30 * time.Millisecond); return d }
+	s, err := newSpecS0(&transportEnv{dev: dev, pd: pd, qps: 1, window: 4, retransmit: time.Second, st: &stats{},
+		now: slow, start: start})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if s.within == 0 {
+		t.Skip("the soft device does not bound its stamps (ArrivedWithin 0)")
+	}
+	before := now()
+	wc := verbs.WC{Arrived: verbs.Now()}
+	after := now()
+	by := s.arrivedBy(after+time.Hour, &wc) - s.within // not capped at now
+	if by < before || by > after {
+		t.Fatalf("stamp maps to %v before the reading taken before it (%v after it)", before-by, by-after)
 	}
 }

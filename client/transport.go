@@ -84,9 +84,11 @@ type transportEnv struct {
 	// another mode: a dialer may take over its QPs (spec-s0 keeps its
 	// QPs across reconnects) instead of building new ones.
 	prev transport
-	// log is the client's logger; now its clock (the engine's now).
-	log *slog.Logger
-	now func() time.Duration
+	// log is the client's logger; now its clock (the engine's now),
+	// which reads time.Since(start).
+	log   *slog.Logger
+	now   func() time.Duration
+	start time.Time
 }
 
 // dialer builds a mode's transport: its QPs, the Connect that admits

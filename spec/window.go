@@ -17,8 +17,12 @@ type WindowConfig struct {
 	// Size is the most requests outstanding at once, 1..MaxWindow.
 	Size int
 	// Timeout: a request unanswered this long is expired by Expire.
-	// Default DefaultTimeout.
+	// Default DefaultTimeout. A request's later tries wait longer
+	// (SendTry).
 	Timeout time.Duration
+	// MaxTimeout caps the timeout of a request's later tries. Default
+	// MaxBackoff times Timeout.
+	MaxTimeout time.Duration
 	// Quarantine: a released tag is not handed out again for this long.
 	// Default DefaultQuarantine. It must not be shorter than
 	// MaxAnswerDelay: a tag released by the first answer to its request
@@ -29,6 +33,10 @@ type WindowConfig struct {
 	// every tag to the bound of the worst one.
 	Quarantine time.Duration
 }
+
+// MaxBackoff is the default MaxTimeout as a multiple of Timeout: a
+// request's seventh try and those after it wait 64 Timeouts.
+const MaxBackoff = 64
 
 // MaxWindow is the largest window: half the tag space, so that a tag
 // always has time to sit out its quarantine.
@@ -42,11 +50,16 @@ func (c WindowConfig) Validate() (WindowConfig, error) {
 	if c.Quarantine == 0 {
 		c.Quarantine = DefaultQuarantine
 	}
+	if c.MaxTimeout == 0 {
+		c.MaxTimeout = MaxBackoff * c.Timeout
+	}
 	switch {
 	case c.Size < 1 || c.Size > MaxWindow:
 		return c, fmt.Errorf("spec: window size %d outside 1..%d", c.Size, MaxWindow)
 	case c.Timeout < 0:
 		return c, fmt.Errorf("spec: negative timeout %v", c.Timeout)
+	case c.MaxTimeout < c.Timeout:
+		return c, fmt.Errorf("spec: max timeout %v shorter than the timeout %v", c.MaxTimeout, c.Timeout)
 	case c.Quarantine < MaxAnswerDelay:
 		return c, fmt.Errorf("spec: quarantine %v shorter than the max answer delay %v (a tag released by its first answer needs all of it)", c.Quarantine, MaxAnswerDelay)
 	}
@@ -57,7 +70,9 @@ type tagState struct {
 	out      bool
 	used     bool
 	gen      uint32
+	try      int
 	sent     time.Duration
+	timeout  time.Duration // of this try
 	released time.Duration
 	cookie   uint64
 }
@@ -72,12 +87,21 @@ type Expired struct {
 	Tag    Tag
 	Cookie uint64
 	Sent   time.Duration
+	// Try is the try that expired (SendTry): the caller sends the
+	// request again as try Try+1.
+	Try int
 }
 
 // Window matches answers to the outstanding requests of one client queue
 // pair. It hands out tags, remembers when each was sent, accepts an answer
 // only for a tag that is outstanding, expires requests that waited too
 // long and keeps every released tag in quarantine before reuse.
+//
+// A request sent again after it expired waits longer each try
+// (SendTry), as TCP's retransmission timer backs off (RFC 6298, 5.5):
+// with one fixed timeout, a request whose answers take longer than it
+// would be sent again, under a fresh tag, just before each answer came,
+// and every answer would be stale, forever.
 //
 // It is pure: no I/O, no goroutines, no clock. Time is a monotonic
 // duration from any origin, passed in by the caller, and must not go
@@ -90,6 +114,9 @@ type Window struct {
 	fifo  [NumTags]fifoEntry // outstanding tags in send order (and stale leftovers)
 	head  int
 	count int
+	// backedOff counts the outstanding tags whose timeout is longer than
+	// cfg.Timeout. While it is zero the FIFO is in deadline order too.
+	backedOff int
 }
 
 // NewWindow returns an empty Window.
@@ -112,6 +139,25 @@ func (w *Window) Outstanding() int { return w.out }
 // ones; if the next tag is still in quarantine Send fails with ErrNoTag
 // and retry is when it leaves it.
 func (w *Window) Send(now time.Duration, cookie uint64) (t Tag, retry time.Duration, err error) {
+	return w.SendTry(now, cookie, 0)
+}
+
+// TimeoutOf is how long try try of a request waits for its answer:
+// Timeout doubled try times, at most MaxTimeout.
+func (c WindowConfig) TimeoutOf(try int) time.Duration {
+	d := c.Timeout
+	for range min(try, 62) {
+		if d >= c.MaxTimeout {
+			break
+		}
+		d *= 2
+	}
+	return min(d, c.MaxTimeout)
+}
+
+// SendTry is Send for try try of a request (0 the first; an expired
+// try's Expired.Try+1 the next): it expires after TimeoutOf(try).
+func (w *Window) SendTry(now time.Duration, cookie uint64, try int) (t Tag, retry time.Duration, err error) {
 	if w.out >= w.cfg.Size {
 		return 0, 0, ErrWindowFull
 	}
@@ -128,7 +174,11 @@ func (w *Window) Send(now time.Duration, cookie uint64) (t Tag, retry time.Durat
 		}
 		s.out, s.used = true, true
 		s.gen++
-		s.sent, s.cookie = now, cookie
+		s.sent, s.cookie, s.try = now, cookie, max(try, 0)
+		s.timeout = w.cfg.TimeoutOf(s.try)
+		if s.timeout != w.cfg.Timeout {
+			w.backedOff++
+		}
 		w.out++
 		w.push(fifoEntry{t, s.gen})
 		return t, 0, nil
@@ -214,6 +264,9 @@ func (w *Window) release(s *tagState, now time.Duration) {
 	s.out = false
 	s.released = now
 	w.out--
+	if s.timeout != w.cfg.Timeout {
+		w.backedOff--
+	}
 }
 
 func (w *Window) trim() {
@@ -223,10 +276,31 @@ func (w *Window) trim() {
 	}
 }
 
-// Expire releases every request sent at or before now-Timeout, in send
+// Expire releases every request whose try's timeout has passed, in send
 // order, appending them to dst. The caller retransmits them under fresh
-// tags.
+// tags, as their next tries.
 func (w *Window) Expire(now time.Duration, dst []Expired) []Expired {
+	if w.backedOff > 0 {
+		// Deadlines are not in send order: look at every entry, and
+		// keep only the live ones that stay (at most Size, so that the
+		// next look is short too).
+		n := 0
+		for i := range w.count {
+			e := w.fifo[(w.head+i)%len(w.fifo)]
+			if !w.live(e) {
+				continue
+			}
+			if s := &w.tags[e.tag]; now-s.sent >= s.timeout {
+				dst = append(dst, Expired{Tag: e.tag, Cookie: s.cookie, Sent: s.sent, Try: s.try})
+				w.release(s, now)
+				continue
+			}
+			w.fifo[(w.head+n)%len(w.fifo)] = e
+			n++
+		}
+		w.count = n
+		return dst
+	}
 	for w.count > 0 {
 		e := w.fifo[w.head]
 		s := &w.tags[e.tag]
@@ -234,7 +308,7 @@ func (w *Window) Expire(now time.Duration, dst []Expired) []Expired {
 			if now-s.sent < w.cfg.Timeout {
 				break
 			}
-			dst = append(dst, Expired{Tag: e.tag, Cookie: s.cookie, Sent: s.sent})
+			dst = append(dst, Expired{Tag: e.tag, Cookie: s.cookie, Sent: s.sent, Try: s.try})
 			w.release(s, now)
 		}
 		w.head = (w.head + 1) % len(w.fifo)
@@ -243,12 +317,22 @@ func (w *Window) Expire(now time.Duration, dst []Expired) []Expired {
 	return dst
 }
 
-// NextDeadline is when the oldest outstanding request expires; ok is false
+// NextDeadline is when the next outstanding request expires; ok is false
 // when none is outstanding.
 func (w *Window) NextDeadline() (d time.Duration, ok bool) {
 	w.trim()
 	if w.count == 0 {
 		return 0, false
 	}
-	return w.tags[w.fifo[w.head].tag].sent + w.cfg.Timeout, true
+	if w.backedOff == 0 {
+		s := &w.tags[w.fifo[w.head].tag]
+		return s.sent + s.timeout, true
+	}
+	for i := range w.count {
+		e := w.fifo[(w.head+i)%len(w.fifo)]
+		if s := &w.tags[e.tag]; w.live(e) && (!ok || s.sent+s.timeout < d) {
+			d, ok = s.sent+s.timeout, true
+		}
+	}
+	return d, ok
 }

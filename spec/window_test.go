@@ -20,13 +20,23 @@ type refWindow struct {
 type refReq struct {
 	cookie uint64
 	sent   time.Duration
+	try    int
+}
+
+// timeout is Timeout doubled try times, capped at MaxTimeout.
+func (r *refWindow) timeout(try int) time.Duration {
+	d := r.cfg.Timeout
+	for range try {
+		d = min(2*d, r.cfg.MaxTimeout)
+	}
+	return d
 }
 
 func newRef(cfg WindowConfig) *refWindow {
 	return &refWindow{cfg: cfg, out: map[Tag]refReq{}, released: map[Tag]time.Duration{}}
 }
 
-func (r *refWindow) send(now time.Duration, cookie uint64) (Tag, error) {
+func (r *refWindow) send(now time.Duration, cookie uint64, try int) (Tag, error) {
 	if len(r.out) >= r.cfg.Size {
 		return 0, ErrWindowFull
 	}
@@ -40,7 +50,7 @@ func (r *refWindow) send(now time.Duration, cookie uint64) (Tag, error) {
 			r.next = t
 			return 0, ErrNoTag
 		}
-		r.out[t] = refReq{cookie, now}
+		r.out[t] = refReq{cookie, now, try}
 		r.order = append(r.order, t)
 		return t, nil
 	}
@@ -68,14 +78,11 @@ func (r *refWindow) answer(now, by time.Duration, t Tag) (uint64, bool) {
 
 func (r *refWindow) expire(now time.Duration) []Expired {
 	var ex []Expired
-	for len(r.order) > 0 {
-		t := r.order[0]
-		q := r.out[t]
-		if now-q.sent < r.cfg.Timeout {
-			break
+	for _, t := range append([]Tag(nil), r.order...) {
+		if q := r.out[t]; now-q.sent >= r.timeout(q.try) {
+			ex = append(ex, Expired{Tag: t, Cookie: q.cookie, Sent: q.sent, Try: q.try})
+			r.drop(t, now)
 		}
-		ex = append(ex, Expired{Tag: t, Cookie: q.cookie, Sent: q.sent})
-		r.drop(t, now)
 	}
 	return ex
 }
@@ -85,6 +92,9 @@ func TestWindowDifferential(t *testing.T) {
 		cfg := WindowConfig{Size: 1 + int(seed%16)*8, Timeout: 3 * time.Millisecond, Quarantine: 20 * time.Millisecond}
 		if seed%5 == 0 {
 			cfg.Size = MaxWindow
+		}
+		if seed%3 == 0 {
+			cfg.MaxTimeout = 5 * cfg.Timeout // a cap that is no power of two of it
 		}
 		w, err := NewWindow(cfg)
 		if err != nil {
@@ -101,8 +111,12 @@ func TestWindowDifferential(t *testing.T) {
 			switch op := rng.IntN(10); {
 			case op < 5:
 				cookie++
-				got, _, gerr := w.Send(now, cookie)
-				want, werr := ref.send(now, cookie)
+				try := 0 // a first try, or (one in eight) a later one, backed off
+				if rng.IntN(8) == 0 {
+					try = 1 + rng.IntN(4)
+				}
+				got, _, gerr := w.SendTry(now, cookie, try)
+				want, werr := ref.send(now, cookie, try)
 				if !errors.Is(gerr, werr) || (gerr == nil && got != want) {
 					t.Fatalf("seed %d step %d: Send = %v,%v; reference %v,%v", seed, step, got, gerr, want, werr)
 				}
@@ -140,7 +154,117 @@ func TestWindowDifferential(t *testing.T) {
 			if w.Outstanding() != len(ref.out) {
 				t.Fatalf("seed %d step %d: %d outstanding, reference %d", seed, step, w.Outstanding(), len(ref.out))
 			}
+			if step%64 != 0 {
+				continue
+			}
+			got, gok := w.NextDeadline()
+			var want time.Duration
+			for _, q := range ref.out {
+				if d := q.sent + ref.timeout(q.try); len(ref.out) > 0 && (want == 0 || d < want) {
+					want = d
+				}
+			}
+			if gok != (len(ref.out) > 0) || got != want {
+				t.Fatalf("seed %d step %d: NextDeadline = %v,%v; reference %v", seed, step, got, gok, want)
+			}
 		}
+	}
+}
+
+// TestWindowBackoff: a request whose answers take longer than the
+// timeout is answered once its tries back off (the HA storm's session
+// that sent 2,652 tries in 55 s, each answered, each answer stale).
+// With every try a first one, as before, no answer is ever taken.
+func TestWindowBackoff(t *testing.T) {
+	const delay = 25 * time.Millisecond // every answer's, over the 20 ms timeout
+	run := func(backoff bool) (answeredAt time.Duration, tries int) {
+		w, err := NewWindow(WindowConfig{Size: 1, Timeout: 20 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		type answer struct {
+			at  time.Duration
+			tag Tag
+		}
+		var inFlight []answer
+		send := func(now time.Duration, try int) {
+			tag, _, err := w.SendTry(now, 7, try)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tries++
+			inFlight = append(inFlight, answer{now + delay, tag})
+		}
+		send(0, 0)
+		for now := time.Duration(0); now < 2*time.Second; now += time.Millisecond {
+			for len(inFlight) > 0 && inFlight[0].at <= now {
+				a := inFlight[0]
+				inFlight = inFlight[1:]
+				if cookie, _, ok, _ := w.AnswerArrived(now, a.at, a.tag); ok {
+					if cookie != 7 {
+						t.Fatalf("cookie %d", cookie)
+					}
+					return now, tries
+				}
+			}
+			for _, e := range w.Expire(now, nil) {
+				if e.Cookie != 7 || e.Sent+w.Config().TimeoutOf(e.Try) > now {
+					t.Fatalf("expired %+v at %v", e, now)
+				}
+				next := e.Try + 1
+				if !backoff {
+					next = 0
+				}
+				send(now, next)
+			}
+		}
+		return 0, tries
+	}
+	if at, tries := run(true); at != 45*time.Millisecond || tries != 2 {
+		t.Errorf("backing off: answered at %v after %d tries, want 45ms after 2", at, tries)
+	}
+	if at, tries := run(false); at != 0 || tries < 90 {
+		t.Errorf("the model is off: with a fixed timeout answered at %v after %d tries", at, tries)
+	}
+
+	cfg, err := WindowConfig{Size: 1, Timeout: 20 * time.Millisecond}.Validate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for try, want := range []time.Duration{20, 40, 80, 160, 320, 640, 1280, 1280} {
+		if got := cfg.TimeoutOf(try); got != want*time.Millisecond {
+			t.Errorf("TimeoutOf(%d) = %v, want %vms", try, got, want)
+		}
+	}
+	if got := cfg.TimeoutOf(1 << 30); got != cfg.MaxTimeout {
+		t.Errorf("TimeoutOf(huge) = %v", got)
+	}
+	cfg.MaxTimeout = 100 * time.Millisecond
+	if got := cfg.TimeoutOf(3); got != 100*time.Millisecond {
+		t.Errorf("TimeoutOf(3) capped at 100ms = %v", got)
+	}
+	if _, err := (WindowConfig{Size: 1, Timeout: time.Second, MaxTimeout: time.Millisecond}).Validate(); err == nil {
+		t.Error("a max timeout under the timeout was accepted")
+	}
+
+	// A first try sent after a backed-off one expires on its own time.
+	w, err := NewWindow(WindowConfig{Size: 2, Timeout: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow, _, _ := w.SendTry(0, 1, 3)
+	fresh, _, _ := w.Send(time.Millisecond, 2)
+	if d, _ := w.NextDeadline(); d != 21*time.Millisecond {
+		t.Fatalf("next deadline %v, want 21ms (the first try's)", d)
+	}
+	if ex := w.Expire(21*time.Millisecond, nil); len(ex) != 1 || ex[0].Tag != fresh || ex[0].Try != 0 {
+		t.Fatalf("expired %+v, want the first try alone", ex)
+	}
+	if d, _ := w.NextDeadline(); d != 160*time.Millisecond {
+		t.Fatalf("next deadline %v, want 160ms (the fourth try's)", d)
+	}
+	if ex := w.Expire(160*time.Millisecond, nil); len(ex) != 1 || ex[0].Tag != slow || ex[0].Try != 3 {
+		t.Fatalf("expired %+v, want the fourth try", ex)
 	}
 }
 
