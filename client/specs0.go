@@ -61,11 +61,12 @@ type specS0 struct {
 
 	// By engine request ID: the QP and tag it is in flight under, the
 	// high part its answer completes (^0: sent without a guess), and its
-	// try (spec.Window.SendTry: each resend waits twice as long).
+	// backoff (spec.Window.SendBackoff: raised by each answer to a copy
+	// of it that expired).
 	idQP    []int
 	idTag   []spec.Tag
 	high    []uint64
-	try     []int
+	backoff []int
 	pending []int // expired but not resent yet (no tag free): resent first
 	now     time.Duration
 	// within is the device's verbs.DeviceAttr.ArrivedWithin (0: its
@@ -173,9 +174,13 @@ func newSpecS0(env *transportEnv) (s *specS0, err error) {
 	return s, nil
 }
 
+// maxBackoff bounds a request's backoff (spec.Window.TimeoutOf caps
+// the timeout it gives at spec.MaxBackoff timeouts, six steps).
+const maxBackoff = 6
+
 // sizeIDs makes the by-ID tables for engine request IDs 0..n-1.
 func (s *specS0) sizeIDs(n int) {
-	s.idQP, s.idTag, s.high, s.try = make([]int, n), make([]spec.Tag, n), make([]uint64, n), make([]int, n)
+	s.idQP, s.idTag, s.high, s.backoff = make([]int, n), make([]spec.Tag, n), make([]uint64, n), make([]int, n)
 	for i := range s.idQP {
 		s.idQP[i] = -1
 	}
@@ -256,7 +261,7 @@ func (s *specS0) attach(g handshake.Grant, sent time.Duration) error {
 	}
 	s.spec.SetPeriod(period) // predict the high part's advance (PROTOCOL.md)
 	s.epoch = g.Epoch
-	clear(s.try) // a new grant, a new path: the next tries wait the timeout again
+	clear(s.backoff) // a new grant, a new path: requests wait the timeout again
 	s.qkey, s.ansQKey, s.srvResp = g.QKey, g.AnswerQKey, sendersOf(g.AnswerQPs)
 	if g.High != 0 {
 		s.spec.Learn(sent, g.High)
@@ -285,7 +290,7 @@ func (s *specS0) Outstanding() int {
 func (s *specS0) Send(now time.Duration, ids []int) (int, error) {
 	s.now = now
 	for _, id := range ids {
-		s.try[id] = 0
+		s.backoff[id] = 0
 	}
 	return s.send(now, ids), nil
 }
@@ -313,7 +318,7 @@ func (s *specS0) queue(now time.Duration, qi, id int) bool {
 	if q.posted-q.done+uint64(n)+1 >= uint64(cap(q.wrs)+2*signalEvery) {
 		return false
 	}
-	tag, _, err := q.win.SendTry(now, uint64(id), s.try[id])
+	tag, _, err := q.win.SendBackoff(now, uint64(id), s.backoff[id])
 	if err != nil {
 		return false
 	}
@@ -480,6 +485,12 @@ func (s *specS0) answer(now, by time.Duration, q *s0QP, imm spec.Imm, payload []
 		s.env.st.stale.Add(1)
 		if late {
 			s.env.st.late.Add(1)
+		} else if c, b, slow := q.win.ExpiredAnswer(imm.Tag()); slow && c < uint64(len(s.backoff)) {
+			// The answer to a copy given up on: this request's answers
+			// come back slower than it waits. (If the request was
+			// answered since and its ID reused, the next request waits
+			// longer once; no more.)
+			s.backoff[c] = max(s.backoff[c], min(b+1, maxBackoff))
 		}
 		return false
 	}
@@ -517,7 +528,7 @@ func (s *specS0) Expire(now time.Duration) int {
 		s.expired = q.win.Expire(now, s.expired[:0])
 		for _, e := range s.expired {
 			id := int(e.Cookie)
-			s.idQP[id], s.try[id] = -1, e.Try+1
+			s.idQP[id] = -1
 			s.pending = append(s.pending, id)
 		}
 	}

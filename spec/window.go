@@ -17,10 +17,10 @@ type WindowConfig struct {
 	// Size is the most requests outstanding at once, 1..MaxWindow.
 	Size int
 	// Timeout: a request unanswered this long is expired by Expire.
-	// Default DefaultTimeout. A request's later tries wait longer
-	// (SendTry).
+	// Default DefaultTimeout. A request whose answers came back slower
+	// waits longer (SendBackoff).
 	Timeout time.Duration
-	// MaxTimeout caps the timeout of a request's later tries. Default
+	// MaxTimeout caps the timeout of a backed-off request. Default
 	// MaxBackoff times Timeout.
 	MaxTimeout time.Duration
 	// Quarantine: a released tag is not handed out again for this long.
@@ -35,7 +35,7 @@ type WindowConfig struct {
 }
 
 // MaxBackoff is the default MaxTimeout as a multiple of Timeout: a
-// request's seventh try and those after it wait 64 Timeouts.
+// request backed off six times or more waits 64 Timeouts.
 const MaxBackoff = 64
 
 // MaxWindow is the largest window: half the tag space, so that a tag
@@ -70,9 +70,10 @@ type tagState struct {
 	out      bool
 	used     bool
 	gen      uint32
-	try      int
+	expired  bool // released by Expire (and not handed out since)
+	backoff  int
 	sent     time.Duration
-	timeout  time.Duration // of this try
+	timeout  time.Duration // TimeoutOf(backoff)
 	released time.Duration
 	cookie   uint64
 }
@@ -87,9 +88,8 @@ type Expired struct {
 	Tag    Tag
 	Cookie uint64
 	Sent   time.Duration
-	// Try is the try that expired (SendTry): the caller sends the
-	// request again as try Try+1.
-	Try int
+	// Backoff is the backoff it was sent with (SendBackoff).
+	Backoff int
 }
 
 // Window matches answers to the outstanding requests of one client queue
@@ -97,11 +97,12 @@ type Expired struct {
 // only for a tag that is outstanding, expires requests that waited too
 // long and keeps every released tag in quarantine before reuse.
 //
-// A request sent again after it expired waits longer each try
-// (SendTry), as TCP's retransmission timer backs off (RFC 6298, 5.5):
-// with one fixed timeout, a request whose answers take longer than it
-// would be sent again, under a fresh tag, just before each answer came,
-// and every answer would be stale, forever.
+// A request whose answers come back slower than its timeout waits
+// longer (SendBackoff, ExpiredAnswer), as TCP's retransmission timer
+// backs off (RFC 6298, 5.5), but for slowness seen, not for every loss:
+// with one fixed timeout, such a request would be sent again, under a
+// fresh tag, just before each answer came, and every answer would be
+// stale, forever.
 //
 // It is pure: no I/O, no goroutines, no clock. Time is a monotonic
 // duration from any origin, passed in by the caller, and must not go
@@ -139,14 +140,14 @@ func (w *Window) Outstanding() int { return w.out }
 // ones; if the next tag is still in quarantine Send fails with ErrNoTag
 // and retry is when it leaves it.
 func (w *Window) Send(now time.Duration, cookie uint64) (t Tag, retry time.Duration, err error) {
-	return w.SendTry(now, cookie, 0)
+	return w.SendBackoff(now, cookie, 0)
 }
 
-// TimeoutOf is how long try try of a request waits for its answer:
-// Timeout doubled try times, at most MaxTimeout.
-func (c WindowConfig) TimeoutOf(try int) time.Duration {
+// TimeoutOf is how long a request sent with backoff b waits for its
+// answer: Timeout doubled b times, at most MaxTimeout.
+func (c WindowConfig) TimeoutOf(b int) time.Duration {
 	d := c.Timeout
-	for range min(try, 62) {
+	for range min(b, 62) {
 		if d >= c.MaxTimeout {
 			break
 		}
@@ -155,9 +156,12 @@ func (c WindowConfig) TimeoutOf(try int) time.Duration {
 	return min(d, c.MaxTimeout)
 }
 
-// SendTry is Send for try try of a request (0 the first; an expired
-// try's Expired.Try+1 the next): it expires after TimeoutOf(try).
-func (w *Window) SendTry(now time.Duration, cookie uint64, try int) (t Tag, retry time.Duration, err error) {
+// SendBackoff is Send for a request that waits TimeoutOf(backoff) for
+// its answer. The caller raises a request's backoff by one for each
+// answer to an expired copy of it (ExpiredAnswer): evidence that its
+// answers take longer than it waited. A loss, which leaves no answer,
+// raises nothing.
+func (w *Window) SendBackoff(now time.Duration, cookie uint64, backoff int) (t Tag, retry time.Duration, err error) {
 	if w.out >= w.cfg.Size {
 		return 0, 0, ErrWindowFull
 	}
@@ -174,8 +178,8 @@ func (w *Window) SendTry(now time.Duration, cookie uint64, try int) (t Tag, retr
 		}
 		s.out, s.used = true, true
 		s.gen++
-		s.sent, s.cookie, s.try = now, cookie, max(try, 0)
-		s.timeout = w.cfg.TimeoutOf(s.try)
+		s.sent, s.cookie, s.backoff, s.expired = now, cookie, max(backoff, 0), false
+		s.timeout = w.cfg.TimeoutOf(s.backoff)
 		if s.timeout != w.cfg.Timeout {
 			w.backedOff++
 		}
@@ -249,6 +253,24 @@ func (w *Window) AnswerArrived(now, by time.Duration, t Tag) (cookie uint64, sen
 	return s.cookie, s.sent, true, false
 }
 
+// ExpiredAnswer reports, for an answer AnswerArrived rejected (not
+// late), whether it answers a copy of a request that Expire gave up on
+// (its tag not handed out since): the answer came back slower than that
+// copy's timeout. It returns the copy's cookie and backoff; the caller
+// sends that request, if still unanswered, with a higher backoff from
+// then on. It reports each expired copy once.
+func (w *Window) ExpiredAnswer(t Tag) (cookie uint64, backoff int, ok bool) {
+	if !t.Valid() {
+		return 0, 0, false
+	}
+	s := &w.tags[t]
+	if s.out || !s.expired {
+		return 0, 0, false
+	}
+	s.expired = false // once per copy: a duplicate of the answer is no more evidence
+	return s.cookie, s.backoff, true
+}
+
 // Cancel releases an outstanding tag whose caller gave up; late answers to
 // it are rejected as stale. It reports whether t was outstanding.
 func (w *Window) Cancel(now time.Duration, t Tag) bool {
@@ -276,9 +298,9 @@ func (w *Window) trim() {
 	}
 }
 
-// Expire releases every request whose try's timeout has passed, in send
+// Expire releases every request whose timeout has passed, in send
 // order, appending them to dst. The caller retransmits them under fresh
-// tags, as their next tries.
+// tags.
 func (w *Window) Expire(now time.Duration, dst []Expired) []Expired {
 	if w.backedOff > 0 {
 		// Deadlines are not in send order: look at every entry, and
@@ -291,8 +313,9 @@ func (w *Window) Expire(now time.Duration, dst []Expired) []Expired {
 				continue
 			}
 			if s := &w.tags[e.tag]; now-s.sent >= s.timeout {
-				dst = append(dst, Expired{Tag: e.tag, Cookie: s.cookie, Sent: s.sent, Try: s.try})
+				dst = append(dst, Expired{Tag: e.tag, Cookie: s.cookie, Sent: s.sent, Backoff: s.backoff})
 				w.release(s, now)
+				s.expired = true
 				continue
 			}
 			w.fifo[(w.head+n)%len(w.fifo)] = e
@@ -308,8 +331,9 @@ func (w *Window) Expire(now time.Duration, dst []Expired) []Expired {
 			if now-s.sent < w.cfg.Timeout {
 				break
 			}
-			dst = append(dst, Expired{Tag: e.tag, Cookie: s.cookie, Sent: s.sent, Try: s.try})
+			dst = append(dst, Expired{Tag: e.tag, Cookie: s.cookie, Sent: s.sent, Backoff: s.backoff})
 			w.release(s, now)
+			s.expired = true
 		}
 		w.head = (w.head + 1) % len(w.fifo)
 		w.count--

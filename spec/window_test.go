@@ -18,15 +18,15 @@ type refWindow struct {
 }
 
 type refReq struct {
-	cookie uint64
-	sent   time.Duration
-	try    int
+	cookie  uint64
+	sent    time.Duration
+	backoff int
 }
 
-// timeout is Timeout doubled try times, capped at MaxTimeout.
-func (r *refWindow) timeout(try int) time.Duration {
+// timeout is Timeout doubled b times, capped at MaxTimeout.
+func (r *refWindow) timeout(b int) time.Duration {
 	d := r.cfg.Timeout
-	for range try {
+	for range b {
 		d = min(2*d, r.cfg.MaxTimeout)
 	}
 	return d
@@ -36,7 +36,7 @@ func newRef(cfg WindowConfig) *refWindow {
 	return &refWindow{cfg: cfg, out: map[Tag]refReq{}, released: map[Tag]time.Duration{}}
 }
 
-func (r *refWindow) send(now time.Duration, cookie uint64, try int) (Tag, error) {
+func (r *refWindow) send(now time.Duration, cookie uint64, backoff int) (Tag, error) {
 	if len(r.out) >= r.cfg.Size {
 		return 0, ErrWindowFull
 	}
@@ -50,7 +50,7 @@ func (r *refWindow) send(now time.Duration, cookie uint64, try int) (Tag, error)
 			r.next = t
 			return 0, ErrNoTag
 		}
-		r.out[t] = refReq{cookie, now, try}
+		r.out[t] = refReq{cookie, now, backoff}
 		r.order = append(r.order, t)
 		return t, nil
 	}
@@ -79,8 +79,8 @@ func (r *refWindow) answer(now, by time.Duration, t Tag) (uint64, bool) {
 func (r *refWindow) expire(now time.Duration) []Expired {
 	var ex []Expired
 	for _, t := range append([]Tag(nil), r.order...) {
-		if q := r.out[t]; now-q.sent >= r.timeout(q.try) {
-			ex = append(ex, Expired{Tag: t, Cookie: q.cookie, Sent: q.sent, Try: q.try})
+		if q := r.out[t]; now-q.sent >= r.timeout(q.backoff) {
+			ex = append(ex, Expired{Tag: t, Cookie: q.cookie, Sent: q.sent, Backoff: q.backoff})
 			r.drop(t, now)
 		}
 	}
@@ -111,12 +111,12 @@ func TestWindowDifferential(t *testing.T) {
 			switch op := rng.IntN(10); {
 			case op < 5:
 				cookie++
-				try := 0 // a first try, or (one in eight) a later one, backed off
+				backoff := 0 // none, or (one in eight) some
 				if rng.IntN(8) == 0 {
-					try = 1 + rng.IntN(4)
+					backoff = 1 + rng.IntN(4)
 				}
-				got, _, gerr := w.SendTry(now, cookie, try)
-				want, werr := ref.send(now, cookie, try)
+				got, _, gerr := w.SendBackoff(now, cookie, backoff)
+				want, werr := ref.send(now, cookie, backoff)
 				if !errors.Is(gerr, werr) || (gerr == nil && got != want) {
 					t.Fatalf("seed %d step %d: Send = %v,%v; reference %v,%v", seed, step, got, gerr, want, werr)
 				}
@@ -160,7 +160,7 @@ func TestWindowDifferential(t *testing.T) {
 			got, gok := w.NextDeadline()
 			var want time.Duration
 			for _, q := range ref.out {
-				if d := q.sent + ref.timeout(q.try); len(ref.out) > 0 && (want == 0 || d < want) {
+				if d := q.sent + ref.timeout(q.backoff); len(ref.out) > 0 && (want == 0 || d < want) {
 					want = d
 				}
 			}
@@ -172,12 +172,12 @@ func TestWindowDifferential(t *testing.T) {
 }
 
 // TestWindowBackoff: a request whose answers take longer than the
-// timeout is answered once its tries back off (the HA storm's session
-// that sent 2,652 tries in 55 s, each answered, each answer stale).
-// With every try a first one, as before, no answer is ever taken.
+// timeout is answered once it backs off, one step for each answer to an
+// expired copy. Without it no answer is ever taken; and a request whose copies are lost, with no answer at all,
+// does not back off.
 func TestWindowBackoff(t *testing.T) {
 	const delay = 25 * time.Millisecond // every answer's, over the 20 ms timeout
-	run := func(backoff bool) (answeredAt time.Duration, tries int) {
+	run := func(backoff bool, lost bool) (answeredAt time.Duration, copies int, timeouts []time.Duration) {
 		w, err := NewWindow(WindowConfig{Size: 1, Timeout: 20 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
@@ -187,53 +187,66 @@ func TestWindowBackoff(t *testing.T) {
 			tag Tag
 		}
 		var inFlight []answer
-		send := func(now time.Duration, try int) {
-			tag, _, err := w.SendTry(now, 7, try)
+		level := 0
+		send := func(now time.Duration) {
+			tag, _, err := w.SendBackoff(now, 7, level)
 			if err != nil {
 				t.Fatal(err)
 			}
-			tries++
-			inFlight = append(inFlight, answer{now + delay, tag})
+			copies++
+			timeouts = append(timeouts, w.Config().TimeoutOf(level))
+			if !lost {
+				inFlight = append(inFlight, answer{now + delay, tag})
+			}
 		}
-		send(0, 0)
+		send(0)
 		for now := time.Duration(0); now < 2*time.Second; now += time.Millisecond {
 			for len(inFlight) > 0 && inFlight[0].at <= now {
 				a := inFlight[0]
 				inFlight = inFlight[1:]
-				if cookie, _, ok, _ := w.AnswerArrived(now, a.at, a.tag); ok {
+				cookie, _, ok, late := w.AnswerArrived(now, a.at, a.tag)
+				if ok {
 					if cookie != 7 {
 						t.Fatalf("cookie %d", cookie)
 					}
-					return now, tries
+					return now, copies, timeouts
+				}
+				if c, b, slow := w.ExpiredAnswer(a.tag); backoff && !late && slow && c == 7 {
+					level = max(level, b+1)
+				}
+				if _, _, again := w.ExpiredAnswer(a.tag); again {
+					t.Fatal("ExpiredAnswer reported a copy twice")
 				}
 			}
 			for _, e := range w.Expire(now, nil) {
-				if e.Cookie != 7 || e.Sent+w.Config().TimeoutOf(e.Try) > now {
+				if e.Cookie != 7 || e.Sent+w.Config().TimeoutOf(e.Backoff) > now {
 					t.Fatalf("expired %+v at %v", e, now)
 				}
-				next := e.Try + 1
-				if !backoff {
-					next = 0
-				}
-				send(now, next)
+				send(now)
 			}
 		}
-		return 0, tries
+		return 0, copies, timeouts
 	}
-	if at, tries := run(true); at != 45*time.Millisecond || tries != 2 {
-		t.Errorf("backing off: answered at %v after %d tries, want 45ms after 2", at, tries)
+	// 0: sent (20 ms); 20: again (20 ms); 25: the first copy's answer,
+	// stale; 40: again (40 ms); 45: the second's, stale; 65: the third's,
+	// taken.
+	if at, n, _ := run(true, false); at != 65*time.Millisecond || n != 3 {
+		t.Errorf("backing off: answered at %v after %d copies, want 65ms after 3", at, n)
 	}
-	if at, tries := run(false); at != 0 || tries < 90 {
-		t.Errorf("the model is off: with a fixed timeout answered at %v after %d tries", at, tries)
+	if at, n, _ := run(false, false); at != 0 || n < 90 {
+		t.Errorf("the model is off: with a fixed timeout answered at %v after %d copies", at, n)
+	}
+	if _, n, timeouts := run(true, true); n < 90 || timeouts[n-1] != 20*time.Millisecond {
+		t.Errorf("lost copies backed off: %d copies, the last waiting %v", n, timeouts[n-1])
 	}
 
 	cfg, err := WindowConfig{Size: 1, Timeout: 20 * time.Millisecond}.Validate()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for try, want := range []time.Duration{20, 40, 80, 160, 320, 640, 1280, 1280} {
-		if got := cfg.TimeoutOf(try); got != want*time.Millisecond {
-			t.Errorf("TimeoutOf(%d) = %v, want %vms", try, got, want)
+	for b, want := range []time.Duration{20, 40, 80, 160, 320, 640, 1280, 1280} {
+		if got := cfg.TimeoutOf(b); got != want*time.Millisecond {
+			t.Errorf("TimeoutOf(%d) = %v, want %vms", b, got, want)
 		}
 	}
 	if got := cfg.TimeoutOf(1 << 30); got != cfg.MaxTimeout {
@@ -247,24 +260,31 @@ func TestWindowBackoff(t *testing.T) {
 		t.Error("a max timeout under the timeout was accepted")
 	}
 
-	// A first try sent after a backed-off one expires on its own time.
+	// A request sent without backoff after a backed-off one expires on
+	// its own time.
 	w, err := NewWindow(WindowConfig{Size: 2, Timeout: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	slow, _, _ := w.SendTry(0, 1, 3)
+	slow, _, _ := w.SendBackoff(0, 1, 3)
 	fresh, _, _ := w.Send(time.Millisecond, 2)
 	if d, _ := w.NextDeadline(); d != 21*time.Millisecond {
-		t.Fatalf("next deadline %v, want 21ms (the first try's)", d)
+		t.Fatalf("next deadline %v, want 21ms (the fresh one's)", d)
 	}
-	if ex := w.Expire(21*time.Millisecond, nil); len(ex) != 1 || ex[0].Tag != fresh || ex[0].Try != 0 {
-		t.Fatalf("expired %+v, want the first try alone", ex)
+	if ex := w.Expire(21*time.Millisecond, nil); len(ex) != 1 || ex[0].Tag != fresh || ex[0].Backoff != 0 {
+		t.Fatalf("expired %+v, want the fresh one alone", ex)
 	}
 	if d, _ := w.NextDeadline(); d != 160*time.Millisecond {
-		t.Fatalf("next deadline %v, want 160ms (the fourth try's)", d)
+		t.Fatalf("next deadline %v, want 160ms (the backed-off one's)", d)
 	}
-	if ex := w.Expire(160*time.Millisecond, nil); len(ex) != 1 || ex[0].Tag != slow || ex[0].Try != 3 {
-		t.Fatalf("expired %+v, want the fourth try", ex)
+	if ex := w.Expire(160*time.Millisecond, nil); len(ex) != 1 || ex[0].Tag != slow || ex[0].Backoff != 3 {
+		t.Fatalf("expired %+v, want the backed-off one", ex)
+	}
+	// An answer to a request answered, or cancelled, is no evidence.
+	a, _, _ := w.Send(200*time.Millisecond, 3)
+	w.Answer(201*time.Millisecond, a)
+	if _, _, ok := w.ExpiredAnswer(a); ok {
+		t.Error("a duplicate of an answer taken counted as slow")
 	}
 }
 
