@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/status"
 
 	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/admin/adminpb"
@@ -144,6 +146,10 @@ func (a *adminConn) connectAny(ctx context.Context, perTry time.Duration, skipCu
 	cands = append(cands, a.order(failed)...)
 	tried := map[string]bool{}
 	redirected := map[string]bool{} // asked in this round, and redirected
+	// slow: asked in this round, and out of time before it answered (a
+	// new leader's Connect, held while the group elected it, then queued
+	// behind a storm of others).
+	slow := map[string]bool{}
 	hops := 0
 	for len(cands) > 0 && ctx.Err() == nil {
 		addr := cands[0]
@@ -156,10 +162,12 @@ func (a *adminConn) connectAny(ctx context.Context, perTry time.Duration, skipCu
 		if a.down[addr] && len(a.addrs) > 1 {
 			try = min(perTry, downTry)
 		}
+		began := time.Now()
 		tctx, cancel := context.WithTimeout(ctx, try)
 		cc, err := a.dial(tctx, addr)
 		cancel()
 		if err != nil {
+			a.log.Debug("admin dial failed", "admin", addr, "took", time.Since(began), "err", err)
 			a.setDown(addr, true)
 			if lastErr == nil {
 				lastErr = fmt.Errorf("%w: %w", ErrUnavailable, err)
@@ -187,19 +195,26 @@ func (a *adminConn) connectAny(ctx context.Context, perTry time.Duration, skipCu
 			return nil
 		}
 		lastErr = err
+		a.log.Debug("admin attempt failed", "admin", addr, "took", time.Since(began), "err", err)
 		// A redirect to the server that just failed to answer (etcd
 		// still names a paused leader) is not followed: it stays last.
 		// One to an instance asked earlier in this round is, when that
 		// one redirected too: it has been elected since (a failover),
 		// and the connection to it is up.
+		// One to an instance that ran out of time is followed too: the
+		// group names it, so it serves, and a round that ends without
+		// it costs the pause before the next (the HA storm: a new
+		// leader's held Connect timed out at 520 ms, the standby after it
+		// named that leader, and the session reconnected 0.8 s later).
 		l := redirectTo(err)
 		if isRedirect(err) {
 			redirected[addr] = true
 		}
-		if l != "" && (!tried[l] || redirected[l]) && !(skipCurrent && l == failed) && hops < maxRedirects*len(a.addrs) {
+		slow[addr] = isDeadline(err)
+		if l != "" && (!tried[l] || redirected[l] || slow[l]) && !(skipCurrent && l == failed) && hops < maxRedirects*len(a.addrs) {
 			hops++
 			a.log.Debug("following redirect", "from", addr, "to", l)
-			tried[l], redirected[l] = false, false
+			tried[l], redirected[l], slow[l] = false, false, false
 			cands = append([]string{l}, cands...)
 		}
 	}
@@ -207,6 +222,11 @@ func (a *adminConn) connectAny(ctx context.Context, perTry time.Duration, skipCu
 		lastErr = fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
 	}
 	return lastErr
+}
+
+// isDeadline reports whether err is an admin call that ran out of time.
+func isDeadline(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || status.Code(err) == codes.DeadlineExceeded
 }
 
 // downTry bounds a dial, in a round of several instances, to an address
@@ -400,7 +420,7 @@ func unavailable(call string, err error) error {
 	if after, ok := adminclient.RetryAfter(err); ok {
 		return fmt.Errorf("%w: %s: %w", ErrUnavailable, call, &busy{after: after, err: err})
 	}
-	return fmt.Errorf("%w: %s: %v", ErrUnavailable, call, err)
+	return fmt.Errorf("%w: %s: %w", ErrUnavailable, call, err)
 }
 
 // busy is an instance's refusal that asks for a pause before the next
