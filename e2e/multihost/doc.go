@@ -4,4 +4,8 @@
 // binaries (seqd, seqctl, loadgen, etcd) and rigclient, a client host
 // holding many sessions of the client library, each on its own host, and
 // verify every timestamp handed out. They need root and skip without it.
+//
+// The hosts share this machine's cores. Client hosts run at nice 10
+// (SEQD_RIG_CLIENT_NICE; 0 for none), so that, as on machines of their
+// own, their load does not take the servers' CPU.
 package multihost
