@@ -8,4 +8,9 @@
 // The hosts share this machine's cores. Client hosts run at nice 10
 // (SEQD_RIG_CLIENT_NICE; 0 for none), so that, as on machines of their
 // own, their load does not take the servers' CPU.
+//
+// SEQD_RIG_PROFILE=DIR writes CPU profiles there: each rigclient's whole
+// run, and each surviving seqd's 3 s after the HA storm's kill (-pprof;
+// go tool pprof seqd DIR/failover-s2.pprof). SEQD_RIG_LOGS=DIR keeps
+// every process's log; SEQD_RIG_CLIENT_DEBUG=1 makes the clients' debug.
 package multihost

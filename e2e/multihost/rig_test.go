@@ -259,10 +259,33 @@ func makeTLS(t *testing.T) tlsFiles {
 // The rig's network is the test's own, so the admin plane takes
 // -admin-insecure-no-auth (seqctl set-mode without a token).
 func seqdArgs(t *testing.T, h *netnstest.Host, tf tlsFiles, extra ...string) []string {
-	args := []string{"-admin", h.HostPort(7070), "-device", h.HostPort(4791), "-metrics", "off",
-		"-admin-tls-cert", tf.Cert, "-admin-tls-key", tf.Key, "-admin-insecure-no-auth"}
+	metrics := []string{"-metrics", "off"}
+	if os.Getenv("SEQD_RIG_PROFILE") != "" {
+		metrics = []string{"-metrics", h.HostPort(9100), "-pprof"} // profileAll
+	}
+	args := append([]string{"-admin", h.HostPort(7070), "-device", h.HostPort(4791),
+		"-admin-tls-cert", tf.Cert, "-admin-tls-key", tf.Key, "-admin-insecure-no-auth"}, metrics...)
 	args = append(args, newDeployment(t)...)
 	return append(args, extra...)
+}
+
+// profileAll, with SEQD_RIG_PROFILE set to a directory, takes a CPU
+// profile of d from each of hosts' seqd (its -pprof listener) into it,
+// in the background, named name-host.pprof.
+func profileAll(t *testing.T, hosts []*netnstest.Host, d time.Duration, name string) {
+	dir := os.Getenv("SEQD_RIG_PROFILE")
+	if dir == "" {
+		return
+	}
+	for _, h := range hosts {
+		url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", h.HostPort(9100), int(d.Seconds()))
+		cmd := h.Command("curl", "-s", "-o", filepath.Join(dir, name+"-"+h.Name+".pprof"), url)
+		if err := cmd.Start(); err != nil {
+			t.Logf("profile of %s: %v", h.Name, err)
+			continue
+		}
+		go cmd.Wait()
+	}
 }
 
 // status runs seqctl status -o json on from against admin.
@@ -303,6 +326,9 @@ func launchClients(t *testing.T, h *netnstest.Host, n int, admin string, extra .
 	t.Helper()
 	rc := &rigClient{t: t, lines: make(chan string, 64), out: filepath.Join(t.TempDir(), "calls"), sessions: n}
 	args := append([]string{"-admin", admin, "-sessions", fmt.Sprint(n), "-out", rc.out}, extra...)
+	if dir := os.Getenv("SEQD_RIG_PROFILE"); dir != "" {
+		args = append(args, "-cpuprofile", filepath.Join(dir, "rigclient-"+h.Name+".pprof"))
+	}
 	p := &proc{name: "rigclient", host: h, log: &logBuf{}, done: make(chan struct{})}
 	// The client hosts run at a lower CPU priority than the servers
 	// (nice 10; SEQD_RIG_CLIENT_NICE=0 for none): on separate machines

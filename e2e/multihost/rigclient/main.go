@@ -33,6 +33,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -73,9 +74,20 @@ func main() {
 	tlsCA := flag.String("tls-ca", "", "admin TLS: the CA that verifies seqd")
 	insecure := flag.Bool("insecure", false, "plaintext admin plane off loopback (client.WithInsecure)")
 	out := flag.String("out", "", "write the call records here")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "rigclient:", err)
+			os.Exit(1)
+		}
+		pprof.StartCPUProfile(f)
+		defer pprof.StopCPUProfile()
+	}
 	if err := run(*adminAddr, *device, *sessions, *period, *deadline, *timeout, *dialTimeout, *dialConc, *tlsCA, *insecure, *out); err != nil {
 		fmt.Fprintln(os.Stderr, "rigclient:", err)
+		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }
