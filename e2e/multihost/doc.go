@@ -12,5 +12,5 @@
 // SEQD_RIG_PROFILE=DIR writes CPU profiles there: each rigclient's whole
 // run, and each surviving seqd's 3 s after the HA storm's kill (-pprof;
 // go tool pprof seqd DIR/failover-s2.pprof). SEQD_RIG_LOGS=DIR keeps
-// every process's log; SEQD_RIG_CLIENT_DEBUG=1 makes the clients' debug.
+// every process's log; SEQD_RIG_CLIENT_DEBUG=1 turns the clients' debug log on.
 package multihost
