@@ -37,7 +37,8 @@ func init() { transports[spec.ModeERPC] = dialERPC }
 // (none of a retransmitted request's: Karn), and a congested session's
 // requests leave paced at its rate by a Carousel wheel (spec.Wheel)
 // shared by the sessions. Both common cases are bypassed: an answer
-// below spec.TimelyTLow on an uncongested session runs no update, and
+// below its T_low (spec.TimelyTLow scaled by the session's base RTT,
+// spec.Timely.Scale) on an uncongested session runs no update, and
 // an uncongested session (at line rate) sends at once, past the wheel.
 // The clock is read once per batch: the engine's now, never per packet.
 // Go-back-N retransmissions and pings are not paced.
@@ -353,7 +354,7 @@ func (t *erpcTransport) pace(now time.Duration) {
 }
 
 // congestion is the sessions' lowest rate ever (bytes/s), their Timely
-// updates and bypasses, and their RTT samples of spec.TimelyTLow or more.
+// updates and bypasses, and their RTT samples of their T_low or more.
 func (t *erpcTransport) congestion() (minRate float64, updates, bypassed, above uint64) {
 	minRate = spec.TimelyLinkRate
 	for _, q := range t.qps {

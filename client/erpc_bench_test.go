@@ -215,7 +215,7 @@ func pipeline(b *testing.B, c *Client, w int, done func(caller int, start, end t
 // is each one's throughput (the script reports on over off, same run).
 // With cc=on it reports what Timely saw and did: its RTT samples
 // (answers not retransmitted), those the T_low bypass skipped, the
-// updates run, the samples of T_low (spec.TimelyTLow) or more, how
+// updates run, the samples of T_low (spec.TimelyTLow, scaled) or more, how
 // often a session's rate was found lower than at the step before
 // (lowered, read once per engine step: two moves within one step count
 // as their net effect), the lowest rate (a fraction of line rate), and

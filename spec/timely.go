@@ -11,6 +11,17 @@ import "time"
 // gradients in a row) when it is not positive, multiplicative decrease
 // by β × the gradient normalised by the minimum RTT when it is. The rate
 // stays between TimelyMinRate and the link rate.
+//
+// The thresholds and the minimum RTT are eRPC's, for a fabric whose
+// round trip is about TimelyMinRTT (2 µs on its NICs). Timely scales all
+// three by the session's base RTT, the lowest it has sampled, over
+// TimelyMinRTT (never below 1): a fabric ten times slower has ten times
+// the thresholds, as the RTT is a queueing signal only in units of the
+// fabric's own round trip. Over kernel UDP (a base RTT of 15 to 40 µs
+// here) eRPC's 50 µs T_low is a scheduling hiccup, and its gradient
+// normalised by 2 µs cut a session's rate to the floor in one sample:
+// the false congestion eRPC's users reported. On an RDMA NIC the scale
+// is about 1, and these are eRPC's values.
 const (
 	TimelyTLow      = 50 * time.Microsecond   // below: additive increase (and the bypass)
 	TimelyTHigh     = 1000 * time.Microsecond // above: decrease
@@ -37,6 +48,7 @@ type Timely struct {
 	lastAt   time.Duration
 	negCount int
 	started  bool
+	base     time.Duration // the lowest RTT sampled
 
 	// Updates counts samples that ran the update, Bypassed those the
 	// T_low bypass skipped, Above those of T_low or more; MinRate is the
@@ -59,17 +71,22 @@ func NewTimely(link float64) Timely {
 func (t *Timely) Uncongested() bool { return t.Rate >= t.Link }
 
 // Sample takes an RTT measured at now (the batch's one clock reading).
-// Bypass: an uncongested session with an RTT below TimelyTLow would only
+// Bypass: an uncongested session with an RTT below its T_low
+// (TimelyTLow, scaled: Scale) would only
 // add to a rate already at its cap, so the update is skipped (it reports
 // false). A non-positive RTT is no sample.
 func (t *Timely) Sample(now, rtt time.Duration) bool {
 	if rtt <= 0 {
 		return false
 	}
-	if rtt >= TimelyTLow {
+	if t.base == 0 || rtt < t.base {
+		t.base = rtt
+	}
+	tLow := t.scaled(TimelyTLow)
+	if rtt >= tLow {
 		t.Above++
 	}
-	if rtt < TimelyTLow && t.Uncongested() {
+	if rtt < tLow && t.Uncongested() {
 		t.Bypassed++
 		t.prevRTT = rtt // the next gradient is taken from here
 		t.lastAt = now
@@ -80,8 +97,20 @@ func (t *Timely) Sample(now, rtt time.Duration) bool {
 	return true
 }
 
+// Scale is the session's base RTT over TimelyMinRTT, at least 1: the
+// factor of its thresholds and minimum RTT.
+func (t *Timely) Scale() float64 {
+	return max(1, float64(t.base)/float64(TimelyMinRTT))
+}
+
+// scaled is d times Scale.
+func (t *Timely) scaled(d time.Duration) time.Duration {
+	return time.Duration(float64(d) * t.Scale())
+}
+
 func (t *Timely) update(now, rtt time.Duration) {
 	t.Updates++
+	minRTT, tLow, tHigh := t.scaled(TimelyMinRTT), t.scaled(TimelyTLow), t.scaled(TimelyTHigh)
 	if !t.started {
 		t.started, t.prevRTT, t.lastAt = true, rtt, now
 	}
@@ -90,18 +119,18 @@ func (t *Timely) update(now, rtt time.Duration) {
 	// The weight of a sample grows with the time since the last update,
 	// up to one minimum RTT (eRPC's delta factor).
 	delta := 1.0
-	if el := now - t.lastAt; el >= 0 && el < TimelyMinRTT {
-		delta = float64(el) / float64(TimelyMinRTT)
+	if el := now - t.lastAt; el >= 0 && el < minRTT {
+		delta = float64(el) / float64(minRTT)
 	}
 	t.lastAt = now
 	t.avgDiff = (1-TimelyEWMA)*t.avgDiff + delta*TimelyEWMA*diff
-	grad := t.avgDiff / TimelyMinRTT.Seconds()
+	grad := t.avgDiff / minRTT.Seconds()
 	r := t.Rate
 	switch {
-	case rtt < TimelyTLow:
+	case rtt < tLow:
 		r += TimelyAddRate
-	case rtt > TimelyTHigh:
-		r *= 1 - TimelyBeta*(1-float64(TimelyTHigh)/float64(rtt))
+	case rtt > tHigh:
+		r *= 1 - TimelyBeta*(1-float64(tHigh)/float64(rtt))
 	case grad <= 0:
 		t.negCount++
 		n := 1.0

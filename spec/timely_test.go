@@ -33,7 +33,8 @@ func TestTimelyBypassBelowTLow(t *testing.T) {
 
 func TestTimelyDecreasesOnRisingGradient(t *testing.T) {
 	tm := NewTimely(0)
-	at := feed(&tm, 0, 60*us, 80*us, 100*us, 120*us, 140*us)
+	// A fabric whose round trip is 2 µs (Scale 1: eRPC's thresholds).
+	at := feed(&tm, 0, 2*us, 60*us, 80*us, 100*us, 120*us, 140*us)
 	if tm.Rate >= TimelyLinkRate {
 		t.Fatalf("rising RTTs 60..140 µs: rate %g, want below the link rate", tm.Rate)
 	}
@@ -63,6 +64,7 @@ func TestTimelyRisesUnderLowRTT(t *testing.T) {
 func TestTimelyHighRTTAndFloor(t *testing.T) {
 	tm := NewTimely(0)
 	r := tm.Rate
+	tm.Sample(5*us, 2*us) // a fabric whose round trip is 2 µs (Scale 1)
 	tm.Sample(10*us, 2*time.Millisecond)
 	want := r * (1 - TimelyBeta*(1-float64(TimelyTHigh)/float64(2*time.Millisecond)))
 	if tm.Rate != want {
@@ -80,6 +82,38 @@ func TestTimelyHighRTTAndFloor(t *testing.T) {
 	}
 	if tm.Sample(at+us, 0) || tm.Sample(at+us, -us) {
 		t.Fatal("a non-positive RTT counted as a sample")
+	}
+}
+
+// TestTimelyScalesToFabric: the same RTTs, 20 to 120 µs (a jittery
+// kernel UDP path, no queue), are no congestion on a fabric whose round
+// trip is 20 µs, and are on one whose round trip is 2 µs; on the slow
+// fabric a real queue (RTTs growing to 50 base RTTs) still lowers the
+// rate. With eRPC's fixed thresholds base failed: "no bottleneck on a
+// 20 µs fabric: rate lowered".
+func TestTimelyScalesToFabric(t *testing.T) {
+	jitter := func(i int) time.Duration { return 20*us + time.Duration((i*37)%101)*us }
+	run := func(base time.Duration) Timely {
+		tm := NewTimely(0)
+		at := feed(&tm, 0, base)
+		for i := range 5000 {
+			at = feed(&tm, at, jitter(i))
+		}
+		return tm
+	}
+	if tm := run(20 * us); tm.MinRate != TimelyLinkRate || tm.Scale() != 10 {
+		t.Errorf("no bottleneck on a 20 µs fabric: rate lowered to %g of line (scale %g)", tm.MinRate/TimelyLinkRate, tm.Scale())
+	}
+	if tm := run(2 * us); tm.MinRate >= TimelyLinkRate {
+		t.Errorf("the same RTTs on a 2 µs fabric did not lower the rate")
+	}
+	tm := run(20 * us)
+	at := time.Second
+	for i := range 200 {
+		at = feed(&tm, at, 20*us+time.Duration(i)*5*us) // a queue building to 1 ms
+	}
+	if tm.Rate >= TimelyLinkRate {
+		t.Errorf("a queue building to 50 base RTTs on a 20 µs fabric did not lower the rate")
 	}
 }
 
