@@ -72,6 +72,24 @@ type erpcTransport struct {
 	cc    bool
 	wheel *spec.Wheel
 	due   []uint32
+
+	// off turns optimizations off, one at a time, for the factor
+	// analysis (BenchmarkERPCFactors, thesis Table 6.2); none in use.
+	off erpcFactors
+}
+
+// erpcFactors are the erpc client's optimizations as a benchmark turns
+// them off: each true field is one off.
+type erpcFactors struct {
+	// batchedClock off: the clock is read for each request sent and
+	// each answer taken, not once per engine step.
+	batchedClock bool
+	// timelyBypass off: every RTT sample runs Timely's update.
+	timelyBypass bool
+	// wheelBypass off: with congestion control on, every request goes
+	// through the wheel, an uncongested session's too.
+	wheelBypass bool
+	clock       func() time.Duration // the clock batchedClock reads
 }
 
 type erpcQP struct {
@@ -319,12 +337,15 @@ func (t *erpcTransport) start(now time.Duration, qi int, ids []int, k int, rng b
 	}
 	t.outstanding += len(ids)
 	q.resent[slot], q.wheeled[slot] = false, 0
-	if t.cc && !q.tl.Uncongested() {
+	if t.off.batchedClock {
+		now = t.off.clock()
+	}
+	if t.cc && (!q.tl.Uncongested() || t.off.wheelBypass) {
 		// A congested session: the request leaves at the session's
 		// rate, through the wheel when that is later than now.
 		at := max(now, q.nextTx)
 		q.nextTx = at + q.tl.Gap(erpcWireBytes)
-		if at > now && t.wheel.Insert(now, at, uint32(qi*spec.ERPCSlots+slot)) {
+		if (at > now || t.off.wheelBypass) && t.wheel.Insert(now, at, uint32(qi*spec.ERPCSlots+slot)) {
 			q.wheeled[slot] = rn
 			return
 		}
@@ -412,6 +433,9 @@ func (t *erpcTransport) Poll(now time.Duration, res []result) int {
 			if h.Session != t.session || q.sess == nil {
 				t.st.forged.Add(1)
 				return
+			}
+			if t.off.batchedClock {
+				now = t.off.clock()
 			}
 			if h.Op == spec.ERPCOpPong {
 				if !q.sess.Pong(now, h.ReqNum) {

@@ -235,6 +235,47 @@ func BenchmarkERPCTimely(b *testing.B) {
 	}
 }
 
+// BenchmarkERPCFactors is the client's side of the thesis's factor
+// analysis (Table 6.2): the pipelined load of BenchmarkERPCTimely (2
+// sessions of 8 credits kept full, against an erpc server of 2 workers
+// on loopback) with congestion control off (the reference), on, and on
+// with each of its optimizations turned off in turn: the clock read
+// once per engine step (batched_clock), Timely's T_low bypass, and the
+// wheel bypass of uncongested sessions. scripts/bench-erpc.sh (PARTS
+// factors) reports each as a ratio to cc=on, same round.
+func BenchmarkERPCFactors(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		cc   bool
+		off  erpcFactors
+	}{
+		{"cc=off", false, erpcFactors{}},
+		{"cc=off/batched_clock=off", false, erpcFactors{batchedClock: true}},
+		{"cc=on", true, erpcFactors{}},
+		{"cc=on/batched_clock=off", true, erpcFactors{batchedClock: true}},
+		{"cc=on/timely_bypass=off", true, erpcFactors{timelyBypass: true}},
+		{"cc=on/wheel_bypass=off", true, erpcFactors{wheelBypass: true}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			r := newERPCRig(b, "", "", 2, 8)
+			r.tr.cc, r.tr.off = c.cc, c.off
+			r.tr.off.clock = r.now
+			for _, q := range r.tr.qps {
+				q.tl.NoBypass = c.off.timelyBypass
+			}
+			b.ResetTimer()
+			vs := drive(b, r.tr, r.st, b.N, r.now)
+			b.StopTimer()
+			checkUnique(b, vs)
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds()/1e6, "Mops")
+			if c.cc {
+				_, updates, bypassed, _ := r.tr.congestion()
+				b.ReportMetric(float64(updates)/float64(max(updates+bypassed, 1)), "updated_frac")
+			}
+		})
+	}
+}
+
 // timelyBuckets are the rate histogram's lower bounds, as fractions of
 // line rate, highest first; the last bucket takes the rest.
 var timelyBuckets = []struct {

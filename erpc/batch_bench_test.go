@@ -52,6 +52,40 @@ func BenchmarkBatch(b *testing.B) {
 	}
 }
 
+// BenchmarkBatchFactors is the server's side of the thesis's factor
+// analysis (Table 6.2): BenchmarkBatch's burst path, 32 flows of 8
+// fresh requests, with every optimization, and with zero-copy receive
+// and preallocated answers each turned off in turn. b.N counts requests;
+// scripts/bench-erpc.sh (PARTS factors) reports Mops as a ratio to all
+// on, same round.
+func BenchmarkBatchFactors(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		off  factors
+	}{{"all_on", factors{}}, {"zero_copy=off", factors{zeroCopy: true}}, {"prealloc=off", factors{prealloc: true}}} {
+		b.Run(c.name, func(b *testing.B) {
+			w, wcs, next := newNullWorker(b, 32)
+			w.off = c.off
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i += len(wcs) {
+				next()
+				now := verbs.Now()
+				for j := range wcs {
+					wcs[j].Arrived = now
+				}
+				w.ReapSends()
+				w.batch(wcs)
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds()/1e6, "Mops")
+			if t := wk.Total(w.s.Workers); t.Requests == 0 {
+				b.Fatalf("nothing answered: drops %v", t.Drops)
+			}
+		})
+	}
+}
+
 // newNullWorker makes a server on a null device without running its
 // worker, admits flows session endpoints of 8 credits, and builds one
 // burst of 8 requests from each (slot i, request number 1) in the

@@ -67,6 +67,21 @@ type worker struct {
 	sendSGE []verbs.SGE
 
 	requests, resends, pongs atomic.Uint64
+
+	// off turns optimizations off, one at a time, for the factor
+	// analysis (BenchmarkBatchFactors, thesis Table 6.2); none in use.
+	off factors
+}
+
+// factors are the server's optimizations as a benchmark turns them off:
+// each true field is one off.
+type factors struct {
+	// zeroCopy off: each request is copied out of its receive buffer,
+	// into a buffer of its own, before it is read.
+	zeroCopy bool
+	// prealloc off: each answer is built in a buffer allocated for it,
+	// then copied into its registered send slot.
+	prealloc bool
 }
 
 func newWorker(s *Server, id int) (_ *worker, err error) {
@@ -151,7 +166,11 @@ func (w *worker) batch(wcs []verbs.WC) {
 		off := slot * recvSlot
 		// Zero-copy: the header is read where the provider put it, in
 		// the receive buffer, which is re-posted only after the burst.
-		h, _, err := spec.DecodeERPC(buf[off+verbs.GRHLen : off+int(wc.ByteLen)])
+		req := buf[off+verbs.GRHLen : off+int(wc.ByteLen)]
+		if w.off.zeroCopy {
+			req = append([]byte(nil), req...)
+		}
+		h, _, err := spec.DecodeERPC(req)
 		if err != nil {
 			drops[dropMalformed].Add(1)
 			continue
@@ -275,6 +294,12 @@ func (w *worker) batch(wcs []verbs.WC) {
 	w.resends.Add(uint64(resends))
 }
 
+// newAnswerBuf is an answer buffer allocated for one answer (factors'
+// prealloc off), on the heap as a buffer handed to a transport would be.
+//
+//go:noinline
+func newAnswerBuf(n int) []byte { return make([]byte, n) }
+
 // answer posts the answers of the burst as one chain of unsignaled
 // SENDs from preallocated buffers (respq), unless the burst is by then
 // older than spec.MaxResidence. It reports whether they were posted.
@@ -290,7 +315,13 @@ func (w *worker) answer(out []pending, oldest verbs.Time) bool {
 		wr.Flags = 0
 		slot, sge := b.Slot(i)
 		h := spec.ERPCHeader{Op: r.op, Slot: r.slot, Count: r.k, Session: r.p.Session, ReqNum: r.rn}
-		spec.PutERPCAnswer(slot, h, r.first) // validated by the decoder
+		if w.off.prealloc {
+			m := newAnswerBuf(len(slot))
+			spec.PutERPCAnswer(m, h, r.first)
+			copy(slot, m)
+		} else {
+			spec.PutERPCAnswer(slot, h, r.first) // validated by the decoder
+		}
 		// An answer that does not leave is its values unsent, if it ran
 		// now (in Requests); a resend's and a pong's count none.
 		if r.run {

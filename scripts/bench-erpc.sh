@@ -21,9 +21,16 @@
 #     control off and on over loopback with no bottleneck: throughput
 #     on/off, Timely's samples and updates, how often a session's rate
 #     was lowered, the lowest rate and the rate histogram.
+#  4. Factor analysis, the client's side (Table 6.2): client
+#     BenchmarkERPCFactors, pipelined, congestion control off, on, and
+#     on with each optimization off in turn (the clock read once per
+#     engine step, Timely's T_low bypass, the wheel bypass): Mops as a
+#     ratio to cc=on in the same round; and the server's side: erpc
+#     BenchmarkBatchFactors, its burst path with zero-copy receive and
+#     preallocated answers each off in turn, as a ratio to all on.
 #
 #   scripts/bench-erpc.sh        Env: ROUNDS (3), BENCHTIME (1s),
-#                                PARTS ("latency loss timely")
+#                                PARTS ("latency loss timely factors")
 #
 # A run that fails (a violation, or a transport that broke) is left out
 # of the medians and its message printed at the end.
@@ -31,7 +38,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
 BENCHTIME=${BENCHTIME:-1s}
-PARTS=${PARTS:-"latency loss timely"}
+PARTS=${PARTS:-"latency loss timely factors"}
 tmp=$(mktemp -d)
 pids=()
 cleanup() {
@@ -41,6 +48,7 @@ cleanup() {
 trap cleanup EXIT
 go test -c -o "$tmp/client.test" ./client/
 go test -c -o "$tmp/soft.test" ./verbs/soft/
+go test -c -o "$tmp/erpc.test" ./erpc/
 go build -o "$tmp/seqd" ./cmd/seqd
 
 # seqd MODE starts a seqd in MODE; addr is its admin address.
@@ -167,6 +175,41 @@ if [[ " $PARTS " == *" timely "* ]]; then
     echo "| $l | $(median <"$tmp/timely-ratio-$l") | $(on $l samples) | $(on $l bypassed) | $(on $l updates) | $(on $l above_Tlow) | $(on $l lowered) | $(on $l min_rate_frac) | $(on $l rate_line_%) % | $(on $l rate_50-100_%) % | $(on $l rate_10-50_%) % | $(on $l rate_1-10_%) % | $(on $l rate_lt1_%) % |"
   done
   echo "(pipelined: 2 sessions of 8 credits kept full; serial: 1 session, one call at a time. Rate histogram: share of session-steps, the rate read once per engine step)"
+fi
+if [[ " $PARTS " == *" factors "* ]]; then
+  variants="cc=off cc=off/batched_clock=off cc=on/batched_clock=off cc=on/timely_bypass=off cc=on/wheel_bypass=off"
+  : >"$tmp/factors"
+  : >"$tmp/sfactors"
+  for i in $(seq "$ROUNDS"); do
+    bench client '^BenchmarkERPCFactors$' | tee "$tmp/factors-$i"
+    cat "$tmp/factors-$i" >>"$tmp/factors"
+    ref=$(val "$tmp/factors-$i" "ERPCFactors/cc=on" Mops)
+    for v in $variants; do
+      ratio "$(val "$tmp/factors-$i" "ERPCFactors/$v" Mops)" "$ref" >>"$tmp/factor-${v//\//_}"
+    done
+    bench erpc '^BenchmarkBatchFactors$' | tee "$tmp/sfactors-$i"
+    cat "$tmp/sfactors-$i" >>"$tmp/sfactors"
+    ref=$(val "$tmp/sfactors-$i" "BatchFactors/all_on" Mops)
+    for v in zero_copy=off prealloc=off; do
+      ratio "$(val "$tmp/sfactors-$i" "BatchFactors/$v" Mops)" "$ref" >>"$tmp/sfactor-$v"
+    done
+  done
+  echo
+  echo "Factor analysis, client side (Table 6.2; pipelined, 2 sessions of 8 credits, loopback; medians over $ROUNDS rounds)"
+  echo "| variant | Mops | / cc=on, same round |"
+  echo "|---|---|---|"
+  echo "| cc=on (every optimization) | $(fmt "$(val "$tmp/factors" ERPCFactors/cc=on Mops | median)" %.3f) | 1 |"
+  for v in $variants; do
+    echo "| $v | $(fmt "$(val "$tmp/factors" "ERPCFactors/$v" Mops | median)" %.3f) | $(median <"$tmp/factor-${v//\//_}") |"
+  done
+  echo
+  echo "Factor analysis, server side (Table 6.2; the burst path on a null device, 32 flows of 8 fresh requests, one core; medians over $ROUNDS rounds)"
+  echo "| variant | Mops | / every optimization, same round | bytes allocated per request |"
+  echo "|---|---|---|---|"
+  echo "| every optimization | $(fmt "$(val "$tmp/sfactors" BatchFactors/all_on Mops | median)" %.3f) | 1 | $(val "$tmp/sfactors" BatchFactors/all_on B/op | median) B |"
+  for v in zero_copy=off prealloc=off; do
+    echo "| $v | $(fmt "$(val "$tmp/sfactors" "BatchFactors/$v" Mops | median)" %.3f) | $(median <"$tmp/sfactor-$v") | $(val "$tmp/sfactors" "BatchFactors/$v" B/op | median) B |"
+  done
 fi
 if [ -s "$tmp/failures" ]; then
   echo

@@ -50,6 +50,10 @@ type Timely struct {
 	started  bool
 	base     time.Duration // the lowest RTT sampled
 
+	// NoBypass runs every sample's update, T_low bypass off (the factor
+	// analysis, thesis Table 6.2); false in use.
+	NoBypass bool
+
 	// Updates counts samples that ran the update, Bypassed those the
 	// T_low bypass skipped, Above those of T_low or more; MinRate is the
 	// lowest rate ever set.
@@ -86,7 +90,7 @@ func (t *Timely) Sample(now, rtt time.Duration) bool {
 	if rtt >= tLow {
 		t.Above++
 	}
-	if rtt < tLow && t.Uncongested() {
+	if rtt < tLow && t.Uncongested() && !t.NoBypass {
 		t.Bypassed++
 		t.prevRTT = rtt // the next gradient is taken from here
 		t.lastAt = now
