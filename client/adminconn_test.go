@@ -223,6 +223,22 @@ func (r *roleAdmin) Status(context.Context, *adminpb.StatusRequest) (*adminpb.St
 	return r.status(r.calls.Add(1)), nil
 }
 
+// statusConnect is a connect for connectAny that asks a's current
+// instance its role, as Client.connect does first: a standby's answer is
+// a redirect.
+func statusConnect(a *adminConn) func(context.Context) error {
+	return func(ctx context.Context) error {
+		st, err := a.adm.Status(ctx, &adminpb.StatusRequest{})
+		if err != nil {
+			return unavailable("status", err)
+		}
+		if st.GetRole() == adminclient.RoleStandby {
+			return unavailable("status", adminclient.RedirectError(st.GetLeader()))
+		}
+		return nil
+	}
+}
+
 // During a failover an instance asked early in a round may be elected
 // before the round ends: a later standby's redirect to it is followed,
 // although it was asked already, instead of failing the round (and
@@ -240,16 +256,7 @@ func TestConnectAnyFollowsRedirectToNewlyElected(t *testing.T) {
 	})
 	a := testAdminConn(elected.addr, standby.addr)
 	defer a.close()
-	connect := func(ctx context.Context) error { // as Client.connect does
-		st, err := a.adm.Status(ctx, &adminpb.StatusRequest{})
-		if err != nil {
-			return unavailable("status", err)
-		}
-		if st.GetRole() == adminclient.RoleStandby {
-			return unavailable("status", adminclient.RedirectError(st.GetLeader()))
-		}
-		return nil
-	}
+	connect := statusConnect(a)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	if err := a.connectAny(ctx, 5*time.Second, false, connect); err != nil {
@@ -279,16 +286,7 @@ func TestConnectAnyFollowsRedirectToSlowLeader(t *testing.T) {
 	})
 	a := testAdminConn(leader.addr, standby.addr)
 	defer a.close()
-	connect := func(ctx context.Context) error { // as Client.connect does
-		st, err := a.adm.Status(ctx, &adminpb.StatusRequest{})
-		if err != nil {
-			return unavailable("status", err)
-		}
-		if st.GetRole() == adminclient.RoleStandby {
-			return unavailable("status", adminclient.RedirectError(st.GetLeader()))
-		}
-		return nil
-	}
+	connect := statusConnect(a)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	if err := a.connectAny(ctx, 100*time.Millisecond, false, connect); err != nil {
