@@ -9,8 +9,8 @@
 // (SEQD_RIG_CLIENT_NICE; 0 for none), so that, as on machines of their
 // own, their load does not take the servers' CPU.
 //
-// SEQD_RIG_PROFILE=DIR writes CPU profiles there: each rigclient's whole
-// run, and each surviving seqd's 3 s after the HA storm's kill (-pprof;
-// go tool pprof seqd DIR/failover-s2.pprof). SEQD_RIG_LOGS=DIR keeps
+// SEQD_RIG_PROFILE=DIR writes CPU profiles there, from the HA storm's
+// kill on: each surviving seqd's 3 s (-pprof; go tool pprof seqd
+// DIR/failover-s2.pprof) and each client host's until it stops. SEQD_RIG_LOGS=DIR keeps
 // every process's log; SEQD_RIG_CLIENT_DEBUG=1 turns the clients' debug log on.
 package multihost

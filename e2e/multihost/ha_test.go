@@ -111,7 +111,7 @@ func haFailover(t *testing.T, sessions int) {
 	g.procs[lead].kill()
 	kill := mono()
 	probe.send("call 30s")
-	profileAll(t, g.hosts, 3*time.Second, "failover")
+	profileAll(t, g.hosts, rcs, 3*time.Second, "failover")
 	next := g.leader(lead, 30*time.Second)
 	elected := time.Duration(mono() - kill)
 	markAllSoft(t, rcs, kill, 120*time.Second)

@@ -269,13 +269,17 @@ func seqdArgs(t *testing.T, h *netnstest.Host, tf tlsFiles, extra ...string) []s
 	return append(args, extra...)
 }
 
-// profileAll, with SEQD_RIG_PROFILE set to a directory, takes a CPU
-// profile of d from each of hosts' seqd (its -pprof listener) into it,
-// in the background, named name-host.pprof.
-func profileAll(t *testing.T, hosts []*netnstest.Host, d time.Duration, name string) {
+// profileAll, with SEQD_RIG_PROFILE set to a directory, takes CPU
+// profiles into it, named name-host.pprof: of d from each of hosts' seqd
+// (its -pprof listener), in the background, and of each of rcs from now
+// until it stops.
+func profileAll(t *testing.T, hosts []*netnstest.Host, rcs []*rigClient, d time.Duration, name string) {
 	dir := os.Getenv("SEQD_RIG_PROFILE")
 	if dir == "" {
 		return
+	}
+	for _, rc := range rcs {
+		rc.send("profile " + filepath.Join(dir, name+"-"+rc.p.host.Name+".pprof"))
 	}
 	for _, h := range hosts {
 		url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", h.HostPort(9100), int(d.Seconds()))
@@ -326,9 +330,6 @@ func launchClients(t *testing.T, h *netnstest.Host, n int, admin string, extra .
 	t.Helper()
 	rc := &rigClient{t: t, lines: make(chan string, 64), out: filepath.Join(t.TempDir(), "calls"), sessions: n}
 	args := append([]string{"-admin", admin, "-sessions", fmt.Sprint(n), "-out", rc.out}, extra...)
-	if dir := os.Getenv("SEQD_RIG_PROFILE"); dir != "" {
-		args = append(args, "-cpuprofile", filepath.Join(dir, "rigclient-"+h.Name+".pprof"))
-	}
 	p := &proc{name: "rigclient", host: h, log: &logBuf{}, done: make(chan struct{})}
 	// The client hosts run at a lower CPU priority than the servers
 	// (nice 10; SEQD_RIG_CLIENT_NICE=0 for none): on separate machines

@@ -16,6 +16,7 @@
 //	                                 by a call that started at or after ns
 //	out: SERVED <ns> <end>           ... and so they were, the last such
 //	                                 call ending at end (CLOCK_MONOTONIC)
+//	in:  profile <file>              a CPU profile from now to stop
 //	in:  stop (or EOF)               stop, write -out, exit
 //	out: DONE <calls> <errors>
 //
@@ -74,20 +75,9 @@ func main() {
 	tlsCA := flag.String("tls-ca", "", "admin TLS: the CA that verifies seqd")
 	insecure := flag.Bool("insecure", false, "plaintext admin plane off loopback (client.WithInsecure)")
 	out := flag.String("out", "", "write the call records here")
-	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
 	flag.Parse()
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "rigclient:", err)
-			os.Exit(1)
-		}
-		pprof.StartCPUProfile(f)
-		defer pprof.StopCPUProfile()
-	}
 	if err := run(*adminAddr, *device, *sessions, *period, *deadline, *timeout, *dialTimeout, *dialConc, *tlsCA, *insecure, *out); err != nil {
 		fmt.Fprintln(os.Stderr, "rigclient:", err)
-		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }
@@ -209,6 +199,13 @@ func run(adminAddr, device string, sessions int, period, deadline, timeout, dial
 		}
 		if f[0] == "stop" {
 			break
+		}
+		if f[0] == "profile" && len(f) == 2 {
+			// A CPU profile from now to stop.
+			if pf, err := os.Create(f[1]); err == nil && pprof.StartCPUProfile(pf) == nil {
+				defer pprof.StopCPUProfile()
+			}
+			continue
 		}
 		if f[0] == "mark" && len(f) == 2 {
 			var mark int64
