@@ -101,7 +101,7 @@ func (a *admission) acquire(ctx context.Context) (ok bool, retryAfter time.Durat
 	if n > limit*waitingPerSlot {
 		return false, retryAfterFor(time.Duration(a.svc.Load()), n, limit)
 	}
-	t := time.NewTimer(queueWait)
+	t := time.NewTimer(waitFor(ctx))
 	defer t.Stop()
 	select {
 	case a.slots <- struct{}{}:
@@ -111,6 +111,20 @@ func (a *admission) acquire(ctx context.Context) (ok bool, retryAfter time.Durat
 	case <-t.C:
 		return false, retryAfterFor(time.Duration(a.svc.Load()), int(a.waiting.Load()), limit)
 	}
+}
+
+// waitFor is how long a Connect may wait for a slot: queueWait, and at
+// most half the time left to its caller's deadline, so that the refusal
+// and its retry-after reach the caller in time; a caller retries a busy
+// instance (the HA storm: Connects held while the group elected the new
+// leader, then queued, ran out of the client's 500 ms before the
+// refusal came, and the client went on to other instances).
+func waitFor(ctx context.Context) time.Duration {
+	d := queueWait
+	if dl, ok := ctx.Deadline(); ok {
+		d = min(d, time.Until(dl)/2)
+	}
+	return max(d, 0)
 }
 
 // release gives back a slot held for took.

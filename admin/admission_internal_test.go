@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"context"
 	"errors"
 	"net"
 	"sync/atomic"
@@ -28,6 +29,26 @@ func TestRetryAfterFor(t *testing.T) {
 		if got := retryAfterFor(c.svc, c.shed, c.limit); got != c.want {
 			t.Errorf("retryAfterFor(%v, %d, %d) = %v, want %v", c.svc, c.shed, c.limit, got, c.want)
 		}
+	}
+}
+
+// TestAcquireAnswersBeforeDeadline: a Connect waiting for a slot whose
+// caller's deadline comes before queueWait is refused with a retry-after
+// in time, not left to run out (its caller then tries elsewhere; a busy
+// refusal keeps it on this instance). Base: "acquire = false, 0s".
+func TestAcquireAnswersBeforeDeadline(t *testing.T) {
+	a := newAdmission(1)
+	if ok, _ := a.acquire(t.Context()); !ok {
+		t.Fatal("the one slot was refused")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), queueWait/4)
+	defer cancel()
+	ok, after := a.acquire(ctx)
+	if ok || after <= 0 {
+		t.Fatalf("acquire = %v, %v; want a refusal with a retry-after before the caller's deadline", ok, after)
+	}
+	if d := waitFor(context.Background()); d != queueWait {
+		t.Errorf("no deadline: wait %v, want %v", d, queueWait)
 	}
 }
 
