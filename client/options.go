@@ -68,7 +68,10 @@ func WithWindow(w int) Option { return func(o *options) error { o.window = w; re
 func WithTimeout(d time.Duration) Option { return func(o *options) error { o.timeout = d; return nil } }
 
 // WithRetransmit sets how long to wait for an answer before resending
-// under a fresh tag (default spec.DefaultTimeout).
+// under a fresh tag (default spec.DefaultTimeout). In Spec-S0 a request
+// whose answers come back after it was resent waits twice as long from
+// its next copy on, up to spec.MaxBackoff times d (spec.Window); a lost
+// one is resent after d.
 func WithRetransmit(d time.Duration) Option {
 	return func(o *options) error { o.retransmit = d; return nil }
 }
