@@ -519,6 +519,14 @@ func (h *history) recovery(t *testing.T, mark int64) (worst, median time.Duratio
 	}
 	if at >= 0 {
 		t.Logf("RIG slowest session: #%d of %d (in the order the clients were started), served again %v after the mark", at, len(h.sessions), slowest.Round(time.Millisecond))
+		var cs []string
+		for _, c := range h.sessions[at] {
+			if c.end > mark-int64(time.Second) && c.start < mark+int64(slowest)+int64(time.Second) {
+				cs = append(cs, fmt.Sprintf("[%v, %v]%s", time.Duration(c.start-mark).Round(time.Millisecond),
+					time.Duration(c.end-mark).Round(time.Millisecond), map[bool]string{true: "", false: " failed"}[c.ok]))
+			}
+		}
+		t.Logf("RIG slowest session's calls around the mark (start, end after it): %s", strings.Join(cs, " "))
 	}
 	if len(ds) < len(h.sessions) {
 		t.Errorf("%d of %d sessions not served again after the mark", len(h.sessions)-len(ds), len(h.sessions))
