@@ -63,20 +63,24 @@ func BenchmarkBatch(b *testing.B) {
 				w.handle(w.wcs[:n])
 			}
 			b.StopTimer()
-			c1, err := wk.ThreadCPU(tid)
-			if err != nil {
-				b.Fatal(err)
-			}
-			u, k := c1.Sub(c0).PerOp(uint64(b.N))
-			b.ReportMetric(u+k, "cpu_ns/op")
-			// A batch may expire if the machine takes the benchmark off
-			// its core for longer than spec.MaxResidence; nothing else
-			// may be dropped.
-			t := w.s.totals()
-			if t.Requests == 0 || sum(t.Drops) > t.Drops["expired"]+t.Drops["late"] {
-				b.Fatalf("answered %d, drops %v", t.Requests, t.Drops)
-			}
+			reportCPU(b, w, tid, c0)
 		})
+	}
+}
+
+// reportCPU reports the CPU the benchmark's thread (tid) used per op
+// since c0, and fails it unless w answered and dropped nothing but
+// batches the machine held off its core past spec.MaxResidence.
+func reportCPU(b *testing.B, w *worker, tid int, c0 wk.CPU) {
+	c1, err := wk.ThreadCPU(tid)
+	if err != nil {
+		b.Fatal(err)
+	}
+	u, k := c1.Sub(c0).PerOp(uint64(b.N))
+	b.ReportMetric(u+k, "cpu_ns/op")
+	t := w.s.totals()
+	if t.Requests == 0 || sum(t.Drops) > t.Drops["expired"]+t.Drops["late"] {
+		b.Fatalf("answered %d, drops %v", t.Requests, t.Drops)
 	}
 }
 

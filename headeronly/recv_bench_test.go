@@ -60,18 +60,7 @@ func BenchmarkBatchRecv(b *testing.B) {
 					w.handle(w.wcs[:got])
 				}
 				b.StopTimer()
-				c1, err := wk.ThreadCPU(tid)
-				if err != nil {
-					b.Fatal(err)
-				}
-				u, k := c1.Sub(c0).PerOp(uint64(b.N))
-				b.ReportMetric(u+k, "cpu_ns/op")
-				// Only a batch the machine held off its core past
-				// spec.MaxResidence may be dropped.
-				t := w.s.totals()
-				if t.Requests == 0 || sum(t.Drops) > t.Drops["expired"]+t.Drops["late"] {
-					b.Fatalf("answered %d, drops %v", t.Requests, t.Drops)
-				}
+				reportCPU(b, w, tid, c0)
 			})
 		}
 	}

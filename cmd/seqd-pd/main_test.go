@@ -69,16 +69,7 @@ func TestServe(t *testing.T) {
 	go func() {
 		pdDone <- run(pctx, []string{"-listen", "127.0.0.1:0", "-admin", list, "-metrics", metrics}, &logs, nil, func(a string) { listening <- a })
 	}()
-	var addr string
-	select {
-	case addr = <-listening:
-	case code := <-pdDone:
-		t.Fatalf("seqd-pd exited %d:\n%s", code, logs.String())
-	}
-	c, err := pd.NewClientWithContext(ctx, []string{addr}, pd.SecurityOption{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := pdClient(ctx, t, listening, pdDone, &logs)
 	defer c.Close()
 	if id := c.GetClusterID(ctx); id != 9 {
 		t.Fatalf("cluster ID %d, want 9 (SEQD_PD_CLUSTER_ID)", id)
@@ -193,18 +184,26 @@ func TestWaitsForSeqd(t *testing.T) {
 	ready := make(chan seqdrun.Addrs, 1)
 	go seqdrun.Run(ctx, seqdrun.Config{Device: "127.0.0.1:0", Admin: admin, Metrics: "off", Data: t.TempDir(), Init: true, Mode: "fasst"},
 		slog.New(slog.DiscardHandler), func(a seqdrun.Addrs) { ready <- a })
+	c := pdClient(ctx, t, listening, pdDone, &logs)
+	defer c.Close()
+	if _, _, err := c.GetTS(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// pdClient waits until seqd-pd (its run sends its address on listening,
+// its exit code on done) listens, and returns PD's client to it.
+func pdClient(ctx context.Context, t *testing.T, listening <-chan string, done <-chan int, logs *syncBuf) pd.Client {
+	t.Helper()
 	var addr string
 	select {
 	case addr = <-listening:
-	case code := <-pdDone:
+	case code := <-done:
 		t.Fatalf("seqd-pd exited %d:\n%s", code, logs.String())
 	}
 	c, err := pd.NewClientWithContext(ctx, []string{addr}, pd.SecurityOption{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
-	if _, _, err := c.GetTS(ctx); err != nil {
-		t.Fatal(err)
-	}
+	return c
 }
