@@ -43,11 +43,7 @@ func BenchmarkBatch(b *testing.B) {
 			// CPU time, not wall time: the machine may be shared.
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
-			tid := unix.Gettid()
-			c0, err := wk.ThreadCPU(tid)
-			if err != nil {
-				b.Fatal(err)
-			}
+			tid, c0 := startCPU(b)
 			b.ReportAllocs()
 			b.ResetTimer()
 			o := w.s.cfg.Oracle.(*claimtest.Oracle)
@@ -68,11 +64,22 @@ func BenchmarkBatch(b *testing.B) {
 	}
 }
 
+// startCPU is the calling thread's ID and its CPU time so far (the
+// caller has locked its goroutine to the thread): reportCPU's start.
+func startCPU(b *testing.B) (int, wk.CPU) {
+	tid := unix.Gettid()
+	c0, err := threadCPU(tid)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return tid, c0
+}
+
 // reportCPU reports the CPU the benchmark's thread (tid) used per op
 // since c0, and fails it unless w answered and dropped nothing but
 // batches the machine held off its core past spec.MaxResidence.
 func reportCPU(b *testing.B, w *worker, tid int, c0 wk.CPU) {
-	c1, err := wk.ThreadCPU(tid)
+	c1, err := threadCPU(tid)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -7,8 +7,6 @@ import (
 	"runtime"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/seqd/seqd/internal/claimtest"
 	wk "github.com/seqd/seqd/internal/worker"
 	"github.com/seqd/seqd/spec"
@@ -40,11 +38,7 @@ func BenchmarkBatchRecv(b *testing.B) {
 				off := 0
 				runtime.LockOSThread()
 				defer runtime.UnlockOSThread()
-				tid := unix.Gettid()
-				c0, err := wk.ThreadCPU(tid)
-				if err != nil {
-					b.Fatal(err)
-				}
+				tid, c0 := startCPU(b)
 				o := w.s.cfg.Oracle.(*claimtest.Oracle)
 				b.ReportAllocs()
 				b.ResetTimer()
