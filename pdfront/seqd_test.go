@@ -323,7 +323,11 @@ func TestPDClientAcrossFrontEnds(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		fronts[i], gs[i] = srv, grpc.NewServer()
+		// WaitForHandlers: Stop returns once the handlers have returned
+		// (by default only the connections are closed, and a Tso
+		// handler finishing its batch then counted 23 timestamps after
+		// the stop).
+		fronts[i], gs[i] = srv, grpc.NewServer(grpc.WaitForHandlers(true))
 		srv.RegisterGRPC(gs[i])
 		go gs[i].Serve(lis[i])
 		defer gs[i].Stop()
