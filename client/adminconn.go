@@ -27,6 +27,21 @@ const maxRedirects = 3
 // address: a paused (SIGSTOPped) server accepts TCP but never answers.
 const dialAttempt = 500 * time.Millisecond
 
+// admitTry bounds a Connect to an instance that has just answered, as
+// the one that serves, the Status before it (or refused a Connect as
+// busy): it is alive, so a slow answer is a queue, not a pause, and
+// giving up on it wastes the work already done. In the HA storm a third
+// of the new leader's Connects reached it with under 0.2 s left of a
+// 500 ms try shared with a Status the election had held: the leader
+// admitted each, its client had given up, and asked the standbys and the
+// leader again, a second wave that ended 1.4 to 1.8 s after the kill.
+const admitTry = time.Second
+
+// connectFunc admits the client through the admin connection in hand:
+// it asks who serves, bounded by probe (a paused instance costs no more),
+// then runs the Connect, bounded by admitTry at least (Client.connect).
+type connectFunc func(ctx context.Context, probe time.Duration) error
+
 // adminConn is the client's admin connection and the admin addresses it
 // knows (an HA group's instances, and those redirects named). Dial, then
 // the engine goroutine, own it; Endpoint may be read from anywhere.
@@ -109,7 +124,8 @@ func (a *adminConn) endpoint() string {
 // the current admin connection first (unless skipCurrent: it just failed
 // to answer), then at the address a standby redirected to, then at every
 // known admin address in turn (following redirects as they come), each
-// attempt bounded by perTry so a paused server costs no more than that.
+// dial and Status bounded by perTry so a paused server costs no more than
+// that (an instance that answers has admitTry for the Connect).
 // An instance that refuses with a retry-after (its admission control:
 // it is busy admitting others) is asked again after that pause,
 // jittered, while ctx allows (attempt): the others would only redirect
@@ -125,7 +141,7 @@ func (a *adminConn) endpoint() string {
 // a failover storm a thousand clients each handshaking with every
 // instance, again in each retry round, were most of the instances' work
 // and starved their leadership leases.
-func (a *adminConn) connectAny(ctx context.Context, perTry time.Duration, skipCurrent bool, connect func(context.Context) error) error {
+func (a *adminConn) connectAny(ctx context.Context, perTry time.Duration, skipCurrent bool, connect connectFunc) error {
 	var lastErr error
 	var cands []string
 	if a.cc != nil && !skipCurrent {
@@ -311,15 +327,13 @@ func (a *adminConn) leaderMoved(ctx context.Context) bool {
 	return false
 }
 
-// attempt runs connect through the current admin connection, each try
-// bounded by perTry. A refusal that carries a retry-after is waited out
+// attempt runs connect through the current admin connection, each
+// try's Status bounded by perTry. A refusal that carries a retry-after is waited out
 // (retryPause: jittered) and the instance asked again, while ctx's
 // deadline leaves room for the pause; any other result is returned.
-func (a *adminConn) attempt(ctx context.Context, perTry time.Duration, connect func(context.Context) error) error {
+func (a *adminConn) attempt(ctx context.Context, perTry time.Duration, connect connectFunc) error {
 	for {
-		tctx, cancel := context.WithTimeout(ctx, perTry)
-		err := connect(tctx)
-		cancel()
+		err := connect(ctx, perTry)
 		after, busy := retryAfterOf(err)
 		if !busy {
 			return err

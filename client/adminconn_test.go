@@ -99,7 +99,7 @@ func TestConnectAnyKeepsConnections(t *testing.T) {
 	const rounds = 4
 	for range rounds {
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-		err := a.connectAny(ctx, 5*time.Second, false, standby)
+		err := a.connectAny(ctx, 5*time.Second, false, probed(standby))
 		cancel()
 		if !errors.Is(err, ErrUnavailable) {
 			t.Fatalf("connectAny against standbys: %v, want ErrUnavailable", err)
@@ -128,7 +128,7 @@ func TestConnectAnyWaitsOutRetryAfter(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	if err := a.connectAny(ctx, 5*time.Second, false, connect); err != nil {
+	if err := a.connectAny(ctx, 5*time.Second, false, probed(connect)); err != nil {
 		t.Fatalf("connectAny against an instance busy for 3 Connects: %v", err)
 	}
 	if n := busyLeader.connects.Load(); n != 4 {
@@ -172,7 +172,7 @@ func TestConnectAnyWarmsStandbys(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	if err := a.connectAny(ctx, 5*time.Second, false, connect); err != nil {
+	if err := a.connectAny(ctx, 5*time.Second, false, probed(connect)); err != nil {
 		t.Fatal(err)
 	}
 	if a.endpoint() != leader.addr {
@@ -185,7 +185,7 @@ func TestConnectAnyWarmsStandbys(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	leader.srv.Stop() // killed: the failover
-	if err := a.connectAny(ctx, 5*time.Second, true, connect); err != nil {
+	if err := a.connectAny(ctx, 5*time.Second, true, probed(connect)); err != nil {
 		t.Fatalf("failover: %v", err)
 	}
 	if a.endpoint() != standby.addr {
@@ -221,6 +221,15 @@ func startRoleAdmin(t *testing.T, status func(n int32) *adminpb.StatusResponse) 
 
 func (r *roleAdmin) Status(context.Context, *adminpb.StatusRequest) (*adminpb.StatusResponse, error) {
 	return r.status(r.calls.Add(1)), nil
+}
+
+// probed is a connectFunc that runs f within the probe's bound.
+func probed(f func(context.Context) error) connectFunc {
+	return func(ctx context.Context, probe time.Duration) error {
+		ctx, cancel := context.WithTimeout(ctx, probe)
+		defer cancel()
+		return f(ctx)
+	}
 }
 
 // statusConnect is a connect for connectAny that asks a's current
@@ -259,7 +268,7 @@ func TestConnectAnyFollowsRedirectToNewlyElected(t *testing.T) {
 	connect := statusConnect(a)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	if err := a.connectAny(ctx, 5*time.Second, false, connect); err != nil {
+	if err := a.connectAny(ctx, 5*time.Second, false, probed(connect)); err != nil {
 		t.Fatalf("one round across the election: %v", err)
 	}
 	if a.endpoint() != elected.addr {
@@ -289,7 +298,7 @@ func TestConnectAnyFollowsRedirectToSlowLeader(t *testing.T) {
 	connect := statusConnect(a)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	if err := a.connectAny(ctx, 100*time.Millisecond, false, connect); err != nil {
+	if err := a.connectAny(ctx, 100*time.Millisecond, false, probed(connect)); err != nil {
 		t.Fatalf("one round across a slow new leader: %v", err)
 	}
 	if a.endpoint() != leader.addr || leader.calls.Load() != 2 {
@@ -345,7 +354,7 @@ func TestConnectAnyBoundsDownInstance(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	if err := a.connectAny(ctx, 300*time.Millisecond, false, redirect); !errors.Is(err, ErrUnavailable) {
+	if err := a.connectAny(ctx, 300*time.Millisecond, false, probed(redirect)); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("connectAny: %v, want ErrUnavailable", err)
 	}
 	if !a.down[dead] || a.down[standby.addr] {

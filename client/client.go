@@ -286,10 +286,12 @@ func (c *Client) initEngine() {
 // Endpoint is the admin address of the server the client is connected to.
 func (c *Client) Endpoint() string { return c.admin.endpoint() }
 
-// connect looks up the server's mode and (re-)connects in it through that
-// mode's dialer (transports). Requests in flight go back to the backlog
-// first, to be sent again on the new data path.
-func (c *Client) connect(ctx context.Context) (err error) {
+// connect looks up the server's mode, in a Status bounded by probe, and
+// (re-)connects in it through that mode's dialer (transports), bounded by
+// admitTry at least: the instance answered, so it is alive (connectFunc).
+// Requests in flight go back to the backlog first, to be sent again on
+// the new data path.
+func (c *Client) connect(ctx context.Context, probe time.Duration) (err error) {
 	addr := c.admin.endpoint()
 	mode, ok := c.leads.mode(addr)
 	defer func() {
@@ -300,7 +302,9 @@ func (c *Client) connect(ctx context.Context) (err error) {
 		}
 	}()
 	if !ok {
-		st, err := c.admin.adm.Status(ctx, &adminpb.StatusRequest{})
+		sctx, cancel := context.WithTimeout(ctx, probe)
+		st, err := c.admin.adm.Status(sctx, &adminpb.StatusRequest{})
+		cancel()
 		if err != nil {
 			return unavailable("status", err)
 		}
@@ -317,6 +321,8 @@ func (c *Client) connect(ctx context.Context) (err error) {
 		return fmt.Errorf("%w: the server runs mode %q, which this client does not speak", ErrUnavailable, mode)
 	}
 	c.eng.requeue()
+	ctx, cancel := context.WithTimeout(ctx, max(probe, admitTry))
+	defer cancel()
 	env := &transportEnv{dev: c.dev, pd: c.pd, qps: c.opts.qps, window: c.opts.window, retransmit: c.opts.retransmit,
 		rfpReads: c.opts.rfpReads, single: c.opts.coalesce == 0, cc: c.opts.cc, name: c.opts.name, connect: c.admit, st: &c.st, prev: c.eng.tr, log: c.log, now: c.now, start: c.start}
 	tr, err := d(ctx, env)

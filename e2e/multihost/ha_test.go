@@ -132,6 +132,7 @@ func haFailover(t *testing.T, sessions int) {
 	t.Logf("RIG storm=failover sessions=%d leader_after=%v all_served_after=%v median_session_served_after=%v",
 		len(h.sessions)-1, elected.Round(time.Millisecond), worst.Round(time.Millisecond), median.Round(time.Millisecond))
 	first, allBack, medBack := h.resumed(kill)
-	t.Logf("RIG failover_answers: first_answer_after=%v all_answered_after=%v median_answered_after=%v all_answered_within=%v of the first",
-		first.Round(time.Millisecond), allBack.Round(time.Millisecond), medBack.Round(time.Millisecond), (allBack - first).Round(time.Millisecond))
+	t.Logf("RIG failover_answers: first_answer_after=%v all_answered_after=%v median_answered_after=%v all_answered_within=%v of the first longest_wait=%v",
+		first.Round(time.Millisecond), allBack.Round(time.Millisecond), medBack.Round(time.Millisecond), (allBack - first).Round(time.Millisecond),
+		h.longestWait(kill).Round(time.Millisecond))
 }

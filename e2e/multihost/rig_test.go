@@ -561,3 +561,19 @@ func (h *history) resumed(mark int64) (first, worst, median time.Duration) {
 	slices.Sort(ds)
 	return ds[0], ds[len(ds)-1], ds[len(ds)/2]
 }
+
+// longestWait is the longest any good call waited across a moment
+// mark: over the calls answered after mark, the most time from mark, or
+// from the call's start when later, to its answer. Unlike resumed it
+// leaves out the time sessions spent not calling (rigclient's pause).
+func (h *history) longestWait(mark int64) time.Duration {
+	var w int64
+	for _, s := range h.sessions {
+		for _, c := range s {
+			if c.ok && c.end > mark {
+				w = max(w, c.end-max(c.start, mark))
+			}
+		}
+	}
+	return time.Duration(w)
+}
