@@ -17,8 +17,12 @@ const (
 	// DefaultRecvQueue is the receives each worker's request QP keeps
 	// posted; the credits admitted to a worker add up to at most
 	// RecvQueue - RecvQueue/8 (the rest is slack for duplicates, pings
-	// and false retransmissions).
-	DefaultRecvQueue = 4096
+	// and false retransmissions). 32768, as the other modes' workers
+	// (headeronly.DefaultMaxRecv): the most work requests a queue of the
+	// soft provider and of common RDMA NICs holds; 20,000 sessions of
+	// one credit fit one worker (the device's receive buffer must hold
+	// them too: the soft provider's rcvbuf option).
+	DefaultRecvQueue = 32768
 	// DefaultSpin is how long an idle worker polls before it blocks.
 	DefaultSpin = 200 * time.Microsecond
 )

@@ -21,7 +21,7 @@ func state(m dataplane.Mode) map[string]int {
 	defer s.mu.Unlock()
 	st := map[string]int{"credits": s.credits}
 	for _, w := range s.Workers {
-		st["peers"] += len(*w.peers.Load())
+		st["peers"] += w.peers.Load().Len()
 		st["worker_credits"] += w.credits
 	}
 	return st

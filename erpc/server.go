@@ -34,6 +34,7 @@ type Server struct {
 	sessions  map[uint64]*session
 	nsessions atomic.Int64
 	credits   int // credits of every admitted session endpoint; s.mu
+	endpoints int // client QPs of every admitted session; s.mu
 	nextID    uint64
 	rr        int
 	refused   atomic.Uint64 // admissions refused for capacity
@@ -117,10 +118,7 @@ func (s *Server) Admit(ctx context.Context, a handshake.Admission, replaces hand
 		return handshake.Grant{}, fmt.Errorf("%w: erpc: connect: %v", dataplane.ErrUnavailable, err)
 	}
 	prev, _ := wk.Replaced(s.sessions, replaces, s.cfg.Epoch)
-	endpoints := 0
-	for _, x := range s.sessions {
-		endpoints += len(x.peers)
-	}
+	endpoints := s.endpoints
 	freed := make([]int, len(s.Workers))
 	freedAll := 0
 	if prev != nil {
@@ -183,6 +181,7 @@ func (s *Server) Admit(ctx context.Context, a handshake.Admission, replaces hand
 		w.peers.Put(p.ID, p)
 	}
 	s.sessions[sess.id] = sess
+	s.endpoints += len(sess.peers)
 	s.nsessions.Store(int64(len(s.sessions)))
 	g := handshake.Grant{Session: sess.id, Epoch: s.cfg.Epoch, Window: credits, QKey: s.cfg.QKey, AnswerQKey: qkey,
 		Assignment: assign, AnswerQPs: s.AnswerQPs}
@@ -212,6 +211,7 @@ func (s *Server) Release(ctx context.Context, r handshake.SessionRef) error {
 // are closed ahcache.Grace later. s.mu is held.
 func (s *Server) release(sess *session, now time.Time) {
 	delete(s.sessions, sess.id)
+	s.endpoints -= len(sess.peers)
 	s.nsessions.Store(int64(len(s.sessions)))
 	for i, p := range sess.peers {
 		w := s.Workers[sess.worker[i]]

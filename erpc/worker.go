@@ -135,7 +135,8 @@ func (w *worker) Run() {
 // (polled), and again only for the residence check before the doorbell.
 func (w *worker) batch(wcs []verbs.WC) {
 	drops := w.Drops
-	peers := *w.peers.Load()
+	peers := w.peers.Load()
+	var last wk.LastPeer[peer] // this batch's
 	buf := w.RecvMR.Bytes()
 	nfresh, nout, nre, values := 0, 0, 0, 0
 	oldest := verbs.Time(0)
@@ -179,7 +180,7 @@ func (w *worker) batch(wcs []verbs.WC) {
 			drops[dropBadOpcode].Add(1)
 			continue
 		}
-		p := peers.Lookup(wc)
+		p := last.Lookup(peers, wc)
 		if p == nil {
 			drops[dropUnknownSource].Add(1)
 			continue

@@ -111,7 +111,8 @@ func (w *worker) Run() {
 // once, and the answers leave as one chain on the next response QP.
 func (w *worker) batch(wcs []verbs.WC) {
 	drops := w.Drops
-	peers := *w.peers.Load()
+	peers := w.peers.Load()
+	var last wk.LastPeer[peer] // this batch's
 	buf := w.RecvMR.Bytes()
 	valid, values, nre := 0, 0, 0
 	oldest := verbs.Time(0)
@@ -145,7 +146,7 @@ func (w *worker) batch(wcs []verbs.WC) {
 			drops[dropMalformed].Add(1)
 			continue
 		}
-		p := peers.Lookup(wc) // by (IP, QPN) too: a NIC sends from a source port of its choosing
+		p := last.Lookup(peers, wc) // by (IP, QPN) too: a NIC sends from a source port of its choosing
 		if p == nil {
 			drops[dropUnknownSource].Add(1)
 			continue

@@ -99,8 +99,11 @@ type Config struct {
 	// addresses must be local to the generator's host and routed back to
 	// it from the server's (scripts/bench-server-xdp.sh).
 	WireSource string
-	ServerCore int
-	NoFloors   bool
+	// WireSources is how many source addresses the flows share
+	// (wire.Config.Sources; 0: one per flow).
+	WireSources int
+	ServerCore  int
+	NoFloors    bool
 	// Slices: with -engine wire, each server at a flow count is measured
 	// in this many slices of Duration/Slices (after Warmup/Slices each),
 	// taken in turn with the others' (default 1).

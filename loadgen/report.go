@@ -232,6 +232,17 @@ func (r *Report) writeWireTable(w io.Writer) error {
 			break
 		}
 	}
+	for _, x := range r.Wire {
+		if x.Server != "seqd" || x.AdmitSeconds <= 0 {
+			continue
+		}
+		mem := ""
+		if x.ServerBytesPerFlow != 0 {
+			mem = fmt.Sprintf(", seqd's RSS %+.0f B per flow", x.ServerBytesPerFlow)
+		}
+		fmt.Fprintf(w, "seqd %s flows=%d: admitted in %.3f s (%.0f flows/s)%s; p99.99 %.1f µs\n",
+			x.Mode, x.Flows, x.AdmitSeconds, float64(x.Flows)/x.AdmitSeconds, mem, x.P9999us)
+	}
 	if x := r.Redis; x != nil {
 		if x.Skipped != "" {
 			fmt.Fprintf(w, "redis INCR: skipped: %s\n", x.Skipped)

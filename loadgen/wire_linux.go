@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
@@ -40,6 +41,7 @@ type WireResult struct {
 	P50us      float64 `json:"p50_us"`
 	P99us      float64 `json:"p99_us"`
 	P999us     float64 `json:"p999_us"`
+	P9999us    float64 `json:"p9999_us"`
 	Lost       uint64  `json:"lost"`
 	Stale      uint64  `json:"stale"`
 	SpecMisses uint64  `json:"spec_misses"`
@@ -53,6 +55,11 @@ type WireResult struct {
 	// count (0 when not measured).
 	OfProviderEcho float64 `json:"of_provider_echo,omitempty"`
 	OfRawEcho      float64 `json:"of_raw_echo,omitempty"`
+	// seqd: how long admitting the flows took (wire.Admit: one Connect
+	// per DefaultPerSession flows), and its resident memory's growth
+	// over the admission per flow (0 when its process is not known).
+	AdmitSeconds       float64 `json:"admit_seconds,omitempty"`
+	ServerBytesPerFlow float64 `json:"server_bytes_per_flow,omitempty"`
 }
 
 // flowWindow is the window per flow for f flows: w if set, else the
@@ -198,7 +205,7 @@ func (t *wireTarget) result(c *Config, err error) (WireResult, error) {
 		wr.GenSysNsPerReq = float64(t.gen.Sys.Nanoseconds()) / float64(st.Measured)
 	}
 	us := func(q float64) float64 { return float64(t.hist.ValueAtQuantile(q)) / 1e3 }
-	wr.P50us, wr.P99us, wr.P999us = us(50), us(99), us(99.9)
+	wr.P50us, wr.P99us, wr.P999us, wr.P9999us = us(50), us(99), us(99.9), us(99.99)
 	wr.Lost, wr.Stale, wr.SpecMisses, wr.Violations, wr.Checked = st.Lost, st.Stale, st.SpecMisses, st.Violations(), t.kept
 	if c.Progress != nil {
 		fmt.Fprintf(c.Progress, "loadgen: wire %-13s flows=%-5d window=%-3d %7.3f Mops/s  server %5.0f ns/req user, %5.0f sys  generator %4.0f+%4.0f busy %3.0f%%  p50 %.0f µs  lost %d  stale %d  checked %d  send waits %d errors %d\n",
@@ -301,7 +308,7 @@ func measureFlows(ctx context.Context, c *Config, r *runner, rep *Report, mode s
 				return nil, fmt.Errorf("%w: -wire-source: %v", ErrConfig, err)
 			}
 		}
-		return wire.New(wire.Config{Flows: f, Window: w, InFlight: c.InFlight, Timeout: c.FlowTimeout, Source: src})
+		return wire.New(wire.Config{Flows: f, Window: w, InFlight: c.InFlight, Timeout: c.FlowTimeout, Source: src, Sources: c.WireSources})
 	}
 	if floors {
 		for _, kind := range []wire.Kind{wire.ProviderEcho, wire.RawEcho} {
@@ -324,7 +331,11 @@ func measureFlows(ctx context.Context, c *Config, r *runner, rep *Report, mode s
 	if err != nil {
 		return err
 	}
+	rss0, rerr := readRSS(cpu.pid)
+	began := time.Now()
 	ss, err := wire.Admit(ctx, r.adm, g, mode, 0, "loadgen-wire")
+	admitted := time.Since(began)
+	rss1, rerr1 := readRSS(cpu.pid)
 	if err != nil {
 		g.Close()
 		rep.Wire = append(rep.Wire, WireResult{Server: "seqd", Mode: mode, Flows: f})
@@ -363,6 +374,10 @@ func measureFlows(ctx context.Context, c *Config, r *runner, rep *Report, mode s
 	}
 	wr, err := seqd.result(c, errs[len(ts)-1])
 	wr.Mode = mode
+	wr.AdmitSeconds = admitted.Seconds()
+	if rerr == nil && rerr1 == nil {
+		wr.ServerBytesPerFlow = float64(rss1-rss0) / float64(f)
+	}
 	if st1, serr1 := r.adm.Status(ctx, &adminpb.StatusRequest{}); serr == nil && serr1 == nil {
 		wr.ServerDrops = st1.GetDrops() - st0.GetDrops()
 		var b, q int64
@@ -389,6 +404,25 @@ func measureFlows(ctx context.Context, c *Config, r *runner, rep *Report, mode s
 		rep.Violations += int(wr.Violations)
 	}
 	return err
+}
+
+// readRSS reads process pid's resident memory, in bytes (VmRSS); an
+// error when pid is not known (0) or has no such line.
+func readRSS(pid int) (int64, error) {
+	if pid <= 0 {
+		return 0, errNoCPU
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, fmt.Errorf("loadgen: no VmRSS in /proc/%d/status", pid)
 }
 
 // measureRedis measures the Redis INCR reference, or says why not.

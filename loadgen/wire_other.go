@@ -22,6 +22,7 @@ type WireResult struct {
 	GenBusy         float64
 	P50us, P99us    float64
 	P999us          float64
+	P9999us         float64
 	Lost, Stale     uint64
 	SpecMisses      uint64
 	Violations      uint64
@@ -30,6 +31,9 @@ type WireResult struct {
 	AvgBatch        float64
 	OfProviderEcho  float64
 	OfRawEcho       float64
+	AdmitSeconds    float64
+	// ServerBytesPerFlow: see the Linux WireResult.
+	ServerBytesPerFlow float64
 }
 
 func runWire(ctx context.Context, c *Config, rep *Report) error {

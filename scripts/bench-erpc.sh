@@ -28,9 +28,20 @@
 #     ratio to cc=on in the same round; and the server's side: erpc
 #     BenchmarkBatchFactors, its burst path with zero-copy receive and
 #     preallocated answers each off in turn, as a ratio to all on.
+#  5. Sessions (§6.5.3; PARTS=sessions, not run by default): a seqd in
+#     mode erpc with one worker on core 1, loadgen's wire generator on
+#     core 0: SESSIONS session endpoints of C credits each (CREDITS),
+#     from SOURCES client addresses, with C requests in flight over all
+#     of them (as one session of C credits has: the sessions take turns),
+#     then with INFLIGHT. Per point: Mops, p50/p99/p99.99, what
+#     admitting them took and seqd's resident memory per session; then
+#     the Connect refused one step past the credit limit. Each point's
+#     Mops is also given over the one-session point's of the same run.
 #
 #   scripts/bench-erpc.sh        Env: ROUNDS (3), BENCHTIME (1s),
-#                                PARTS ("latency loss timely factors")
+#                                PARTS ("latency loss timely factors"),
+#                                for sessions: SESSIONS, CREDITS,
+#                                SOURCES, INFLIGHT, DURATION
 #
 # A run that fails (a violation, or a transport that broke) is left out
 # of the medians and its message printed at the end.
@@ -209,6 +220,73 @@ if [[ " $PARTS " == *" factors "* ]]; then
   echo "| every optimization | $(fmt "$(val "$tmp/sfactors" BatchFactors/all_on Mops | median)" %.3f) | 1 | $(val "$tmp/sfactors" BatchFactors/all_on B/op | median) B |"
   for v in zero_copy=off prealloc=off; do
     echo "| $v | $(fmt "$(val "$tmp/sfactors" "BatchFactors/$v" Mops | median)" %.3f) | $(median <"$tmp/sfactor-$v") | $(val "$tmp/sfactors" "BatchFactors/$v" B/op | median) B |"
+  done
+fi
+if [[ " $PARTS " == *" sessions "* ]]; then
+  SESSIONS=${SESSIONS:-"1 100 1000 5000 20000"}
+  CREDITS=${CREDITS:-"1 8 32"}
+  SOURCES=${SOURCES:-16}
+  INFLIGHT=${INFLIGHT:-256}
+  DURATION=${DURATION:-2s}
+  go build -o "$tmp/loadgen" ./cmd/loadgen
+  # budget: one worker's posted receives admit 32768 - 32768/8 credits
+  # (erpc.DefaultRecvQueue); the socket's receive buffer must hold them
+  # too (about 2.2 KB each, as the kernel charges a small datagram; it
+  # grants twice what is asked).
+  budget=28672
+  max=0
+  for n in $SESSIONS; do [ "$n" -gt "$max" ] && max=$n; done
+  echo
+  echo "Sessions (§6.5.3): one erpc worker on core 1, the wire generator on core 0, sessions from $SOURCES client addresses"
+  echo "| credits C | sessions | in flight | Mops | / 1 session, same run | p50 µs | p99 µs | p99.99 µs | lost | violations | admitted in | sessions/s | seqd RSS per session |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+  for c in $CREDITS; do
+    fit=$((budget / c))
+    rcvbuf=$(( budget * 1200 + (4 << 20) )) # so that the posted receives are the limit
+    port=$((20000 + RANDOM % 20000))
+    taskset -c 1 "$tmp/seqd" -mode erpc -workers 1 -device 127.0.0.1:0 -admin "127.0.0.1:$port" -metrics off -data "$tmp/data-sessions-$c" -init \
+      -provider-opts "rcvbuf=$rcvbuf" -max-clients $(( (max > fit ? max : fit) + 64 )) -max-window "$c" -max-session-recv -1 \
+      -peer-max-sessions -1 -peer-max-recv -1 -peer-connect-rate -1 -identity-max-sessions -1 -identity-max-recv -1 -identity-connect-rate -1 \
+      >"$tmp/seqd-sessions-$c.log" 2>&1 &
+    spid=$!
+    pids+=("$spid")
+    for _ in $(seq 100); do
+      (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+      sleep 0.1
+    done
+    ns=""
+    for n in $SESSIONS; do [ "$n" -le "$fit" ] && ns="$ns,$n"; done
+    ns=${ns#,}
+    for inflight in "$c" "$INFLIGHT"; do
+      [ "$inflight" = "$c" ] || [ "$INFLIGHT" -gt "$c" ] || continue
+      "$tmp/loadgen" -engine wire -modes erpc -admin "127.0.0.1:$port" -flows "$ns" -flow-window "$c" -inflight "$inflight" \
+        -wire-sources "$SOURCES" -no-floors -no-redis -server-pid "$spid" -cores 0 -duration "$DURATION" -warmup 500ms -quiet \
+        -json-file "$tmp/sessions.json" >"$tmp/sessions.out" 2>&1 || { echo "loadgen failed (C=$c, in flight $inflight):"; tail -5 "$tmp/sessions.out"; continue; }
+      python3 - "$tmp/sessions.json" "$c" "$inflight" <<'PY'
+import json, sys
+rep = json.load(open(sys.argv[1]))
+rows = [w for w in rep.get("wire") or [] if w["server"] == "seqd"]
+one = next((w["mops"] for w in rows if w["flows"] == 1), 0)
+for w in rows:
+    rel = "%.3f" % (w["mops"] / one) if one else "-"
+    adm = w.get("admit_seconds", 0)
+    rate = "%.0f" % (w["flows"] / adm) if adm else "-"
+    # RSS growth is Go's heap too: meaningful only for many sessions.
+    mem = "%.0f B" % w["server_bytes_per_flow"] if w.get("server_bytes_per_flow") and w["flows"] >= 1000 else "-"
+    print("| %s | %d | %d | %.3f | %s | %.1f | %.1f | %.1f | %d | %d | %.3f s | %s | %s |" % (sys.argv[2], w["flows"], min(int(sys.argv[3]), w["flows"] * int(sys.argv[2])),
+        w["mops"], rel, w["p50_us"], w["p99_us"], w["p9999_us"], w["lost"], w["violations"], adm, rate, mem))
+PY
+    done
+    # One step past the credit limit: the Connect that does not fit is refused.
+    over=$((fit + 16))
+    if "$tmp/loadgen" -engine wire -modes erpc -admin "127.0.0.1:$port" -flows "$over" -flow-window "$c" -wire-sources "$SOURCES" \
+      -no-floors -no-redis -duration 200ms -warmup 100ms -quiet >"$tmp/refused.out" 2>&1; then
+      echo "C=$c: $over sessions were all admitted, past the credit limit of $fit"
+    else
+      echo "C=$c, $over sessions (limit $fit): $(grep -o 'desc = .*' "$tmp/refused.out" | head -1)"
+    fi
+    kill "$spid" 2>/dev/null || true
+    wait "$spid" 2>/dev/null || true
   done
 fi
 if [ -s "$tmp/failures" ]; then

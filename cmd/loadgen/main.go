@@ -88,6 +88,7 @@ func realMainEnv(args []string, stdout, stderr io.Writer, environ []string) int 
 	fs.IntVar(&c.ServerPID, "server-pid", 0, "with -engine wire and a seqd not spawned: its pid, for its CPU time per request")
 	fs.BoolVar(&c.NoFloors, "no-floors", false, "with -engine wire: skip the echo floors")
 	fs.StringVar(&c.WireSource, "wire-source", "", "with -engine wire: flow 0's source address, flow i's is it +i (default 127.77.0.1, on loopback; another host's generator needs addresses local to it and routed back to it)")
+	fs.IntVar(&c.WireSources, "wire-sources", 0, "with -engine wire: source addresses the flows share, as client hosts share their sessions (0: one per flow); flows that share a source, server and server QP send in one GSO message, as a client process's QPs do")
 	fs.IntVar(&c.Slices, "slices", 1, "with -engine wire: measure each server at a flow count in this many slices of -duration/slices (after -warmup/slices), taken in turn with the other servers', so that a slow phase of a shared machine weighs on all of them")
 	fs.BoolVar(&c.NoRedis, "no-redis", false, "with -engine wire: skip the Redis INCR reference")
 	floor := fs.String(loadgen.FloorFlag, "", "internal: serve as a floor server (provider-echo or raw-echo) until stdin closes")

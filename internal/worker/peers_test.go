@@ -3,6 +3,7 @@ package worker
 import (
 	"errors"
 	"net/netip"
+	"reflect"
 	"testing"
 	"time"
 
@@ -122,15 +123,15 @@ func TestPeersLookup(t *testing.T) {
 func TestPeersCopyOnWrite(t *testing.T) {
 	var tab Peers[testPeer]
 	m0 := tab.Load()
-	if m0 == nil || len(*m0) != 0 || tab.Load() != m0 {
+	if m0 == nil || m0.Len() != 0 || tab.Load() != m0 {
 		t.Fatalf("the zero table loads %v", m0)
 	}
 	id := verbs.SenderOf(ipAddr("10.0.0.1", 0), 1)
 	a, b := &testPeer{"a"}, &testPeer{"b"}
 	tab.Put(id, a)
 	m1 := tab.Load()
-	if len(*m0) != 0 || m1 == m0 || m1.Get(id) != a || tab.Get(id) != a {
-		t.Fatalf("after Put: old %v, new %v", *m0, *m1)
+	if m0.Len() != 0 || m1 == m0 || m1.Get(id) != a || tab.Get(id) != a {
+		t.Fatalf("after Put: old has %d, new %v", m0.Len(), m1.Get(id))
 	}
 	tab.Put(id, b) // replaced
 	tab.Delete(id, a)
@@ -138,8 +139,8 @@ func TestPeersCopyOnWrite(t *testing.T) {
 		t.Fatalf("Delete of a replaced peer: now %v, the old map %v", tab.Get(id), m1.Get(id))
 	}
 	tab.Delete(id, b)
-	if tab.Get(id) != nil || len(*tab.Load()) != 0 {
-		t.Fatalf("after Delete: %v", *tab.Load())
+	if tab.Get(id) != nil || tab.Load().Len() != 0 {
+		t.Fatalf("after Delete: %d peers, id is %v", tab.Load().Len(), tab.Get(id))
 	}
 }
 
@@ -233,5 +234,67 @@ func TestAdmitPeers(t *testing.T) {
 	}
 	if ahs.Reap(now.Add(time.Second)); ahs.Len() != 0 {
 		t.Errorf("%d handles held after a failed admission", ahs.Len())
+	}
+}
+
+// TestLastPeer: the cache answers as Lookup does, for a repeated sender
+// and for a new one, unknown senders included.
+func TestLastPeer(t *testing.T) {
+	var tab Peers[testPeer]
+	a, b := &testPeer{"a"}, &testPeer{"b"}
+	aIP, bIP := ipAddr("10.0.0.1", 5000), ipAddr("10.0.0.2", 5000)
+	tab.Put(verbs.SenderOf(aIP, 1), a)
+	tab.Put(verbs.SenderOf(bIP, 1), b)
+	m := tab.Load()
+	var last LastPeer[testPeer]
+	for i, c := range []struct {
+		src  verbs.Address
+		qpn  verbs.QPN
+		want *testPeer
+	}{{aIP, 1, a}, {aIP, 1, a}, {bIP, 1, b}, {bIP, 2, nil}, {bIP, 2, nil}, {aIP, 1, a}, {ipAddr("10.0.0.1", 5001), 1, nil}} {
+		wc := verbs.WC{Src: c.src, SrcQP: c.qpn}
+		if got := last.Lookup(m, &wc); got != c.want || got != m.Lookup(&wc) {
+			t.Errorf("completion %d from %v QPN %v: %v, want %v", i, c.src, c.qpn, got, c.want)
+		}
+	}
+}
+
+// TestPeersShardedCopy: a change copies only the shard it is in: a table
+// of 20,000 peers stays right through puts, replacements and deletes,
+// and the maps of the other shards are shared with the version before.
+func TestPeersShardedCopy(t *testing.T) {
+	var tab Peers[testPeer]
+	const n = 20000
+	ps := make([]testPeer, n)
+	id := func(i int) verbs.Sender {
+		return verbs.SenderOf(ipAddr("10.1.0.1", uint16(40000+i%16)), verbs.QPN(0x100+i))
+	}
+	for i := range n {
+		tab.Put(id(i), &ps[i])
+	}
+	before := tab.Load()
+	if before.Len() != n {
+		t.Fatalf("%d peers, want %d", before.Len(), n)
+	}
+	k := keyOf(id(7))
+	tab.Delete(id(7), &ps[7])
+	after := tab.Load()
+	shared := 0
+	for i := range peerShards {
+		if len(before.shards[i]) > 0 && reflect.ValueOf(before.shards[i]).UnsafePointer() == reflect.ValueOf(after.shards[i]).UnsafePointer() {
+			shared++
+		}
+	}
+	if shared < peerShards-1 || after.Len() != n-1 || after.Get(id(7)) != nil || before.Get(id(7)) != &ps[7] {
+		t.Fatalf("delete: %d shards shared (want %d), %d peers; shard %d", shared, peerShards-1, after.Len(), k.shard())
+	}
+	for i := range n {
+		want := &ps[i]
+		if i == 7 {
+			want = nil
+		}
+		if got := after.Get(id(i)); got != want {
+			t.Fatalf("peer %d: %v, want %v", i, got, want)
+		}
 	}
 }

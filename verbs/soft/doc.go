@@ -98,7 +98,8 @@
 //	loss=P dup=P reorder=P seed=N
 //	gso=on|off    UDP GSO on transmit (default on)
 //	gro=on|off    UDP GRO on receive (default on)
-//	rcvbuf=BYTES sndbuf=BYTES  socket buffer sizes (default 4 MiB)
+//	rcvbuf=BYTES sndbuf=BYTES  socket buffer sizes (default 4 MiB; past
+//	              net.core.rmem_max and wmem_max only with CAP_NET_ADMIN)
 //	max_qp=N      queue pairs per device (default 65536)
 //	advertise=IP  with device 0.0.0.0:port (listen on every address, as in
 //	              a container): the address peers reach the device at. It

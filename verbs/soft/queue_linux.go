@@ -297,8 +297,8 @@ func newQueue(d *device, idx int, local netip.AddrPort) (*queue, error) {
 	q.ip = q.local.Addr().As4()
 	serr := errors.Join(
 		unix.SetsockoptInt(q.fd, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO),
-		unix.SetsockoptInt(q.fd, unix.SOL_SOCKET, unix.SO_RCVBUF, d.cfg.rcvbuf),
-		unix.SetsockoptInt(q.fd, unix.SOL_SOCKET, unix.SO_SNDBUF, d.cfg.sndbuf),
+		setBuf(q.fd, unix.SO_RCVBUFFORCE, unix.SO_RCVBUF, d.cfg.rcvbuf),
+		setBuf(q.fd, unix.SO_SNDBUFFORCE, unix.SO_SNDBUF, d.cfg.sndbuf),
 	)
 	if d.cfg.tos != 0 {
 		serr = errors.Join(serr, unix.SetsockoptInt(q.fd, unix.IPPROTO_IP, unix.IP_TOS, d.cfg.tos))
@@ -1097,6 +1097,16 @@ func steer(fd, n int) error {
 	prog := steerProgram(n)
 	fp := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
 	return unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_REUSEPORT_CBPF, &fp)
+}
+
+// setBuf sets a socket buffer to n bytes: past net.core.rmem_max
+// (wmem_max) where the process may (CAP_NET_ADMIN: the FORCE option),
+// else as far as the limit allows.
+func setBuf(fd, force, opt, n int) error {
+	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, force, n) == nil {
+		return nil
+	}
+	return unix.SetsockoptInt(fd, unix.SOL_SOCKET, opt, n)
 }
 
 // datagramCharge is what the kernel charges a socket's receive buffer
