@@ -308,7 +308,7 @@ func measureFlows(ctx context.Context, c *Config, r *runner, rep *Report, mode s
 				return nil, fmt.Errorf("%w: -wire-source: %v", ErrConfig, err)
 			}
 		}
-		return wire.New(wire.Config{Flows: f, Window: w, InFlight: c.InFlight, Timeout: c.FlowTimeout, Source: src, Sources: c.WireSources})
+		return wire.New(wire.Config{Flows: f, Window: w, InFlight: c.InFlight, Timeout: c.FlowTimeout, Source: src, Sources: c.WireSources, Credits: c.FlowWindow})
 	}
 	if floors {
 		for _, kind := range []wire.Kind{wire.ProviderEcho, wire.RawEcho} {

@@ -33,7 +33,8 @@
 #     core 0: SESSIONS session endpoints of C credits each (CREDITS),
 #     from SOURCES client addresses, with C requests in flight over all
 #     of them (as one session of C credits has: the sessions take turns),
-#     then with INFLIGHT. Per point: Mops, p50/p99/p99.99, what
+#     with the echo floors at the same flows, then with INFLIGHT. Per
+#     point: Mops, its ratio to the provider's echo, p50/p99/p99.99, what
 #     admitting them took and seqd's resident memory per session; then
 #     the Connect refused one step past the credit limit. Each point's
 #     Mops is also given over the one-session point's of the same run.
@@ -238,8 +239,8 @@ if [[ " $PARTS " == *" sessions "* ]]; then
   for n in $SESSIONS; do [ "$n" -gt "$max" ] && max=$n; done
   echo
   echo "Sessions (§6.5.3): one erpc worker on core 1, the wire generator on core 0, sessions from $SOURCES client addresses"
-  echo "| credits C | sessions | in flight | Mops | / 1 session, same run | p50 µs | p99 µs | p99.99 µs | lost | violations | admitted in | sessions/s | seqd RSS per session |"
-  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+  echo "| credits C | sessions | in flight | Mops | / 1 session, same run | / provider echo, same flows | seqd CPU ns/req | generator busy | p50 µs | p99 µs | p99.99 µs | lost | violations | admitted in | sessions/s | seqd RSS per session |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
   for c in $CREDITS; do
     fit=$((budget / c))
     rcvbuf=$(( budget * 1200 + (4 << 20) )) # so that the posted receives are the limit
@@ -257,12 +258,17 @@ if [[ " $PARTS " == *" sessions "* ]]; then
     ns=""
     for n in $SESSIONS; do [ "$n" -le "$fit" ] && ns="$ns,$n"; done
     ns=${ns#,}
-    for inflight in "$c" "$INFLIGHT"; do
-      [ "$inflight" = "$c" ] || [ "$INFLIGHT" -gt "$c" ] || continue
+    # A session has 8 slots (spec.ERPCSlots): at most 8 requests in flight
+    # whatever its credits.
+    slots=$((c < 8 ? c : 8))
+    for inflight in "$slots" "$INFLIGHT"; do
+      [ "$inflight" = "$slots" ] || [ "$INFLIGHT" -gt "$slots" ] || continue
+      floors=-no-floors # the floors at C in flight: the same generator, flows and kernel path, no session state
+      [ "$inflight" = "$slots" ] && floors=-server-core=1
       "$tmp/loadgen" -engine wire -modes erpc -admin "127.0.0.1:$port" -flows "$ns" -flow-window "$c" -inflight "$inflight" \
-        -wire-sources "$SOURCES" -no-floors -no-redis -server-pid "$spid" -cores 0 -duration "$DURATION" -warmup 500ms -quiet \
+        -wire-sources "$SOURCES" "$floors" -no-redis -server-pid "$spid" -cores 0 -duration "$DURATION" -warmup 500ms -quiet \
         -json-file "$tmp/sessions.json" >"$tmp/sessions.out" 2>&1 || { echo "loadgen failed (C=$c, in flight $inflight):"; tail -5 "$tmp/sessions.out"; continue; }
-      python3 - "$tmp/sessions.json" "$c" "$inflight" <<'PY'
+      python3 - "$tmp/sessions.json" "$c" "$inflight" "$slots" <<'PY'
 import json, sys
 rep = json.load(open(sys.argv[1]))
 rows = [w for w in rep.get("wire") or [] if w["server"] == "seqd"]
@@ -273,8 +279,10 @@ for w in rows:
     rate = "%.0f" % (w["flows"] / adm) if adm else "-"
     # RSS growth is Go's heap too: meaningful only for many sessions.
     mem = "%.0f B" % w["server_bytes_per_flow"] if w.get("server_bytes_per_flow") and w["flows"] >= 1000 else "-"
-    print("| %s | %d | %d | %.3f | %s | %.1f | %.1f | %.1f | %d | %d | %.3f s | %s | %s |" % (sys.argv[2], w["flows"], min(int(sys.argv[3]), w["flows"] * int(sys.argv[2])),
-        w["mops"], rel, w["p50_us"], w["p99_us"], w["p9999_us"], w["lost"], w["violations"], adm, rate, mem))
+    cpu = w.get("server_user_ns_per_req", 0) + w.get("server_sys_ns_per_req", 0)
+    echo = "%.3f" % w["of_provider_echo"] if w.get("of_provider_echo") else "-"
+    print("| %s | %d | %d | %.3f | %s | %s | %.0f | %.0f%% | %.1f | %.1f | %.1f | %d | %d | %.3f s | %s | %s |" % (sys.argv[2], w["flows"], min(int(sys.argv[3]), w["flows"] * int(sys.argv[4])),
+        w["mops"], rel, echo, cpu, 100 * w.get("gen_busy", 0), w["p50_us"], w["p99_us"], w["p9999_us"], w["lost"], w["violations"], adm, rate, mem))
 PY
     done
     # One step past the credit limit: the Connect that does not fit is refused.

@@ -53,7 +53,14 @@ func Admit(ctx context.Context, adm adminpb.AdminClient, g *Gen, mode string, pe
 	case HERD:
 		window = min(window, spec.HERDMaxWindow)
 	case ERPC:
-		window = min(window, spec.ERPCSlots) // credits: a session has no more slots
+		// The window asked for is the session's credits: the receives
+		// the server reserves for it (seqd's -max-window bounds them):
+		// Config.Credits, else the flows' window, which has no more
+		// requests in flight than a session has slots (SetTarget).
+		window = min(window, spec.ERPCSlots)
+		if g.cfg.Credits > 0 {
+			window = min(g.cfg.Credits, spec.ERPCMaxCredits)
+		}
 	}
 	ss := &Sessions{adm: adm, stop: make(chan struct{})}
 	t := Target{Kind: kind, Flows: make([]FlowTarget, g.Flows())}

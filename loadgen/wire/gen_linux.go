@@ -97,6 +97,11 @@ type Config struct {
 	// server QP leave in one GSO message, as the soft provider sends a
 	// process's QPs' requests to one server QP.
 	Sources int
+	// Credits: in eRPC, the credits each session asks for (0: the
+	// window). Above spec.ERPCSlots they reserve receives at the server
+	// that no request of the session's can use: a session has no more
+	// requests in flight than slots.
+	Credits int
 	// Keep is the number of values kept for the uniqueness check
 	// (default 1<<24, 128 MiB).
 	Keep int

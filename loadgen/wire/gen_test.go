@@ -189,6 +189,30 @@ func TestGenERPCSources(t *testing.T) {
 	}
 }
 
+// TestGenERPCCredits: Config.Credits is what each session asks for, and
+// the server grants (and reserves receives for) that many, while a
+// flow keeps no more requests in flight than a session's slots.
+func TestGenERPCCredits(t *testing.T) {
+	adm := startSeqd(t, spec.ModeERPC)
+	g, err := New(Config{Flows: 2, Window: spec.ERPCSlots, Credits: 4 * spec.ERPCSlots, Keep: 1 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	ctx := context.Background()
+	ss, err := Admit(ctx, adm, g, spec.ModeERPC, 0, "wire-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ss.Close(ctx)
+	if w := g.tgt.Flows[0].Window; w != 4*spec.ERPCSlots {
+		t.Errorf("granted %d credits, want %d", w, 4*spec.ERPCSlots)
+	}
+	if w := g.eflow[0].Window(); w != spec.ERPCSlots {
+		t.Errorf("flow window %d, want the %d slots", w, spec.ERPCSlots)
+	}
+}
+
 // runAgain runs g again on the same flows, as loadgen -slices does:
 // their send times and quarantines carry over on the generator's one
 // clock, so the run is measured, and its values exceed the last run's.
