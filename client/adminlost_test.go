@@ -2,15 +2,12 @@ package client
 
 import (
 	"context"
-	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/seqd/seqd/admin"
 	"github.com/seqd/seqd/admin/adminclient"
 	"github.com/seqd/seqd/admin/adminpb"
-	"github.com/seqd/seqd/admin/admintest"
 )
 
 // TestIdleSessionFollowsLostLeader: a client with no call in flight
@@ -19,19 +16,8 @@ import (
 // its next call to find the session gone: after a failover every session
 // is connected again before it next calls.
 func TestIdleSessionFollowsLostLeader(t *testing.T) {
-	newRole := func() *roleBackend {
-		return &roleBackend{silentBackend: &silentBackend{Backend: admintest.NewBackend(nil)}}
-	}
 	a, b := newRole(), newRole()
-	cfg := admin.Config{Logger: slog.New(slog.DiscardHandler)}
-	srvA, addrA := admintest.Start(t, cfg, a)
-	_, addrB := admintest.Start(t, cfg, b)
-	a.set(adminclient.RoleLeader, addrA)
-	b.set(adminclient.RoleStandby, addrA)
-	c := dialT(t, addrA+","+addrB, WithQPs(1))
-	if ep := c.Endpoint(); ep != addrA {
-		t.Fatalf("connected to %s, want the leader %s", ep, addrA)
-	}
+	srvA, _, addrB, c := leaderAndStandby(t, a, b, a, b)
 	// A dies; B takes over. The client makes no call.
 	b.set(adminclient.RoleLeader, addrB)
 	srvA.Stop()
@@ -73,19 +59,8 @@ func (b *slowLeader) Connect(ctx context.Context, req *adminpb.ConnectRequest) (
 // such waste, and their clients were served last. Base failed with "the
 // new leader admitted 2 sessions for one reconnect".
 func TestReconnectWaitsForLiveLeadersConnect(t *testing.T) {
-	newRole := func() *roleBackend {
-		return &roleBackend{silentBackend: &silentBackend{Backend: admintest.NewBackend(nil)}}
-	}
 	a, b := newRole(), &slowLeader{roleBackend: newRole()}
-	cfg := admin.Config{Logger: slog.New(slog.DiscardHandler)}
-	srvA, addrA := admintest.Start(t, cfg, a)
-	_, addrB := admintest.Start(t, cfg, b)
-	a.set(adminclient.RoleLeader, addrA)
-	b.set(adminclient.RoleStandby, addrA)
-	c := dialT(t, addrA+","+addrB, WithQPs(1))
-	if ep := c.Endpoint(); ep != addrA {
-		t.Fatalf("connected to %s, want the leader %s", ep, addrA)
-	}
+	srvA, _, addrB, c := leaderAndStandby(t, a, b, a, b.roleBackend)
 	// A dies; B is elected; its Status is held 350 ms and its Connect
 	// takes 300 ms: together more than the probe's 500 ms.
 	b.set(adminclient.RoleLeader, addrB)

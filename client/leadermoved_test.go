@@ -32,6 +32,29 @@ func (b *roleBackend) setLater(n int, role, leader string) {
 	b.mu.Unlock()
 }
 
+// newRole is an instance whose role, and the leader it names, the test
+// sets.
+func newRole() *roleBackend {
+	return &roleBackend{silentBackend: &silentBackend{Backend: admintest.NewBackend(nil)}}
+}
+
+// leaderAndStandby starts admin servers over backends a and b, sets their
+// roles (ra, rb) to a leading and b a standby naming it, and dials a
+// client to both, which connects to a.
+func leaderAndStandby(t *testing.T, a, b admin.Backend, ra, rb *roleBackend) (srvA *admin.Server, addrA, addrB string, c *Client) {
+	t.Helper()
+	cfg := admin.Config{Logger: slog.New(slog.DiscardHandler)}
+	srvA, addrA = admintest.Start(t, cfg, a)
+	_, addrB = admintest.Start(t, cfg, b)
+	ra.set(adminclient.RoleLeader, addrA)
+	rb.set(adminclient.RoleStandby, addrA)
+	c = dialT(t, addrA+","+addrB, WithQPs(1))
+	if ep := c.Endpoint(); ep != addrA {
+		t.Fatalf("connected to %s, want the leader %s", ep, addrA)
+	}
+	return srvA, addrA, addrB, c
+}
+
 func (b *roleBackend) set(role, leader string) {
 	b.mu.Lock()
 	b.role, b.leader = role, leader
@@ -58,19 +81,8 @@ func (b *roleBackend) Status(ctx context.Context) (*adminpb.StatusResponse, erro
 // the first Status probe that times out, not after
 // slowProbesBeforeReconnect of them: those would only add to a failover.
 func TestSlowProbeFollowsMovedLeader(t *testing.T) {
-	newRole := func() *roleBackend {
-		return &roleBackend{silentBackend: &silentBackend{Backend: admintest.NewBackend(nil)}}
-	}
 	a, b := newRole(), newRole()
-	cfg := admin.Config{Logger: slog.New(slog.DiscardHandler)}
-	_, addrA := admintest.Start(t, cfg, a)
-	_, addrB := admintest.Start(t, cfg, b)
-	a.set(adminclient.RoleLeader, addrA)
-	b.set(adminclient.RoleStandby, addrA)
-	c := dialT(t, addrA+","+addrB, WithQPs(1))
-	if ep := c.Endpoint(); ep != addrA {
-		t.Fatalf("connected to %s, want the leader %s", ep, addrA)
-	}
+	_, _, addrB, c := leaderAndStandby(t, a, b, a, b)
 	// A is paused: its Status probes time out. B has taken over.
 	b.set(adminclient.RoleLeader, addrB)
 	before := a.statuses.Load()
@@ -90,19 +102,8 @@ func TestSlowProbeFollowsMovedLeader(t *testing.T) {
 // names keeps its clients' sessions through slowProbesBeforeReconnect-1
 // timed-out probes, as without a group.
 func TestSlowProbeKeepsLeaderTheGroupNames(t *testing.T) {
-	newRole := func() *roleBackend {
-		return &roleBackend{silentBackend: &silentBackend{Backend: admintest.NewBackend(nil)}}
-	}
 	a, b := newRole(), newRole()
-	cfg := admin.Config{Logger: slog.New(slog.DiscardHandler)}
-	_, addrA := admintest.Start(t, cfg, a)
-	_, addrB := admintest.Start(t, cfg, b)
-	a.set(adminclient.RoleLeader, addrA)
-	b.set(adminclient.RoleStandby, addrA)
-	c := dialT(t, addrA+","+addrB, WithQPs(1))
-	if ep := c.Endpoint(); ep != addrA {
-		t.Fatalf("connected to %s, want the leader %s", ep, addrA)
-	}
+	_, _, _, c := leaderAndStandby(t, a, b, a, b)
 	before := a.statuses.Load()
 	a.slow.Store(slowProbesBeforeReconnect - 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -120,19 +121,8 @@ func TestSlowProbeKeepsLeaderTheGroupNames(t *testing.T) {
 // before probing the leader a second time, and leaves as soon as the
 // group names a successor.
 func TestGroupChecksBetweenProbes(t *testing.T) {
-	newRole := func() *roleBackend {
-		return &roleBackend{silentBackend: &silentBackend{Backend: admintest.NewBackend(nil)}}
-	}
 	a, b := newRole(), newRole()
-	cfg := admin.Config{Logger: slog.New(slog.DiscardHandler)}
-	_, addrA := admintest.Start(t, cfg, a)
-	_, addrB := admintest.Start(t, cfg, b)
-	a.set(adminclient.RoleLeader, addrA)
-	b.set(adminclient.RoleStandby, addrA)
-	c := dialT(t, addrA+","+addrB, WithQPs(1))
-	if ep := c.Endpoint(); ep != addrA {
-		t.Fatalf("connected to %s, want the leader %s", ep, addrA)
-	}
+	_, _, addrB, c := leaderAndStandby(t, a, b, a, b)
 	// A is paused; B still names it when first asked, then takes over.
 	b.setLater(1, adminclient.RoleLeader, addrB)
 	before := a.statuses.Load()

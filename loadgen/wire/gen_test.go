@@ -59,17 +59,7 @@ func TestGenSeqd(t *testing.T) {
 	adm := startSeqd(t, spec.ModeSpecS0)
 	for _, flows := range []int{1, 64} {
 		t.Run("flows="+itoa(flows), func(t *testing.T) {
-			g, err := New(Config{Flows: flows, Window: max(4, 256/flows), InFlight: testInFlight(flows), Keep: 1 << 20})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer g.Close()
-			ctx := context.Background()
-			ss, err := Admit(ctx, adm, g, spec.ModeSpecS0, 0, "wire-test")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ss.Close(ctx)
+			g := admitGen(t, adm, Config{Flows: flows, Window: max(4, 256/flows), InFlight: testInFlight(flows), Keep: 1 << 20}, spec.ModeSpecS0)
 			// The server's format (hybrid, the default) advances its high
 			// part with the clock: the generator predicts the rollover,
 			// as the client does.
@@ -93,17 +83,7 @@ func TestGenHERD(t *testing.T) {
 	adm := startSeqd(t, spec.ModeHERD)
 	for _, flows := range []int{1, 64} {
 		t.Run("flows="+itoa(flows), func(t *testing.T) {
-			g, err := New(Config{Flows: flows, Window: max(1, 256/flows), InFlight: testInFlight(flows), Keep: 1 << 20})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer g.Close()
-			ctx := context.Background()
-			ss, err := Admit(ctx, adm, g, spec.ModeHERD, 0, "wire-test")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ss.Close(ctx)
+			g := admitGen(t, adm, Config{Flows: flows, Window: max(1, 256/flows), InFlight: testInFlight(flows), Keep: 1 << 20}, spec.ModeHERD)
 			res := runUntilMeasured(t, g, func(t *testing.T, res *Result) {
 				if res.Forged+res.BadICRC+res.Malformed != 0 {
 					t.Fatalf("answers not all verified: %+v", res.Stats)
@@ -124,17 +104,7 @@ func TestGenERPC(t *testing.T) {
 	adm := startSeqd(t, spec.ModeERPC)
 	for _, flows := range []int{1, 64} {
 		t.Run("flows="+itoa(flows), func(t *testing.T) {
-			g, err := New(Config{Flows: flows, Window: spec.ERPCSlots, InFlight: testInFlight(flows), Keep: 1 << 20})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer g.Close()
-			ctx := context.Background()
-			ss, err := Admit(ctx, adm, g, spec.ModeERPC, 0, "wire-test")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ss.Close(ctx)
+			g := admitGen(t, adm, Config{Flows: flows, Window: spec.ERPCSlots, InFlight: testInFlight(flows), Keep: 1 << 20}, spec.ModeERPC)
 			if g.eflow == nil || g.eflow[0].Session == 0 {
 				t.Fatalf("flows not admitted as erpc sessions: %+v", g.tgt.Flows[0])
 			}
@@ -160,20 +130,10 @@ func TestGenERPC(t *testing.T) {
 func TestGenERPCSources(t *testing.T) {
 	adm := startSeqd(t, spec.ModeERPC)
 	const flows, sources = 64, 4
-	g, err := New(Config{Flows: flows, Sources: sources, Window: 2, Keep: 1 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
+	g := admitGen(t, adm, Config{Flows: flows, Sources: sources, Window: 2, Keep: 1 << 20}, spec.ModeERPC)
 	if g.src[0] != g.src[flows/sources-1] || g.src[0] == g.src[flows/sources] {
 		t.Fatalf("sources of flows 0, %d and %d: %v %v %v", flows/sources-1, flows/sources, g.src[0], g.src[flows/sources-1], g.src[flows/sources])
 	}
-	ctx := context.Background()
-	ss, err := Admit(ctx, adm, g, spec.ModeERPC, 0, "wire-test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ss.Close(ctx)
 	res := runUntilMeasured(t, g, func(t *testing.T, res *Result) {
 		if res.Forged+res.BadICRC+res.Malformed+res.Violations()+res.DupAnswers != 0 {
 			t.Fatalf("answers not all verified: %+v", res.Stats)
@@ -194,23 +154,31 @@ func TestGenERPCSources(t *testing.T) {
 // flow keeps no more requests in flight than a session's slots.
 func TestGenERPCCredits(t *testing.T) {
 	adm := startSeqd(t, spec.ModeERPC)
-	g, err := New(Config{Flows: 2, Window: spec.ERPCSlots, Credits: 4 * spec.ERPCSlots, Keep: 1 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
-	ctx := context.Background()
-	ss, err := Admit(ctx, adm, g, spec.ModeERPC, 0, "wire-test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ss.Close(ctx)
+	g := admitGen(t, adm, Config{Flows: 2, Window: spec.ERPCSlots, Credits: 4 * spec.ERPCSlots, Keep: 1 << 10}, spec.ModeERPC)
 	if w := g.tgt.Flows[0].Window; w != 4*spec.ERPCSlots {
 		t.Errorf("granted %d credits, want %d", w, 4*spec.ERPCSlots)
 	}
 	if w := g.eflow[0].Window(); w != spec.ERPCSlots {
 		t.Errorf("flow window %d, want the %d slots", w, spec.ERPCSlots)
 	}
+}
+
+// admitGen makes a generator of cfg and admits its flows at the seqd
+// behind adm in mode; both are closed when the test ends.
+func admitGen(t *testing.T, adm adminpb.AdminClient, cfg Config, mode string) *Gen {
+	t.Helper()
+	g, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	ctx := context.Background()
+	ss, err := Admit(ctx, adm, g, mode, 0, "wire-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ss.Close(ctx) })
+	return g
 }
 
 // runAgain runs g again on the same flows, as loadgen -slices does:
