@@ -73,7 +73,11 @@ func TestWorkersOwnQueues(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 		if !took(w) {
-			t.Errorf("worker %d took no request: flows not spread", w.ID)
+			drops := make([]uint64, len(w.Drops))
+			for i := range w.Drops {
+				drops[i] = w.Drops[i].Load()
+			}
+			t.Errorf("worker %d took no request: flows not spread (its drops by reason %v; the client gave up %d requests)", w.ID, drops, c.lost)
 		}
 	}
 }

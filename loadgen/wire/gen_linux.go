@@ -606,6 +606,13 @@ func (g *Gen) Run(ctx context.Context, warmup, d time.Duration, phase Phase) (*R
 	g.st, g.ex = Stats{}, g.ex[:0]
 	g.hist.Reset()
 	g.chk.Reset()
+	// Every flow with room is ready: the last run's drain made ready
+	// none whose requests it gave up (expire with refill off).
+	for i := range g.nflows() {
+		if g.room(i) {
+			g.push(int32(i))
+		}
+	}
 	done := ctx.Done()
 	from := g.now() + int64(warmup)
 	until := from + int64(d)

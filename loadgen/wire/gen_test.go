@@ -124,9 +124,9 @@ func TestGenERPC(t *testing.T) {
 // TestGenERPCSources: flows that share a source address (Config.Sources:
 // a client host's sessions) leave in one GSO message per source, their
 // segments numbered on across the flows for their ICRCs: the server
-// answers nearly every request (one with a wrong ICRC is dropped and
-// lost; numbered from 0 in each flow, only the first flow of a message
-// would be answered), and the generator sends fewer messages than flows.
+// answers most requests (one with a wrong ICRC is dropped and lost;
+// numbered from 0 in each flow, only the first flow of a message would
+// be answered), and the generator sends fewer messages than flows.
 func TestGenERPCSources(t *testing.T) {
 	adm := startSeqd(t, spec.ModeERPC)
 	const flows, sources = 64, 4
@@ -138,9 +138,11 @@ func TestGenERPCSources(t *testing.T) {
 		if res.Forged+res.BadICRC+res.Malformed+res.Violations()+res.DupAnswers != 0 {
 			t.Fatalf("answers not all verified: %+v", res.Stats)
 		}
-		// Some are lost on a loaded machine: requests that wait past
-		// spec.MaxResidence in the server's socket are dropped.
-		if res.Answers < res.Sent*9/10 {
+		// Some are lost on a loaded machine (a fifth, seen with two CPU
+		// hogs beside the test): requests that wait past
+		// spec.MaxResidence in the server's socket are dropped. Misnumbered
+		// segments would lose 15 of every 16 flows' requests.
+		if res.Answers < res.Sent/2 {
 			t.Fatalf("%d answers for %d requests: %+v", res.Answers, res.Sent, res.Stats)
 		}
 	})
@@ -160,6 +162,39 @@ func TestGenERPCCredits(t *testing.T) {
 	}
 	if w := g.eflow[0].Window(); w != spec.ERPCSlots {
 		t.Errorf("flow window %d, want the %d slots", w, spec.ERPCSlots)
+	}
+}
+
+// TestGenRunAgainAfterLoss: a run whose requests are lost, to its end,
+// leaves its flows able to send in the next run. (The last run's drain
+// gives up requests without making their flows ready: a second run on a
+// loaded CI machine sent nothing.)
+func TestGenRunAgainAfterLoss(t *testing.T) {
+	hole, err := net.ListenPacket("udp4", "127.0.0.1:0") // reads nothing, answers nothing
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hole.Close()
+	g, err := New(Config{Flows: 4, Window: 2, Timeout: 5 * time.Millisecond, Keep: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	tg := Target{Kind: ERPC}
+	for i := range 4 {
+		tg.Flows = append(tg.Flows, FlowTarget{Server: netip.MustParseAddrPort(hole.LocalAddr().String()), QPN: 9, QKey: 0x55, Session: uint64(7 + i)})
+	}
+	if err := g.SetTarget(tg); err != nil {
+		t.Fatal(err)
+	}
+	for run := range 2 {
+		res, err := g.Run(context.Background(), 0, 30*time.Millisecond, nil)
+		if err != nil {
+			t.Fatalf("run %d: %v", run, err)
+		}
+		if res.Sent == 0 || res.Lost == 0 {
+			t.Fatalf("run %d: sent %d, lost %d: want both (every request lost)", run, res.Sent, res.Lost)
+		}
 	}
 }
 
