@@ -328,9 +328,10 @@ func (a *adminConn) leaderMoved(ctx context.Context) bool {
 }
 
 // attempt runs connect through the current admin connection, each
-// try's Status bounded by perTry. A refusal that carries a retry-after is waited out
-// (retryPause: jittered) and the instance asked again, while ctx's
-// deadline leaves room for the pause; any other result is returned.
+// try's Status bounded by perTry. A refusal that carries a retry-after
+// is waited out (retryPause: jittered) and the instance asked again,
+// while ctx's deadline leaves room for the pause; any other result is
+// returned.
 func (a *adminConn) attempt(ctx context.Context, perTry time.Duration, connect connectFunc) error {
 	for {
 		err := connect(ctx, perTry)

@@ -214,8 +214,8 @@ func (t *Peers[P]) update(k peerKey, p *P) {
 	m := *old
 	i := k.shard()
 	sh := make(map[peerKey]*P, len(old.shards[i])+1)
-	for k, v := range old.shards[i] {
-		sh[k] = v
+	for key, v := range old.shards[i] {
+		sh[key] = v
 	}
 	_, had := sh[k]
 	switch {
