@@ -24,6 +24,7 @@ import (
 	"github.com/seqd/seqd/client"
 	"github.com/seqd/seqd/internal/testbin"
 	"github.com/seqd/seqd/loadgen/verify"
+	"github.com/seqd/seqd/loadgen/wire"
 	"github.com/seqd/seqd/spec"
 )
 
@@ -294,22 +295,13 @@ func scrape(addr string, names ...string) (map[string]float64, error) {
 	return out, nil
 }
 
-// selfRSS is this process's resident set in bytes (Linux), 0 if unknown.
+// selfRSS is this process's resident set in bytes, 0 if unknown.
 func selfRSS() uint64 {
-	b, err := os.ReadFile("/proc/self/status")
+	n, err := wire.ReadRSS(0)
 	if err != nil {
 		return 0
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			f := strings.Fields(rest)
-			if len(f) > 0 {
-				kb, _ := strconv.ParseUint(f[0], 10, 64)
-				return kb << 10
-			}
-		}
-	}
-	return 0
+	return uint64(n)
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {

@@ -7,7 +7,6 @@ import (
 	"net/netip"
 	"os"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
@@ -331,11 +330,11 @@ func measureFlows(ctx context.Context, c *Config, r *runner, rep *Report, mode s
 	if err != nil {
 		return err
 	}
-	rss0, rerr := readRSS(cpu.pid)
+	rss0, rerr := serverRSS(cpu)
 	began := time.Now()
 	ss, err := wire.Admit(ctx, r.adm, g, mode, 0, "loadgen-wire")
 	admitted := time.Since(began)
-	rss1, rerr1 := readRSS(cpu.pid)
+	rss1, rerr1 := serverRSS(cpu)
 	if err != nil {
 		g.Close()
 		rep.Wire = append(rep.Wire, WireResult{Server: "seqd", Mode: mode, Flows: f})
@@ -406,23 +405,13 @@ func measureFlows(ctx context.Context, c *Config, r *runner, rep *Report, mode s
 	return err
 }
 
-// readRSS reads process pid's resident memory, in bytes (VmRSS); an
-// error when pid is not known (0) or has no such line.
-func readRSS(pid int) (int64, error) {
-	if pid <= 0 {
+// serverRSS is the resident memory of the seqd whose CPU cpu reads,
+// when it is another process (a spawned seqd, -server-pid).
+func serverRSS(cpu cpuOf) (int64, error) {
+	if cpu.pid <= 0 {
 		return 0, errNoCPU
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kb << 10, err
-		}
-	}
-	return 0, fmt.Errorf("loadgen: no VmRSS in /proc/%d/status", pid)
+	return wire.ReadRSS(cpu.pid)
 }
 
 // measureRedis measures the Redis INCR reference, or says why not.

@@ -59,3 +59,31 @@ func parseStat(b []byte) (CPU, error) {
 	}
 	return CPU{User: time.Duration(u) * clockTick, Sys: time.Duration(s) * clockTick}, nil
 }
+
+// ReadRSS reads the resident memory of process pid (0: this process),
+// in bytes: VmRSS of /proc/<pid>/status.
+func ReadRSS(pid int) (int64, error) {
+	p := "/proc/self/status"
+	if pid > 0 {
+		p = "/proc/" + strconv.Itoa(pid) + "/status"
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return 0, fmt.Errorf("wire: rss: %w", err)
+	}
+	return parseRSS(b)
+}
+
+// parseRSS reads the VmRSS line (in kB) of a status file.
+func parseRSS(b []byte) (int64, error) {
+	for _, l := range bytes.Split(b, []byte("\n")) {
+		if v, ok := bytes.CutPrefix(l, []byte("VmRSS:")); ok {
+			kb, err := strconv.ParseInt(string(bytes.TrimSpace(bytes.TrimSuffix(bytes.TrimSpace(v), []byte("kB")))), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("wire: rss: %w", err)
+			}
+			return kb << 10, nil
+		}
+	}
+	return 0, fmt.Errorf("wire: rss: no VmRSS line")
+}
