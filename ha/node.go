@@ -24,6 +24,11 @@ type Node struct {
 	// deferrals: depositions etcdPrompt put off (detect's goroutine only).
 	deferrals int
 	cli       *clientv3.Client
+	// endClient cancels the client's own context (Client.Ctx): every
+	// call made with it, and the resignation etcd's Campaign makes with
+	// it when its context ends, returns. Run calls it a DialTimeout
+	// after its context ends, so that a stop cannot wait for a dead etcd.
+	endClient context.CancelFunc
 	log       *slog.Logger
 	m         *metrics
 	base      time.Time
@@ -62,7 +67,9 @@ func New(cfg Config) (*Node, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	cctx, endClient := context.WithCancel(context.Background())
 	cli, err := clientv3.New(clientv3.Config{
+		Context:              cctx,
 		Endpoints:            cfg.Endpoints,
 		DialTimeout:          cfg.DialTimeout,
 		DialKeepAliveTime:    cfg.TTL,
@@ -72,9 +79,10 @@ func New(cfg Config) (*Node, error) {
 		Logger: zapslog.Logger(cfg.Logger.With("component", "etcd")),
 	})
 	if err != nil {
+		endClient()
 		return nil, fmt.Errorf("ha: etcd client for %v: %w", cfg.Endpoints, err)
 	}
-	n := &Node{cfg: cfg, cli: cli, log: cfg.Logger.With("component", "ha", "name", cfg.Name), m: newMetrics(),
+	n := &Node{cfg: cfg, cli: cli, endClient: endClient, log: cfg.Logger.With("component", "ha", "name", cfg.Name), m: newMetrics(),
 		base: time.Now(), leaderCh: make(chan struct{})}
 	if cfg.DataDir != "" {
 		w, err := OpenWitness(cfg.DataDir)
@@ -159,13 +167,41 @@ func (n *Node) watchMark(ctx context.Context) {
 		if n.witness == nil {
 			return false
 		}
-		if m, err := decodeMark(v); err == nil { // a bad mark: Load reports it
-			if err := n.witness.Raise(m); err != nil {
-				n.log.Warn("ha: recording the group's mark in the witness failed", "err", err)
-			}
-		}
+		n.witnessMark(v)
 		return true
 	})
+}
+
+// witnessMark raises the witness to the mark v (encoded as in etcd); a
+// bad mark is left to Load, which reports it.
+func (n *Node) witnessMark(v []byte) {
+	if m, err := decodeMark(v); err == nil {
+		if err := n.witness.Raise(m); err != nil {
+			n.log.Warn("ha: recording the group's mark in the witness failed", "err", err)
+		}
+	}
+}
+
+// syncWitness raises the witness to the group's mark as etcd holds it
+// now, on a stop: the watch can be a mark behind (one written a moment
+// before), and an instance that stopped with it, its data directory then
+// restarted on an etcd snapshot of that older mark, would take the
+// snapshot's mark for the group's. Bounded: etcd gone, it gives up.
+func (n *Node) syncWitness() {
+	if n.witness == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), min(n.cfg.DialTimeout, time.Second))
+	defer cancel()
+	resp, err := n.cli.Get(ctx, n.cfg.markKey())
+	if err != nil {
+		n.log.Warn("ha: reading the group's mark for the witness on the way out failed: the witness keeps the last mark watched",
+			"err", err, "key", n.cfg.markKey())
+		return
+	}
+	if len(resp.Kvs) > 0 {
+		n.witnessMark(resp.Kvs[0].Value)
+	}
 }
 
 // Witness is the node's witness (nil without Config.DataDir).
@@ -175,6 +211,7 @@ func (n *Node) Witness() *Witness { return n.witness }
 // releases the witness. Call it after Run has returned.
 func (n *Node) Close() error {
 	err := n.cli.Close()
+	n.endClient()
 	if n.witness != nil {
 		n.witness.Close()
 	}
@@ -271,6 +308,12 @@ func (n *Node) Run(ctx context.Context, serve func(ctx context.Context, t *Term)
 	if n.running.Swap(true) {
 		return errors.New("ha: Run called twice")
 	}
+	// A stop resigns and revokes the lease through etcd, so that a
+	// standby takes over at once; with etcd unreachable those calls
+	// would wait for it (Campaign's resignation has no deadline of its
+	// own). A DialTimeout after ctx ends, the client's context ends
+	// them.
+	context.AfterFunc(ctx, func() { time.AfterFunc(n.cfg.DialTimeout, n.endClient) })
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -303,6 +346,7 @@ func (n *Node) Run(ctx context.Context, serve func(ctx context.Context, t *Term)
 		}
 		backoff = 50 * time.Millisecond
 	}
+	n.syncWitness()
 	return ctx.Err()
 }
 

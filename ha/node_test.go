@@ -489,3 +489,33 @@ func TestTransferWithoutStandby(t *testing.T) {
 		t.Fatal("a refused transfer ended the term")
 	}
 }
+
+// TestStopWithEtcdGone stops a leader and a campaigning standby after
+// their etcd died: each Run must return (an operator's SIGTERM during an
+// etcd outage). etcd's Campaign resigns on a canceled context with the
+// client's own context, which only the client's end cancels: without a
+// bound, the standby's stop waited for etcd forever.
+func TestStopWithEtcdGone(t *testing.T) {
+	c := hatest.Start(t, 1)
+	insts := []*inst{
+		startInst(t, c.Endpoints(), "/gone", "a", ttl),
+		startInst(t, c.Endpoints(), "/gone", "b", ttl),
+	}
+	l := leader(t, insts, 10*time.Second)
+	standby := others(insts, l)[0]
+	// The standby campaigns: it waits in Campaign for the leader's key.
+	c.Kill(0)
+	for _, in := range []*inst{standby, l} {
+		in.cancel()
+		// Bounded by DialTimeout (the grace for a resignation) and a
+		// revocation's try: 20 s is far past both, and forever without
+		// the bound.
+		select {
+		case <-in.done:
+		case <-time.After(20 * time.Second):
+			t.Errorf("%s's Run still running 20 s after its context ended with etcd gone", in.name)
+			in.n.Close() // ends the client's context, and so the wait
+			<-in.done
+		}
+	}
+}

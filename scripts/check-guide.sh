@@ -150,7 +150,18 @@ mount -t tmpfs tmpfs /var/backups 2>/dev/null || { mkdir -p /var/backups && moun
 mkdir -p /run/netns && mount -t tmpfs tmpfs /run/netns
 guide_hosts() { ip netns list 2>/dev/null | awk '/^guide-/ { print $1 }'; }
 cleanup() {
-  local p ns i
+  local rc=$? p ns i
+  set +x
+  echo "check-guide: cleanup (exit $rc)"
+  if [ "$rc" != 0 ]; then
+    # The logs the guide's processes write under /var/lib (a tmpfs of
+    # this run's own): their last lines, while the processes still run.
+    for f in /var/lib/*.log; do
+      [ -f "$f" ] || continue
+      echo "check-guide: the last lines of $f:"
+      tail -n 15 "$f" | cut -c1-400
+    done
+  fi
   for p in $(jobs -p); do kill "$p" 2>/dev/null || true; done
   for ns in $(guide_hosts); do for p in $(ip netns pids "$ns"); do kill "$p" 2>/dev/null || true; done; done
   # Up to 10 s to stop on SIGTERM; whatever is left is named and killed.
@@ -182,8 +193,13 @@ set -x
 WRAP
 unshare_flags=(-m -n)
 [ "$(id -u)" = 0 ] || unshare_flags=(-r -m -n)
-if ! timeout "${GUIDE_TIMEOUT:-300}" env TMPDIR="$work/tmp" unshare "${unshare_flags[@]}" bash -c "cat '$work/wrap.sh' '$script' > '$work/all.sh'; exec bash '$work/all.sh'"; then
-  echo "check-guide: FAIL: a command in $guide failed (see the trace above)" >&2
+# The run's output goes to the terminal and to a file: on a failure, the
+# lines before the cleanup are shown again at the end, where a log's tail
+# (CI's) shows them.
+if ! timeout "${GUIDE_TIMEOUT:-300}" env TMPDIR="$work/tmp" unshare "${unshare_flags[@]}" bash -c "cat '$work/wrap.sh' '$script' > '$work/all.sh'; exec bash '$work/all.sh'" 2>&1 | tee "$work/run.log"; then
+  echo "check-guide: FAIL: a command in $guide failed; the last lines of its trace before the cleanup:" >&2
+  sed '/^check-guide: cleanup (exit /,$d' "$work/run.log" | tail -n 40 >&2
+  echo "check-guide: FAIL: a command in $guide failed (the trace above)" >&2
   exit 1
 fi
 echo "check-guide: ok: every run block of $guide passed"
