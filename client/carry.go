@@ -158,9 +158,9 @@ func (r *answerRecvs) fillRecvs(qi int, qp verbs.QP) error {
 
 // answersOf takes the completions of QP qp (number qi) among r.wcs[:n]:
 // each one's slot goes back to qp, all in one chain, and each answer
-// that passes answerPayload is handed to each. each must not keep
-// payload.
-func (r *answerRecvs) answersOf(qi, n int, qp verbs.QP, st *stats, each func(payload []byte)) {
+// that passes answerPayload is handed to each, with its receive stamp
+// (verbs.WC.Arrived). each must not keep payload.
+func (r *answerRecvs) answersOf(qi, n int, qp verbs.QP, st *stats, each func(payload []byte, arrived verbs.Time)) {
 	buf := r.recvMR.Bytes()
 	nr := 0
 	for i := range r.wcs[:n] {
@@ -172,7 +172,7 @@ func (r *answerRecvs) answersOf(qi, n int, qp verbs.QP, st *stats, each func(pay
 		r.setRecv(nr, qi, slot%r.recvN)
 		nr++
 		if payload := answerPayload(wc, buf, r.slotLen, r.answerFrom, st); payload != nil {
-			each(payload)
+			each(payload, wc.Arrived)
 		}
 	}
 	if nr > 0 {

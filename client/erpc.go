@@ -73,6 +73,9 @@ type erpcTransport struct {
 	wheel *spec.Wheel
 	due   []uint32
 
+	// arrived bounds when an answer reached the host: its RTT's end.
+	arrived arrivals
+
 	// off turns optimizations off, one at a time, for the factor
 	// analysis (BenchmarkERPCFactors, thesis Table 6.2); none in use.
 	off erpcFactors
@@ -152,6 +155,7 @@ func dialERPC(ctx context.Context, env *transportEnv) (transport, error) {
 	}
 	t.single = env.single
 	t.cc = env.cc
+	t.arrived = newArrivals(env)
 	qps := endpointsOf(t.qps, func(q *erpcQP) verbs.QP { return q.qp })
 	return admit(ctx, env, handshake.Admission{Window: credits, QPs: qps}, spec.ModeERPC, t)
 }
@@ -424,7 +428,7 @@ func (t *erpcTransport) Poll(now time.Duration, res []result) int {
 		return k
 	}
 	for qi, q := range t.qps {
-		t.answersOf(qi, n, q.qp, t.st, func(payload []byte) {
+		t.answersOf(qi, n, q.qp, t.st, func(payload []byte, arrived verbs.Time) {
 			h, first, err := spec.DecodeERPC(payload)
 			if err != nil || (h.Op != spec.ERPCOpAnswer && h.Op != spec.ERPCOpPong) {
 				t.st.malformed.Add(1)
@@ -449,7 +453,12 @@ func (t *erpcTransport) Poll(now time.Duration, res []result) int {
 				// slot is free again at once.
 				s := h.Slot
 				if t.cc && !q.resent[s] {
-					q.tl.Sample(now, now-q.sentAt[s])
+					// The round trip ends when the answer reached the
+					// host, not when this engine got to it: Timely's RTT
+					// is a NIC's completion time, and a client away (a
+					// descheduled thread, another session's work) is no
+					// queue on the path.
+					q.tl.Sample(now, t.arrived.by(now, arrived)-q.sentAt[s])
 					q.sess.Rate = q.tl.Rate
 				}
 				q.calls[s] = t.accept(q.calls[s], first, q.rng[s])

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -153,4 +154,41 @@ func TestERPCEndToEndCongestionControl(t *testing.T) {
 		t.Fatal("2000 calls gave Timely no RTT sample")
 	}
 	t.Logf("%d updates, %d bypassed, %d at T_low or more, min rate %g B/s", updates, bypassed, above, minRate)
+}
+
+// TestERPCRTTEndsAtArrival: a client away between its engine's steps
+// (20 ms before each clock read, as a descheduled thread) samples the
+// RTT to its answers' arrival at the host (verbs.WC.Arrived, bounded by
+// the device's ArrivedWithin), not to when it got to them: Timely's RTT
+// is a NIC's completion time, and the client's absence is no queue on
+// the path. Base: every sample was the time away ("median RTT sample
+// 20.5ms with the engine away 20ms per step").
+func TestERPCRTTEndsAtArrival(t *testing.T) {
+	r := newERPCRig(t, "", "", 1, 8)
+	if r.tr.arrived.within == 0 {
+		t.Skip("the soft device does not bound its receive stamps (ArrivedWithin 0)")
+	}
+	r.tr.cc = true
+	r.tr.single = true // a request per call: a sample per call
+	const away = 20 * time.Millisecond
+	tl := &r.tr.qps[0].tl
+	var rtts []time.Duration
+	seen := uint64(0)
+	clock := func() time.Duration {
+		if n := tl.Updates + tl.Bypassed; n != seen {
+			seen = n
+			rtts = append(rtts, tl.LastRTT())
+		}
+		time.Sleep(away)
+		return r.now()
+	}
+	checkUnique(t, drive(t, r.tr, r.st, 64, clock))
+	clock() // the last step's sample
+	if len(rtts) < 4 {
+		t.Fatalf("%d RTT samples over 64 calls", len(rtts))
+	}
+	slices.Sort(rtts)
+	if med := rtts[len(rtts)/2]; med >= away/2 {
+		t.Fatalf("median RTT sample %v with the engine away %v per step (samples %v)", med, away, rtts)
+	}
 }

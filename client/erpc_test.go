@@ -44,6 +44,7 @@ func newERPCRig(t testing.TB, srvOpts, cliOpts string, qps, credits int) *erpcRi
 	if r.tr, err = newERPC(pd, dev, qps, credits, spec.ERPCDefaultRTO, r.st); err != nil {
 		t.Fatal(err)
 	}
+	r.tr.arrived = newArrivals(&transportEnv{dev: dev, start: r.t0})
 	t.Cleanup(func() { r.tr.Close() })
 	a := handshake.Admission{Name: "test", Window: credits}
 	for _, q := range r.tr.qps {

@@ -331,7 +331,7 @@ func (t *fasstTransport) Poll(now time.Duration, res []result) int {
 		return k
 	}
 	for qi, q := range t.qps {
-		t.answersOf(qi, n, q.qp, t.st, func(payload []byte) {
+		t.answersOf(qi, n, q.qp, t.st, func(payload []byte, _ verbs.Time) {
 			h, first, err := spec.DecodeFaSSTAnswer(payload)
 			if err != nil {
 				t.st.malformed.Add(1)

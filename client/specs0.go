@@ -69,11 +69,7 @@ type specS0 struct {
 	backoff []int
 	pending []int // expired but not resent yet (no tag free): resent first
 	now     time.Duration
-	// within is the device's verbs.DeviceAttr.ArrivedWithin (0: its
-	// receive stamps bound arrivals from below only), origin the
-	// verbs.Time of the client clock's zero: arrivedBy's.
-	within time.Duration
-	origin verbs.Time
+	arrived arrivals // when an answer reached the host, at the latest
 
 	wcs     []verbs.WC
 	expired []spec.Expired
@@ -151,8 +147,7 @@ func newSpecS0(env *transportEnv) (s *specS0, err error) {
 	// for 30 ms on a loaded host put every receive stamp of the session
 	// 30 ms early, so each answer looked to have arrived before its
 	// request left, and was rejected as late, for good.)
-	s.origin = verbs.TimeOf(env.start)
-	s.within = env.dev.Attr().ArrivedWithin
+	s.arrived = newArrivals(env)
 	for i := range env.qps {
 		qp, err := env.pd.CreateQP(verbs.QPInitAttr{Type: verbs.UD, SendCQ: s.cq, RecvCQ: s.cq,
 			Cap: verbs.QPCap{MaxSendWR: sendDepth, MaxRecvWR: perQP, MaxSendSGE: 1, MaxRecvSGE: 1}})
@@ -457,21 +452,11 @@ func (s *specS0) Poll(now time.Duration, res []result) int {
 			continue
 		}
 		off := slot*recvSlot + verbs.GRHLen
-		if s.answer(now, s.arrivedBy(now, wc), q, spec.Imm(wc.Imm), buf[off:off+uint64(wc.ByteLen)-verbs.GRHLen], &res[k]) {
+		if s.answer(now, s.arrived.by(now, wc.Arrived), q, spec.Imm(wc.Imm), buf[off:off+uint64(wc.ByteLen)-verbs.GRHLen], &res[k]) {
 			k++
 		}
 	}
 	return k
-}
-
-// arrivedBy bounds from above when the answer of wc reached the host,
-// on the client's clock: its receive stamp plus the stamp's slack where
-// the provider bounds that (verbs.DeviceAttr.ArrivedWithin), else now.
-func (s *specS0) arrivedBy(now time.Duration, wc *verbs.WC) time.Duration {
-	if s.within == 0 || wc.Arrived == 0 {
-		return now
-	}
-	return min(time.Duration(wc.Arrived-s.origin)+s.within, now)
 }
 
 // answer matches one answer, which reached the host no later than by,

@@ -117,13 +117,13 @@ func TestSpecS0StampsOnTheClientsClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if s.within == 0 {
+	if s.arrived.within == 0 {
 		t.Skip("the soft device does not bound its stamps (ArrivedWithin 0)")
 	}
 	before := now()
 	wc := verbs.WC{Arrived: verbs.Now()}
 	after := now()
-	by := s.arrivedBy(after+time.Hour, &wc) - s.within // not capped at now
+	by := s.arrived.by(after+time.Hour, wc.Arrived) - s.arrived.within // not capped at now
 	if by < before || by > after {
 		t.Fatalf("stamp maps to %v before the reading taken before it (%v after it)", before-by, by-after)
 	}

@@ -99,3 +99,28 @@ type dialer func(ctx context.Context, env *transportEnv) (transport, error)
 // (spec.Mode*): adding a mode takes one file defining its dialer and one
 // line here.
 var transports = map[string]dialer{}
+
+// arrivals bounds from above when an answer reached the host, on the
+// client's clock (the engine's now): its receive stamp (verbs.WC.Arrived)
+// plus the stamp's slack where the provider bounds that
+// (verbs.DeviceAttr.ArrivedWithin), else now. It leaves out the time an
+// answer waited for the engine (a descheduled or busy client): spec-s0
+// tells a tag's late answers by it, and erpc's RTT samples end at it.
+type arrivals struct {
+	// within is the device's ArrivedWithin (0: its stamps bound arrivals
+	// from below only), origin the verbs.Time of the client clock's zero.
+	within time.Duration
+	origin verbs.Time
+}
+
+func newArrivals(env *transportEnv) arrivals {
+	return arrivals{within: env.dev.Attr().ArrivedWithin, origin: verbs.TimeOf(env.start)}
+}
+
+// by is the bound for an answer stamped arrived and read at now.
+func (a arrivals) by(now time.Duration, arrived verbs.Time) time.Duration {
+	if a.within == 0 || arrived == 0 {
+		return now
+	}
+	return min(time.Duration(arrived-a.origin)+a.within, now)
+}

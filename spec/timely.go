@@ -9,8 +9,9 @@ import "time"
 // how far the RTT overshoots; in between the EWMA of the RTT gradient
 // decides: additive increase (five steps after TimelyHAIThresh negative
 // gradients in a row) when it is not positive, multiplicative decrease
-// by β × the gradient normalised by the minimum RTT when it is. The rate
-// stays between TimelyMinRate and the link rate.
+// by β × the gradient normalised by the minimum RTT when it is. One
+// sample at most halves the rate, and the rate stays between
+// TimelyMinRate and the link rate.
 //
 // The thresholds and the minimum RTT are eRPC's, for a fabric whose
 // round trip is about TimelyMinRTT (2 µs on its NICs). Timely scales all
@@ -146,9 +147,16 @@ func (t *Timely) update(now, rtt time.Duration) {
 		t.negCount = 0
 		r *= 1 - TimelyBeta*grad // a steep gradient drives it below zero: the floor catches it
 	}
+	// One sample at most halves the rate, as eRPC's Timely has it
+	// (cc/timely.h): a lone spike, its gradient tens of minimum RTTs,
+	// would otherwise take the rate to the floor in one step.
+	r = max(r, t.Rate/2)
 	t.Rate = min(max(r, TimelyMinRate), t.Link)
 	t.MinRate = min(t.MinRate, t.Rate)
 }
+
+// LastRTT is the last RTT sampled (0 before the first).
+func (t *Timely) LastRTT() time.Duration { return t.prevRTT }
 
 // Gap is how long bytes take to leave at the session's rate.
 func (t *Timely) Gap(bytes int) time.Duration {

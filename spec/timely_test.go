@@ -38,12 +38,16 @@ func TestTimelyDecreasesOnRisingGradient(t *testing.T) {
 	if tm.Rate >= TimelyLinkRate {
 		t.Fatalf("rising RTTs 60..140 µs: rate %g, want below the link rate", tm.Rate)
 	}
+	// Falling RTTs between the thresholds: once the gradient's EWMA
+	// turns negative, the rate rises again (additively, then five steps
+	// at a time) from the lowest it reached.
 	low := tm.Rate
-	// Falling RTTs between the thresholds: the gradient turns negative,
-	// the rate rises again (additively, then five steps at a time).
-	feed(&tm, at, 130*us, 120*us, 110*us, 100*us, 90*us, 80*us, 70*us, 60*us, 60*us, 60*us, 60*us, 60*us, 60*us, 60*us)
+	for _, rtt := range []time.Duration{130 * us, 120 * us, 110 * us, 100 * us, 90 * us, 80 * us, 70 * us, 60 * us, 60 * us, 60 * us, 60 * us, 60 * us, 60 * us, 60 * us} {
+		at = feed(&tm, at, rtt)
+		low = min(low, tm.Rate)
+	}
 	if tm.Rate <= low {
-		t.Fatalf("falling RTTs: rate %g, want above %g", tm.Rate, low)
+		t.Fatalf("falling RTTs: rate %g, want above the lowest it reached, %g", tm.Rate, low)
 	}
 }
 
@@ -197,5 +201,19 @@ func BenchmarkWheel(b *testing.B) {
 		now += us
 		w.Insert(now, now+3*us, 1)
 		out = w.Drain(now, out[:0])
+	}
+}
+
+// TestTimelyHalvesAtMost: one spike between the thresholds, its gradient
+// many minimum RTTs, halves the rate and no more (eRPC's cc/timely.h);
+// base took it to the floor in one sample ("rate 1.875e+06 after one
+// spike, want 3.125e+09").
+func TestTimelyHalvesAtMost(t *testing.T) {
+	tm := NewTimely(0)
+	at := feed(&tm, 0, 2*us, 2*us) // a 2 µs fabric: Scale 1
+	tm.Rate = TimelyLinkRate / 2   // congested: no bypass
+	feed(&tm, at, 900*us)          // below T_high: the gradient decides
+	if want := float64(TimelyLinkRate) / 4; tm.Rate != want {
+		t.Fatalf("rate %g after one spike, want %g", tm.Rate, want)
 	}
 }
