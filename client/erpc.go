@@ -378,17 +378,22 @@ func (t *erpcTransport) pace(now time.Duration) {
 	}
 }
 
-// congestion is the sessions' lowest rate ever (bytes/s), their Timely
-// updates and bypasses, and their RTT samples of their T_low or more.
-func (t *erpcTransport) congestion() (minRate float64, updates, bypassed, above uint64) {
-	minRate = spec.TimelyLinkRate
+// congestion sums the sessions' Timely counters (spec.Timely's
+// Updates, Bypassed, Above, Lowered and Rates); MinRate is the lowest.
+func (t *erpcTransport) congestion() (sum spec.Timely) {
+	sum.MinRate = spec.TimelyLinkRate
 	for _, q := range t.qps {
-		minRate = min(minRate, q.tl.MinRate)
-		updates += q.tl.Updates
-		bypassed += q.tl.Bypassed
-		above += q.tl.Above
+		tl := &q.tl
+		sum.MinRate = min(sum.MinRate, tl.MinRate)
+		sum.Updates += tl.Updates
+		sum.Bypassed += tl.Bypassed
+		sum.Above += tl.Above
+		sum.Lowered += tl.Lowered
+		for k, n := range tl.Rates {
+			sum.Rates[k] += n
+		}
 	}
-	return minRate, updates, bypassed, above
+	return sum
 }
 
 // queue adds a request (or ping, buffer erpcBufs-1) to its QP's chain.

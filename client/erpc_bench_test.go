@@ -3,6 +3,9 @@ package client
 import (
 	"context"
 	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -213,17 +216,16 @@ func pipeline(b *testing.B, c *Client, w int, done func(caller int, start, end t
 // sessions of 8 credits kept full as the engine drives them (drive);
 // "serial": one session, one call at a time (Table 6.1's client). Mops
 // is each one's throughput (the script reports on over off, same run).
-// With cc=on it reports what Timely saw and did: its RTT samples
-// (answers not retransmitted), those the T_low bypass skipped, the
-// updates run, the samples of T_low (spec.TimelyTLow, scaled) or more, how
-// often a session's rate was found lower than at the step before
-// (lowered, read once per engine step: two moves within one step count
-// as their net effect), the lowest rate (a fraction of line rate), and
-// the histogram of the sessions' rates over the engine steps: the share
-// of session-steps at line rate, in [½, 1), [1/10, ½), [1/100, 1/10)
-// and below 1/100 of it. It asserts nothing about them: on loopback a
-// descheduled thread or a queue of pipelined requests makes RTTs of
-// T_low and more, which Timely takes for congestion.
+// With cc=on it reports what Timely saw and did (reportTimely): its RTT
+// samples (answers not retransmitted), those the T_low bypass skipped,
+// the updates run, the samples of T_low (spec.TimelyTLow, scaled) or
+// more, the samples that lowered a session's rate (lowered), the lowest
+// rate (a fraction of line rate), and the histogram of the samples by
+// the rate they left: the share at line rate, in [½, 1), [1/10, ½),
+// [1/100, 1/10) and below 1/100 of it (spec.RateBuckets). It asserts
+// nothing about them: on this VM a preempted thread or a queue of
+// pipelined requests makes RTTs of T_low and more, which Timely takes
+// for congestion.
 func BenchmarkERPCTimely(b *testing.B) {
 	for _, serial := range []bool{false, true} {
 		load := "pipelined"
@@ -269,19 +271,15 @@ func BenchmarkERPCFactors(b *testing.B) {
 			checkUnique(b, vs)
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds()/1e6, "Mops")
 			if c.cc {
-				_, updates, bypassed, _ := r.tr.congestion()
-				b.ReportMetric(float64(updates)/float64(max(updates+bypassed, 1)), "updated_frac")
+				c := r.tr.congestion()
+				b.ReportMetric(float64(c.Updates)/float64(max(c.Updates+c.Bypassed, 1)), "updated_frac")
 			}
 		})
 	}
 }
 
-// timelyBuckets are the rate histogram's lower bounds, as fractions of
-// line rate, highest first; the last bucket takes the rest.
-var timelyBuckets = []struct {
-	min  float64
-	unit string
-}{{1, "rate_line_%"}, {0.5, "rate_50-100_%"}, {0.1, "rate_10-50_%"}, {0.01, "rate_1-10_%"}, {0, "rate_lt1_%"}}
+// timelyUnits name spec.RateBuckets in the benchmarks' reports.
+var timelyUnits = [len(spec.RateBuckets)]string{"rate_line_%", "rate_50-100_%", "rate_10-50_%", "rate_1-10_%", "rate_lt1_%"}
 
 func benchTimely(b *testing.B, serial, cc bool) {
 	qps := 2
@@ -290,52 +288,90 @@ func benchTimely(b *testing.B, serial, cc bool) {
 	}
 	r := newERPCRig(b, "", "", qps, 8)
 	r.tr.cc = cc
-	prev := make([]float64, len(r.tr.qps))
-	for i, q := range r.tr.qps {
-		prev[i] = q.tl.Rate
-	}
-	var lowered, steps uint64
-	hist := make([]uint64, len(timelyBuckets))
-	clock := func() time.Duration {
-		for i, q := range r.tr.qps {
-			rate := q.tl.Rate
-			if rate < prev[i] {
-				lowered++
-			}
-			prev[i] = rate
-			f := rate / q.tl.Link
-			for k, bk := range timelyBuckets {
-				if f >= bk.min || k == len(timelyBuckets)-1 {
-					hist[k]++
-					break
-				}
-			}
-			steps++
-		}
-		return r.now()
-	}
 	b.ResetTimer()
 	var vs []uint64
 	if serial {
-		vs = driveSerial(b, r.tr, clock)
+		vs = driveSerial(b, r.tr, r.now)
 	} else {
-		vs = drive(b, r.tr, r.st, b.N, clock)
+		vs = drive(b, r.tr, r.st, b.N, r.now)
 	}
 	b.StopTimer()
 	checkUnique(b, vs)
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds()/1e6, "Mops")
-	if !cc {
-		return
+	if cc {
+		reportTimely(b, r.tr.congestion())
 	}
-	minRate, updates, bypassed, above := r.tr.congestion()
-	b.ReportMetric(float64(updates+bypassed), "samples")
-	b.ReportMetric(float64(bypassed), "bypassed")
-	b.ReportMetric(float64(updates), "updates")
-	b.ReportMetric(float64(above), "above_Tlow")
-	b.ReportMetric(float64(lowered), "lowered")
-	b.ReportMetric(minRate/spec.TimelyLinkRate, "min_rate_frac")
-	for k, bk := range timelyBuckets {
-		b.ReportMetric(100*float64(hist[k])/float64(max(steps, 1)), bk.unit)
+}
+
+// reportTimely reports what Timely saw and did (BenchmarkERPCTimely).
+func reportTimely(b *testing.B, c spec.Timely) {
+	samples := c.Updates + c.Bypassed
+	b.ReportMetric(float64(samples), "samples")
+	b.ReportMetric(float64(c.Bypassed), "bypassed")
+	b.ReportMetric(float64(c.Updates), "updates")
+	b.ReportMetric(float64(c.Above), "above_Tlow")
+	b.ReportMetric(float64(c.Lowered), "lowered")
+	b.ReportMetric(c.MinRate/spec.TimelyLinkRate, "min_rate_frac")
+	for k, n := range c.Rates {
+		b.ReportMetric(100*float64(n)/float64(max(samples, 1)), timelyUnits[k])
+	}
+}
+
+// BenchmarkERPCTimelyProcs is BenchmarkERPCTimely's pipelined load with
+// the server in a process of its own, SEQD_BENCH_ADMIN (a seqd in mode
+// erpc; scripts/bench-erpc.sh starts one with one worker pinned to core
+// 1, and runs this on core 0): the experiment as eRPC ran it, client and
+// server on cores of their own, where in one process they share the
+// cores (and the garbage collector), and the server's scheduling delays
+// come into every RTT. 16 callers on 2 sessions (WithQPs(2)) for b.N
+// calls; the same reports.
+func BenchmarkERPCTimelyProcs(b *testing.B) {
+	addr := os.Getenv("SEQD_BENCH_ADMIN")
+	if addr == "" {
+		b.Skip("needs a seqd in mode erpc in another process: SEQD_BENCH_ADMIN (scripts/bench-erpc.sh, PARTS=timely)")
+	}
+	for _, cc := range []bool{false, true} {
+		b.Run(fmt.Sprintf("cc=%s", map[bool]string{false: "off", true: "on"}[cc]), func(b *testing.B) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			c, err := Dial(ctx, addr, WithQPs(2), WithCongestionControl(cc))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			const callers = 16
+			var next atomic.Int64
+			var wg sync.WaitGroup
+			errs := make(chan error, callers)
+			b.ResetTimer()
+			for range callers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for next.Add(1) <= int64(b.N) {
+						if _, err := c.GetTimestamp(ctx); err != nil {
+							errs <- err
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			b.StopTimer()
+			close(errs)
+			if err := <-errs; err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds()/1e6, "Mops")
+			tr, ok := c.eng.tr.(*erpcTransport)
+			if !ok {
+				b.Fatalf("the seqd at %s does not run mode erpc (transport %T)", addr, c.eng.tr)
+			}
+			// Every call has returned: no answer is left to sample.
+			if cc {
+				reportTimely(b, tr.congestion())
+			}
+		})
 	}
 }
 

@@ -24,20 +24,20 @@ func TestERPCNoFalseCongestion(t *testing.T) {
 	r.tr.cc = true
 	const n = 20000
 	checkUnique(t, drive(t, r.tr, r.st, n, r.now))
-	minRate, updates, bypassed, above := r.tr.congestion()
-	samples := updates + bypassed
+	c := r.tr.congestion()
+	samples := c.Updates + c.Bypassed
 	if samples == 0 {
-		t.Fatalf("%d answers gave Timely %d samples, %d bypassed", n, samples, bypassed)
+		t.Fatalf("%d answers gave Timely %d samples, %d bypassed", n, samples, c.Bypassed)
 	}
-	if above == 0 && (minRate < spec.TimelyLinkRate || updates > 0) {
-		t.Fatalf("no RTT reached T_low, yet %d updates ran and a session's rate fell to %g B/s (line rate %g)",
-			updates, minRate, float64(spec.TimelyLinkRate))
+	if c.Above == 0 && (c.MinRate < spec.TimelyLinkRate || c.Updates > 0 || c.Lowered > 0) {
+		t.Fatalf("no RTT reached T_low, yet %d updates ran, %d lowered the rate, and a session's rate fell to %g B/s (line rate %g)",
+			c.Updates, c.Lowered, c.MinRate, float64(spec.TimelyLinkRate))
 	}
-	if minRate < spec.TimelyMinRate {
-		t.Fatalf("rate %g below Timely's floor %g", minRate, spec.TimelyMinRate)
+	if c.MinRate < spec.TimelyMinRate {
+		t.Fatalf("rate %g below Timely's floor %g", c.MinRate, spec.TimelyMinRate)
 	}
-	t.Logf("%d samples: %d bypassed, %d updates, %d at T_low or more; min rate %g B/s (line %g)",
-		samples, bypassed, updates, above, minRate, float64(spec.TimelyLinkRate))
+	t.Logf("%d samples: %d bypassed, %d updates, %d at T_low or more, %d lowered the rate; min rate %g B/s (line %g)",
+		samples, c.Bypassed, c.Updates, c.Above, c.Lowered, c.MinRate, float64(spec.TimelyLinkRate))
 }
 
 // TestERPCPacedWhenCongested forces every session congested (a rate a
@@ -116,11 +116,11 @@ func benchmarkERPCSend(b *testing.B, cc, congested bool) {
 			r.tr.qps[0].tl.Rate = spec.TimelyLinkRate / 2
 		}
 	}
-	minRate, updates, bypassed, above := r.tr.congestion()
-	b.ReportMetric(float64(updates), "updates")
-	b.ReportMetric(float64(bypassed), "bypassed")
-	b.ReportMetric(float64(above), "above-Tlow")
-	b.ReportMetric(minRate/1e6, "minMB/s")
+	c := r.tr.congestion()
+	b.ReportMetric(float64(c.Updates), "updates")
+	b.ReportMetric(float64(c.Bypassed), "bypassed")
+	b.ReportMetric(float64(c.Above), "above-Tlow")
+	b.ReportMetric(c.MinRate/1e6, "minMB/s")
 }
 
 func BenchmarkERPCSendCC(b *testing.B) {
@@ -149,11 +149,11 @@ func TestERPCEndToEndCongestionControl(t *testing.T) {
 	if !ok || !tr.cc {
 		t.Fatalf("transport %T, congestion control on: %v", c.eng.tr, ok && tr.cc)
 	}
-	minRate, updates, bypassed, above := tr.congestion()
-	if updates+bypassed == 0 {
+	c2 := tr.congestion()
+	if c2.Updates+c2.Bypassed == 0 {
 		t.Fatal("2000 calls gave Timely no RTT sample")
 	}
-	t.Logf("%d updates, %d bypassed, %d at T_low or more, min rate %g B/s", updates, bypassed, above, minRate)
+	t.Logf("%d updates, %d bypassed, %d at T_low or more, min rate %g B/s", c2.Updates, c2.Bypassed, c2.Above, c2.MinRate)
 }
 
 // TestERPCRTTEndsAtArrival: a client away between its engine's steps

@@ -19,8 +19,12 @@
 #     and at the server: must be 0; the benchmark fails otherwise).
 #  3. No false congestion: client BenchmarkERPCTimely, congestion
 #     control off and on over loopback with no bottleneck: throughput
-#     on/off, Timely's samples and updates, how often a session's rate
-#     was lowered, the lowest rate and the rate histogram.
+#     on/off, Timely's samples and updates, how many samples lowered a
+#     session's rate, the lowest rate and the rate histogram (the
+#     samples by the rate they left). In one process (the server's 2
+#     workers and the client on the same 2 cores), and "procs": client
+#     BenchmarkERPCTimelyProcs on core 0 against a seqd in mode erpc
+#     with one worker on core 1, as eRPC's client and server ran.
 #  4. Factor analysis, the client's side (Table 6.2): client
 #     BenchmarkERPCFactors, pipelined, congestion control off, on, and
 #     on with each optimization off in turn (the clock read once per
@@ -171,22 +175,33 @@ fi
 
 if [[ " $PARTS " == *" timely "* ]]; then
   : >"$tmp/timely"
+  # The server of "procs": one worker, pinned to core 1 (seqd -cores).
+  "$tmp/seqd" -mode erpc -workers 1 -cores 1 -device 127.0.0.1:0 -admin 127.0.0.1:27371 -metrics off \
+    -data "$tmp/data-timely" -init >"$tmp/seqd-timely.log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 100); do
+    (exec 3<>/dev/tcp/127.0.0.1/27371) 2>/dev/null && break
+    sleep 0.1
+  done
   for i in $(seq "$ROUNDS"); do
     bench client '^BenchmarkERPCTimely$' | tee "$tmp/timely-$i"
+    { SEQD_BENCH_ADMIN=127.0.0.1:27371 taskset -c 0 "$tmp/client.test" -test.run '^$' -test.bench '^BenchmarkERPCTimelyProcs$' \
+      -test.benchtime "$BENCHTIME" 2>/dev/null || true; } | grep '^Benchmark' |
+      sed 's/^BenchmarkERPCTimelyProcs/BenchmarkERPCTimely\/procs/' | tee -a "$tmp/timely-$i"
     cat "$tmp/timely-$i" >>"$tmp/timely"
-    for l in pipelined serial; do
+    for l in pipelined serial procs; do
       ratio "$(val "$tmp/timely-$i" "ERPCTimely/$l/cc=on" Mops)" "$(val "$tmp/timely-$i" "ERPCTimely/$l/cc=off" Mops)" >>"$tmp/timely-ratio-$l"
     done
   done
   on() { fmt "$(val "$tmp/timely" "ERPCTimely/$1/cc=on" "$2" | median)" %.4g; }
   echo
   echo "No false congestion (CC on, loopback, no bottleneck; medians over $ROUNDS rounds)"
-  echo "| load | CC on / off Mops | RTT samples | bypassed (< T_low) | updates | samples ≥ T_low | rate lowered | lowest rate / line | at line rate | 50-100 % | 10-50 % | 1-10 % | < 1 % of line |"
+  echo "| load | CC on / off Mops | RTT samples | bypassed (< T_low) | updates | samples ≥ T_low | samples that lowered the rate | lowest rate / line | at line rate | 50-100 % | 10-50 % | 1-10 % | < 1 % of line |"
   echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
-  for l in pipelined serial; do
+  for l in pipelined serial procs; do
     echo "| $l | $(median <"$tmp/timely-ratio-$l") | $(on $l samples) | $(on $l bypassed) | $(on $l updates) | $(on $l above_Tlow) | $(on $l lowered) | $(on $l min_rate_frac) | $(on $l rate_line_%) % | $(on $l rate_50-100_%) % | $(on $l rate_10-50_%) % | $(on $l rate_1-10_%) % | $(on $l rate_lt1_%) % |"
   done
-  echo "(pipelined: 2 sessions of 8 credits kept full; serial: 1 session, one call at a time. Rate histogram: share of session-steps, the rate read once per engine step)"
+  echo "(pipelined: 2 sessions of 8 credits kept full; serial: 1 session, one call at a time; both in one process with a server of 2 workers. procs: 16 callers on 2 sessions, client on core 0, seqd with one worker on core 1. Rate histogram: the samples by the rate they left)"
 fi
 if [[ " $PARTS " == *" factors "* ]]; then
   variants="cc=off cc=off/batched_clock=off cc=on/batched_clock=off cc=on/timely_bypass=off cc=on/wheel_bypass=off"

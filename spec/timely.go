@@ -56,10 +56,28 @@ type Timely struct {
 	NoBypass bool
 
 	// Updates counts samples that ran the update, Bypassed those the
-	// T_low bypass skipped, Above those of T_low or more; MinRate is the
-	// lowest rate ever set.
-	Updates, Bypassed, Above uint64
-	MinRate                  float64
+	// T_low bypass skipped, Above those of T_low or more, Lowered those
+	// that lowered the rate; MinRate is the lowest rate ever set. Rates
+	// counts the samples by the rate they left, a fraction of Link: at
+	// it, in [½, 1), [1/10, ½), [1/100, 1/10) and below (RateBuckets).
+	Updates, Bypassed, Above, Lowered uint64
+	MinRate                           float64
+	Rates                             [len(RateBuckets)]uint64
+}
+
+// RateBuckets are the lower bounds of Timely.Rates' buckets, as
+// fractions of the link rate, highest first; the last takes the rest.
+var RateBuckets = [...]float64{1, 0.5, 0.1, 0.01, 0}
+
+// tally counts a sample in Rates.
+func (t *Timely) tally() {
+	f := t.Rate / t.Link
+	for k, lo := range RateBuckets {
+		if f >= lo || k == len(RateBuckets)-1 {
+			t.Rates[k]++
+			return
+		}
+	}
 }
 
 // NewTimely returns a session's Timely at the link rate (bytes/s; ≤ 0:
@@ -93,12 +111,18 @@ func (t *Timely) Sample(now, rtt time.Duration) bool {
 	}
 	if rtt < tLow && t.Uncongested() && !t.NoBypass {
 		t.Bypassed++
+		t.Rates[0]++    // at line rate
 		t.prevRTT = rtt // the next gradient is taken from here
 		t.lastAt = now
 		t.started = true
 		return false
 	}
+	before := t.Rate
 	t.update(now, rtt)
+	if t.Rate < before {
+		t.Lowered++
+	}
+	t.tally()
 	return true
 }
 
