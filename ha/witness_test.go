@@ -136,19 +136,9 @@ func TestWitnessCorrupt(t *testing.T) {
 // nothing and load no mark).
 func TestStandbyWitnessesWatchedMarks(t *testing.T) {
 	c := hatest.Start(t, 1)
-	dir := t.TempDir()
-	n, err := New(Config{Endpoints: c.Endpoints(), Prefix: "/sw", Advertise: "a", TTL: time.Second, Beat: -1, DataDir: dir, Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- n.Run(ctx, func(ctx context.Context, _ *Term) error { <-ctx.Done(); return nil })
-	}()
+	n, stop := runIdle(t, c.Endpoints(), "/sw", t.TempDir())
 	defer func() {
-		cancel()
-		<-done
+		stop()
 		n.Close()
 	}()
 	for _, m := range []uint64{7, 1 << 30} {
@@ -198,15 +188,7 @@ func TestStopRaisesWitness(t *testing.T) {
 	}
 	put(1)
 	for round := range 10 {
-		n, err := New(Config{Endpoints: c.Endpoints(), Prefix: "/sr", Advertise: "a", TTL: time.Second, Beat: -1, DataDir: dir, Logger: quietLogger()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() {
-			done <- n.Run(ctx, func(ctx context.Context, _ *Term) error { <-ctx.Done(); return nil })
-		}()
+		n, stop := runIdle(t, c.Endpoints(), "/sr", dir)
 		// The watch is up once the witness holds the mark read before it.
 		prev := uint64(1) << (2 * round)
 		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
@@ -219,12 +201,29 @@ func TestStopRaisesWitness(t *testing.T) {
 		}
 		next := prev << 2
 		put(next)
-		cancel()
-		<-done
+		stop()
 		got, _ := n.Witness().Mark()
 		n.Close()
 		if got != next {
 			t.Fatalf("round %d: witness %d after a stop that followed the mark %d: the stop did not read the mark", round, got, next)
 		}
 	}
+}
+
+// runIdle runs a node with a witness in dir whose terms serve nothing
+// and load no mark; stop ends its Run and waits for it (Close is the
+// caller's).
+func runIdle(t *testing.T, eps []string, prefix, dir string) (n *Node, stop func()) {
+	t.Helper()
+	n, err := New(Config{Endpoints: eps, Prefix: prefix, Advertise: "a", TTL: time.Second, Beat: -1, DataDir: dir, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		n.Run(ctx, func(ctx context.Context, _ *Term) error { <-ctx.Done(); return nil })
+	}()
+	return n, func() { cancel(); <-done }
 }
