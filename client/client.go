@@ -324,7 +324,7 @@ func (c *Client) connect(ctx context.Context, probe time.Duration) (err error) {
 	ctx, cancel := context.WithTimeout(ctx, max(probe, admitTry))
 	defer cancel()
 	env := &transportEnv{dev: c.dev, pd: c.pd, qps: c.opts.qps, window: c.opts.window, retransmit: c.opts.retransmit,
-		rfpReads: c.opts.rfpReads, single: c.opts.coalesce == 0, cc: c.opts.cc, name: c.opts.name, connect: c.admit, st: &c.st, prev: c.eng.tr, log: c.log, now: c.now, start: c.start}
+		rfpReads: c.opts.rfpReads, single: c.opts.coalesce == 0, cc: c.opts.cc, linkRate: c.opts.linkRate, name: c.opts.name, connect: c.admit, st: &c.st, prev: c.eng.tr, log: c.log, now: c.now, start: c.start}
 	tr, err := d(ctx, env)
 	if err != nil {
 		return err

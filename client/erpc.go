@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/seqd/seqd/admin/handshake"
@@ -75,6 +76,8 @@ type erpcTransport struct {
 
 	// arrived bounds when an answer reached the host: its RTT's end.
 	arrived arrivals
+	// link is the line rate Timely is given (bytes/s; 0: its default).
+	link float64
 
 	// off turns optimizations off, one at a time, for the factor
 	// analysis (BenchmarkERPCFactors, thesis Table 6.2); none in use.
@@ -126,8 +129,10 @@ const (
 	// erpcWireBytes is a request's size on the wire, as the rate
 	// limiter counts it: Ethernet, IPv4, UDP, BTH, DETH, payload, ICRC.
 	erpcWireBytes = 14 + 20 + 8 + 12 + 8 + spec.ERPCRequestLen + 4
-	// The wheel: 1 µs slots, a 4 ms horizon (a request of a session at
-	// spec.TimelyMinRate leaves every ~50 µs).
+	// The wheel: 4096 slots of at least 1 µs, wide enough that the
+	// horizon holds a session's every request at Timely's floor
+	// (setLink): 1 µs (a 4 ms horizon) at the default link, where a
+	// request at the floor leaves every ~50 µs.
 	erpcWheelSlot  = time.Microsecond
 	erpcWheelSlots = 4096
 )
@@ -156,6 +161,9 @@ func dialERPC(ctx context.Context, env *transportEnv) (transport, error) {
 	t.single = env.single
 	t.cc = env.cc
 	t.arrived = newArrivals(env)
+	if env.linkRate > 0 {
+		t.setLink(env.linkRate / 8)
+	}
 	qps := endpointsOf(t.qps, func(q *erpcQP) verbs.QP { return q.qp })
 	return admit(ctx, env, handshake.Admission{Window: credits, QPs: qps}, spec.ModeERPC, t)
 }
@@ -201,11 +209,22 @@ func newERPC(pd verbs.PD, dev verbs.Device, nqps, credits int, rto time.Duration
 	}
 	t.swcs = make([]verbs.WC, 64)
 	t.resend = make([]int, 0, spec.ERPCSlots)
+	t.due = make([]uint32, 0, 2*nqps*spec.ERPCSlots)
+	t.setLink(0)
+	return t, nil
+}
+
+// setLink sets the line rate (bytes/s; ≤ 0: spec.TimelyLinkRate) the
+// sessions' Timely starts at and scales by, and sizes the wheel's slots
+// so that its horizon holds all of a session's requests at Timely's
+// floor. Before attach.
+func (t *erpcTransport) setLink(link float64) {
+	t.link = link
+	tl := spec.NewTimely(link)
+	width := time.Duration(math.Ceil(float64(spec.ERPCSlots*erpcWireBytes) / tl.Floor() * float64(time.Second) / (erpcWheelSlots - 1)))
 	// A slot's request cancelled while it waits in the wheel leaves a
 	// stale item: twice the slots is room for both.
-	t.wheel = spec.NewWheel(erpcWheelSlot, erpcWheelSlots, 2*nqps*spec.ERPCSlots)
-	t.due = make([]uint32, 0, 2*nqps*spec.ERPCSlots)
-	return t, nil
+	t.wheel = spec.NewWheel(max(erpcWheelSlot, width), erpcWheelSlots, 2*len(t.qps)*spec.ERPCSlots)
 }
 
 // attach reads the grant: the session, its credits, the request QPs and
@@ -225,7 +244,7 @@ func (t *erpcTransport) attach(g handshake.Grant) error {
 		}
 		q.dest, q.qkey = srv.QPN, g.QKey
 		q.sess = spec.NewERPCClientSession(t.credits, t.rto, 0, 0, 0)
-		q.tl = spec.NewTimely(0)
+		q.tl = spec.NewTimely(t.link)
 		q.sess.Rate = q.tl.Rate
 		if err := verbs.BringUpUD(q.qp, g.AnswerQKey, 0); err != nil {
 			return fmt.Errorf("client: erpc QP %d bring-up: %w", i, err)
@@ -350,7 +369,10 @@ func (t *erpcTransport) start(now time.Duration, qi int, ids []int, k int, rng b
 		at := max(now, q.nextTx)
 		q.nextTx = at + q.tl.Gap(erpcWireBytes)
 		if (at > now || t.off.wheelBypass) && t.wheel.Insert(now, at, uint32(qi*spec.ERPCSlots+slot)) {
+			// Not on the wire until the wheel lets it go: no timer
+			// runs for it meanwhile (spec's Hold, Sent).
 			q.wheeled[slot] = rn
+			q.sess.Hold(slot)
 			return
 		}
 	}
@@ -374,6 +396,7 @@ func (t *erpcTransport) pace(now time.Duration) {
 			continue
 		}
 		q.wheeled[slot], q.sentAt[slot] = 0, now
+		q.sess.Sent(slot, now)
 		t.queue(qi, slot, spec.ERPCHeader{Op: spec.ERPCOpRequest, Slot: slot, Count: k, Session: t.session, ReqNum: rn})
 	}
 }

@@ -2,7 +2,9 @@ package client
 
 import (
 	"context"
+	"math"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -190,5 +192,35 @@ func TestERPCRTTEndsAtArrival(t *testing.T) {
 	slices.Sort(rtts)
 	if med := rtts[len(rtts)/2]; med >= away/2 {
 		t.Fatalf("median RTT sample %v with the engine away %v per step (samples %v)", med, away, rtts)
+	}
+}
+
+// TestERPCLinkRate: WithLinkRate reaches every session's Timely (its
+// start, cap and scaled floor) and sizes the wheel so that a session's
+// requests at the floor fit its horizon; a rate of 0, below or not a
+// number is refused.
+func TestERPCLinkRate(t *testing.T) {
+	for _, bad := range []float64{0, -1, math.NaN(), math.Inf(1)} {
+		if _, err := Dial(context.Background(), "127.0.0.1:1", WithLinkRate(bad)); err == nil || !strings.Contains(err.Error(), "WithLinkRate") {
+			t.Fatalf("WithLinkRate(%g): %v, want its refusal", bad, err)
+		}
+	}
+	a := startServer(t, server.Config{Mode: spec.ModeERPC, Workers: 1})
+	c := dialT(t, a.Admin, WithQPs(2), WithCongestionControl(true), WithLinkRate(20e6))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.GetTimestamp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tr := c.eng.tr.(*erpcTransport)
+	link := 20e6 / 8
+	for i, q := range tr.qps {
+		if q.tl.Link != link || q.tl.Floor() != link*spec.TimelyFloorShare {
+			t.Fatalf("session %d: link %g B/s, floor %g, want %g and %g", i, q.tl.Link, q.tl.Floor(), link, link*spec.TimelyFloorShare)
+		}
+	}
+	atFloor := time.Duration(float64(spec.ERPCSlots*erpcWireBytes) / tr.qps[0].tl.Floor() * float64(time.Second))
+	if h := tr.wheel.Horizon(); h < atFloor {
+		t.Fatalf("wheel horizon %v, under the %v a session's %d requests take at the floor", h, atFloor, spec.ERPCSlots)
 	}
 }

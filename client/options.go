@@ -3,6 +3,7 @@ package client
 import (
 	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 	"time"
 
@@ -29,7 +30,8 @@ type options struct {
 	dialOpts    []grpc.DialOption
 	coalesce    int // WithCoalescing: ranged requests in flight; 0 off
 	coalesceSet bool
-	cc          bool // WithCongestionControl
+	cc          bool    // WithCongestionControl
+	linkRate    float64 // WithLinkRate, bits/s; 0: spec.TimelyLinkRate
 }
 
 // DefaultTimeout is the deadline of a call whose context has none. It
@@ -131,12 +133,30 @@ func WithCoalescing(n int) Option {
 // WithCongestionControl turns the eRPC mode's congestion control on or
 // off (the default): Timely on each session's RTTs and a Carousel rate
 // limiter for congested sessions (thesis §6.4.2). Other modes have none
-// and ignore it. It is off by default because Timely's thresholds are
-// eRPC's, set for hardware NICs (T_low 50 µs): the soft provider's own
-// round trip on a loaded host is about that, so Timely would throttle
-// sessions no network congests (issue 30).
+// and ignore it. It is off by default: Timely's thresholds are eRPC's,
+// set for hardware NICs, scaled by each session's lowest RTT, and over a
+// kernel UDP path the scheduler's delays still reach them often enough
+// that Timely throttles sessions no network congests (docs/performance.md,
+// "No false congestion").
 func WithCongestionControl(on bool) Option {
 	return func(o *options) error { o.cc = on; return nil }
+}
+
+// WithLinkRate tells the eRPC mode's congestion control the line rate of
+// this host's link, in bits per second: a session starts at it and never
+// exceeds it, and on a link slower than 1.5 Gbit/s Timely's additive step
+// (eRPC's 5 Mbit/s) is at most a hundredth of it and its floor (eRPC's
+// 15 Mbit/s) a thousandth (spec.NewTimely), so that an incast's sessions
+// can share it. The default is 100 Gbit/s. Behind a slower bottleneck,
+// give its rate.
+func WithLinkRate(bitsPerSecond float64) Option {
+	return func(o *options) error {
+		if !(bitsPerSecond > 0) || math.IsInf(bitsPerSecond, 0) {
+			return fmt.Errorf("client: WithLinkRate(%g): want a rate above 0 bits/s", bitsPerSecond)
+		}
+		o.linkRate = bitsPerSecond
+		return nil
+	}
 }
 
 // WithLogger sets the logger the client logs to (connects, failovers,

@@ -70,8 +70,10 @@ type transportEnv struct {
 	// single: WithCoalescing(0), every call a request of its own (a
 	// transport that coalesces callers does not).
 	single bool
-	// cc: WithCongestionControl(true).
-	cc bool
+	// cc: WithCongestionControl(true); linkRate WithLinkRate's bits/s
+	// (0: none given).
+	cc       bool
+	linkRate float64
 	// connect runs the admin Connect for req (filling in the protocol
 	// version, client name and the session it replaces), checks the
 	// reply's version and, on success, records the session: the

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -54,6 +55,9 @@ type Config struct {
 	// CongestionControl is the clients' client.WithCongestionControl:
 	// Timely and the Carousel wheel in mode erpc (others ignore it).
 	CongestionControl bool
+	// LinkMbps is the clients' client.WithLinkRate, in Mbit/s: the line
+	// rate congestion control starts at and scales by; 0: the client's.
+	LinkMbps float64
 
 	Duration time.Duration // measured interval per point
 	Warmup   time.Duration // before each point's measurement
@@ -198,6 +202,9 @@ func (c *Config) Validate() error {
 	}
 	if c.FlowWindow < 0 || c.FlowWindow > spec.MaxWindow {
 		return fmt.Errorf("%w: -flow-window %d (0..%d)", ErrConfig, c.FlowWindow, spec.MaxWindow)
+	}
+	if !(c.LinkMbps >= 0) || math.IsInf(c.LinkMbps, 0) {
+		return fmt.Errorf("%w: -erpc-link-rate %g (Mbit/s, 0 for the client's default)", ErrConfig, c.LinkMbps)
 	}
 	if !c.Spawn {
 		if _, err := adminclient.ParseAddrs(c.Admin); err != nil {

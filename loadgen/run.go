@@ -308,11 +308,15 @@ func (r *runner) runPoint(ctx context.Context, mode string, p Point, coalesce in
 		}
 	}()
 	for i := range p.Clients {
-		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		cl, err := client.Dial(dctx, r.addr, client.WithEndpoints(r.members...), client.WithDevice(c.Provider, c.Device, c.ProviderOpts),
+		opts := []client.Option{client.WithEndpoints(r.members...), client.WithDevice(c.Provider, c.Device, c.ProviderOpts),
 			client.WithAdminDialOptions(c.adminOpts()...), client.WithQPs(qps),
 			client.WithWindow(perQP), client.WithName(fmt.Sprintf("loadgen-%d", i)), client.WithLogger(quiet),
-			client.WithCoalescing(coalesce), client.WithCongestionControl(c.CongestionControl))
+			client.WithCoalescing(coalesce), client.WithCongestionControl(c.CongestionControl)}
+		if c.LinkMbps > 0 {
+			opts = append(opts, client.WithLinkRate(c.LinkMbps*1e6))
+		}
+		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		cl, err := client.Dial(dctx, r.addr, opts...)
 		cancel()
 		if err != nil {
 			return res, fmt.Errorf("loadgen: %s: client %d: %w", mode, i, err)

@@ -42,11 +42,19 @@
 #     admitting them took and seqd's resident memory per session; then
 #     the Connect refused one step past the credit limit. Each point's
 #     Mops is also given over the one-session point's of the same run.
+#  6. Incast (Table 6.4; PARTS=incast, not run by default; root): the
+#     multi-host rig's TestERPCIncast, INCAST_CLIENTS (20,50,100) clients
+#     of mode erpc on 4 hosts into one seqd whose link is a tc tbf of
+#     INCAST_MBIT (20 Mbit/s), congestion control off then on, with a
+#     latency probe: the clients' p50/p99, the probe's, throughput,
+#     retransmissions, and what went through the bottleneck and what it dropped.
 #
 #   scripts/bench-erpc.sh        Env: ROUNDS (3), BENCHTIME (1s),
 #                                PARTS ("latency loss timely factors"),
 #                                for sessions: SESSIONS, CREDITS,
-#                                SOURCES, INFLIGHT, DURATION
+#                                SOURCES, INFLIGHT, DURATION; for
+#                                incast: INCAST_CLIENTS, INCAST_MBIT,
+#                                DURATION (5s)
 #
 # A run that fails (a violation, or a transport that broke) is left out
 # of the medians and its message printed at the end.
@@ -316,4 +324,24 @@ if [ -s "$tmp/failures" ]; then
   echo
   echo "failed runs (left out of the medians):"
   cat "$tmp/failures"
+fi
+
+if [[ " $PARTS " == *" incast "* ]]; then
+  echo
+  echo "Incast (Table 6.4): ${INCAST_CLIENTS:-20,50,100} clients into one seqd behind a tbf of ${INCAST_MBIT:-20} Mbit/s, $ROUNDS rounds"
+  for i in $(seq "$ROUNDS"); do
+    SEQD_RIG_INCAST=1 SEQD_RIG_INCAST_CLIENTS=${INCAST_CLIENTS:-20,50,100} SEQD_RIG_INCAST_MBIT=${INCAST_MBIT:-20} \
+      SEQD_RIG_INCAST_DURATION=${DURATION:-5s} go test -count=1 -run '^TestERPCIncast$' -v -timeout 30m ./e2e/multihost/ 2>&1 |
+      grep -E 'RIG incast|--- FAIL|incast_test.go' | sed 's/^ *//' | tee -a "$tmp/incast"
+  done
+  echo
+  echo "| clients | CC | p50 µs | p99 µs | probe p50 µs | probe p99 µs | Mops | retransmits | pkts through the bottleneck | dropped pkts |"
+  echo "|---|---|---|---|---|---|---|---|---|---|"
+  for n in $(echo "${INCAST_CLIENTS:-20,50,100}" | tr , ' '); do
+    for cc in false true; do
+      f() { grep "RIG incast clients=$n cc=$cc " "$tmp/incast" | grep -o " $1=[0-9.]*" | cut -d= -f2 | median; }
+      echo "| $n | $([ $cc = true ] && echo on || echo off) | $(f p50_us) | $(f p99_us) | $(f probe_p50_us) | $(f probe_p99_us) | $(f Mops) | $(f retransmits) | $(f through_pkts) | $(f dropped_pkts) |"
+    done
+  done
+  echo "(medians over rounds; p50/p99: the median over the 4 client hosts' loadgen runs)"
 fi

@@ -270,7 +270,9 @@ func (s *ERPCServerSlot) Undo() { s.done = false }
 // again, in the order first sent, under the same request numbers (their
 // credits are reclaimed and spent again). Failure: a session waiting for
 // the server (a request in flight or a ping) that hears nothing from it
-// for FailAfter has Failed.
+// for FailAfter has Failed. A request held by the sender's rate limiter
+// (Hold) is not on the wire: it has no timer, and is not waited for,
+// until Sent.
 type ERPCClientSession struct {
 	Credits int // C
 	RTO     time.Duration
@@ -292,6 +294,7 @@ type ERPCClientSession struct {
 
 type erpcClientSlot struct {
 	busy   bool
+	held   bool // taken, not on the wire yet (Hold, Sent)
 	reqNum uint64
 	count  int
 	order  uint64        // when first sent, in send order
@@ -323,7 +326,8 @@ func NewERPCClientSession(c int, rto, heartbeat, failAfter time.Duration, now ti
 // Heard is when the session last heard from the server.
 func (s *ERPCClientSession) Heard() time.Duration { return s.heard }
 
-// InFlight is the requests in flight.
+// InFlight is the requests in flight: taken and not answered, held
+// ones included (each holds its credit).
 func (s *ERPCClientSession) InFlight() int {
 	n := 0
 	for i := range s.slots {
@@ -334,6 +338,38 @@ func (s *ERPCClientSession) InFlight() int {
 	return n
 }
 
+// onWire is the requests in flight that have been sent: not held.
+func (s *ERPCClientSession) onWire() int {
+	n := 0
+	for i := range s.slots {
+		if sl := &s.slots[i]; sl.busy && !sl.held {
+			n++
+		}
+	}
+	return n
+}
+
+// Hold marks slot's request, just taken, as not sent yet: the sender's
+// rate limiter holds it. It has no retransmission timer, go-back-N
+// leaves it alone, and the session does not wait for it, until Sent.
+func (s *ERPCClientSession) Hold(slot int) {
+	if sl := &s.slots[slot]; sl.busy {
+		sl.held = true
+	}
+}
+
+// Sent marks slot's held request as sent at now: its timer starts.
+func (s *ERPCClientSession) Sent(slot int, now time.Duration) {
+	sl := &s.slots[slot]
+	if !sl.busy || !sl.held {
+		return
+	}
+	if s.onWire() == 0 && s.pingNum == 0 {
+		s.waiting = now
+	}
+	sl.held, sl.sentAt = false, now
+}
+
 // Room is how many more requests the session may send now: free slots
 // and credits.
 func (s *ERPCClientSession) Room() int {
@@ -341,9 +377,9 @@ func (s *ERPCClientSession) Room() int {
 }
 
 // waitingNow notes that the session begins to wait at now when nothing
-// was in flight.
+// was on the wire.
 func (s *ERPCClientSession) waitingNow(now time.Duration) {
-	if s.InFlight() > 0 {
+	if s.onWire() > 0 {
 		return
 	}
 	// A ping left unanswered while nobody ran the timers (an idle
@@ -371,7 +407,7 @@ func (s *ERPCClientSession) Take(now time.Duration, count int) (slot int, rn uin
 		// Request numbers of a slot only grow: the server drops lower
 		// ones (stale) and resends the answer of an equal one.
 		sl.reqNum = max(sl.reqNum, sl.lastNum) + 1
-		sl.busy, sl.count, sl.order, sl.sentAt = true, count, s.order, now
+		sl.busy, sl.held, sl.count, sl.order, sl.sentAt = true, false, count, s.order, now
 		s.order++
 		s.used++
 		return i, sl.reqNum, true
@@ -439,7 +475,7 @@ func (s *ERPCClientSession) Request(slot int) (rn uint64, count int, ok bool) {
 func (s *ERPCClientSession) NextRTO() (time.Duration, bool) {
 	at, ok := time.Duration(0), false
 	for i := range s.slots {
-		if sl := &s.slots[i]; sl.busy && (!ok || sl.sentAt+s.RTO < at) {
+		if sl := &s.slots[i]; sl.busy && !sl.held && (!ok || sl.sentAt+s.RTO < at) {
 			at, ok = sl.sentAt+s.RTO, true
 		}
 	}
@@ -457,7 +493,7 @@ func (s *ERPCClientSession) GoBackN(now time.Duration, out []int) []int {
 	}
 	from := len(out)
 	for i := range s.slots {
-		if s.slots[i].busy {
+		if sl := &s.slots[i]; sl.busy && !sl.held {
 			out = append(out, i)
 		}
 	}
@@ -475,10 +511,11 @@ func (s *ERPCClientSession) GoBackN(now time.Duration, out []int) []int {
 }
 
 // Ping reports whether the session should send a heartbeat at now (it
-// was quiet for Heartbeat, with nothing in flight) and, if so, records
+// was quiet for Heartbeat, with nothing on the wire: held requests wait
+// for the rate limiter, not for the server) and, if so, records
 // the ping and returns its number.
 func (s *ERPCClientSession) Ping(now time.Duration) (uint64, bool) {
-	if s.InFlight() > 0 || s.pingNum != 0 && now-s.pingAt < s.Heartbeat || now-s.heard < s.Heartbeat {
+	if s.onWire() > 0 || s.pingNum != 0 && now-s.pingAt < s.Heartbeat || now-s.heard < s.Heartbeat {
 		return 0, false
 	}
 	if s.pingNum == 0 {
@@ -501,7 +538,7 @@ func (s *ERPCClientSession) Pong(now time.Duration, n uint64) bool {
 // Failed reports whether the session waited for the server (a request
 // or a ping in flight) and heard nothing from it for FailAfter at now.
 func (s *ERPCClientSession) Failed(now time.Duration) bool {
-	if s.InFlight() == 0 && s.pingNum == 0 {
+	if s.onWire() == 0 && s.pingNum == 0 {
 		return false
 	}
 	return now-max(s.heard, s.waiting) >= s.FailAfter
@@ -511,13 +548,13 @@ func (s *ERPCClientSession) Failed(now time.Duration) bool {
 // a retransmission, the failure timeout, or a heartbeat.
 func (s *ERPCClientSession) NextEvent() time.Duration {
 	at, ok := s.NextRTO()
-	if s.InFlight() > 0 || s.pingNum != 0 {
+	if s.onWire() > 0 || s.pingNum != 0 {
 		f := max(s.heard, s.waiting) + s.FailAfter
 		if !ok || f < at {
 			at, ok = f, true
 		}
 	}
-	if s.InFlight() > 0 {
+	if s.onWire() > 0 {
 		return at // no heartbeat while requests are in flight
 	}
 	hb := s.heard + s.Heartbeat

@@ -257,3 +257,38 @@ func TestERPCFailureDetection(t *testing.T) {
 		t.Fatalf("next event %v, want the RTO", e)
 	}
 }
+
+// TestERPCClientHeldRequest: a request the rate limiter holds (Hold) is
+// not on the wire: no retransmission timer runs for it, go-back-N
+// leaves it alone and the session does not wait for the server on its
+// account, until Sent starts its timer. Base: a request held past the RTO
+// in a congested session's wheel was sent again by go-back-N before it
+// was ever sent (the incast rig's CC runs resent 7,735 requests where
+// CC off resent 35).
+func TestERPCClientHeldRequest(t *testing.T) {
+	const rto = 5 * time.Millisecond
+	s := NewERPCClientSession(8, rto, 0, 0, 0)
+	a, _, _ := s.Take(0, 1) // on the wire at 0
+	b, _, _ := s.Take(0, 1)
+	s.Hold(b) // held by the limiter
+	if at, ok := s.NextRTO(); !ok || at != rto {
+		t.Fatalf("NextRTO %v %v, want %v: the held request's timer must not run", at, ok, rto)
+	}
+	if got := s.GoBackN(rto, nil); len(got) != 1 || got[0] != a {
+		t.Fatalf("go-back-N at the RTO resends slots %v, want only the sent one %d", got, a)
+	}
+	// Only the held request left: nothing on the wire, nothing timed.
+	s2 := NewERPCClientSession(8, rto, 0, 0, 0)
+	c, _, _ := s2.Take(0, 1)
+	s2.Hold(c)
+	if _, ok := s2.NextRTO(); ok || s2.Failed(time.Hour) || len(s2.GoBackN(time.Hour, nil)) != 0 {
+		t.Fatal("a session with only a held request timed it out or failed")
+	}
+	s2.Sent(c, 10*rto) // leaves at 50 ms: its timer starts there
+	if at, ok := s2.NextRTO(); !ok || at != 11*rto {
+		t.Fatalf("NextRTO after Sent at %v: %v %v, want %v", 10*rto, at, ok, 11*rto)
+	}
+	if s2.Failed(10*rto + s2.FailAfter - 1) {
+		t.Fatal("failed before FailAfter from the send")
+	}
+}

@@ -11,7 +11,7 @@ import "time"
 // gradients in a row) when it is not positive, multiplicative decrease
 // by β × the gradient normalised by the minimum RTT when it is. One
 // sample at most halves the rate, and the rate stays between
-// TimelyMinRate and the link rate.
+// TimelyMinRate (scaled to the link: NewTimely) and the link rate.
 //
 // The thresholds and the minimum RTT are eRPC's, for a fabric whose
 // round trip is about TimelyMinRTT (2 µs on its NICs). Timely scales all
@@ -34,15 +34,23 @@ const (
 	TimelyHAIThresh = 5                       // negative gradients before hyper-active increase
 
 	// TimelyLinkRate is the line rate a session starts at and never
-	// exceeds (bytes/s): 100 Gbit/s, as no provider seqd runs on is
-	// faster; a session at it is uncongested.
+	// exceeds (bytes/s) unless told its link's: 100 Gbit/s, as no
+	// provider seqd runs on is faster; a session at it is uncongested.
 	TimelyLinkRate = 100e9 / 8
+	// On a slow link the additive step is at most a TimelyAddShare of
+	// it and the floor a TimelyFloorShare (NewTimely): the floor must let
+	// an incast's sessions share the link (a thousand at the floor fit
+	// it, where eRPC's 15 Mbit/s each need 15 Gbit/s), and a step must
+	// stay small against a session's share (a hundredth: that of a
+	// 100-way incast). From 1.5 Gbit/s up they are eRPC's.
+	TimelyAddShare   = 1.0 / 100
+	TimelyFloorShare = 1.0 / 1000
 )
 
 // Timely is one session's Timely state. Its zero value is not ready: use
 // NewTimely. It is a value (no pointers): a session embeds it.
 type Timely struct {
-	Rate     float64 // bytes/s, TimelyMinRate ≤ Rate ≤ Link
+	Rate     float64 // bytes/s, Floor() ≤ Rate ≤ Link
 	Link     float64 // the line rate
 	prevRTT  time.Duration
 	avgDiff  float64 // EWMA of RTT differences, seconds
@@ -50,6 +58,8 @@ type Timely struct {
 	negCount int
 	started  bool
 	base     time.Duration // the lowest RTT sampled
+	// add and floor are TimelyAddRate and TimelyMinRate, scaled to Link.
+	add, floor float64
 
 	// NoBypass runs every sample's update, T_low bypass off (the factor
 	// analysis, thesis Table 6.2); false in use.
@@ -81,13 +91,19 @@ func (t *Timely) tally() {
 }
 
 // NewTimely returns a session's Timely at the link rate (bytes/s; ≤ 0:
-// TimelyLinkRate).
+// TimelyLinkRate): its additive step is TimelyAddRate, at most
+// TimelyAddShare of the link, and its floor TimelyMinRate, at most
+// TimelyFloorShare of it.
 func NewTimely(link float64) Timely {
 	if link <= 0 {
 		link = TimelyLinkRate
 	}
-	return Timely{Rate: link, Link: link, MinRate: link}
+	return Timely{Rate: link, Link: link, MinRate: link,
+		add: min(TimelyAddRate, link*TimelyAddShare), floor: min(TimelyMinRate, link*TimelyFloorShare)}
 }
+
+// Floor is the lowest rate the session is held to (bytes/s).
+func (t *Timely) Floor() float64 { return t.floor }
 
 // Uncongested reports that the session sends at line rate: it bypasses
 // the rate limiter.
@@ -157,7 +173,7 @@ func (t *Timely) update(now, rtt time.Duration) {
 	r := t.Rate
 	switch {
 	case rtt < tLow:
-		r += TimelyAddRate
+		r += t.add
 	case rtt > tHigh:
 		r *= 1 - TimelyBeta*(1-float64(tHigh)/float64(rtt))
 	case grad <= 0:
@@ -166,7 +182,7 @@ func (t *Timely) update(now, rtt time.Duration) {
 		if t.negCount >= TimelyHAIThresh {
 			n = 5
 		}
-		r += n * TimelyAddRate * delta
+		r += n * t.add * delta
 	default:
 		t.negCount = 0
 		r *= 1 - TimelyBeta*grad // a steep gradient drives it below zero: the floor catches it
@@ -175,7 +191,7 @@ func (t *Timely) update(now, rtt time.Duration) {
 	// (cc/timely.h): a lone spike, its gradient tens of minimum RTTs,
 	// would otherwise take the rate to the floor in one step.
 	r = max(r, t.Rate/2)
-	t.Rate = min(max(r, TimelyMinRate), t.Link)
+	t.Rate = min(max(r, t.floor), t.Link)
 	t.MinRate = min(t.MinRate, t.Rate)
 }
 

@@ -217,3 +217,29 @@ func TestTimelyHalvesAtMost(t *testing.T) {
 		t.Fatalf("rate %g after one spike, want %g", tm.Rate, want)
 	}
 }
+
+// TestTimelyScalesToLink: on a 20 Mbit/s link the additive step is a
+// hundredth of it and the floor a thousandth (100 sessions fit the link
+// at the floor, where eRPC's 15 Mbit/s each would need 1.5 Gbit/s), and
+// on a fast link they are eRPC's own.
+func TestTimelyScalesToLink(t *testing.T) {
+	if tm := NewTimely(0); tm.Floor() != TimelyMinRate || tm.add != TimelyAddRate {
+		t.Fatalf("at the default link: floor %g, step %g, want eRPC's %g, %g", tm.Floor(), tm.add, float64(TimelyMinRate), float64(TimelyAddRate))
+	}
+	link := 20e6 / 8.0
+	tm := NewTimely(link)
+	if tm.Floor() != link/1000 || 100*tm.Floor() >= link {
+		t.Fatalf("20 Mbit/s link: floor %g B/s, want %g, and 100 sessions under the link", tm.Floor(), link/1000)
+	}
+	at := feed(&tm, 0, 2*us, 2*us) // Scale 1
+	for i := range 200 {           // far above T_high: down to the floor
+		at = feed(&tm, at, time.Duration(5+i)*time.Millisecond)
+	}
+	if tm.Rate != tm.Floor() {
+		t.Fatalf("rate %g after 200 RTTs above T_high, want the floor %g", tm.Rate, tm.Floor())
+	}
+	feed(&tm, at, 2*us) // below T_low: one additive step
+	if want := tm.Floor() + link/100; tm.Rate != want {
+		t.Fatalf("rate %g after one RTT below T_low, want %g", tm.Rate, want)
+	}
+}

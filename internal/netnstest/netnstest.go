@@ -135,6 +135,43 @@ func (r *Rig) AddHost(name string) *Host {
 	return h
 }
 
+// Shape sets the root qdisc of the switch's port to h, which queues what
+// the switch forwards to h, to qdisc in tc's words ("tbf", "rate",
+// "20mbit", ...): a bottleneck on h's link, as at a switch port. Stats
+// reads its counters back.
+func (r *Rig) Shape(h *Host, qdisc ...string) error {
+	port, err := r.port(h)
+	if err != nil {
+		return err
+	}
+	return r.run(append([]string{"ip", "netns", "exec", r.sw, "tc", "qdisc", "replace", "dev", port, "root"}, qdisc...)...)
+}
+
+// Stats is `tc -s qdisc show` of the switch's port to h.
+func (r *Rig) Stats(h *Host) (string, error) {
+	port, err := r.port(h)
+	if err != nil {
+		return "", err
+	}
+	out, err := exec.Command("ip", "netns", "exec", r.sw, "tc", "-s", "qdisc", "show", "dev", port).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("netnstest: tc -s qdisc show dev %s: %v: %s", port, err, bytes.TrimSpace(out))
+	}
+	return string(out), nil
+}
+
+// port is the name of the switch's port to h.
+func (r *Rig) port(h *Host) (string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i, x := range r.hosts {
+		if x == h {
+			return fmt.Sprintf("p%d", i), nil
+		}
+	}
+	return "", fmt.Errorf("netnstest: host %s is not of this rig", h.Name)
+}
+
 // Hosts are the rig's hosts in the order they were added.
 func (r *Rig) Hosts() []*Host {
 	r.mu.Lock()
