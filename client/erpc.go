@@ -527,6 +527,10 @@ func (t *erpcTransport) Expire(now time.Duration) int {
 			return n
 		}
 		t.resend = q.sess.GoBackN(now, t.resend[:0])
+		if t.cc && len(t.resend) > 0 {
+			q.tl.Timeout()
+			q.sess.Rate = q.tl.Rate
+		}
 		for _, s := range t.resend {
 			q.resent[s], q.wheeled[s] = true, 0 // sent now: the wheel's copy is skipped
 			rn, k, _ := q.sess.Request(s)

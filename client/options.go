@@ -144,10 +144,9 @@ func WithCongestionControl(on bool) Option {
 
 // WithLinkRate tells the eRPC mode's congestion control the line rate of
 // this host's link, in bits per second: a session starts at it and never
-// exceeds it, and on a link slower than 1.5 Gbit/s Timely's additive step
-// (eRPC's 5 Mbit/s) is at most a hundredth of it and its floor (eRPC's
-// 15 Mbit/s) a thousandth (spec.NewTimely), so that an incast's sessions
-// can share it. The default is 100 Gbit/s. Behind a slower bottleneck,
+// exceeds it, and on a slow link Timely's additive step (eRPC's 5 Mbit/s)
+// and its floor (eRPC's 15 Mbit/s) are each at most a thousandth of it
+// (spec.NewTimely), so that an incast's sessions can share it. The default is 100 Gbit/s. Behind a slower bottleneck,
 // give its rate.
 func WithLinkRate(bitsPerSecond float64) Option {
 	return func(o *options) error {

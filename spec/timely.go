@@ -37,13 +37,15 @@ const (
 	// exceeds (bytes/s) unless told its link's: 100 Gbit/s, as no
 	// provider seqd runs on is faster; a session at it is uncongested.
 	TimelyLinkRate = 100e9 / 8
-	// On a slow link the additive step is at most a TimelyAddShare of
-	// it and the floor a TimelyFloorShare (NewTimely): the floor must let
-	// an incast's sessions share the link (a thousand at the floor fit
-	// it, where eRPC's 15 Mbit/s each need 15 Gbit/s), and a step must
-	// stay small against a session's share (a hundredth: that of a
-	// 100-way incast). From 1.5 Gbit/s up they are eRPC's.
-	TimelyAddShare   = 1.0 / 100
+	// On a slow link the additive step and the floor are each at most a
+	// thousandth of it (NewTimely): the floor must let an incast's
+	// sessions share the link (a thousand at the floor fit it, where
+	// eRPC's 15 Mbit/s each need 15 Gbit/s), and a step must stay small
+	// against a session's share (a tenth of a 100-way incast's; one of a
+	// hundredth overshot the share of each of 100 sessions, and the
+	// incast rig's queue stayed as without CC). The step is eRPC's from
+	// 5 Gbit/s up, the floor from 15 Gbit/s.
+	TimelyAddShare   = 1.0 / 1000
 	TimelyFloorShare = 1.0 / 1000
 )
 
@@ -193,6 +195,20 @@ func (t *Timely) update(now, rtt time.Duration) {
 	r = max(r, t.Rate/2)
 	t.Rate = min(max(r, t.floor), t.Link)
 	t.MinRate = min(t.MinRate, t.Rate)
+}
+
+// Timeout takes a retransmission timeout: the rate halves, down to the
+// floor. A request resent gives no RTT sample (which copy was answered
+// is unknown), so a queue longer than the RTO would starve Timely of
+// samples exactly when it matters; the timeout stands in for them, as a
+// loss is for TCP.
+func (t *Timely) Timeout() {
+	before := t.Rate
+	t.Rate = max(t.Rate/2, t.floor)
+	t.MinRate = min(t.MinRate, t.Rate)
+	if t.Rate < before {
+		t.Lowered++
+	}
 }
 
 // LastRTT is the last RTT sampled (0 before the first).

@@ -218,10 +218,10 @@ func TestTimelyHalvesAtMost(t *testing.T) {
 	}
 }
 
-// TestTimelyScalesToLink: on a 20 Mbit/s link the additive step is a
-// hundredth of it and the floor a thousandth (100 sessions fit the link
-// at the floor, where eRPC's 15 Mbit/s each would need 1.5 Gbit/s), and
-// on a fast link they are eRPC's own.
+// TestTimelyScalesToLink: on a 20 Mbit/s link the additive step and
+// the floor are a thousandth of it (100 sessions fit the link at the
+// floor, where eRPC's 15 Mbit/s each would need 1.5 Gbit/s), and on a
+// fast link they are eRPC's own.
 func TestTimelyScalesToLink(t *testing.T) {
 	if tm := NewTimely(0); tm.Floor() != TimelyMinRate || tm.add != TimelyAddRate {
 		t.Fatalf("at the default link: floor %g, step %g, want eRPC's %g, %g", tm.Floor(), tm.add, float64(TimelyMinRate), float64(TimelyAddRate))
@@ -239,7 +239,23 @@ func TestTimelyScalesToLink(t *testing.T) {
 		t.Fatalf("rate %g after 200 RTTs above T_high, want the floor %g", tm.Rate, tm.Floor())
 	}
 	feed(&tm, at, 2*us) // below T_low: one additive step
-	if want := tm.Floor() + link/100; tm.Rate != want {
+	if want := tm.Floor() + link/1000; tm.Rate != want {
 		t.Fatalf("rate %g after one RTT below T_low, want %g", tm.Rate, want)
+	}
+}
+
+// TestTimelyTimeout: a retransmission timeout halves the rate, down to
+// the floor, and counts as a lowering.
+func TestTimelyTimeout(t *testing.T) {
+	tm := NewTimely(20e6 / 8)
+	tm.Timeout()
+	if tm.Rate != 20e6/16 || tm.Lowered != 1 || tm.MinRate != tm.Rate {
+		t.Fatalf("after a timeout: rate %g (lowered %d, min %g), want %g", tm.Rate, tm.Lowered, tm.MinRate, 20e6/16)
+	}
+	for range 64 {
+		tm.Timeout()
+	}
+	if tm.Rate != tm.Floor() {
+		t.Fatalf("after 65 timeouts: rate %g, want the floor %g", tm.Rate, tm.Floor())
 	}
 }

@@ -73,7 +73,7 @@ func realMainEnv(args []string, stdout, stderr io.Writer, environ []string) int 
 	sweepC := fs.String("sweep-clients", "", "client counts to sweep, e.g. 1,2,4 (replaces -clients)")
 	coalesce := fs.String("coalesce", "", "in modes that serve ranges ("+spec.ModeList(spec.RangeModes())+"): coalesce each client's concurrent calls into ranged requests: on, off, or how many ranged requests in flight per client; a list (on,off) runs every point once per setting, to compare them in one run (default: the client's, on)")
 	fs.BoolVar(&c.CongestionControl, "erpc-cc", false, "in mode erpc: congestion control in the clients, Timely on each session's RTTs and a Carousel rate limiter for congested sessions (thesis §6.4.2); run once with and once without to compare")
-	fs.Float64Var(&c.LinkMbps, "erpc-link-rate", 0, "in mode erpc with -erpc-cc: the line rate of the clients' link in Mbit/s (client.WithLinkRate), which each session starts at and never exceeds; below 1,500, Timely's step is at most a hundredth of it and its floor a thousandth, so that many sessions can share it; behind a slower bottleneck, its rate; 0: 100 Gbit/s")
+	fs.Float64Var(&c.LinkMbps, "erpc-link-rate", 0, "in mode erpc with -erpc-cc: the line rate of the clients' link in Mbit/s (client.WithLinkRate), which each session starts at and never exceeds; Timely's step and floor are each at most a thousandth of it, so that many sessions can share it; behind a slower bottleneck, its rate; 0: 100 Gbit/s")
 	fs.DurationVar(&c.Duration, "duration", 5e9, "measured interval per mode and point")
 	fs.DurationVar(&c.Warmup, "warmup", 1e9, "warm-up before each measurement")
 	fs.DurationVar(&c.Echo, "echo", 1e9, "how long to measure each echo floor (negative: skip)")
