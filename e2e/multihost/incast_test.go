@@ -1,11 +1,8 @@
 package multihost
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
@@ -113,7 +110,7 @@ func TestERPCIncast(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					res[i], errs[i] = loadgenJSON(lg, j.h, j.args...)
+					res[i], errs[i] = loadgenOne(lg, j.h, j.args...)
 				}()
 			}
 			wg.Wait()
@@ -138,51 +135,6 @@ func TestERPCIncast(t *testing.T) {
 				probe.P50us, probe.P99us, ops/1e6, sumRetransmits(res), sent, dropped)
 		}
 	}
-}
-
-// lgResult is the part of one loadgen -json-file result these tests read.
-type lgResult struct {
-	Mode          string  `json:"mode"`
-	ThroughputOps float64 `json:"throughput_ops"`
-	P50us         float64 `json:"p50_us"`
-	P99us         float64 `json:"p99_us"`
-	Retransmits   uint64  `json:"retransmits"`
-}
-
-// loadgenJSON runs the loadgen binary on h with args, verified, and returns its one
-// result; an exit other than 0, a violation or another shape is an error.
-// Safe from any goroutine.
-func loadgenJSON(loadgen string, h *netnstest.Host, args ...string) (lgResult, error) {
-	dir, err := os.MkdirTemp("", "seqd-lg-")
-	if err != nil {
-		return lgResult{}, err
-	}
-	defer os.RemoveAll(dir)
-	js := filepath.Join(dir, "lg.json")
-	cmd := h.Command(loadgen, append([]string{"-json-file", js, "-quiet", "-verify"}, args...)...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	timer := time.AfterFunc(2*time.Minute, func() { cmd.Process.Kill() })
-	err = cmd.Run()
-	timer.Stop()
-	if err != nil {
-		return lgResult{}, fmt.Errorf("%v: %v\n%s", args, err, out.String())
-	}
-	data, err := os.ReadFile(js)
-	if err != nil {
-		return lgResult{}, err
-	}
-	var r struct {
-		Results    []lgResult `json:"results"`
-		Violations int        `json:"violations"`
-	}
-	if err := json.Unmarshal(data, &r); err != nil {
-		return lgResult{}, fmt.Errorf("loadgen -json-file: %w", err)
-	}
-	if r.Violations != 0 || len(r.Results) != 1 || r.Results[0].ThroughputOps <= 0 {
-		return lgResult{}, fmt.Errorf("%v: %+v\n%s", args, r, out.String())
-	}
-	return r.Results[0], nil
 }
 
 func median(rs []lgResult, f func(lgResult) float64) float64 {
