@@ -75,10 +75,10 @@ go test -c -o "$tmp/soft.test" ./verbs/soft/
 go test -c -o "$tmp/erpc.test" ./erpc/
 go build -o "$tmp/seqd" ./cmd/seqd
 
-# seqd MODE starts a seqd in MODE; addr is its admin address.
-seqd() {
+# seqd MODE [flags...] starts a seqd in MODE; addr is its admin address.
+seqd() { # MODE [flags...]: a data directory and a log of its own each
   local port=$((20000 + RANDOM % 20000))
-  "$tmp/seqd" -mode "$1" -device 127.0.0.1:0 -admin "127.0.0.1:$port" -metrics off -data "$tmp/data-$1" -init >"$tmp/seqd-$1.log" 2>&1 &
+  "$tmp/seqd" -mode "$1" -device 127.0.0.1:0 -admin "127.0.0.1:$port" -metrics off -data "$tmp/data-$1-$port" -init "${@:2}" >"$tmp/seqd-$1-$port.log" 2>&1 &
   pids+=($!)
   for _ in $(seq 100); do
     (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
@@ -184,16 +184,11 @@ fi
 if [[ " $PARTS " == *" timely "* ]]; then
   : >"$tmp/timely"
   # The server of "procs": one worker, pinned to core 1 (seqd -cores).
-  "$tmp/seqd" -mode erpc -workers 1 -cores 1 -device 127.0.0.1:0 -admin 127.0.0.1:27371 -metrics off \
-    -data "$tmp/data-timely" -init >"$tmp/seqd-timely.log" 2>&1 &
-  pids+=($!)
-  for _ in $(seq 100); do
-    (exec 3<>/dev/tcp/127.0.0.1/27371) 2>/dev/null && break
-    sleep 0.1
-  done
+  seqd erpc -workers 1 -cores 1
+  procs=$addr
   for i in $(seq "$ROUNDS"); do
     bench client '^BenchmarkERPCTimely$' | tee "$tmp/timely-$i"
-    { SEQD_BENCH_ADMIN=127.0.0.1:27371 taskset -c 0 "$tmp/client.test" -test.run '^$' -test.bench '^BenchmarkERPCTimelyProcs$' \
+    { SEQD_BENCH_ADMIN=$procs taskset -c 0 "$tmp/client.test" -test.run '^$' -test.bench '^BenchmarkERPCTimelyProcs$' \
       -test.benchtime "$BENCHTIME" 2>/dev/null || true; } | grep '^Benchmark' |
       sed 's/^BenchmarkERPCTimelyProcs/BenchmarkERPCTimely\/procs/' | tee -a "$tmp/timely-$i"
     cat "$tmp/timely-$i" >>"$tmp/timely"

@@ -30,6 +30,8 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"-admin", "::1:7070"}, "IPv6 host goes in brackets"},
 		{[]string{"-admin", "127.0.0.1:7070,,127.0.0.1:7071"}, "empty address"},
 		{[]string{"-duration", "-1s"}, "negative"},
+		{[]string{"-erpc-link-rate", "-1"}, "-erpc-link-rate -1"},
+		{[]string{"-erpc-link-rate", "NaN"}, "-erpc-link-rate NaN"},
 		{[]string{"-modes", "spec-s0, ,other x"}, "mode"},
 		{[]string{"stray"}, "unexpected arguments"},
 	} {

@@ -1,6 +1,7 @@
 package multihost
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"regexp"
@@ -41,20 +42,20 @@ func TestERPCIncast(t *testing.T) {
 		t.Skip("an experiment, not a check (up to 100 clients on this host's cores): SEQD_RIG_INCAST=1, " +
 			"as scripts/bench-erpc.sh PARTS=incast runs it")
 	}
-	mbit := envOr("SEQD_RIG_INCAST_MBIT", "20")
+	mbit := cmp.Or(os.Getenv("SEQD_RIG_INCAST_MBIT"), "20")
 	if v, err := strconv.ParseFloat(mbit, 64); err != nil || v <= 0 {
 		t.Fatalf("SEQD_RIG_INCAST_MBIT: %q is not a rate in Mbit/s", mbit)
 	}
 	rate := mbit + "mbit"
 	var counts []int
-	for _, f := range strings.Split(envOr("SEQD_RIG_INCAST_CLIENTS", "20,50,100"), ",") {
+	for _, f := range strings.Split(cmp.Or(os.Getenv("SEQD_RIG_INCAST_CLIENTS"), "20,50,100"), ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n < incastHosts {
 			t.Fatalf("SEQD_RIG_INCAST_CLIENTS: %q is not a count of at least %d", f, incastHosts)
 		}
 		counts = append(counts, n)
 	}
-	duration := envOr("SEQD_RIG_INCAST_DURATION", "5s")
+	duration := cmp.Or(os.Getenv("SEQD_RIG_INCAST_DURATION"), "5s")
 
 	rig := netnstest.New(t)
 	srv := rig.AddHost("srv")
@@ -173,11 +174,4 @@ func qdiscDelta(before, after string) (sent, dropped uint64) {
 	s0, d0 := read(before)
 	s1, d1 := read(after)
 	return s1 - s0, d1 - d0
-}
-
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
 }
